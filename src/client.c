@@ -1,0 +1,77 @@
+/* The client: configuration, the connection pool, script SHAs, and the
+ * lazily started subscriber and watchdog threads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "subscriber.h"
+#include "util.h"
+#include "watchdog.h"
+
+dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_client **out)
+{
+    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
+    *out = NULL;
+    dlock_options o = {0};
+    if (opts) o = *opts;
+    if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0)
+        return dlock_fail(DLOCK_ERR_INVALID, "negative timeout or lease in options");
+    if (o.watchdog_lease_ms != 0 && o.watchdog_lease_ms < 30)
+        return dlock_fail(DLOCK_ERR_INVALID, "watchdog lease must be at least 30 ms");
+    if (!o.connect_timeout_ms) o.connect_timeout_ms = 2000;
+    if (!o.command_timeout_ms) o.command_timeout_ms = 5000;
+    if (!o.watchdog_lease_ms) o.watchdog_lease_ms = 30000;
+
+    dlock_client *c = calloc(1, sizeof *c);
+    if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_status st = dlock_pool_init(&c->pool, url, o.connect_timeout_ms, o.command_timeout_ms);
+    if (st != DLOCK_OK) {
+        free(c);
+        return st;
+    }
+    c->watchdog_lease_ms = o.watchdog_lease_ms;
+    c->publish = "publish";
+    pthread_mutex_init(&c->mu, NULL);
+    st = dlock_random_hex(c->id, 16);
+    /* Loading the scripts doubles as the connectivity and AUTH check. */
+    if (st == DLOCK_OK) st = dlock_scripts_load(c);
+    if (st != DLOCK_OK) {
+        dlock_client_free(c);
+        return st;
+    }
+    *out = c;
+    return DLOCK_OK;
+}
+
+void dlock_client_free(dlock_client *c)
+{
+    if (!c) return;
+    dlock_watchdog_stop(c->wd);
+    dlock_subscriber_stop(c->sub);
+    dlock_pool_destroy(&c->pool);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+const char *dlock_client_id(const dlock_client *c)
+{
+    return c ? c->id : "";
+}
+
+struct dlock_subscriber *dlock_client_subscriber(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->sub) c->sub = dlock_subscriber_start(c);
+    struct dlock_subscriber *s = c->sub;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+struct dlock_watchdog *dlock_client_watchdog(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->wd) c->wd = dlock_watchdog_start(c);
+    struct dlock_watchdog *wd = c->wd;
+    pthread_mutex_unlock(&c->mu);
+    return wd;
+}

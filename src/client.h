@@ -1,0 +1,29 @@
+/* The client object, shared by every part of the library. */
+#ifndef DLOCK_CLIENT_H
+#define DLOCK_CLIENT_H
+
+#include <pthread.h>
+
+#include "conn.h"
+#include "script.h"
+
+struct dlock_subscriber;
+struct dlock_watchdog;
+
+struct dlock_client {
+    dlock_pool pool;
+    char id[33];                        /* 128 random bits in hex */
+    long watchdog_lease_ms;
+    char sha[DLOCK_SCRIPT_COUNT][41];   /* SHA1 of each script, from SCRIPT LOAD */
+    const char *publish;                /* "publish" (later "spublish" on Cluster) */
+    pthread_mutex_t mu;                 /* guards the lazy start of the threads */
+    struct dlock_subscriber *sub;       /* started by the first waiter */
+    struct dlock_watchdog *wd;          /* started by the first renewed hold */
+};
+
+/* The subscriber and watchdog threads are started on first need, so a
+ * client that only makes IDs or tries once costs no threads. */
+struct dlock_subscriber *dlock_client_subscriber(dlock_client *c);
+struct dlock_watchdog *dlock_client_watchdog(dlock_client *c);
+
+#endif

@@ -1,0 +1,402 @@
+/*
+ * The reentrant lock (seed 000 section 9.2, finished).
+ *
+ * Redis keys of lock NAME, all with the hash tag {NAME} so that they live in
+ * one Cluster slot:
+ *
+ *   dlock:{NAME}        hash: owner, count (re-entries), token (fencing)
+ *   dlock:{NAME}:fence  last fencing token handed out; never expires
+ *   dlock:{NAME}:ch     channel on which releases wake waiters
+ *
+ * The owner is "<client id>:<thread number>", so holds belong to threads
+ * as with a reentrant mutex. Each thread's view of its hold (count, token,
+ * lost flag, watchdog entry) lives in a dlock_hold on the handle; only that
+ * thread changes it, except the lost flag, which the watchdog sets.
+ *
+ * The safety argument, in short: acquire and release are single scripts,
+ * so the check of the owner and the change are one atomic step; a key
+ * exists only while some owner's lease runs, so a dead holder blocks others
+ * for at most one lease; and a holder that may have outlived its lease
+ * (paused, partitioned) is told so by the watchdog and carries a fencing
+ * token that storage can use to refuse its late writes.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "subscriber.h"
+#include "util.h"
+#include "watchdog.h"
+
+#define NAME_MAX_LEN 512
+/* How long a waiter trusts a not-yet-confirmed subscription before it
+ * retries anyway: only matters while the pub/sub connection is down. */
+#define UNSUBSCRIBED_POLL_MS 200
+
+/* Internal result of one attempt: someone else holds the lock. */
+#define HELD 1
+
+typedef struct dlock_hold {
+    dlock_wd_entry wd; /* first, so the watchdog's entry leads back here */
+    struct dlock_lock *lock;
+    unsigned long thread;
+    char owner[64];
+    uint64_t token;
+    long count;
+    long lease_ms;
+    int renewed;       /* registered with the watchdog (owner thread only) */
+    atomic_int lost;
+    struct dlock_hold *next;
+} dlock_hold;
+
+struct dlock_lock {
+    dlock_client *client;
+    char *name, *key, *fence, *channel;
+    pthread_mutex_t mu; /* guards holds, fn, arg */
+    dlock_hold *holds;
+    dlock_lost_fn fn;
+    void *arg;
+};
+
+/* Refuse names that would break the hash tag (a '}' ends it early, and an
+ * empty tag hashes the whole key) or that cannot be printed in an error. */
+static dlock_status check_name(const char *name)
+{
+    if (!name) return dlock_fail(DLOCK_ERR_INVALID, "lock name is NULL");
+    size_t len = strnlen(name, NAME_MAX_LEN + 1);
+    if (len == 0) return dlock_fail(DLOCK_ERR_INVALID, "lock name is empty");
+    if (len > NAME_MAX_LEN)
+        return dlock_fail(DLOCK_ERR_INVALID, "lock name is longer than %d bytes", NAME_MAX_LEN);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch == '{' || ch == '}')
+            return dlock_fail(DLOCK_ERR_INVALID, "lock name may not contain '{' or '}'");
+        if (ch < ' ' || ch == 0x7f)
+            return dlock_fail(DLOCK_ERR_INVALID, "lock name may not contain control characters");
+    }
+    return DLOCK_OK;
+}
+
+/* The three key names of a lock; NULL on allocation failure. */
+static int make_keys(const char *name, char **key, char **fence, char **channel)
+{
+    *key = *fence = *channel = NULL;
+    if (asprintf(key, "dlock:{%s}", name) < 0) *key = NULL;
+    if (asprintf(fence, "dlock:{%s}:fence", name) < 0) *fence = NULL;
+    if (asprintf(channel, "dlock:{%s}:ch", name) < 0) *channel = NULL;
+    if (*key && *fence && *channel) return 0;
+    free(*key);
+    free(*fence);
+    free(*channel);
+    return -1;
+}
+
+dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out)
+{
+    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
+    *out = NULL;
+    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
+    dlock_status st = check_name(name);
+    if (st != DLOCK_OK) return st;
+    dlock_lock *l = calloc(1, sizeof *l);
+    if (!l || !(l->name = strdup(name)) || make_keys(name, &l->key, &l->fence, &l->channel)) {
+        if (l) free(l->name);
+        free(l);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    l->client = client;
+    pthread_mutex_init(&l->mu, NULL);
+    *out = l;
+    return DLOCK_OK;
+}
+
+void dlock_lock_free(dlock_lock *l)
+{
+    if (!l) return;
+    dlock_hold *h = l->holds, *next;
+    for (; h; h = next) {
+        next = h->next;
+        if (h->renewed) dlock_wd_remove(l->client->wd, &h->wd);
+        free(h);
+    }
+    pthread_mutex_destroy(&l->mu);
+    free(l->name);
+    free(l->key);
+    free(l->fence);
+    free(l->channel);
+    free(l);
+}
+
+const char *dlock_lock_name(const dlock_lock *l)
+{
+    return l ? l->name : "";
+}
+
+/* The calling thread's hold of `l`; made on first use when `create`. */
+static dlock_hold *thread_hold(dlock_lock *l, int create)
+{
+    unsigned long me = dlock_thread_number();
+    pthread_mutex_lock(&l->mu);
+    dlock_hold *h = l->holds;
+    while (h && h->thread != me) h = h->next;
+    if (!h && create && (h = calloc(1, sizeof *h)) != NULL) {
+        h->lock = l;
+        h->thread = me;
+        snprintf(h->owner, sizeof h->owner, "%s:%lu", l->client->id, me);
+        h->next = l->holds;
+        l->holds = h;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return h;
+}
+
+/* Watchdog thread: the server no longer has this hold. */
+static void hold_lost(dlock_wd_entry *e)
+{
+    dlock_hold *h = (dlock_hold *)e;
+    dlock_lock *l = h->lock;
+    atomic_store(&h->lost, 1);
+    pthread_mutex_lock(&l->mu);
+    dlock_lost_fn fn = l->fn;
+    void *arg = l->arg;
+    pthread_mutex_unlock(&l->mu);
+    if (fn) fn(l, h->token, arg);
+}
+
+/* One run of acquire.lua. Returns DLOCK_OK (hold updated), HELD (*pttl set)
+ * or a failure status. */
+static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, long *pttl)
+{
+    char lease_s[24], count_s[24];
+    snprintf(lease_s, sizeof lease_s, "%ld", lease);
+    snprintf(count_s, sizeof count_s, "%ld", h->count);
+    const char *keys[2] = {l->key, l->fence};
+    const char *args[3] = {h->owner, lease_s, count_s};
+    redisReply *r;
+    dlock_status st = dlock_eval(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 3, args, &r, NULL);
+    if (st != DLOCK_OK) return st;
+    int result;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        result = dlock_fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
+    } else if (r->element[0]->integer == 0) {
+        *pttl = (long)r->element[1]->integer;
+        result = HELD;
+    } else {
+        h->token = (uint64_t)r->element[1]->integer;
+        h->count = r->element[0]->integer == 1 ? 1 : h->count + 1;
+        result = DLOCK_OK;
+    }
+    freeReplyObject(r);
+    return result;
+}
+
+/* Sleep until a release wakes us, bounded by the holder's lease and our
+ * deadline. Keep trying; a broken connection is waited out, not returned,
+ * until the deadline: waiting through a server restart is the point. */
+static int wait_and_retry(dlock_lock *l, dlock_hold *h, long lease, int64_t deadline, long pttl)
+{
+    struct dlock_subscriber *sub = dlock_client_subscriber(l->client);
+    if (!sub) return dlock_fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+    dlock_sub_entry *e = dlock_sub_join(sub, l->channel);
+    if (!e) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    int result = HELD;
+    long backoff = 0;
+    for (;;) {
+        int64_t now = dlock_mono_ms();
+        if (deadline >= 0 && now >= deadline) break;
+        int64_t ready_by = now + 1000;
+        if (deadline >= 0 && ready_by > deadline) ready_by = deadline;
+        int subscribed = dlock_sub_wait_ready(sub, e, ready_by);
+
+        result = try_acquire(l, h, lease, &pttl);
+        now = dlock_mono_ms();
+        int64_t until;
+        if (result == DLOCK_OK) {
+            break;
+        } else if (result == DLOCK_ERR_CONNECT) {
+            backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
+            until = now + backoff;
+        } else if (result != HELD) {
+            break;
+        } else {
+            backoff = 0;
+            /* pttl -2: gone already; -1: a key with no lease (not ours). */
+            until = now + (pttl >= 0 ? pttl : pttl == -2 ? 0 : 1000);
+            if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
+        }
+        if (deadline >= 0 && until > deadline) until = deadline;
+        if (until > now) dlock_sub_wait(sub, e, until);
+    }
+    dlock_sub_leave(sub, e);
+    return result;
+}
+
+dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
+{
+    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
+    if (wait_ms < DLOCK_WAIT_FOREVER)
+        return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 3))
+        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_hold *h = thread_hold(l, 1);
+    if (!h) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (h->count > 0 && atomic_load(&h->lost))
+        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held; release it first", l->name);
+
+    int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->renewed;
+    /* A hold the watchdog renews keeps the watchdog's lease, or a short
+     * explicit lease on a re-entry would expire it between renewals. */
+    long lease = watchdog ? l->client->watchdog_lease_ms : lease_ms;
+    int64_t deadline = dlock_deadline(wait_ms);
+    int64_t started = dlock_mono_ms();
+    long pttl = 0;
+    long before = h->count;
+
+    int result = try_acquire(l, h, lease, &pttl);
+    if (result == HELD && wait_ms != 0) result = wait_and_retry(l, h, lease, deadline, pttl);
+    if (result == HELD)
+        return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->name);
+    if (result != DLOCK_OK) return (dlock_status)result;
+
+    if (before == 0) atomic_store(&h->lost, 0);
+    h->lease_ms = lease;
+    if (watchdog) {
+        struct dlock_watchdog *wd = dlock_client_watchdog(l->client);
+        if (!wd) {
+            dlock_lock_release(l);
+            return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+        }
+        h->wd.key = l->key;
+        h->wd.owner = h->owner;
+        h->wd.lease_ms = lease;
+        h->wd.on_lost = hold_lost;
+        dlock_wd_add(wd, &h->wd, started);
+        h->renewed = 1;
+    }
+    if (token) *token = h->token;
+    return DLOCK_OK;
+}
+
+/* Forget the calling thread's hold after it ended one way or another. */
+static void hold_end(dlock_lock *l, dlock_hold *h)
+{
+    h->count = 0;
+    if (h->renewed) {
+        dlock_wd_remove(l->client->wd, &h->wd);
+        h->renewed = 0;
+    }
+}
+
+dlock_status dlock_lock_release(dlock_lock *l)
+{
+    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
+    dlock_hold *h = thread_hold(l, 0);
+    if (!h || h->count == 0)
+        return dlock_fail(DLOCK_ERR_NOT_OWNER, "this thread does not hold lock '%s'", l->name);
+    if (atomic_load(&h->lost)) {
+        hold_end(l, h);
+        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->name);
+    }
+    char lease_s[24], count_s[24];
+    snprintf(lease_s, sizeof lease_s, "%ld", h->lease_ms);
+    snprintf(count_s, sizeof count_s, "%ld", h->count);
+    const char *keys[2] = {l->key, l->channel};
+    const char *args[4] = {h->owner, lease_s, count_s, l->client->publish};
+    redisReply *r;
+    int retried;
+    dlock_status st = dlock_eval(l->client, DLOCK_SCRIPT_RELEASE, 2, keys, 4, args, &r, &retried);
+    if (st != DLOCK_OK) return st; /* hold unchanged: the caller may try again */
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return dlock_fail(DLOCK_ERR_REDIS, "release: unexpected reply");
+    }
+    long left = (long)r->integer;
+    freeReplyObject(r);
+    if (left < 0 && retried && h->count == 1) {
+        /* The first send may have deleted the lock before its reply was
+         * lost; either way this thread holds nothing now. */
+        left = 0;
+    }
+    if (left < 0) {
+        atomic_store(&h->lost, 1);
+        hold_end(l, h);
+        return dlock_fail(DLOCK_ERR_LOST,
+                          "lock '%s' expired before release; another owner may hold it", l->name);
+    }
+    if (left == 0) hold_end(l, h);
+    else h->count = left;
+    return DLOCK_OK;
+}
+
+int dlock_lock_lost(dlock_lock *l)
+{
+    if (!l) return 0;
+    dlock_hold *h = thread_hold(l, 0);
+    return h ? atomic_load(&h->lost) : 0;
+}
+
+void dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
+{
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->fn = fn;
+    l->arg = arg;
+    pthread_mutex_unlock(&l->mu);
+}
+
+dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lock_info *info)
+{
+    if (!client || !info) return dlock_fail(DLOCK_ERR_INVALID, "client or info is NULL");
+    memset(info, 0, sizeof *info);
+    info->ttl_ms = -1;
+    dlock_status st = check_name(name);
+    if (st != DLOCK_OK) return st;
+    char *key, *fence, *channel;
+    if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    const char *keys[2] = {key, fence};
+    redisReply *r;
+    st = dlock_eval(client, DLOCK_SCRIPT_INSPECT, 2, keys, 0, NULL, &r, NULL);
+    free(key);
+    free(fence);
+    free(channel);
+    if (st != DLOCK_OK) return st;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER ||
+        r->element[3]->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return dlock_fail(DLOCK_ERR_REDIS, "inspect: unexpected reply");
+    }
+    if (r->element[0]->len > 0) {
+        info->held = 1;
+        snprintf(info->holder, sizeof info->holder, "%s", r->element[0]->str);
+        info->hold_count = (long)r->element[1]->integer;
+        info->ttl_ms = (long)r->element[2]->integer;
+    }
+    info->last_token = strtoull(r->element[3]->str, NULL, 10);
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int *was_held)
+{
+    if (was_held) *was_held = 0;
+    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
+    dlock_status st = check_name(name);
+    if (st != DLOCK_OK) return st;
+    char *key, *fence, *channel;
+    if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    const char *keys[2] = {key, channel};
+    const char *args[1] = {client->publish};
+    redisReply *r;
+    st = dlock_eval(client, DLOCK_SCRIPT_FORCE_UNLOCK, 2, keys, 1, args, &r, NULL);
+    free(key);
+    free(fence);
+    free(channel);
+    if (st != DLOCK_OK) return st;
+    if (was_held && r->type == REDIS_REPLY_INTEGER) *was_held = r->integer == 1;
+    freeReplyObject(r);
+    return DLOCK_OK;
+}

@@ -1,0 +1,53 @@
+-- Acquire (or re-enter) a reentrant lock.
+--
+-- KEYS[1]  lock hash "dlock:{name}": owner, count, token
+-- KEYS[2]  fencing counter "dlock:{name}:fence" (never expires)
+-- ARGV[1]  owner: "<client id>:<thread number>"
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  holds the caller believes it has (0 for a first acquisition)
+--
+-- Returns {1, token} when newly acquired, {2, token, count} on re-entry,
+-- {0, pttl} when another owner holds it (pttl bounds the caller's sleep).
+--
+-- Why ARGV[3]: a client that lost the reply to an earlier attempt cannot
+-- know whether that attempt ran. Telling the script how many holds the
+-- caller really has makes a resend harmless: an owner match with zero
+-- believed holds is that lost attempt, adopted (same token, count 1), not a
+-- re-entry that would leave the count one too high and the lock stuck until
+-- its lease ends.
+--
+-- Fencing tokens: max(last + 1, server time in microseconds). The counter
+-- alone would restart at 1 after a restart without persistence, or go back
+-- after a failover to a replica that missed the last INCR; flooring it at
+-- the server clock keeps tokens rising across both, as long as the server
+-- clock does not step back and fewer than a million acquisitions a second
+-- are made on one name. Doubles hold integers exactly to 2^53, far above
+-- microseconds since 1970.
+
+local owner = redis.call('HGET', KEYS[1], 'owner')
+
+if owner == ARGV[1] then
+    local count = tonumber(ARGV[3]) + 1
+    redis.call('HSET', KEYS[1], 'count', count)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    local token = tonumber(redis.call('HGET', KEYS[1], 'token'))
+    if count == 1 then
+        return {1, token}
+    end
+    return {2, token, count}
+end
+
+if owner then
+    return {0, redis.call('PTTL', KEYS[1])}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
+if now > token then
+    token = now
+end
+redis.call('SET', KEYS[2], string.format('%.0f', token))
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', string.format('%.0f', token))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, token}

@@ -1,0 +1,74 @@
+/*
+ * Running the embedded scripts.
+ *
+ * Scripts are sent once with SCRIPT LOAD and then called by SHA1 with
+ * EVALSHA, which saves sending their text on every call. The server's
+ * script cache is empty after a restart, a failover or SCRIPT FLUSH; the
+ * NOSCRIPT reply is answered by EVAL with the full text, which runs the
+ * script and caches it again, so callers never see the difference.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "util.h"
+
+static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
+    dlock_lua_acquire, dlock_lua_release, dlock_lua_renew, dlock_lua_inspect,
+    dlock_lua_force_unlock,
+};
+
+dlock_status dlock_scripts_load(dlock_client *client)
+{
+    for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", bodies[i]};
+        redisReply *r;
+        dlock_status st = dlock_pool_command(&client->pool, 3, argv, NULL, &r, NULL);
+        if (st != DLOCK_OK) return st;
+        if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+            st = dlock_reply_error(r, "SCRIPT LOAD");
+            freeReplyObject(r);
+            return st;
+        }
+        memcpy(client->sha[i], r->str, 41);
+        freeReplyObject(r);
+    }
+    return DLOCK_OK;
+}
+
+dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
+                        int nargs, const char **args, redisReply **out, int *retried)
+{
+    const char *stack[40];
+    int argc = 3 + nkeys + nargs;
+    const char **argv = argc <= 40 ? stack : malloc((size_t)argc * sizeof *argv);
+    char nk[16];
+    int again = 0;
+    if (!argv) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[0] = "EVALSHA";
+    argv[1] = client->sha[id];
+    argv[2] = nk;
+    memcpy(argv + 3, keys, (size_t)nkeys * sizeof *keys);
+    memcpy(argv + 3 + nkeys, args, (size_t)nargs * sizeof *args);
+
+    redisReply *r = NULL;
+    dlock_status st = dlock_pool_command(&client->pool, argc, argv, NULL, &r, retried);
+    if (st == DLOCK_OK && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        argv[0] = "EVAL";
+        argv[1] = bodies[id];
+        st = dlock_pool_command(&client->pool, argc, argv, NULL, &r, &again);
+        if (retried && again) *retried = 1;
+    }
+    if (argv != stack) free(argv);
+    if (st != DLOCK_OK) return st;
+    if (r->type == REDIS_REPLY_ERROR) {
+        st = dlock_reply_error(r, "script");
+        freeReplyObject(r);
+        return st;
+    }
+    *out = r;
+    return DLOCK_OK;
+}

@@ -1,0 +1,35 @@
+/* The embedded Lua scripts and how they are run (EVALSHA, falling back to
+ * EVAL on NOSCRIPT). */
+#ifndef DLOCK_SCRIPT_H
+#define DLOCK_SCRIPT_H
+
+#include <hiredis/hiredis.h>
+
+#include "dlock.h"
+
+typedef enum dlock_script_id {
+    DLOCK_SCRIPT_ACQUIRE,
+    DLOCK_SCRIPT_RELEASE,
+    DLOCK_SCRIPT_RENEW,
+    DLOCK_SCRIPT_INSPECT,
+    DLOCK_SCRIPT_FORCE_UNLOCK,
+    DLOCK_SCRIPT_COUNT
+} dlock_script_id;
+
+/* Script texts, generated from src/lua/NAME.lua at build time. */
+extern const char dlock_lua_acquire[];
+extern const char dlock_lua_release[];
+extern const char dlock_lua_renew[];
+extern const char dlock_lua_inspect[];
+extern const char dlock_lua_force_unlock[];
+
+/* Load every script with SCRIPT LOAD and remember its SHA1 in the client. */
+dlock_status dlock_scripts_load(dlock_client *client);
+
+/* Run a script. Only a non-error reply comes back with DLOCK_OK; an error
+ * reply becomes a status with the server's message. *retried as in
+ * dlock_pool_command(). */
+dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
+                        int nargs, const char **args, redisReply **out, int *retried);
+
+#endif

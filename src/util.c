@@ -1,0 +1,89 @@
+/* Error messages, clocks, randomness and thread numbers. */
+#include "util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+/* Per-thread so that concurrent failures never overwrite each other's
+ * explanation; errno does the same for the same reason. */
+static __thread char last_error[512];
+
+dlock_status dlock_fail(dlock_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+const char *dlock_last_error(void)
+{
+    return last_error[0] ? last_error : "no error";
+}
+
+int64_t dlock_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int dlock_cond_init(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    int rc = pthread_condattr_init(&attr);
+    if (rc) return rc;
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc;
+}
+
+int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
+{
+    if (deadline_ms < 0) return pthread_cond_wait(cond, mu);
+    struct timespec ts;
+    ts.tv_sec = deadline_ms / 1000;
+    ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+    return pthread_cond_timedwait(cond, mu, &ts);
+}
+
+dlock_status dlock_random_hex(char *out, size_t nbytes)
+{
+    unsigned char buf[64];
+    if (nbytes > sizeof buf) return dlock_fail(DLOCK_ERR_INVALID, "random id too long");
+    size_t got = 0;
+    while (got < nbytes) {
+        ssize_t n = getrandom(buf + got, nbytes - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return dlock_fail(DLOCK_ERR_SYS, "getrandom: %s", strerror(errno));
+        }
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = hex[buf[i] >> 4];
+        out[2 * i + 1] = hex[buf[i] & 15];
+    }
+    out[2 * nbytes] = '\0';
+    return DLOCK_OK;
+}
+
+unsigned long dlock_thread_number(void)
+{
+    static atomic_ulong next = 1;
+    static __thread unsigned long mine;
+    if (!mine) mine = atomic_fetch_add(&next, 1);
+    return mine;
+}
+
+int64_t dlock_deadline(long wait_ms)
+{
+    return wait_ms < 0 ? -1 : dlock_mono_ms() + wait_ms;
+}

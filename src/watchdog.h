@@ -1,0 +1,38 @@
+/* One renewal thread per client for all the holds it keeps alive. */
+#ifndef DLOCK_WATCHDOG_H
+#define DLOCK_WATCHDOG_H
+
+#include <stdint.h>
+
+#include "dlock.h"
+
+/*
+ * A hold the watchdog renews. The holder fills the public part, embeds the
+ * struct in its own state and keeps it alive until dlock_wd_remove()
+ * returns. on_lost runs on the watchdog thread, after the entry was
+ * removed, when the hold was found gone or its lease ran out while renewal
+ * kept failing.
+ */
+typedef struct dlock_wd_entry {
+    const char *key;   /* lock hash */
+    const char *owner;
+    long lease_ms;
+    void (*on_lost)(struct dlock_wd_entry *e);
+    /* private to the watchdog */
+    int64_t next_ms;     /* next renewal due (monotonic) */
+    int64_t deadline_ms; /* the lease surely ends here without renewal */
+    uint64_t gen;        /* bumped on every add, to drop stale results */
+    int registered;
+    struct dlock_wd_entry *prev, *next;
+} dlock_wd_entry;
+
+struct dlock_watchdog *dlock_watchdog_start(dlock_client *client);
+void dlock_watchdog_stop(struct dlock_watchdog *wd);
+
+/* Start renewing `e`, whose lease was (re)started at monotonic `since_ms`. */
+void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms);
+
+/* Stop renewing `e`; waits for a loss callback running on it to return. */
+void dlock_wd_remove(struct dlock_watchdog *wd, dlock_wd_entry *e);
+
+#endif
