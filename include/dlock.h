@@ -243,6 +243,150 @@ DLOCK_API dlock_status dlock_lock_force_unlock(dlock_client *client, const char 
  */
 DLOCK_API dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *ids, size_t count);
 
+/* ------------------------------------------------------------------------ */
+/* Semaphore                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A counting semaphore with no owners: any process may release. Simple and
+ * fast, but a holder that crashes never returns its permits; use the
+ * permit-expirable semaphore (dlock_psem) when holders can die.
+ * Keys: "dlock:{NAME}:sem" (permits available), channel "dlock:{NAME}:sem:ch".
+ */
+typedef struct dlock_semaphore dlock_semaphore;
+
+/* Make a handle for semaphore `name` (same rules as lock names). */
+DLOCK_API dlock_status dlock_semaphore_new(dlock_client *client, const char *name, dlock_semaphore **out);
+
+/* Free a handle. Permits taken through it stay taken. */
+DLOCK_API void dlock_semaphore_free(dlock_semaphore *sem);
+
+/*
+ * Set the number of available permits (0 to 2^31-1), only if the semaphore
+ * does not exist yet, so every process may call it at start-up. *was_set
+ * (if not NULL) tells whether this call set it.
+ */
+DLOCK_API dlock_status dlock_semaphore_set_permits(dlock_semaphore *sem, long permits, int *was_set);
+
+/*
+ * Take `permits` (>= 1) permits, all or nothing. `wait_ms` as in
+ * dlock_lock_acquire(); waiting is woken by releases, not by polling.
+ * DLOCK_ERR_TIMEOUT when too few became available in time.
+ */
+DLOCK_API dlock_status dlock_semaphore_acquire(dlock_semaphore *sem, long permits, long wait_ms);
+
+/* Return `permits` (>= 1) permits and wake that many waiters. */
+DLOCK_API dlock_status dlock_semaphore_release(dlock_semaphore *sem, long permits);
+
+/* Permits available now (0 when the semaphore was never set). */
+DLOCK_API dlock_status dlock_semaphore_available(dlock_semaphore *sem, long *available);
+
+/* ------------------------------------------------------------------------ */
+/* Permit-expirable semaphore                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A semaphore whose every permit has a random id and a lease. A permit
+ * whose lease runs out returns to the pool by itself, so a crashed holder
+ * cannot leak it for longer than its lease. Permits may be renewed
+ * explicitly or by the client's watchdog, and released by id from any
+ * process. Keys: "dlock:{NAME}:psem" (number of permits),
+ * "dlock:{NAME}:psem:held" (permit id -> expiry), channel
+ * "dlock:{NAME}:psem:ch".
+ */
+typedef struct dlock_psem dlock_psem;
+
+/* One held permit. Owned by the caller until released or freed. */
+typedef struct dlock_permit dlock_permit;
+
+/* Length of a permit id: 32 hex digits, plus the terminating NUL. */
+#define DLOCK_PERMIT_ID_LEN 33
+
+/* Called on the watchdog thread when a watchdog-renewed permit was found
+ * expired. Keep it short; do not call back into the semaphore. */
+typedef void (*dlock_permit_lost_fn)(dlock_permit *permit, void *arg);
+
+/* Make a handle for permit-expirable semaphore `name`. */
+DLOCK_API dlock_status dlock_psem_new(dlock_client *client, const char *name, dlock_psem **out);
+
+/* Free a handle. Every dlock_permit taken through it must be released or
+ * freed first. */
+DLOCK_API void dlock_psem_free(dlock_psem *psem);
+
+/* Set the number of permits (0 to 2^31-1), only if not set yet. */
+DLOCK_API dlock_status dlock_psem_set_permits(dlock_psem *psem, long permits, int *was_set);
+
+/*
+ * Take one permit. `wait_ms` as in dlock_lock_acquire(). `lease_ms`: a
+ * positive lease after which the permit returns to the pool by itself, or
+ * DLOCK_LEASE_WATCHDOG to have the client's watchdog renew it until
+ * release (loss is reported through dlock_permit_lost() and the callback).
+ * On success *out is the permit.
+ */
+DLOCK_API dlock_status dlock_psem_acquire(dlock_psem *psem, long wait_ms, long lease_ms, dlock_permit **out);
+
+/* The permit's id, for release or renewal from elsewhere. */
+DLOCK_API const char *dlock_permit_id(const dlock_permit *permit);
+
+/* 1 when the watchdog found this permit expired, else 0. */
+DLOCK_API int dlock_permit_lost(dlock_permit *permit);
+
+/* Register the loss callback for permits of this handle (NULL removes it). */
+DLOCK_API void dlock_psem_on_lost(dlock_psem *psem, dlock_permit_lost_fn fn, void *arg);
+
+/*
+ * Release a permit and free it (in every case, so the caller never frees
+ * twice). DLOCK_ERR_LOST when it had expired already: another process may
+ * have taken that place in the meantime.
+ */
+DLOCK_API dlock_status dlock_psem_release(dlock_psem *psem, dlock_permit *permit);
+
+/* Free a permit without releasing it: it stays taken until its lease ends. */
+DLOCK_API void dlock_permit_free(dlock_permit *permit);
+
+/* Release a permit by id, e.g. from another process. DLOCK_ERR_NOT_OWNER
+ * when no live permit has that id. */
+DLOCK_API dlock_status dlock_psem_release_id(dlock_psem *psem, const char *id);
+
+/* Extend the lease of the permit with this id to `lease_ms` from now.
+ * DLOCK_ERR_LOST when it had expired already. */
+DLOCK_API dlock_status dlock_psem_renew(dlock_psem *psem, const char *id, long lease_ms);
+
+/* Permits not held by a live permit. */
+DLOCK_API dlock_status dlock_psem_available(dlock_psem *psem, long *available);
+
+/* ------------------------------------------------------------------------ */
+/* Count-down latch                                                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Lets processes wait until others have counted down to zero, e.g. until N
+ * workers are ready. Reaching zero deletes the latch and wakes every
+ * waiter at once. Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch".
+ */
+typedef struct dlock_latch dlock_latch;
+
+/* Make a handle for latch `name`. */
+DLOCK_API dlock_status dlock_latch_new(dlock_client *client, const char *name, dlock_latch **out);
+
+/* Free a handle. */
+DLOCK_API void dlock_latch_free(dlock_latch *latch);
+
+/* Set the count (1 to 2^31-1) only if the latch is not set; *was_set (if
+ * not NULL) tells whether this call set it. */
+DLOCK_API dlock_status dlock_latch_set(dlock_latch *latch, long count, int *was_set);
+
+/* Count down by one; *remaining (if not NULL) gets the count left. On a
+ * latch that is not set this changes nothing and gives 0. */
+DLOCK_API dlock_status dlock_latch_count_down(dlock_latch *latch, long *remaining);
+
+/* Wait until the count is zero (a latch never set counts as zero).
+ * `wait_ms` as in dlock_lock_acquire(); DLOCK_ERR_TIMEOUT when time ran out. */
+DLOCK_API dlock_status dlock_latch_await(dlock_latch *latch, long wait_ms);
+
+/* The current count (0 when not set). */
+DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
+
 #ifdef __cplusplus
 }
 #endif

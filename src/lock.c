@@ -26,17 +26,9 @@
 #include <string.h>
 
 #include "client.h"
-#include "subscriber.h"
 #include "util.h"
+#include "wait.h"
 #include "watchdog.h"
-
-#define NAME_MAX_LEN 512
-/* How long a waiter trusts a not-yet-confirmed subscription before it
- * retries anyway: only matters while the pub/sub connection is down. */
-#define UNSUBSCRIBED_POLL_MS 200
-
-/* Internal result of one attempt: someone else holds the lock. */
-#define HELD 1
 
 typedef struct dlock_hold {
     dlock_wd_entry wd; /* first, so the watchdog's entry leads back here */
@@ -60,32 +52,12 @@ struct dlock_lock {
     void *arg;
 };
 
-/* Refuse names that would break the hash tag (a '}' ends it early, and an
- * empty tag hashes the whole key) or that cannot be printed in an error. */
-static dlock_status check_name(const char *name)
-{
-    if (!name) return dlock_fail(DLOCK_ERR_INVALID, "lock name is NULL");
-    size_t len = strnlen(name, NAME_MAX_LEN + 1);
-    if (len == 0) return dlock_fail(DLOCK_ERR_INVALID, "lock name is empty");
-    if (len > NAME_MAX_LEN)
-        return dlock_fail(DLOCK_ERR_INVALID, "lock name is longer than %d bytes", NAME_MAX_LEN);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        if (ch == '{' || ch == '}')
-            return dlock_fail(DLOCK_ERR_INVALID, "lock name may not contain '{' or '}'");
-        if (ch < ' ' || ch == 0x7f)
-            return dlock_fail(DLOCK_ERR_INVALID, "lock name may not contain control characters");
-    }
-    return DLOCK_OK;
-}
-
-/* The three key names of a lock; NULL on allocation failure. */
+/* The three key names of a lock; -1 on allocation failure. */
 static int make_keys(const char *name, char **key, char **fence, char **channel)
 {
-    *key = *fence = *channel = NULL;
-    if (asprintf(key, "dlock:{%s}", name) < 0) *key = NULL;
-    if (asprintf(fence, "dlock:{%s}:fence", name) < 0) *fence = NULL;
-    if (asprintf(channel, "dlock:{%s}:ch", name) < 0) *channel = NULL;
+    *key = dlock_key(name, "");
+    *fence = dlock_key(name, ":fence");
+    *channel = dlock_key(name, ":ch");
     if (*key && *fence && *channel) return 0;
     free(*key);
     free(*fence);
@@ -98,7 +70,7 @@ dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock *
     if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
     *out = NULL;
     if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = check_name(name);
+    dlock_status st = dlock_check_name(name);
     if (st != DLOCK_OK) return st;
     dlock_lock *l = calloc(1, sizeof *l);
     if (!l || !(l->name = strdup(name)) || make_keys(name, &l->key, &l->fence, &l->channel)) {
@@ -165,8 +137,8 @@ static void hold_lost(dlock_wd_entry *e)
     if (fn) fn(l, h->token, arg);
 }
 
-/* One run of acquire.lua. Returns DLOCK_OK (hold updated), HELD (*pttl set)
- * or a failure status. */
+/* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK_BUSY
+ * (*pttl: the holder's remaining lease, -1 when it has none) or a failure. */
 static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, long *pttl)
 {
     char lease_s[24], count_s[24];
@@ -182,8 +154,9 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, long *pttl)
         r->element[1]->type != REDIS_REPLY_INTEGER) {
         result = dlock_fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
     } else if (r->element[0]->integer == 0) {
-        *pttl = (long)r->element[1]->integer;
-        result = HELD;
+        long ttl = (long)r->element[1]->integer;
+        *pttl = ttl == -2 ? 0 : ttl; /* -2: expired just now, retry at once */
+        result = DLOCK_BUSY;
     } else {
         h->token = (uint64_t)r->element[1]->integer;
         h->count = r->element[0]->integer == 1 ? 1 : h->count + 1;
@@ -193,45 +166,17 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, long *pttl)
     return result;
 }
 
-/* Sleep until a release wakes us, bounded by the holder's lease and our
- * deadline. Keep trying; a broken connection is waited out, not returned,
- * until the deadline: waiting through a server restart is the point. */
-static int wait_and_retry(dlock_lock *l, dlock_hold *h, long lease, int64_t deadline, long pttl)
-{
-    struct dlock_subscriber *sub = dlock_client_subscriber(l->client);
-    if (!sub) return dlock_fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
-    dlock_sub_entry *e = dlock_sub_join(sub, l->channel);
-    if (!e) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    int result = HELD;
-    long backoff = 0;
-    for (;;) {
-        int64_t now = dlock_mono_ms();
-        if (deadline >= 0 && now >= deadline) break;
-        int64_t ready_by = now + 1000;
-        if (deadline >= 0 && ready_by > deadline) ready_by = deadline;
-        int subscribed = dlock_sub_wait_ready(sub, e, ready_by);
+/* Arguments of one acquire attempt, for dlock_wait_for(). */
+struct attempt {
+    dlock_lock *l;
+    dlock_hold *h;
+    long lease;
+};
 
-        result = try_acquire(l, h, lease, &pttl);
-        now = dlock_mono_ms();
-        int64_t until;
-        if (result == DLOCK_OK) {
-            break;
-        } else if (result == DLOCK_ERR_CONNECT) {
-            backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
-            until = now + backoff;
-        } else if (result != HELD) {
-            break;
-        } else {
-            backoff = 0;
-            /* pttl -2: gone already; -1: a key with no lease (not ours). */
-            until = now + (pttl >= 0 ? pttl : pttl == -2 ? 0 : 1000);
-            if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
-        }
-        if (deadline >= 0 && until > deadline) until = deadline;
-        if (until > now) dlock_sub_wait(sub, e, until);
-    }
-    dlock_sub_leave(sub, e);
-    return result;
+static int try_again(void *ctx, long *retry_ms)
+{
+    struct attempt *a = ctx;
+    return try_acquire(a->l, a->h, a->lease, retry_ms);
 }
 
 dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
@@ -256,8 +201,11 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     long before = h->count;
 
     int result = try_acquire(l, h, lease, &pttl);
-    if (result == HELD && wait_ms != 0) result = wait_and_retry(l, h, lease, deadline, pttl);
-    if (result == HELD)
+    if (result == DLOCK_BUSY && wait_ms != 0) {
+        struct attempt a = {l, h, lease};
+        result = dlock_wait_for(l->client, l->channel, deadline, try_again, &a, pttl);
+    }
+    if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->name);
     if (result != DLOCK_OK) return (dlock_status)result;
 
@@ -269,6 +217,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
             dlock_lock_release(l);
             return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
         }
+        h->wd.script = DLOCK_SCRIPT_RENEW;
         h->wd.key = l->key;
         h->wd.owner = h->owner;
         h->wd.lease_ms = lease;
@@ -352,7 +301,7 @@ dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lo
     if (!client || !info) return dlock_fail(DLOCK_ERR_INVALID, "client or info is NULL");
     memset(info, 0, sizeof *info);
     info->ttl_ms = -1;
-    dlock_status st = check_name(name);
+    dlock_status st = dlock_check_name(name);
     if (st != DLOCK_OK) return st;
     char *key, *fence, *channel;
     if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -384,7 +333,7 @@ dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int
 {
     if (was_held) *was_held = 0;
     if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = check_name(name);
+    dlock_status st = dlock_check_name(name);
     if (st != DLOCK_OK) return st;
     char *key, *fence, *channel;
     if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");

@@ -16,7 +16,9 @@
 
 static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     dlock_lua_acquire, dlock_lua_release, dlock_lua_renew, dlock_lua_inspect,
-    dlock_lua_force_unlock,
+    dlock_lua_force_unlock, dlock_lua_sem_set, dlock_lua_sem_acquire, dlock_lua_sem_release,
+    dlock_lua_psem_acquire, dlock_lua_psem_release, dlock_lua_psem_renew, dlock_lua_psem_available,
+    dlock_lua_latch_count_down,
 };
 
 dlock_status dlock_scripts_load(dlock_client *client)
@@ -37,6 +39,19 @@ dlock_status dlock_scripts_load(dlock_client *client)
     return DLOCK_OK;
 }
 
+/* Run a script whose reply is one integer, into *out. */
+dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
+                            int nargs, const char **args, long long *out)
+{
+    redisReply *r;
+    dlock_status st = dlock_eval(client, id, nkeys, keys, nargs, args, &r, NULL);
+    if (st != DLOCK_OK) return st;
+    if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
+    else st = dlock_fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    freeReplyObject(r);
+    return st;
+}
+
 dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
                         int nargs, const char **args, redisReply **out, int *retried)
 {
@@ -50,8 +65,8 @@ dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, con
     argv[0] = "EVALSHA";
     argv[1] = client->sha[id];
     argv[2] = nk;
-    memcpy(argv + 3, keys, (size_t)nkeys * sizeof *keys);
-    memcpy(argv + 3 + nkeys, args, (size_t)nargs * sizeof *args);
+    if (nkeys) memcpy(argv + 3, keys, (size_t)nkeys * sizeof *keys);
+    if (nargs) memcpy(argv + 3 + nkeys, args, (size_t)nargs * sizeof *args);
 
     redisReply *r = NULL;
     dlock_status st = dlock_pool_command(&client->pool, argc, argv, NULL, &r, retried);

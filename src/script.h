@@ -13,6 +13,14 @@ typedef enum dlock_script_id {
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_INSPECT,
     DLOCK_SCRIPT_FORCE_UNLOCK,
+    DLOCK_SCRIPT_SEM_SET,
+    DLOCK_SCRIPT_SEM_ACQUIRE,
+    DLOCK_SCRIPT_SEM_RELEASE,
+    DLOCK_SCRIPT_PSEM_ACQUIRE,
+    DLOCK_SCRIPT_PSEM_RELEASE,
+    DLOCK_SCRIPT_PSEM_RENEW,
+    DLOCK_SCRIPT_PSEM_AVAILABLE,
+    DLOCK_SCRIPT_LATCH_COUNT_DOWN,
     DLOCK_SCRIPT_COUNT
 } dlock_script_id;
 
@@ -22,6 +30,14 @@ extern const char dlock_lua_release[];
 extern const char dlock_lua_renew[];
 extern const char dlock_lua_inspect[];
 extern const char dlock_lua_force_unlock[];
+extern const char dlock_lua_sem_set[];
+extern const char dlock_lua_sem_acquire[];
+extern const char dlock_lua_sem_release[];
+extern const char dlock_lua_psem_acquire[];
+extern const char dlock_lua_psem_release[];
+extern const char dlock_lua_psem_renew[];
+extern const char dlock_lua_psem_available[];
+extern const char dlock_lua_latch_count_down[];
 
 /* Load every script with SCRIPT LOAD and remember its SHA1 in the client. */
 dlock_status dlock_scripts_load(dlock_client *client);
@@ -31,5 +47,9 @@ dlock_status dlock_scripts_load(dlock_client *client);
  * dlock_pool_command(). */
 dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
                         int nargs, const char **args, redisReply **out, int *retried);
+
+/* dlock_eval() for scripts that answer one integer. */
+dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
+                            int nargs, const char **args, long long *out);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -86,4 +87,29 @@ unsigned long dlock_thread_number(void)
 int64_t dlock_deadline(long wait_ms)
 {
     return wait_ms < 0 ? -1 : dlock_mono_ms() + wait_ms;
+}
+
+#define NAME_MAX_LEN 512
+
+dlock_status dlock_check_name(const char *name)
+{
+    if (!name) return dlock_fail(DLOCK_ERR_INVALID, "name is NULL");
+    size_t len = strnlen(name, NAME_MAX_LEN + 1);
+    if (len == 0) return dlock_fail(DLOCK_ERR_INVALID, "name is empty");
+    if (len > NAME_MAX_LEN)
+        return dlock_fail(DLOCK_ERR_INVALID, "name is longer than %d bytes", NAME_MAX_LEN);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch == '{' || ch == '}')
+            return dlock_fail(DLOCK_ERR_INVALID, "name may not contain '{' or '}'");
+        if (ch < ' ' || ch == 0x7f)
+            return dlock_fail(DLOCK_ERR_INVALID, "name may not contain control characters");
+    }
+    return DLOCK_OK;
+}
+
+char *dlock_key(const char *name, const char *suffix)
+{
+    char *k;
+    return asprintf(&k, "dlock:{%s}%s", name, suffix) < 0 ? NULL : k;
 }

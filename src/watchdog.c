@@ -5,8 +5,11 @@
  * Each hold is renewed a third of its lease after its last successful
  * renewal, and holds due within the next sixth of a lease ride along, so
  * that many locks cost one script call (up to BATCH keys) instead of one
- * each. The users of other libraries complain of three failures, each
- * closed here:
+ * each. Every kind of hold (lock, read hold, permit) names its own renew
+ * script, all with the same calling shape; a batch holds one kind.
+ *
+ * The users of other libraries complain of three failures, each closed
+ * here:
  *
  *  - renewal after unlock: release removes the entry before it returns,
  *    and a renewal already in flight only ever extends a lock whose owner
@@ -88,8 +91,12 @@ static void renew_batch(struct dlock_watchdog *wd, int64_t now)
     char *copies[2 * BATCH];
     int n = 0;
 
+    dlock_script_id script = DLOCK_SCRIPT_COUNT;
     for (dlock_wd_entry *e = wd->head.next; e != &wd->head && n < BATCH; e = e->next) {
         if (e->next_ms > now + e->lease_ms / 6) continue;
+        /* One call renews holds of one kind; the others wait their turn. */
+        if (script == DLOCK_SCRIPT_COUNT) script = e->script;
+        if (e->script != script) continue;
         batch[n] = e;
         gens[n] = e->gen;
         /* Copies: the holder may free its strings once it is removed. */
@@ -112,7 +119,7 @@ static void renew_batch(struct dlock_watchdog *wd, int64_t now)
 
     pthread_mutex_unlock(&wd->mu);
     redisReply *r = NULL;
-    dlock_status st = dlock_eval(wd->client, DLOCK_SCRIPT_RENEW, n, keys, 2 * n, args, &r, NULL);
+    dlock_status st = dlock_eval(wd->client, script, n, keys, 2 * n, args, &r, NULL);
     if (st == DLOCK_OK && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n)) {
         st = DLOCK_ERR_REDIS;
     }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "dlock.h"
+#include "script.h"
 
 /*
  * A hold the watchdog renews. The holder fills the public part, embeds the
@@ -14,7 +15,8 @@
  * kept failing.
  */
 typedef struct dlock_wd_entry {
-    const char *key;   /* lock hash */
+    dlock_script_id script; /* renew script: KEYS[i], ARGV[2i-1] owner, ARGV[2i] lease */
+    const char *key;        /* the key that holds the hold */
     const char *owner;
     long lease_ms;
     void (*on_lost)(struct dlock_wd_entry *e);

@@ -1,0 +1,11 @@
+-- Permits of a permit-expirable semaphore not held by a live permit.
+--
+-- KEYS[1]  "dlock:{name}:psem"
+-- KEYS[2]  "dlock:{name}:psem:held"
+--
+-- Read-only: expired permits count as available without being removed.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local permits = tonumber(redis.call('GET', KEYS[1])) or 0
+return permits - redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')

@@ -1,0 +1,128 @@
+/*
+ * The plain counting semaphore: a counter in Redis, taken and returned by
+ * scripts, with waiting woken by the release channel. See dlock.h for when
+ * to prefer the permit-expirable kind.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "client.h"
+#include "util.h"
+#include "wait.h"
+
+#define PERMITS_MAX 0x7fffffffL
+
+struct dlock_semaphore {
+    dlock_client *client;
+    char *key, *channel;
+};
+
+dlock_status dlock_semaphore_new(dlock_client *client, const char *name, dlock_semaphore **out)
+{
+    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
+    *out = NULL;
+    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
+    dlock_status st = dlock_check_name(name);
+    if (st != DLOCK_OK) return st;
+    dlock_semaphore *s = calloc(1, sizeof *s);
+    if (s) {
+        s->client = client;
+        s->key = dlock_key(name, ":sem");
+        s->channel = dlock_key(name, ":sem:ch");
+    }
+    if (!s || !s->key || !s->channel) {
+        dlock_semaphore_free(s);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    *out = s;
+    return DLOCK_OK;
+}
+
+void dlock_semaphore_free(dlock_semaphore *s)
+{
+    if (!s) return;
+    free(s->key);
+    free(s->channel);
+    free(s);
+}
+
+dlock_status dlock_semaphore_set_permits(dlock_semaphore *s, long permits, int *was_set)
+{
+    if (was_set) *was_set = 0;
+    if (!s) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+    if (permits < 0 || permits > PERMITS_MAX)
+        return dlock_fail(DLOCK_ERR_INVALID, "permits must be 0 to %ld", PERMITS_MAX);
+    char n[24];
+    snprintf(n, sizeof n, "%ld", permits);
+    const char *keys[1] = {s->key};
+    const char *args[1] = {n};
+    long long set;
+    dlock_status st = dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_SET, 1, keys, 1, args, &set);
+    if (st == DLOCK_OK && was_set) *was_set = set == 1;
+    return st;
+}
+
+struct sem_attempt {
+    dlock_semaphore *s;
+    const char *n;
+};
+
+/* One try; with no lease to bound the wait, the retry bound is unknown. */
+static int sem_try(void *ctx, long *retry_ms)
+{
+    struct sem_attempt *a = ctx;
+    const char *keys[1] = {a->s->key};
+    const char *args[1] = {a->n};
+    long long got;
+    dlock_status st = dlock_eval_int(a->s->client, DLOCK_SCRIPT_SEM_ACQUIRE, 1, keys, 1, args, &got);
+    if (st != DLOCK_OK) return st;
+    *retry_ms = -1;
+    return got == 1 ? DLOCK_OK : DLOCK_BUSY;
+}
+
+dlock_status dlock_semaphore_acquire(dlock_semaphore *s, long permits, long wait_ms)
+{
+    if (!s) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+    if (permits < 1 || permits > PERMITS_MAX)
+        return dlock_fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
+    if (wait_ms < DLOCK_WAIT_FOREVER)
+        return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    char n[24];
+    snprintf(n, sizeof n, "%ld", permits);
+    struct sem_attempt a = {s, n};
+    int64_t deadline = dlock_deadline(wait_ms);
+    long retry = -1;
+    int result = sem_try(&a, &retry);
+    if (result == DLOCK_BUSY && wait_ms != 0)
+        result = dlock_wait_for(s->client, s->channel, deadline, sem_try, &a, retry);
+    if (result == DLOCK_BUSY)
+        return dlock_fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
+    return (dlock_status)result;
+}
+
+dlock_status dlock_semaphore_release(dlock_semaphore *s, long permits)
+{
+    if (!s) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+    if (permits < 1 || permits > PERMITS_MAX)
+        return dlock_fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
+    char n[24];
+    snprintf(n, sizeof n, "%ld", permits);
+    const char *keys[2] = {s->key, s->channel};
+    const char *args[2] = {n, s->client->publish};
+    long long available;
+    return dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_RELEASE, 2, keys, 2, args, &available);
+}
+
+dlock_status dlock_semaphore_available(dlock_semaphore *s, long *available)
+{
+    if (!s || !available) return dlock_fail(DLOCK_ERR_INVALID, "semaphore or output is NULL");
+    const char *argv[2] = {"GET", s->key};
+    redisReply *r;
+    dlock_status st = dlock_pool_command(&s->client->pool, 2, argv, NULL, &r, NULL);
+    if (st != DLOCK_OK) return st;
+    if (r->type == REDIS_REPLY_NIL) *available = 0;
+    else if (r->type == REDIS_REPLY_STRING) *available = strtol(r->str, NULL, 10);
+    else st = dlock_reply_error(r, "GET");
+    freeReplyObject(r);
+    return st;
+}

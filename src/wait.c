@@ -1,0 +1,61 @@
+/*
+ * The waiting loop behind every blocking acquire.
+ *
+ * Order matters: join the channel, wait until the subscription is
+ * confirmed, try once more, and only then sleep. A release published
+ * between the caller's first attempt and the subscription is caught by the
+ * retry; one published after it wakes the sleeper. Sleeps are bounded by
+ * how long the current holder can keep the resource (its remaining lease),
+ * so a message lost with a broken connection costs at most that. Where no
+ * such bound exists (a plain semaphore) a safety net of a few seconds
+ * applies instead.
+ */
+#include "wait.h"
+
+#include "client.h"
+#include "subscriber.h"
+#include "util.h"
+
+/* How long a waiter trusts a not-yet-confirmed subscription before it
+ * retries anyway: only matters while the pub/sub connection is down. */
+#define UNSUBSCRIBED_POLL_MS 200
+/* Longest sleep when the holder's lease is unknown. */
+#define SAFETY_NET_MS 2000
+
+int dlock_wait_for(dlock_client *client, const char *channel, int64_t deadline_ms, dlock_try_fn try,
+                   void *ctx, long retry_ms)
+{
+    struct dlock_subscriber *sub = dlock_client_subscriber(client);
+    if (!sub) return dlock_fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+    dlock_sub_entry *e = dlock_sub_join(sub, channel);
+    if (!e) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    int result = DLOCK_BUSY;
+    long backoff = 0;
+    for (;;) {
+        int64_t now = dlock_mono_ms();
+        if (deadline_ms >= 0 && now >= deadline_ms) break;
+        int64_t ready_by = now + 1000;
+        if (deadline_ms >= 0 && ready_by > deadline_ms) ready_by = deadline_ms;
+        int subscribed = dlock_sub_wait_ready(sub, e, ready_by);
+
+        result = try(ctx, &retry_ms);
+        now = dlock_mono_ms();
+        int64_t until;
+        if (result == DLOCK_OK) {
+            break;
+        } else if (result == DLOCK_ERR_CONNECT) {
+            backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
+            until = now + backoff;
+        } else if (result != DLOCK_BUSY) {
+            break;
+        } else {
+            backoff = 0;
+            until = now + (retry_ms >= 0 && retry_ms < SAFETY_NET_MS ? retry_ms : SAFETY_NET_MS);
+            if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
+        }
+        if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
+        if (until > now) dlock_sub_wait(sub, e, until);
+    }
+    dlock_sub_leave(sub, e);
+    return result;
+}

@@ -1,0 +1,28 @@
+/* Waiting without polling, shared by every primitive. */
+#ifndef DLOCK_WAIT_H
+#define DLOCK_WAIT_H
+
+#include <stdint.h>
+
+#include "dlock.h"
+
+/* Result of one attempt besides DLOCK_OK and failures: not available yet. */
+#define DLOCK_BUSY 1
+
+/*
+ * One attempt to take whatever the caller waits for. Returns DLOCK_OK when
+ * taken, DLOCK_BUSY when not (setting *retry_ms to how long the current
+ * holder can keep it at most, or -1 when unknown), or a failure status.
+ */
+typedef int (*dlock_try_fn)(void *ctx, long *retry_ms);
+
+/*
+ * Wait on `channel` and call `try` until it succeeds, fails hard, or
+ * `deadline_ms` (-1: none) passes (then DLOCK_BUSY). The caller has already
+ * made one attempt, which said DLOCK_BUSY with `retry_ms`. Connection
+ * failures are waited out with backoff until the deadline.
+ */
+int dlock_wait_for(dlock_client *client, const char *channel, int64_t deadline_ms, dlock_try_fn try,
+                   void *ctx, long retry_ms);
+
+#endif

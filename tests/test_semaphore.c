@@ -1,0 +1,341 @@
+/*
+ * Semaphore and permit-expirable semaphore against a real redis-server:
+ * never more holders than permits across processes, permits set once,
+ * waiters woken by release rather than by polling, a SIGKILLed holder's
+ * permit returning after its lease, watchdog renewal and loss reports.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+static th_redis server;
+
+static int setup(void **state)
+{
+    (void)state;
+    return th_redis_start(&server, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&server);
+    return 0;
+}
+
+static dlock_client *client_with_lease(long lease)
+{
+    dlock_options o = {0};
+    o.watchdog_lease_ms = lease;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    return c;
+}
+
+/* Children take permits and bump a shared "inside" counter in Redis while
+ * holding one; the highest value ever seen must not pass the permits. */
+static void semaphore_never_admits_more_than_its_permits(void **state)
+{
+    (void)state;
+    enum { CHILDREN = 6, ROUNDS = 40, PERMITS = 2 };
+    dlock_client *c = client_with_lease(0);
+    dlock_semaphore *s;
+    assert_int_equal(dlock_semaphore_new(c, "sem-excl", &s), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_set_permits(s, PERMITS, NULL), DLOCK_OK);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+    for (int i = 0; i < CHILDREN; i++) {
+        if (fork() == 0) {
+            dlock_client *cc = client_with_lease(0);
+            dlock_semaphore *ss;
+            redisContext *rc = th_redis_connect(&server);
+            if (!cc || dlock_semaphore_new(cc, "sem-excl", &ss) != DLOCK_OK || !rc) _exit(2);
+            for (int r = 0; r < ROUNDS; r++) {
+                if (dlock_semaphore_acquire(ss, 1, 10000) != DLOCK_OK) _exit(3);
+                redisReply *rep = redisCommand(rc, "INCR inside");
+                long long now = rep ? rep->integer : -1;
+                freeReplyObject(rep);
+                rep = redisCommand(rc, "EVAL %s 1 maxinside %lld",
+                                   "if tonumber(redis.call('GET',KEYS[1]) or '0') < tonumber(ARGV[1]) "
+                                   "then redis.call('SET',KEYS[1],ARGV[1]) end", now);
+                freeReplyObject(rep);
+                usleep(500);
+                freeReplyObject(redisCommand(rc, "DECR inside"));
+                if (dlock_semaphore_release(ss, 1) != DLOCK_OK) _exit(4);
+            }
+            redisFree(rc);
+            dlock_semaphore_free(ss);
+            dlock_client_free(cc);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < CHILDREN; i++) {
+        int st;
+        wait(&st);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+    redisReply *r = th_redis_cmd(&server, "GET maxinside");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    /* More than one at a time really happened, and never more than PERMITS. */
+    assert_int_equal(atoi(r->str), PERMITS);
+    freeReplyObject(r);
+    r = th_redis_cmd(&server, "GET dlock:{sem-excl}:sem");
+    assert_string_equal(r->str, "2");
+    freeReplyObject(r);
+}
+
+static void semaphore_permits_are_set_only_once(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_semaphore *s;
+    int set = -1;
+    long av = -1;
+    assert_int_equal(dlock_semaphore_new(c, "sem-once", &s), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_available(s, &av), DLOCK_OK);
+    assert_int_equal(av, 0);
+    assert_int_equal(dlock_semaphore_set_permits(s, 3, &set), DLOCK_OK);
+    assert_int_equal(set, 1);
+    assert_int_equal(dlock_semaphore_set_permits(s, 7, &set), DLOCK_OK);
+    assert_int_equal(set, 0);
+    assert_int_equal(dlock_semaphore_available(s, &av), DLOCK_OK);
+    assert_int_equal(av, 3);
+    /* All or nothing: 4 of 3 fails at once and takes none. */
+    assert_int_equal(dlock_semaphore_acquire(s, 4, 0), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_semaphore_available(s, &av), DLOCK_OK);
+    assert_int_equal(av, 3);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+}
+
+struct waiter {
+    dlock_client *c;
+    long long woke_at;
+    int status;
+};
+
+static void *semaphore_waiter(void *arg)
+{
+    struct waiter *w = arg;
+    dlock_semaphore *s;
+    dlock_semaphore_new(w->c, "sem-wake", &s);
+    w->status = dlock_semaphore_acquire(s, 1, 20000);
+    w->woke_at = th_now_ms();
+    dlock_semaphore_free(s);
+    return NULL;
+}
+
+/* A plain semaphore has no lease to bound a sleep, so the library's safety
+ * net is 2 s: waking within a few hundred ms can only be the release. */
+static void semaphore_waiter_is_woken_by_release(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_semaphore *s;
+    assert_int_equal(dlock_semaphore_new(c, "sem-wake", &s), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_set_permits(s, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_acquire(s, 1, 0), DLOCK_OK);
+    struct waiter w = {c, 0, -100};
+    pthread_t t;
+    pthread_create(&t, NULL, semaphore_waiter, &w);
+    usleep(700000);
+    long long released = th_now_ms();
+    assert_int_equal(dlock_semaphore_release(s, 1), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.status, DLOCK_OK);
+    assert_true(w.woke_at - released < 400);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+}
+
+static void semaphore_wait_times_out(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_semaphore *s;
+    assert_int_equal(dlock_semaphore_new(c, "sem-timeout", &s), DLOCK_OK);
+    long long t0 = th_now_ms();
+    assert_int_equal(dlock_semaphore_acquire(s, 1, 300), DLOCK_ERR_TIMEOUT);
+    long long took = th_now_ms() - t0;
+    assert_true(took >= 290 && took < 2000);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+}
+
+static void semaphore_rejects_bad_input(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_semaphore *s = NULL;
+    long av;
+    assert_int_equal(dlock_semaphore_new(c, "a{b}", &s), DLOCK_ERR_INVALID);
+    assert_null(s);
+    assert_int_equal(dlock_semaphore_new(NULL, "x", &s), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_semaphore_new(c, "sem-bad", &s), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_set_permits(s, -1, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_semaphore_acquire(s, 0, 0), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_semaphore_acquire(s, 1, -2), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_semaphore_release(s, 0), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_semaphore_available(s, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_semaphore_available(s, &av), DLOCK_OK);
+    assert_int_equal(av, 0); /* nothing above changed anything */
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+}
+
+/* A child takes the only permit with a 600 ms lease and is SIGKILLed; the
+ * parent gets the permit once the lease ends, not before. */
+static void psem_permit_of_killed_holder_returns_after_its_lease(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_psem *p;
+    assert_int_equal(dlock_psem_new(c, "psem-kill", &p), DLOCK_OK);
+    assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_client *cc = client_with_lease(0);
+        dlock_psem *pp;
+        dlock_permit *pm;
+        if (dlock_psem_new(cc, "psem-kill", &pp) || dlock_psem_acquire(pp, 0, 600, &pm)) _exit(2);
+        if (write(fds[1], "k", 1) != 1) _exit(3);
+        pause();
+        _exit(0);
+    }
+    char ch;
+    assert_int_equal(read(fds[0], &ch, 1), 1);
+    long long t0 = th_now_ms();
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    dlock_permit *pm = NULL;
+    assert_int_equal(dlock_psem_acquire(p, 0, 1000, &pm), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_psem_acquire(p, 5000, 1000, &pm), DLOCK_OK);
+    long long took = th_now_ms() - t0;
+    assert_true(took >= 400 && took < 3000);
+    assert_int_equal(dlock_psem_release(p, pm), DLOCK_OK);
+    close(fds[0]);
+    close(fds[1]);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
+static void psem_release_by_id_and_renew(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_psem *p;
+    dlock_permit *pm;
+    long av;
+    assert_int_equal(dlock_psem_new(c, "psem-id", &p), DLOCK_OK);
+    assert_int_equal(dlock_psem_set_permits(p, 2, NULL), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, 400, &pm), DLOCK_OK);
+    char id[DLOCK_PERMIT_ID_LEN];
+    snprintf(id, sizeof id, "%s", dlock_permit_id(pm));
+    assert_int_equal(strlen(id), 32);
+    assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
+    assert_int_equal(av, 1);
+    /* Renewal keeps it past its first lease. */
+    usleep(250000);
+    assert_int_equal(dlock_psem_renew(p, id, 2000), DLOCK_OK);
+    usleep(400000);
+    assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
+    assert_int_equal(av, 1);
+    /* Another handle (as another process would) releases it by id. */
+    dlock_psem *other;
+    assert_int_equal(dlock_psem_new(c, "psem-id", &other), DLOCK_OK);
+    assert_int_equal(dlock_psem_release_id(other, id), DLOCK_OK);
+    assert_int_equal(dlock_psem_release_id(other, id), DLOCK_ERR_NOT_OWNER);
+    assert_int_equal(dlock_psem_release_id(other, "no-such-permit"), DLOCK_ERR_NOT_OWNER);
+    assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
+    assert_int_equal(av, 2);
+    /* The original holder now learns it had nothing left to release. */
+    assert_int_equal(dlock_psem_release(p, pm), DLOCK_ERR_LOST);
+    dlock_psem_free(other);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
+static void psem_expired_permit_cannot_be_renewed(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_psem *p;
+    dlock_permit *pm;
+    assert_int_equal(dlock_psem_new(c, "psem-exp", &p), DLOCK_OK);
+    assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, 100, &pm), DLOCK_OK);
+    usleep(300000);
+    assert_int_equal(dlock_psem_renew(p, dlock_permit_id(pm), 5000), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_psem_release(p, pm), DLOCK_ERR_LOST);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
+static volatile int lost_calls;
+
+static void on_permit_lost(dlock_permit *pm, void *arg)
+{
+    (void)pm;
+    (void)arg;
+    lost_calls++;
+}
+
+/* The watchdog keeps a permit with a 300 ms lease for well over a second,
+ * and reports it lost once someone removes it behind its back. */
+static void psem_watchdog_renews_and_reports_loss(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(300);
+    dlock_psem *p;
+    dlock_permit *pm;
+    long av;
+    assert_int_equal(dlock_psem_new(c, "psem-wd", &p), DLOCK_OK);
+    dlock_psem_on_lost(p, on_permit_lost, NULL);
+    assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, DLOCK_LEASE_WATCHDOG, &pm), DLOCK_OK);
+    usleep(1200000);
+    assert_int_equal(dlock_permit_lost(pm), 0);
+    assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
+    assert_int_equal(av, 0);
+    freeReplyObject(th_redis_cmd(&server, "ZREM dlock:{psem-wd}:psem:held %s", dlock_permit_id(pm)));
+    long long t0 = th_now_ms();
+    while (!dlock_permit_lost(pm) && th_now_ms() - t0 < 3000) usleep(10000);
+    assert_int_equal(dlock_permit_lost(pm), 1);
+    assert_int_equal(lost_calls, 1);
+    assert_int_equal(dlock_psem_release(p, pm), DLOCK_ERR_LOST);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(semaphore_never_admits_more_than_its_permits),
+        cmocka_unit_test(semaphore_permits_are_set_only_once),
+        cmocka_unit_test(semaphore_waiter_is_woken_by_release),
+        cmocka_unit_test(semaphore_wait_times_out),
+        cmocka_unit_test(semaphore_rejects_bad_input),
+        cmocka_unit_test(psem_permit_of_killed_holder_returns_after_its_lease),
+        cmocka_unit_test(psem_release_by_id_and_renew),
+        cmocka_unit_test(psem_expired_permit_cannot_be_renewed),
+        cmocka_unit_test(psem_watchdog_renews_and_reports_loss),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
