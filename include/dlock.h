@@ -47,7 +47,8 @@ typedef enum dlock_status {
     DLOCK_ERR_REDIS = -8,     /* the server answered with an error or an unexpected reply */
     DLOCK_ERR_NOMEM = -9,     /* out of memory */
     DLOCK_ERR_OVERFLOW = -10, /* a global ID sequence would exceed 32 bits */
-    DLOCK_ERR_SYS = -11       /* an operating-system call failed (threads, random source) */
+    DLOCK_ERR_SYS = -11,      /* an operating-system call failed (threads, random source) */
+    DLOCK_ERR_DEADLOCK = -12  /* refused because it would wait for itself (read-to-write upgrade) */
 } dlock_status;
 
 /* Wait forever in dlock_lock_acquire(). */
@@ -386,6 +387,53 @@ DLOCK_API dlock_status dlock_latch_await(dlock_latch *latch, long wait_ms);
 
 /* The current count (0 when not set). */
 DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
+
+/* ------------------------------------------------------------------------ */
+/* Read-write lock                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Many readers or one writer. Holds belong to threads and are reentrant
+ * per mode. The writer may also take read holds; a reader asking for the
+ * write hold is refused with DLOCK_ERR_DEADLOCK (it would wait for its own
+ * read hold forever). A crashed reader's hold ends with its lease. Write
+ * release wakes every waiter, so all readers go at once. Readers are not
+ * held back by a waiting writer (as in Redisson): under a steady stream of
+ * overlapping readers a writer waits until they thin out.
+ * Keys: "dlock:{NAME}:rw" (hash), "dlock:{NAME}:rw:fence", channel
+ * "dlock:{NAME}:rw:ch".
+ */
+typedef struct dlock_rwlock dlock_rwlock;
+
+typedef enum dlock_rw_mode { DLOCK_READ = 0, DLOCK_WRITE = 1 } dlock_rw_mode;
+
+/* Called on the watchdog thread when a renewed hold was found lost. */
+typedef void (*dlock_rw_lost_fn)(dlock_rwlock *rw, dlock_rw_mode mode, uint64_t token, void *arg);
+
+/* Make a handle for read-write lock `name`; shareable between threads. */
+DLOCK_API dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_rwlock **out);
+
+/* Free a handle; holds still open are abandoned to their leases. */
+DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
+
+/*
+ * Take a read or write hold for the calling thread. `wait_ms` and
+ * `lease_ms` as in dlock_lock_acquire(). *token (if not NULL): for a write
+ * hold, its fencing token; for a read hold, the token of the latest write
+ * hold (0 if none), i.e. the version the reader sees.
+ */
+DLOCK_API dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
+                                  uint64_t *token);
+
+/* Undo one acquisition of `mode` by the calling thread; errors as in
+ * dlock_lock_release(). */
+DLOCK_API dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode);
+
+/* 1 when the calling thread's current or last hold of `mode` was lost. */
+DLOCK_API int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode);
+
+/* Register the loss callback of this handle (NULL removes it). */
+DLOCK_API void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

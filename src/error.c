@@ -16,6 +16,7 @@ const char *dlock_strerror(dlock_status status)
     case DLOCK_ERR_NOMEM: return "out of memory";
     case DLOCK_ERR_OVERFLOW: return "ID sequence overflow";
     case DLOCK_ERR_SYS: return "system error";
+    case DLOCK_ERR_DEADLOCK: return "would deadlock";
     }
     return "unknown status";
 }

@@ -21,6 +21,10 @@ typedef enum dlock_script_id {
     DLOCK_SCRIPT_PSEM_RENEW,
     DLOCK_SCRIPT_PSEM_AVAILABLE,
     DLOCK_SCRIPT_LATCH_COUNT_DOWN,
+    DLOCK_SCRIPT_RW_ACQUIRE,
+    DLOCK_SCRIPT_RW_RELEASE,
+    DLOCK_SCRIPT_RW_RENEW_READ,
+    DLOCK_SCRIPT_RW_RENEW_WRITE,
     DLOCK_SCRIPT_COUNT
 } dlock_script_id;
 
@@ -38,6 +42,10 @@ extern const char dlock_lua_psem_release[];
 extern const char dlock_lua_psem_renew[];
 extern const char dlock_lua_psem_available[];
 extern const char dlock_lua_latch_count_down[];
+extern const char dlock_lua_rw_acquire[];
+extern const char dlock_lua_rw_release[];
+extern const char dlock_lua_rw_renew_read[];
+extern const char dlock_lua_rw_renew_write[];
 
 /* Load every script with SCRIPT LOAD and remember its SHA1 in the client. */
 dlock_status dlock_scripts_load(dlock_client *client);

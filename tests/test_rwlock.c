@@ -1,0 +1,261 @@
+/*
+ * Read-write lock against a real redis-server: readers overlap, writers
+ * exclude everyone (across processes), no read-to-write upgrade, the
+ * writer may read, a crashed reader's hold expires, a write release wakes
+ * all readers together, and the watchdog renews read holds.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+static th_redis server;
+
+static int setup(void **state)
+{
+    (void)state;
+    return th_redis_start(&server, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&server);
+    return 0;
+}
+
+static dlock_client *new_client(long watchdog_lease)
+{
+    dlock_options o = {0};
+    o.watchdog_lease_ms = watchdog_lease;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    return c;
+}
+
+/* Atomically record the state seen on entering a critical section: a
+ * writer must find nobody inside; a reader must find no writer. Any breach
+ * increments "breach"; "maxreaders" keeps the most readers seen at once. */
+static const char *ENTER =
+    "local r = tonumber(redis.call('GET', KEYS[1]) or '0') "
+    "local w = tonumber(redis.call('GET', KEYS[2]) or '0') "
+    "if ARGV[1] == 'w' then "
+    "  if r > 0 or w > 0 then redis.call('INCR', KEYS[3]) end "
+    "  redis.call('INCR', KEYS[2]) "
+    "else "
+    "  if w > 0 then redis.call('INCR', KEYS[3]) end "
+    "  r = redis.call('INCR', KEYS[1]) "
+    "  if r > tonumber(redis.call('GET', KEYS[4]) or '0') then redis.call('SET', KEYS[4], r) end "
+    "end return 1";
+
+static void readers_overlap_and_writers_exclude_everyone(void **state)
+{
+    (void)state;
+    enum { CHILDREN = 6, ROUNDS = 40 };
+    for (int i = 0; i < CHILDREN; i++) {
+        if (fork() == 0) {
+            dlock_client *c = new_client(0);
+            dlock_rwlock *rw;
+            redisContext *rc = th_redis_connect(&server);
+            if (!rc || dlock_rwlock_new(c, "rw-excl", &rw)) _exit(2);
+            srand((unsigned)getpid());
+            for (int r = 0; r < ROUNDS; r++) {
+                int write = rand() % 4 == 0;
+                dlock_rw_mode m = write ? DLOCK_WRITE : DLOCK_READ;
+                if (dlock_rwlock_acquire(rw, m, 20000, 10000, NULL) != DLOCK_OK) _exit(3);
+                freeReplyObject(redisCommand(rc, "EVAL %s 4 rin win breach maxreaders %s", ENTER,
+                                             write ? "w" : "r"));
+                usleep(2000);
+                freeReplyObject(redisCommand(rc, "DECR %s", write ? "win" : "rin"));
+                if (dlock_rwlock_release(rw, m) != DLOCK_OK) _exit(4);
+            }
+            redisFree(rc);
+            dlock_rwlock_free(rw);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < CHILDREN; i++) {
+        int st;
+        wait(&st);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+    redisReply *r = th_redis_cmd(&server, "MGET breach maxreaders win rin");
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_NIL); /* no breach */
+    assert_true(atoi(r->element[1]->str) >= 2);             /* readers did overlap */
+    assert_string_equal(r->element[2]->str, "0");
+    assert_string_equal(r->element[3]->str, "0");
+    freeReplyObject(r);
+}
+
+static void read_to_write_upgrade_is_refused_and_writer_may_read(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_rwlock *rw;
+    uint64_t wtok = 0, rtok = 0;
+    assert_int_equal(dlock_rwlock_new(c, "rw-upgrade", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 1000, 5000, NULL), DLOCK_ERR_DEADLOCK);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
+    /* Writer takes a read hold too, then releases both in either order. */
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &wtok), DLOCK_OK);
+    assert_true(wtok > 0);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 5000, &rtok), DLOCK_OK);
+    assert_true(rtok == wtok);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_ERR_NOT_OWNER);
+    redisReply *r = th_redis_cmd(&server, "EXISTS dlock:{rw-upgrade}:rw");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    dlock_rwlock_free(rw);
+    dlock_client_free(c);
+}
+
+/* A child process holds a read with a 500 ms lease and is SIGKILLed; a
+ * writer gets in once the lease has passed. */
+static void crashed_reader_hold_expires(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_client *c = new_client(0);
+        dlock_rwlock *rw;
+        if (dlock_rwlock_new(c, "rw-crash", &rw) || dlock_rwlock_acquire(rw, DLOCK_READ, 0, 500, NULL))
+            _exit(2);
+        if (write(fds[1], "r", 1) != 1) _exit(3);
+        pause();
+        _exit(0);
+    }
+    char ch;
+    assert_int_equal(read(fds[0], &ch, 1), 1);
+    long long t0 = th_now_ms();
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    dlock_client *c = new_client(0);
+    dlock_rwlock *rw;
+    assert_int_equal(dlock_rwlock_new(c, "rw-crash", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 5000, 5000, NULL), DLOCK_OK);
+    long long took = th_now_ms() - t0;
+    assert_true(took >= 350 && took < 3000);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+    close(fds[0]);
+    close(fds[1]);
+    dlock_rwlock_free(rw);
+    dlock_client_free(c);
+}
+
+struct reader {
+    dlock_rwlock *rw;
+    long long got_at;
+    int status;
+};
+
+static void *read_waiter(void *arg)
+{
+    struct reader *r = arg;
+    r->status = dlock_rwlock_acquire(r->rw, DLOCK_READ, 20000, 30000, NULL);
+    r->got_at = th_now_ms();
+    /* Hold a while so the readers provably overlap. */
+    usleep(200000);
+    if (r->status == DLOCK_OK) dlock_rwlock_release(r->rw, DLOCK_READ);
+    return NULL;
+}
+
+/* With a 30 s write lease, readers that all get in within a few hundred ms
+ * of the release were woken by it, together. */
+static void write_release_wakes_all_readers(void **state)
+{
+    (void)state;
+    enum { READERS = 4 };
+    dlock_client *c = new_client(0);
+    dlock_rwlock *rw;
+    assert_int_equal(dlock_rwlock_new(c, "rw-wake", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 30000, NULL), DLOCK_OK);
+    struct reader rs[READERS];
+    pthread_t th[READERS];
+    for (int i = 0; i < READERS; i++) {
+        rs[i] = (struct reader){rw, 0, -100};
+        pthread_create(&th[i], NULL, read_waiter, &rs[i]);
+    }
+    usleep(500000);
+    long long released = th_now_ms();
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+    for (int i = 0; i < READERS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < READERS; i++) {
+        assert_int_equal(rs[i].status, DLOCK_OK);
+        /* All within the first reader's 200 ms hold: woken together. */
+        assert_true(rs[i].got_at - released < 180);
+    }
+    dlock_rwlock_free(rw);
+    dlock_client_free(c);
+}
+
+static void watchdog_renews_read_holds(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300);
+    dlock_rwlock *rw, *other;
+    assert_int_equal(dlock_rwlock_new(c, "rw-wd", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c, "rw-wd", &other), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    usleep(1200000);
+    assert_int_equal(dlock_rwlock_lost(rw, DLOCK_READ), 0);
+    /* Another client's writer still cannot get in. */
+    dlock_client *c2 = new_client(0);
+    dlock_rwlock *w;
+    assert_int_equal(dlock_rwlock_new(c2, "rw-wd", &w), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(w, DLOCK_WRITE, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(w, DLOCK_WRITE, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(w, DLOCK_WRITE), DLOCK_OK);
+    dlock_rwlock_free(w);
+    dlock_client_free(c2);
+    dlock_rwlock_free(other);
+    dlock_rwlock_free(rw);
+    dlock_client_free(c);
+}
+
+static void rwlock_rejects_bad_input(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_rwlock *rw = NULL;
+    assert_int_equal(dlock_rwlock_new(c, "", &rw), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_rwlock_new(c, "rw-bad", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, (dlock_rw_mode)7, 0, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, -3, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, -1, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_ERR_NOT_OWNER);
+    dlock_rwlock_free(rw);
+    dlock_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(readers_overlap_and_writers_exclude_everyone),
+        cmocka_unit_test(read_to_write_upgrade_is_refused_and_writer_may_read),
+        cmocka_unit_test(crashed_reader_hold_expires),
+        cmocka_unit_test(write_release_wakes_all_readers),
+        cmocka_unit_test(watchdog_renews_read_holds),
+        cmocka_unit_test(rwlock_rejects_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
