@@ -116,6 +116,9 @@ typedef struct dlock_options {
     int command_timeout_ms;  /* one command's round trip; default 5000 */
     long watchdog_lease_ms;  /* lease kept alive by the watchdog; default 30000,
                                 renewed every third of it */
+    long fair_waiter_timeout_ms; /* fair locks: a waiter that has not retried for
+                                    this long is presumed dead and skipped;
+                                    default 5000 (see dlock_lock_new_fair) */
 } dlock_options;
 
 /*
@@ -158,6 +161,25 @@ typedef void (*dlock_lost_fn)(dlock_lock *lock, uint64_t token, void *arg);
  * belong to the calling thread, as with a reentrant mutex.
  */
 DLOCK_API dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out);
+
+/*
+ * Make a handle for a fair lock called `name`: waiters get the lock in the
+ * order they started waiting (FIFO across all processes), and a release
+ * wakes only the first waiter. Every other dlock_lock_* call works on it;
+ * do not mix fair and plain handles on one name (a plain acquire ignores
+ * the queue).
+ *
+ * A waiter proves it is alive by retrying at least every half of the
+ * client's fair_waiter_timeout_ms (the library does this while it waits);
+ * one that stops (crashed) is skipped once its timeout passes. A short
+ * timeout (default 5 s, Redisson's is 5 min) means a dead waiter stalls
+ * the queue only briefly; the price is one small script call per waiter
+ * every half timeout, and a live waiter paused longer than the timeout
+ * (swapping, SIGSTOP) loses its place and queues again at the back.
+ * Extra keys: "dlock:{NAME}:q" (queue), "dlock:{NAME}:qt" (deadlines);
+ * each waiter is woken on "dlock:{NAME}:ch:<owner>".
+ */
+DLOCK_API dlock_status dlock_lock_new_fair(dlock_client *client, const char *name, dlock_lock **out);
 
 /*
  * Free a handle. A hold still open on it is abandoned: its renewal stops

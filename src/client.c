@@ -14,13 +14,17 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     *out = NULL;
     dlock_options o = {0};
     if (opts) o = *opts;
-    if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0)
+    if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0 ||
+        o.fair_waiter_timeout_ms < 0)
         return dlock_fail(DLOCK_ERR_INVALID, "negative timeout or lease in options");
     if (o.watchdog_lease_ms != 0 && o.watchdog_lease_ms < 30)
         return dlock_fail(DLOCK_ERR_INVALID, "watchdog lease must be at least 30 ms");
     if (!o.connect_timeout_ms) o.connect_timeout_ms = 2000;
     if (!o.command_timeout_ms) o.command_timeout_ms = 5000;
     if (!o.watchdog_lease_ms) o.watchdog_lease_ms = 30000;
+    if (!o.fair_waiter_timeout_ms) o.fair_waiter_timeout_ms = 5000;
+    if (o.fair_waiter_timeout_ms < 20)
+        return dlock_fail(DLOCK_ERR_INVALID, "fair waiter timeout must be at least 20 ms");
 
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -30,6 +34,7 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
         return st;
     }
     c->watchdog_lease_ms = o.watchdog_lease_ms;
+    c->fair_waiter_timeout_ms = o.fair_waiter_timeout_ms;
     c->publish = "publish";
     pthread_mutex_init(&c->mu, NULL);
     st = dlock_random_hex(c->id, 16);

@@ -14,6 +14,7 @@ struct dlock_client {
     dlock_pool pool;
     char id[33];                        /* 128 random bits in hex */
     long watchdog_lease_ms;
+    long fair_waiter_timeout_ms;
     char sha[DLOCK_SCRIPT_COUNT][41];   /* SHA1 of each script, from SCRIPT LOAD */
     const char *publish;                /* "publish" (later "spublish" on Cluster) */
     pthread_mutex_t mu;                 /* guards the lazy start of the threads */

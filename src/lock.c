@@ -30,6 +30,9 @@
 #include "wait.h"
 #include "watchdog.h"
 
+/* Room for "dlock:{NAME}:ch:" with the longest name. */
+#define NAME_PREFIX_MAX 600
+
 typedef struct dlock_hold {
     dlock_wd_entry wd; /* first, so the watchdog's entry leads back here */
     struct dlock_lock *lock;
@@ -40,12 +43,15 @@ typedef struct dlock_hold {
     long lease_ms;
     int renewed;       /* registered with the watchdog (owner thread only) */
     atomic_int lost;
+    char *wake_channel; /* fair locks: this waiter's own channel */
     struct dlock_hold *next;
 } dlock_hold;
 
 struct dlock_lock {
     dlock_client *client;
+    int fair;
     char *name, *key, *fence, *channel;
+    char *queue, *queue_deadlines; /* fair locks only */
     pthread_mutex_t mu; /* guards holds, fn, arg */
     dlock_hold *holds;
     dlock_lost_fn fn;
@@ -65,7 +71,9 @@ static int make_keys(const char *name, char **key, char **fence, char **channel)
     return -1;
 }
 
-dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out)
+/* Both kinds share the hash layout, so inspect, force unlock, renewal and
+ * the hold bookkeeping are common; a fair lock adds its queue. */
+static dlock_status lock_make(dlock_client *client, const char *name, int fair, dlock_lock **out)
 {
     if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
     *out = NULL;
@@ -79,9 +87,28 @@ dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock *
         return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     l->client = client;
+    l->fair = fair;
     pthread_mutex_init(&l->mu, NULL);
+    if (fair) {
+        l->queue = dlock_key(name, ":q");
+        l->queue_deadlines = dlock_key(name, ":qt");
+        if (!l->queue || !l->queue_deadlines) {
+            dlock_lock_free(l);
+            return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        }
+    }
     *out = l;
     return DLOCK_OK;
+}
+
+dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out)
+{
+    return lock_make(client, name, 0, out);
+}
+
+dlock_status dlock_lock_new_fair(dlock_client *client, const char *name, dlock_lock **out)
+{
+    return lock_make(client, name, 1, out);
 }
 
 void dlock_lock_free(dlock_lock *l)
@@ -91,9 +118,12 @@ void dlock_lock_free(dlock_lock *l)
     for (; h; h = next) {
         next = h->next;
         if (h->renewed) dlock_wd_remove(l->client->wd, &h->wd);
+        free(h->wake_channel);
         free(h);
     }
     pthread_mutex_destroy(&l->mu);
+    free(l->queue);
+    free(l->queue_deadlines);
     free(l->name);
     free(l->key);
     free(l->fence);
@@ -117,8 +147,13 @@ static dlock_hold *thread_hold(dlock_lock *l, int create)
         h->lock = l;
         h->thread = me;
         snprintf(h->owner, sizeof h->owner, "%s:%lu", l->client->id, me);
-        h->next = l->holds;
-        l->holds = h;
+        if (l->fair && asprintf(&h->wake_channel, "%s:%s", l->channel, h->owner) < 0) {
+            free(h);
+            h = NULL;
+        } else {
+            h->next = l->holds;
+            l->holds = h;
+        }
     }
     pthread_mutex_unlock(&l->mu);
     return h;
@@ -139,15 +174,19 @@ static void hold_lost(dlock_wd_entry *e)
 
 /* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK_BUSY
  * (*pttl: the holder's remaining lease, -1 when it has none) or a failure. */
-static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, long *pttl)
+static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long *pttl)
 {
-    char lease_s[24], count_s[24];
+    char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX];
     snprintf(lease_s, sizeof lease_s, "%ld", lease);
     snprintf(count_s, sizeof count_s, "%ld", h->count);
-    const char *keys[2] = {l->key, l->fence};
-    const char *args[3] = {h->owner, lease_s, count_s};
+    snprintf(timeout_s, sizeof timeout_s, "%ld", l->client->fair_waiter_timeout_ms);
+    snprintf(prefix, sizeof prefix, "%s:", l->channel);
+    const char *keys[4] = {l->key, l->fence, l->queue, l->queue_deadlines};
+    const char *args[7] = {h->owner, lease_s, count_s, timeout_s, queue ? "1" : "0", prefix,
+                           l->client->publish};
     redisReply *r;
-    dlock_status st = dlock_eval(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 3, args, &r, NULL);
+    dlock_status st = l->fair ? dlock_eval(l->client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 7, args, &r, NULL)
+                              : dlock_eval(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 3, args, &r, NULL);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -176,7 +215,20 @@ struct attempt {
 static int try_again(void *ctx, long *retry_ms)
 {
     struct attempt *a = ctx;
-    return try_acquire(a->l, a->h, a->lease, retry_ms);
+    return try_acquire(a->l, a->h, a->lease, 1, retry_ms);
+}
+
+/* A fair waiter that stops waiting leaves the queue at once, so the lock
+ * is not held up until its deadline passes. Best effort: if this fails,
+ * the deadline still ends it. */
+static void fair_leave(dlock_lock *l, dlock_hold *h)
+{
+    char prefix[NAME_PREFIX_MAX];
+    snprintf(prefix, sizeof prefix, "%s:", l->channel);
+    const char *keys[3] = {l->key, l->queue, l->queue_deadlines};
+    const char *args[3] = {h->owner, l->client->publish, prefix};
+    long long n;
+    dlock_eval_int(l->client, DLOCK_SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
 }
 
 dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
@@ -200,10 +252,18 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     long pttl = 0;
     long before = h->count;
 
-    int result = try_acquire(l, h, lease, &pttl);
+    int result = try_acquire(l, h, lease, wait_ms != 0, &pttl);
     if (result == DLOCK_BUSY && wait_ms != 0) {
         struct attempt a = {l, h, lease};
-        result = dlock_wait_for(l->client, l->channel, deadline, try_again, &a, pttl);
+        result = dlock_wait_for(l->client, l->fair ? h->wake_channel : l->channel, deadline,
+                                try_again, &a, pttl);
+        if (result != DLOCK_OK && l->fair) {
+            dlock_status keep = (dlock_status)result;
+            char why[512];
+            snprintf(why, sizeof why, "%s", dlock_last_error());
+            fair_leave(l, h);
+            dlock_fail(keep, "%s", why); /* the reason, not fair_leave's */
+        }
     }
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->name);
@@ -252,11 +312,14 @@ dlock_status dlock_lock_release(dlock_lock *l)
     char lease_s[24], count_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", h->lease_ms);
     snprintf(count_s, sizeof count_s, "%ld", h->count);
-    const char *keys[2] = {l->key, l->channel};
-    const char *args[4] = {h->owner, lease_s, count_s, l->client->publish};
+    char prefix[NAME_PREFIX_MAX];
+    snprintf(prefix, sizeof prefix, "%s:", l->channel);
+    const char *keys[2] = {l->key, l->fair ? l->queue : l->channel};
+    const char *args[5] = {h->owner, lease_s, count_s, l->client->publish, prefix};
     redisReply *r;
     int retried;
-    dlock_status st = dlock_eval(l->client, DLOCK_SCRIPT_RELEASE, 2, keys, 4, args, &r, &retried);
+    dlock_status st = dlock_eval(l->client, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2,
+                                 keys, l->fair ? 5 : 4, args, &r, &retried);
     if (st != DLOCK_OK) return st; /* hold unchanged: the caller may try again */
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);

@@ -25,6 +25,9 @@ typedef enum dlock_script_id {
     DLOCK_SCRIPT_RW_RELEASE,
     DLOCK_SCRIPT_RW_RENEW_READ,
     DLOCK_SCRIPT_RW_RENEW_WRITE,
+    DLOCK_SCRIPT_FAIR_ACQUIRE,
+    DLOCK_SCRIPT_FAIR_RELEASE,
+    DLOCK_SCRIPT_FAIR_LEAVE,
     DLOCK_SCRIPT_COUNT
 } dlock_script_id;
 
@@ -46,6 +49,9 @@ extern const char dlock_lua_rw_acquire[];
 extern const char dlock_lua_rw_release[];
 extern const char dlock_lua_rw_renew_read[];
 extern const char dlock_lua_rw_renew_write[];
+extern const char dlock_lua_fair_acquire[];
+extern const char dlock_lua_fair_release[];
+extern const char dlock_lua_fair_leave[];
 
 /* Load every script with SCRIPT LOAD and remember its SHA1 in the client. */
 dlock_status dlock_scripts_load(dlock_client *client);

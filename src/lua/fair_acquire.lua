@@ -1,0 +1,86 @@
+-- Acquire a fair (FIFO) lock, or join its queue.
+--
+-- KEYS[1]  lock hash "dlock:{name}" (same fields as acquire.lua)
+-- KEYS[2]  fencing counter "dlock:{name}:fence"
+-- KEYS[3]  queue "dlock:{name}:q": waiting owners, oldest first
+-- KEYS[4]  "dlock:{name}:qt": sorted set, waiting owner -> deadline (ms)
+-- ARGV[1]  owner
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  holds the caller believes it has
+-- ARGV[4]  waiter timeout in milliseconds
+-- ARGV[5]  "1" to join the queue when the lock is not free for us
+-- ARGV[6]  channel prefix "dlock:{name}:ch:" (+ owner = a waiter's channel)
+-- ARGV[7]  "publish" or "spublish"
+--
+-- Returns {1, token} acquired, {2, token, count} re-entered, or {0, ms}:
+-- the longest the caller should sleep before trying again.
+--
+-- The lock goes to the queue's head only. A waiter proves it is alive by
+-- retrying, which pushes its deadline forward; a waiter whose deadline
+-- passed (it died, or gave up without saying so) is dropped when it
+-- reaches the head, and the next one is woken. So a dead waiter stalls the
+-- queue for at most the waiter timeout, and a live one must retry within
+-- it: the caller's sleeps are capped at half of it.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me, timeout = ARGV[1], tonumber(ARGV[4])
+
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == me then
+    local count = tonumber(ARGV[3]) + 1
+    redis.call('HSET', KEYS[1], 'count', count)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    local token = tonumber(redis.call('HGET', KEYS[1], 'token'))
+    if count == 1 then
+        return {1, token}
+    end
+    return {2, token, count}
+end
+
+-- Drop dead waiters from the head; the first live one (or us) stays.
+local head, head_deadline
+while true do
+    head = redis.call('LINDEX', KEYS[3], 0)
+    if not head then break end
+    head_deadline = tonumber(redis.call('ZSCORE', KEYS[4], head))
+    if head == me or (head_deadline and head_deadline > now) then break end
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], head)
+end
+
+if not owner and (not head or head == me) then
+    if head == me then
+        redis.call('LPOP', KEYS[3])
+        redis.call('ZREM', KEYS[4], me)
+    end
+    local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
+    local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if micros > token then
+        token = micros
+    end
+    redis.call('SET', KEYS[2], string.format('%.0f', token))
+    redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', string.format('%.0f', token))
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, token}
+end
+
+local sleep = math.floor(timeout / 2)
+if ARGV[5] == '1' then
+    if not redis.call('ZSCORE', KEYS[4], me) then
+        redis.call('RPUSH', KEYS[3], me)
+    end
+    redis.call('ZADD', KEYS[4], now + timeout, me)
+    redis.call('PEXPIRE', KEYS[3], timeout * 2)
+    redis.call('PEXPIRE', KEYS[4], timeout * 2)
+end
+if owner then
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl >= 0 and ttl < sleep then sleep = ttl end
+elseif head and head ~= me then
+    -- Free, but the head has not taken it yet: wake it (it may have missed
+    -- a message) and wait at most until it would be dropped.
+    redis.call(ARGV[7], ARGV[6] .. head, '1')
+    if head_deadline - now < sleep then sleep = head_deadline - now end
+end
+return {0, sleep}

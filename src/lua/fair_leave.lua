@@ -1,0 +1,22 @@
+-- A waiter of a fair lock gives up: leave the queue, and if it was the
+-- head of a free lock, wake the next waiter so the queue does not stall
+-- until this waiter's deadline.
+--
+-- KEYS[1]  lock hash "dlock:{name}"
+-- KEYS[2]  queue "dlock:{name}:q"
+-- KEYS[3]  "dlock:{name}:qt"
+-- ARGV[1]  owner
+-- ARGV[2]  "publish" or "spublish"
+-- ARGV[3]  channel prefix "dlock:{name}:ch:"
+--
+-- Returns 1 when the owner was queued, else 0.
+
+local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if removed > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+    local head = redis.call('LINDEX', KEYS[2], 0)
+    if head then
+        redis.call(ARGV[2], ARGV[3] .. head, '1')
+    end
+end
+return removed > 0 and 1 or 0

@@ -1,0 +1,277 @@
+/*
+ * Fair lock against a real redis-server: FIFO across processes, a dead
+ * waiter skipped once its timeout passes, a waiter that gives up leaving
+ * the queue, and a release waking only the head waiter.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+static th_redis server;
+
+static int setup(void **state)
+{
+    (void)state;
+    return th_redis_start(&server, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&server);
+    return 0;
+}
+
+static dlock_client *new_client(long fair_timeout)
+{
+    dlock_options o = {0};
+    o.fair_waiter_timeout_ms = fair_timeout;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    return c;
+}
+
+static long long queue_length(const char *name)
+{
+    redisReply *r = th_redis_cmd(&server, "LLEN dlock:{%s}:q", name);
+    long long n = r ? r->integer : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Wait until the queue has `n` waiters, so children enter in a known order. */
+static void wait_queue(const char *name, long long n)
+{
+    long long t0 = th_now_ms();
+    while (queue_length(name) != n && th_now_ms() - t0 < 5000) usleep(2000);
+    assert_int_equal(queue_length(name), n);
+}
+
+/* Child: wait for the fair lock, record our index, hold briefly, release. */
+static pid_t spawn_waiter(const char *name, int index, long fair_timeout, long wait_ms)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_options o = {0};
+        o.fair_waiter_timeout_ms = fair_timeout;
+        dlock_client *c;
+        dlock_lock *l;
+        if (dlock_client_new(server.url, &o, &c) || dlock_lock_new_fair(c, name, &l)) _exit(2);
+        dlock_status st = dlock_lock_acquire(l, wait_ms, 30000, NULL);
+        if (st == DLOCK_ERR_TIMEOUT) _exit(75);
+        if (st != DLOCK_OK) _exit(3);
+        redisContext *rc = th_redis_connect(&server);
+        freeReplyObject(redisCommand(rc, "RPUSH order:%s %d", name, index));
+        redisFree(rc);
+        usleep(20000);
+        if (dlock_lock_release(l) != DLOCK_OK) _exit(4);
+        dlock_lock_free(l);
+        dlock_client_free(c);
+        _exit(0);
+    }
+    return pid;
+}
+
+static void reap_ok(pid_t pid)
+{
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void fair_lock_grants_in_arrival_order_across_processes(void **state)
+{
+    (void)state;
+    enum { WAITERS = 6 };
+    dlock_client *c = new_client(0);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "fifo", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    pid_t pids[WAITERS];
+    for (int i = 0; i < WAITERS; i++) {
+        pids[i] = spawn_waiter("fifo", i, 0, 20000);
+        wait_queue("fifo", i + 1);
+    }
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    for (int i = 0; i < WAITERS; i++) reap_ok(pids[i]);
+    redisReply *r = th_redis_cmd(&server, "LRANGE order:fifo 0 -1");
+    assert_int_equal(r->elements, WAITERS);
+    for (int i = 0; i < WAITERS; i++) assert_int_equal(atoi(r->element[i]->str), i);
+    freeReplyObject(r);
+    assert_int_equal(queue_length("fifo"), 0);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* The head waiter is SIGKILLed; the one behind it gets the lock once the
+ * dead one's deadline (600 ms after its last retry) has passed. */
+static void dead_fair_waiter_is_skipped_after_its_timeout(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(600);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "dead", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    pid_t dead = spawn_waiter("dead", 0, 600, 20000);
+    wait_queue("dead", 1);
+    pid_t alive = spawn_waiter("dead", 1, 600, 20000);
+    wait_queue("dead", 2);
+    kill(dead, SIGKILL);
+    waitpid(dead, NULL, 0);
+    long long t0 = th_now_ms();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    reap_ok(alive);
+    long long took = th_now_ms() - t0;
+    assert_true(took < 3000);
+    redisReply *r = th_redis_cmd(&server, "LRANGE order:dead 0 -1");
+    assert_int_equal(r->elements, 1);
+    assert_string_equal(r->element[0]->str, "1");
+    freeReplyObject(r);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* A waiter whose wait ends leaves the queue itself; the waiter behind it
+ * is not held up until the leaver's (long) deadline. */
+static void waiter_that_gives_up_leaves_the_queue(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(10000);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "leave", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    pid_t quitter = spawn_waiter("leave", 0, 10000, 400);
+    wait_queue("leave", 1);
+    pid_t patient = spawn_waiter("leave", 1, 10000, 20000);
+    wait_queue("leave", 2);
+    int st;
+    assert_int_equal(waitpid(quitter, &st, 0), quitter);
+    assert_int_equal(WEXITSTATUS(st), 75);
+    assert_int_equal(queue_length("leave"), 1);
+    long long t0 = th_now_ms();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    reap_ok(patient);
+    assert_true(th_now_ms() - t0 < 1500);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+static long long script_calls(void)
+{
+    redisReply *r = th_redis_cmd(&server, "INFO commandstats");
+    long long n = 0;
+    const char *p = strstr(r->str, "cmdstat_evalsha:calls=");
+    if (p) n = atoll(p + strlen("cmdstat_evalsha:calls="));
+    freeReplyObject(r);
+    return n;
+}
+
+/* Five waiters with a 10 s waiter timeout sleep without retrying. One
+ * release must cost about one acquire attempt (the head's), not five. */
+static void release_wakes_only_the_head_waiter(void **state)
+{
+    (void)state;
+    enum { WAITERS = 5 };
+    dlock_client *c = new_client(10000);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "head", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    pid_t pids[WAITERS];
+    for (int i = 0; i < WAITERS; i++) {
+        /* Children hold for 20 ms and release: the chain is observable. */
+        pids[i] = spawn_waiter("head", i, 10000, 20000);
+        wait_queue("head", i + 1);
+    }
+    usleep(200000); /* every waiter is asleep now */
+    long long before = script_calls();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    for (int i = 0; i < WAITERS; i++) reap_ok(pids[i]);
+    long long used = script_calls() - before;
+    /* Per hand-off: one release and one acquire, plus the first release.
+     * A herd would add up to WAITERS-1 failed attempts per hand-off. */
+    assert_true(used <= 2 * WAITERS + 2);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* The head waiter is paused (SIGSTOP) but within its deadline when the
+ * lock is released: a newcomer trying once must not jump the queue, and
+ * the head gets the lock once it runs again. */
+static void newcomer_cannot_jump_the_queue(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(4000);
+    dlock_lock *l, *newcomer;
+    assert_int_equal(dlock_lock_new_fair(c, "jump", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    pid_t head = spawn_waiter("jump", 0, 4000, 20000);
+    wait_queue("jump", 1);
+    kill(head, SIGSTOP);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_client *c2 = new_client(4000);
+    assert_int_equal(dlock_lock_new_fair(c2, "jump", &newcomer), DLOCK_OK);
+    dlock_status st = dlock_lock_acquire(newcomer, 0, 30000, NULL);
+    /* Resume the head before asserting, so a failure leaves no stopped child. */
+    kill(head, SIGCONT);
+    assert_int_equal(st, DLOCK_ERR_TIMEOUT);
+    reap_ok(head);
+    redisReply *r = th_redis_cmd(&server, "LRANGE order:jump 0 -1");
+    assert_int_equal(r->elements, 1);
+    freeReplyObject(r);
+    /* With the queue empty, the newcomer now gets it at once. */
+    assert_int_equal(dlock_lock_acquire(newcomer, 0, 30000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(newcomer), DLOCK_OK);
+    dlock_lock_free(newcomer);
+    dlock_client_free(c2);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+static void fair_lock_is_reentrant_with_rising_tokens(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *l;
+    uint64_t a = 0, b = 0, d = 0;
+    assert_int_equal(dlock_lock_new_fair(c, "fair-reenter", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, &b), DLOCK_OK);
+    assert_true(a == b && a > 0);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "fair-reenter", &info), DLOCK_OK);
+    assert_int_equal(info.hold_count, 2);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_NOT_OWNER);
+    assert_int_equal(dlock_lock_acquire(l, 0, 1000, &d), DLOCK_OK);
+    assert_true(d > a);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fair_lock_grants_in_arrival_order_across_processes),
+        cmocka_unit_test(dead_fair_waiter_is_skipped_after_its_timeout),
+        cmocka_unit_test(waiter_that_gives_up_leaves_the_queue),
+        cmocka_unit_test(release_wakes_only_the_head_waiter),
+        cmocka_unit_test(newcomer_cannot_jump_the_queue),
+        cmocka_unit_test(fair_lock_is_reentrant_with_rising_tokens),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
