@@ -1,0 +1,724 @@
+/*
+ * The dlock command-line tool, end to end: the built binary is run as a
+ * separate process against a real redis-server, exactly as a cron job or a
+ * shell script would run it, and only its exit status, its output and the
+ * files its COMMAND writes are looked at.
+ *
+ * Timing asserts are one-sided and generous (seconds where milliseconds
+ * are expected) so that the suite stays green on a loaded 2-core machine
+ * and under ASan; what they catch is a tool that hangs or does not wait.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+#define MAX_ARGS 32
+#define OUT_MAX 8192
+/* Upper bound for any single dlock run; far above what any test needs. */
+#define RUN_TIMEOUT_MS 20000
+
+static th_redis srv;
+static char scratch[128];   /* per-suite temp dir for COMMAND's files */
+static int run_counter;     /* makes stdout/stderr file names unique */
+
+typedef struct run {
+    int status;             /* exit code, 128+N for signal N, -1 on timeout */
+    long long ms;           /* wall time of the run */
+    char out[OUT_MAX];
+    char err[OUT_MAX];
+} run;
+
+/* A started dlock process whose output goes to files (never pipes: a
+ * COMMAND left running must not keep a reader waiting for EOF). */
+typedef struct proc {
+    pid_t pid;
+    long long started;
+    char out_path[256];
+    char err_path[256];
+} proc;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Path of a file in the scratch dir. */
+static const char *scratch_file(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", scratch, name);
+    return buf;
+}
+
+/* Read a whole (small) file into buf; "" when it does not exist. */
+static void slurp(const char *path, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(buf, 1, size - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Wait (bounded) until COMMAND signals readiness by creating `path`. */
+static int wait_for_file(const char *path, long timeout_ms)
+{
+    long long until = th_now_ms() + timeout_ms;
+    while (th_now_ms() < until) {
+        if (file_exists(path)) return 1;
+        usleep(5000);
+    }
+    return file_exists(path);
+}
+
+/* Start the dlock binary with `args` (NULL-terminated, without argv[0]).
+ * `url_env` is put in DLOCK_URL (NULL: removed from the environment);
+ * `extra_env` ("NAME=value" or NULL) is added too. */
+static void start_dlock(proc *p, const char *url_env, const char *extra_env, const char *const *args)
+{
+    char *argv[MAX_ARGS + 2];
+    int n = 0;
+    argv[n++] = "dlock";
+    for (; args[n - 1] && n <= MAX_ARGS; n++) argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+
+    int id = ++run_counter;
+    snprintf(p->out_path, sizeof p->out_path, "%s/run%d.out", scratch, id);
+    snprintf(p->err_path, sizeof p->err_path, "%s/run%d.err", scratch, id);
+    const char *bin = th_bin("dlock");
+    p->started = th_now_ms();
+    p->pid = fork();
+    assert_true(p->pid >= 0);
+    if (p->pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        int out = open(p->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = open(p->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (in < 0 || out < 0 || err < 0) _exit(125);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        if (url_env) setenv("DLOCK_URL", url_env, 1);
+        else unsetenv("DLOCK_URL");
+        unsetenv("DLOCK_NAME");
+        unsetenv("DLOCK_TOKEN");
+        if (extra_env) putenv((char *)extra_env);
+        execv(bin, argv);
+        _exit(125);
+    }
+}
+
+/* Wait for a started dlock, at most timeout_ms; on timeout kill it and
+ * return -1. Otherwise the status a shell would show. */
+static int wait_dlock(proc *p, long timeout_ms)
+{
+    long long until = th_now_ms() + timeout_ms;
+    int st;
+    for (;;) {
+        pid_t w = waitpid(p->pid, &st, WNOHANG);
+        if (w == p->pid) break;
+        if (w < 0 && errno != EINTR) return -1;
+        if (th_now_ms() > until) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &st, 0);
+            return -1;
+        }
+        usleep(2000);
+    }
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+/* Run dlock to completion and collect status, output and time. */
+static void run_argv(run *r, const char *url_env, const char *extra_env, const char *const *args)
+{
+    proc p;
+    start_dlock(&p, url_env, extra_env, args);
+    r->status = wait_dlock(&p, RUN_TIMEOUT_MS);
+    r->ms = th_now_ms() - p.started;
+    slurp(p.out_path, r->out, sizeof r->out);
+    slurp(p.err_path, r->err, sizeof r->err);
+    unlink(p.out_path);
+    unlink(p.err_path);
+}
+
+/* run_argv with the arguments inline: RUN(&r, url, "lock", "x", ...). */
+#define RUN(r, url, ...)                                                                           \
+    do {                                                                                           \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
+        run_argv((r), (url), NULL, args_);                                                         \
+    } while (0)
+#define START(p, url, ...)                                                                         \
+    do {                                                                                           \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
+        start_dlock((p), (url), NULL, args_);                                                      \
+    } while (0)
+
+/* Print what dlock said when an expectation fails, then fail. */
+static void expect_status(const run *r, int want)
+{
+    if (r->status != want) {
+        print_error("dlock exited %d, wanted %d\nstdout: %s\nstderr: %s\n", r->status, want, r->out,
+                    r->err);
+        fail();
+    }
+}
+
+/* The value of a `key: value` line of `status` output, or -2 if absent. */
+static long long status_field(const char *out, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "%s: ", key);
+    const char *p = strstr(out, pat);
+    if (!p) return -2;
+    return strtoll(p + strlen(pat), NULL, 10);
+}
+
+/* `dlock status NAME` must say free: exit 1 and the holder shown as "-". */
+static void assert_free(const char *name)
+{
+    run r;
+    RUN(&r, srv.url, "status", name);
+    expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "holder: -\n"));
+}
+
+/* A loopback TCP port nobody listens on (bound, then closed). */
+static int closed_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    socklen_t len = sizeof a;
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* --help and --version need no Redis and succeed. */
+static void test_help_version(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, "redis://127.0.0.1:1", "--help");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "usage:"));
+    assert_non_null(strstr(r.out, "lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND"));
+    RUN(&r, "redis://127.0.0.1:1", "--version");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "dlock " DLOCK_VERSION "\n");
+    RUN(&r, "redis://127.0.0.1:1", "-h");
+    expect_status(&r, 0);
+}
+
+/* Every malformed command line is 64 with a one-line "dlock: " error,
+ * before anything touches Redis or runs COMMAND. */
+static void test_usage_errors(void **state)
+{
+    (void)state;
+    char marker[256];
+    scratch_file(marker, sizeof marker, "must-not-exist");
+    char touch[300];
+    snprintf(touch, sizeof touch, "touch %s", marker);
+    static const char *const empty[] = {NULL};
+    const char *const cases[][10] = {
+        {"frob", NULL},
+        {"lock", NULL},
+        {"lock", "u1", NULL},
+        {"lock", "u1", "sh", "-c", "x", NULL},
+        {"lock", "--", "sh", "-c", "x", NULL},
+        {"lock", "u1", "--", NULL},
+        {"lock", "-t", "abc", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "-5", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "0", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "12x", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", " 100", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "99999999999999999999", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "2147483648", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "x", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "-1", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", NULL},
+        {"lock", "-q", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "bad{name}", "--", "sh", "-c", "x", NULL},
+        {"id", NULL},
+        {"id", "-n", "0", "p", NULL},
+        {"id", "-n", "1000001", "p", NULL},
+        {"id", "-n", "abc", "p", NULL},
+        {"id", "a b", NULL},
+        {"id", "p", "q", NULL},
+        {"status", NULL},
+        {"status", "a", "b", NULL},
+        {"unlock", "u1", NULL},
+        {"unlock", "--force", NULL},
+        {"-u", NULL},
+        {"-u", "redis://host:99999", "status", "u1", NULL},
+        {"-u", "http://x", "status", "u1", NULL},
+        {"-u", "", "status", "u1", NULL},
+        {"-u", "redis://127.0.0.1:abc", "lock", "u1", "--", "sh", "-c", "x", NULL},
+        {"--bogus", NULL},
+    };
+    run r;
+    run_argv(&r, srv.url, NULL, empty);
+    expect_status(&r, 64);
+    assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *args[12];
+        size_t n = 0;
+        for (; cases[i][n]; n++) args[n] = strcmp(cases[i][n], "x") == 0 ? touch : cases[i][n];
+        args[n] = NULL;
+        run_argv(&r, srv.url, NULL, args);
+        if (r.status != 64 || strncmp(r.err, "dlock: ", 7) != 0) {
+            print_error("case %zu (%s %s ...): exit %d, stderr: %s\n", i, args[0],
+                        args[1] ? args[1] : "", r.status, r.err);
+            fail();
+        }
+    }
+    /* A malformed URL in the environment is a usage error too. */
+    RUN(&r, "redis://h:0", "status", "u1");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "URL"));
+    assert_false(file_exists(marker));
+}
+
+/* COMMAND's exit status is dlock's; a signal death is 128+N as in sh;
+ * a COMMAND that cannot be executed is 127. The lock is free afterwards. */
+static void test_exit_passthrough(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "lock", "pass", "--", "sh", "-c", "exit 3");
+    expect_status(&r, 3);
+    RUN(&r, srv.url, "lock", "pass", "--", "sh", "-c", "kill -9 $$");
+    expect_status(&r, 137);
+    RUN(&r, srv.url, "lock", "pass", "--", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "lock", "pass", "--", "/nonexistent/dlock-test-command", "arg");
+    expect_status(&r, 127);
+    assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
+    /* Options after NAME and after -- belong to COMMAND. */
+    RUN(&r, srv.url, "lock", "-w", "5000", "pass", "--", "sh", "-c", "exit $#", "sh", "-t", "-w");
+    expect_status(&r, 2);
+    assert_free("pass");
+}
+
+/* COMMAND sees DLOCK_NAME and DLOCK_TOKEN; tokens grow strictly from run
+ * to run (TCP and unix URLs alike), a stale DLOCK_TOKEN from the caller is
+ * replaced, and `status` reports the last token handed out. */
+static void test_env_and_tokens(void **state)
+{
+    (void)state;
+    char file[256], script[512], buf[256];
+    scratch_file(file, sizeof file, "env.txt");
+    snprintf(script, sizeof script, "printf '%%s %%s\\n' \"$DLOCK_NAME\" \"$DLOCK_TOKEN\" > %s", file);
+    unsigned long long prev = 0;
+    for (int i = 0; i < 4; i++) {
+        run r;
+        const char *const args[] = {"lock", "env-lock", "--", "sh", "-c", script, NULL};
+        /* Alternate transports, and pass a bogus token in from outside. */
+        run_argv(&r, i % 2 ? srv.tcp_url : srv.url, "DLOCK_TOKEN=7", args);
+        expect_status(&r, 0);
+        slurp(file, buf, sizeof buf);
+        char name[64];
+        unsigned long long token = 0;
+        assert_int_equal(sscanf(buf, "%63s %llu", name, &token), 2);
+        assert_string_equal(name, "env-lock");
+        assert_true(token > prev);
+        assert_true(token != 7);
+        prev = token;
+        unlink(file);
+    }
+    run r;
+    RUN(&r, srv.url, "status", "env-lock");
+    expect_status(&r, 1);
+    assert_int_equal(status_field(r.out, "last_token"), (long long)prev);
+    assert_int_equal(status_field(r.out, "count"), 0);
+    assert_int_equal(status_field(r.out, "ttl_ms"), -1);
+}
+
+/* Concurrent dlock runs of one NAME never overlap: each COMMAND writes a
+ * start and an end line around a sleep, and the file must alternate. */
+static void test_mutual_exclusion(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    char file[256], script[1024];
+    scratch_file(file, sizeof file, "mutex.txt");
+    unlink(file);
+    snprintf(script, sizeof script, "echo \"start $$\" >> %s; sleep 0.1; echo \"end $$\" >> %s", file,
+             file);
+    proc p[N];
+    for (int i = 0; i < N; i++) START(&p[i], srv.url, "lock", "mutex", "--", "sh", "-c", script);
+    for (int i = 0; i < N; i++) assert_int_equal(wait_dlock(&p[i], RUN_TIMEOUT_MS), 0);
+
+    char buf[OUT_MAX];
+    slurp(file, buf, sizeof buf);
+    char *save = NULL, *line = strtok_r(buf, "\n", &save);
+    int lines = 0;
+    char open_pid[32] = "";
+    for (; line; line = strtok_r(NULL, "\n", &save), lines++) {
+        if (lines % 2 == 0) {
+            assert_int_equal(sscanf(line, "start %31s", open_pid), 1);
+        } else {
+            char pid[32];
+            assert_int_equal(sscanf(line, "end %31s", pid), 1);
+            assert_string_equal(pid, open_pid);
+        }
+    }
+    assert_int_equal(lines, 2 * N);
+    assert_free("mutex");
+}
+
+/* While another process holds NAME: -w 0 gives up at once, -w 300 after
+ * about 300 ms, both with 75; `status` shows the holder; a waiter without
+ * -w dies of SIGTERM like any process while it waits; SIGTERM to the
+ * holding dlock reaches COMMAND and the lock is released. */
+static void test_busy_and_wait(void **state)
+{
+    (void)state;
+    char ready[256], script[512];
+    scratch_file(ready, sizeof ready, "busy.ready");
+    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
+    proc holder;
+    START(&holder, srv.url, "lock", "busy", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "0", "busy", "--", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms < 5000);
+    assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
+
+    RUN(&r, srv.url, "lock", "-w", "300", "busy", "--", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms >= 290);
+    assert_true(r.ms < 10000);
+
+    RUN(&r, srv.url, "status", "busy");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "holder: "));
+    assert_null(strstr(r.out, "holder: -\n"));
+    assert_int_equal(status_field(r.out, "count"), 1);
+    assert_true(status_field(r.out, "ttl_ms") > 0);
+    assert_true(status_field(r.out, "last_token") > 0);
+
+    proc waiter;
+    START(&waiter, srv.url, "lock", "busy", "--", "true");
+    usleep(200000);
+    kill(waiter.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&waiter, 10000), 128 + SIGTERM);
+
+    /* `exec sleep` makes sleep COMMAND itself: it dies of the forwarded
+     * SIGTERM and dlock reports that as 128+15. */
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    assert_free("busy");
+
+    /* A bounded wait that a release ends in time acquires the lock. */
+    char ready2[256];
+    scratch_file(ready2, sizeof ready2, "busy.ready2");
+    snprintf(script, sizeof script, "touch %s; sleep 0.3", ready2);
+    START(&holder, srv.url, "lock", "busy", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready2, 10000));
+    RUN(&r, srv.url, "lock", "-w", "15000", "busy", "--", "true");
+    expect_status(&r, 0);
+    assert_int_equal(wait_dlock(&holder, 10000), 0);
+}
+
+/* The lease is deleted behind the holder's back while COMMAND runs: the
+ * watchdog (renewing every TTL/3 = 200 ms) notices, COMMAND gets SIGTERM
+ * at once and dlock exits 76, long before COMMAND's 20 s sleep ends. */
+static void test_lease_lost(void **state)
+{
+    (void)state;
+    char ready[256], term[256], script[768];
+    scratch_file(ready, sizeof ready, "lost.ready");
+    scratch_file(term, sizeof term, "lost.term");
+    snprintf(script, sizeof script,
+             "trap 'echo term > %s; kill $p; exit 143' TERM; sleep 20 & p=$!; touch %s; wait $p",
+             term, ready);
+    proc holder;
+    START(&holder, srv.url, "lock", "-t", "600", "lost", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+
+    redisReply *rep = th_redis_cmd(&srv, "DEL %s", "dlock:{lost}");
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(rep->integer, 1);
+    freeReplyObject(rep);
+    long long t0 = th_now_ms();
+    assert_int_equal(wait_dlock(&holder, 15000), 76);
+    assert_true(th_now_ms() - t0 < 8000);
+
+    char buf[64], err[OUT_MAX];
+    slurp(term, buf, sizeof buf);
+    assert_string_equal(buf, "term\n");
+    slurp(holder.err_path, err, sizeof err);
+    assert_non_null(strstr(err, "dlock: "));
+    assert_non_null(strstr(err, "lost"));
+    assert_free("lost");
+}
+
+/* The lock vanishes while COMMAND runs but COMMAND ends before the
+ * watchdog's next renewal (TTL 30 s): the release finds it gone, and dlock
+ * still exits 76 although COMMAND itself succeeded. */
+static void test_lost_found_at_release(void **state)
+{
+    (void)state;
+    char ready[256], go[256], script[768];
+    scratch_file(ready, sizeof ready, "late.ready");
+    scratch_file(go, sizeof go, "late.go");
+    snprintf(script, sizeof script, "touch %s; while [ ! -e %s ]; do sleep 0.02; done; exit 0", ready, go);
+    proc holder;
+    START(&holder, srv.url, "lock", "late", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    redisReply *rep = th_redis_cmd(&srv, "DEL %s", "dlock:{late}");
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 1);
+    freeReplyObject(rep);
+    FILE *f = fopen(go, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(wait_dlock(&holder, 15000), 76);
+    char err[OUT_MAX];
+    slurp(holder.err_path, err, sizeof err);
+    assert_non_null(strstr(err, "lost"));
+}
+
+/* SIGTERM and SIGINT sent to dlock are passed to COMMAND (which traps
+ * them and exits with its own status), and the lock is released after. */
+static void test_signals_forwarded(void **state)
+{
+    (void)state;
+    static const int sigs[2] = {SIGTERM, SIGINT};
+    static const char *const names[2] = {"TERM", "INT"};
+    for (int i = 0; i < 2; i++) {
+        char ready[256], got[256], script[768];
+        scratch_file(ready, sizeof ready, "sig.ready");
+        scratch_file(got, sizeof got, "sig.got");
+        unlink(ready);
+        unlink(got);
+        snprintf(script, sizeof script,
+                 "trap 'echo %s > %s; kill $p; exit 7' %s; sleep 20 & p=$!; touch %s; wait $p",
+                 names[i], got, names[i], ready);
+        proc holder;
+        START(&holder, srv.url, "lock", "sig", "--", "sh", "-c", script);
+        assert_true(wait_for_file(ready, 10000));
+        kill(holder.pid, sigs[i]);
+        assert_int_equal(wait_dlock(&holder, 10000), 7);
+        char buf[64], want[16];
+        slurp(got, buf, sizeof buf);
+        snprintf(want, sizeof want, "%s\n", names[i]);
+        assert_string_equal(buf, want);
+        assert_free("sig");
+    }
+}
+
+/* COMMAND does not inherit dlock's Redis connections. */
+static void test_no_socket_leak(void **state)
+{
+    (void)state;
+    char file[256], script[512], buf[OUT_MAX];
+    scratch_file(file, sizeof file, "fds.txt");
+    snprintf(script, sizeof script, "ls -l /proc/self/fd/ > %s", file);
+    run r;
+    RUN(&r, srv.tcp_url, "lock", "fds", "--", "sh", "-c", script);
+    expect_status(&r, 0);
+    slurp(file, buf, sizeof buf);
+    assert_non_null(strstr(buf, "total"));
+    if (strstr(buf, "socket:")) {
+        print_error("COMMAND inherited a socket:\n%s\n", buf);
+        fail();
+    }
+}
+
+/* No server at the address: 69 for every subcommand, one error line. */
+static void test_unreachable(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    run r;
+    RUN(&r, url, "status", "x");
+    expect_status(&r, 69);
+    assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
+    assert_non_null(strchr(r.err, '\n'));
+    assert_int_equal(strchr(r.err, '\n')[1], '\0');
+    RUN(&r, url, "lock", "x", "--", "true");
+    expect_status(&r, 69);
+    RUN(&r, url, "id", "p");
+    expect_status(&r, 69);
+    RUN(&r, srv.url, "-u", "unix:///nonexistent/dlock-test/redis.sock", "lock", "x", "--", "true");
+    expect_status(&r, 69);
+    RUN(&r, NULL, "-u", url, "unlock", "--force", "x");
+    expect_status(&r, 69);
+}
+
+/* A password-protected server: wrong or missing password is 69, the
+ * right one works. */
+static void test_auth(void **state)
+{
+    (void)state;
+    th_redis pw;
+    assert_int_equal(th_redis_start(&pw, "requirepass s3cret\n"), 0);
+    char bad[160], none[160], good[160];
+    snprintf(bad, sizeof bad, "redis://:wrong@127.0.0.1:%d", pw.port);
+    snprintf(none, sizeof none, "redis://127.0.0.1:%d", pw.port);
+    snprintf(good, sizeof good, "redis://:s3cret@127.0.0.1:%d", pw.port);
+    run r;
+    RUN(&r, bad, "status", "auth");
+    int s1 = r.status;
+    char e1[OUT_MAX];
+    snprintf(e1, sizeof e1, "%s", r.err);
+    RUN(&r, none, "lock", "auth", "--", "true");
+    int s2 = r.status;
+    RUN(&r, good, "lock", "auth", "--", "true");
+    int s3 = r.status;
+    RUN(&r, good, "status", "auth");
+    int s4 = r.status;
+    th_redis_stop(&pw);
+    assert_int_equal(s1, 69);
+    assert_int_equal(strncmp(e1, "dlock: ", 7), 0);
+    assert_int_equal(s2, 69);
+    assert_int_equal(s3, 0);
+    assert_int_equal(s4, 1);
+}
+
+/* `id -n 5` prints 5 distinct decimal IDs, one per line; a second run
+ * never repeats one. */
+static void test_id(void **state)
+{
+    (void)state;
+    unsigned long long seen[6];
+    int n = 0;
+    run r;
+    RUN(&r, srv.url, "id", "-n", "5", "cli-test");
+    expect_status(&r, 0);
+    char *save = NULL;
+    for (char *line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *end;
+        assert_true(n < 5);
+        assert_true(line[0] >= '1' && line[0] <= '9');
+        seen[n++] = strtoull(line, &end, 10);
+        assert_int_equal(*end, '\0');
+    }
+    assert_int_equal(n, 5);
+    RUN(&r, srv.url, "id", "cli-test");
+    expect_status(&r, 0);
+    char *end;
+    seen[n++] = strtoull(r.out, &end, 10);
+    assert_string_equal(end, "\n");
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) assert_true(seen[i] != seen[j]);
+}
+
+/* status of a lock never taken; unlock --force breaks a live hold (the
+ * holder then exits 76) and says 1 when there is nothing to break. */
+static void test_status_and_force_unlock(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "status", "never-taken");
+    expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "holder: -\n"));
+    assert_int_equal(status_field(r.out, "count"), 0);
+    assert_int_equal(status_field(r.out, "ttl_ms"), -1);
+    assert_int_equal(status_field(r.out, "last_token"), 0);
+
+    char ready[256], script[512];
+    scratch_file(ready, sizeof ready, "force.ready");
+    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
+    proc holder;
+    START(&holder, srv.url, "lock", "-t", "600", "force", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    RUN(&r, srv.url, "status", "force");
+    expect_status(&r, 0);
+
+    long long t0 = th_now_ms();
+    RUN(&r, srv.url, "unlock", "--force", "force");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "was held"));
+    assert_int_equal(wait_dlock(&holder, 15000), 76);
+    assert_true(th_now_ms() - t0 < 8000);
+    assert_free("force");
+
+    RUN(&r, srv.url, "unlock", "--force", "force");
+    expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "not held"));
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int setup(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(scratch, sizeof scratch, "/tmp/dlock-cli-XXXXXX");
+    if (!mkdtemp(scratch)) return -1;
+    if (access(th_bin("dlock"), X_OK) != 0) {
+        fprintf(stderr, "test_cli: %s is not built\n", th_bin("dlock"));
+        return -1;
+    }
+    return th_redis_start(&srv, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&srv);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
+    if (system(cmd) != 0) { /* best effort */ }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_version),
+        cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_exit_passthrough),
+        cmocka_unit_test(test_env_and_tokens),
+        cmocka_unit_test(test_mutual_exclusion),
+        cmocka_unit_test(test_busy_and_wait),
+        cmocka_unit_test(test_lease_lost),
+        cmocka_unit_test(test_lost_found_at_release),
+        cmocka_unit_test(test_signals_forwarded),
+        cmocka_unit_test(test_no_socket_leak),
+        cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_id),
+        cmocka_unit_test(test_status_and_force_unlock),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,677 @@
+/*
+ * dlock -- a distributed flock(1) on Redis.
+ *
+ *   dlock [-u URL] lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
+ *   dlock [-u URL] id [-n COUNT] PREFIX
+ *   dlock [-u URL] status NAME
+ *   dlock [-u URL] unlock --force NAME
+ *   dlock --help | --version
+ *
+ * The interesting part is `lock`: it takes the lock with a watchdog lease,
+ * runs COMMAND as a child and waits for one of three things with a single
+ * poll() on a self-pipe: the child ended (SIGCHLD), a signal to pass on
+ * (SIGINT, SIGTERM, ...), or the library's watchdog reporting the lease
+ * lost. The signal handlers and the loss callback only write one byte to
+ * the pipe, so everything else happens in plain code on the main thread.
+ *
+ * Exit statuses follow sysexits(3) where one fits, see docs/dlock.1.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+
+extern char **environ;
+
+/* Exit statuses (sysexits.h values, spelled out so the man page and the
+ * code can be checked against each other at a glance). */
+#define EXIT_NOT_HELD 1    /* status: lock free; unlock --force: nothing held */
+#define EXIT_USAGE 64      /* EX_USAGE: bad arguments or malformed URL */
+#define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: Redis unreachable or AUTH refused */
+#define EXIT_SOFTWARE 70   /* EX_SOFTWARE: any other internal error */
+#define EXIT_BUSY 75       /* EX_TEMPFAIL: lock not acquired within WAIT */
+#define EXIT_LOST 76       /* the lease was lost while COMMAND ran */
+#define EXIT_NOEXEC 127    /* COMMAND could not be executed, as in sh(1) */
+
+#define DEFAULT_URL "redis://127.0.0.1:6379"
+#define DEFAULT_TTL_MS 30000L
+/* The library's watchdog refuses leases under 30 ms: a third of that is
+ * already close to one round trip on a busy host. */
+#define MIN_TTL_MS 30L
+#define MAX_MS 2147483647L
+#define MAX_ID_COUNT 1000000L
+
+/* Byte written to the self-pipe by the loss callback. Signal numbers are
+ * written as themselves, with FROM_KERNEL set when the kernel (a terminal)
+ * sent the signal to the whole process group. */
+#define PIPE_LOST 0
+#define FROM_KERNEL 0x80
+
+#define USAGE_LOCK "dlock [-u URL] lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]"
+#define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX"
+#define USAGE_STATUS "dlock [-u URL] status NAME"
+#define USAGE_UNLOCK "dlock [-u URL] unlock --force NAME"
+#define USAGE_MISC "dlock --help | --version"
+
+/* The signals dlock passes on to COMMAND. */
+static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+#define N_FORWARDED (sizeof forwarded_signals / sizeof forwarded_signals[0])
+
+/* State shared with the signal handlers and the watchdog thread. Only
+ * the write end of the pipe and the lost flag are touched from there. */
+static int wake_pipe[2] = {-1, -1};
+static atomic_int lease_lost;
+/* Main thread only: the loss was already reported on stderr. */
+static int lost_reported;
+
+/* File descriptors open when dlock started; see mark_library_fds(). */
+#define FD_TRACK_MAX 1024
+static unsigned char inherited_fd[FD_TRACK_MAX / 8];
+
+/* ------------------------------------------------------------------------ */
+/* Messages and small helpers                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Every error is one line on stderr prefixed with the program name, so that
+ * cron mail and logs show what failed without a second line of context. */
+static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void errorf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("dlock: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* A usage error names the problem, then repeats the synopsis of the
+ * subcommand so the fix is on screen. Returns the exit status to use. */
+static int usage_error(const char *synopsis, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *synopsis, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("dlock: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fprintf(stderr, "usage: %s\n", synopsis);
+    return EXIT_USAGE;
+}
+
+/* The synopsis of every subcommand: the start of --help, and what a usage
+ * error not tied to one subcommand shows on stderr. */
+static void print_synopsis(FILE *f)
+{
+    fputs("usage: " USAGE_LOCK "\n"
+          "       " USAGE_ID "\n"
+          "       " USAGE_STATUS "\n"
+          "       " USAGE_UNLOCK "\n"
+          "       " USAGE_MISC "\n",
+          f);
+}
+
+/* --help: the synopsis and one screen of reminders; dlock(1) has the rest. */
+static void print_help(void)
+{
+    print_synopsis(stdout);
+    fputs("\n"
+          "Run COMMAND while holding the Redis lock NAME (a distributed flock),\n"
+          "make global IDs, or inspect and break locks.\n"
+          "\n"
+          "  -u URL      redis://[[user]:password@]host[:port][/db] or\n"
+          "              unix:///path?db=N  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"
+          "  -t TTL_MS   lock lease, renewed every TTL/3 while COMMAND runs (default 30000)\n"
+          "  -w WAIT_MS  give up after WAIT_MS (default: wait forever; 0 tries once)\n"
+          "  -n COUNT    number of IDs to print, 1 to 1000000 (default 1)\n"
+          "\n"
+          "COMMAND gets DLOCK_NAME and DLOCK_TOKEN (the fencing token) in its environment.\n"
+          "\n"
+          "Exit status: COMMAND's own (128+N if killed by signal N); 75 lock busy;\n"
+          "76 lock lost while COMMAND ran; 69 Redis unreachable or AUTH failed;\n"
+          "64 usage error; 127 COMMAND not executable; 70 internal error.\n"
+          "See dlock(1).\n",
+          stdout);
+}
+
+/* The offending option as the user typed it, for an error line: getopt
+ * leaves it in optopt for a short option and in argv for a long one. */
+static const char *bad_option(char **argv)
+{
+    static char buf[3];
+    if (optopt > 0 && optopt < 128) {
+        buf[0] = '-';
+        buf[1] = (char)optopt;
+        return buf;
+    }
+    return argv[optind - 1];
+}
+
+/* Strict decimal parsing: the whole string must be digits and the value in
+ * [lo, hi]. strtol alone would take " 12", "+12", "12abc" and "" quietly,
+ * and a lock TTL silently read as 0 is a bug nobody notices until it bites. */
+static int parse_number(const char *s, long lo, long hi, long *out)
+{
+    if (!s || *s < '0' || *s > '9') return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* The sysexits status for a failed library call outside of `lock`'s own
+ * special cases: callers of the tool care whether retrying later can help
+ * (69) or whether they typed something wrong (64). */
+static int exit_for(dlock_status st)
+{
+    switch (st) {
+    case DLOCK_ERR_CONNECT:
+    case DLOCK_ERR_AUTH: return EXIT_UNAVAILABLE;
+    case DLOCK_ERR_URL:
+    case DLOCK_ERR_INVALID: return EXIT_USAGE;
+    case DLOCK_ERR_TIMEOUT: return EXIT_BUSY;
+    case DLOCK_ERR_LOST: return EXIT_LOST;
+    default: return EXIT_SOFTWARE;
+    }
+}
+
+/* Check the URL and connect. The URL is parsed first so that a typo is a
+ * usage error (64) with the parser's explanation, never a connection error.
+ * The URL itself is not printed: it may carry a password. */
+static int open_client(const char *url, long lease_ms, dlock_client **out)
+{
+    dlock_url parsed;
+    if (dlock_url_parse(url, &parsed) != DLOCK_OK) {
+        errorf("bad Redis URL: %s", dlock_last_error());
+        return EXIT_USAGE;
+    }
+    dlock_url_free(&parsed);
+    dlock_options opts = {0};
+    opts.watchdog_lease_ms = lease_ms;
+    dlock_status st = dlock_client_new(url, &opts, out);
+    if (st != DLOCK_OK) {
+        errorf("cannot connect to Redis: %s", dlock_last_error());
+        return exit_for(st);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lock: signals, the self-pipe and the child                                */
+/* ------------------------------------------------------------------------ */
+
+/* Remember which descriptors the caller handed us (e.g. `3>file`): those
+ * are COMMAND's too. Everything opened later belongs to the library. */
+static void note_inherited_fds(void)
+{
+    for (int fd = 3; fd < FD_TRACK_MAX; fd++)
+        if (fcntl(fd, F_GETFD) != -1) inherited_fd[fd / 8] |= (unsigned char)(1u << (fd % 8));
+}
+
+/* hiredis does not open its sockets close-on-exec. Without this COMMAND
+ * would inherit our Redis connections and keep them open after dlock has
+ * gone, which a daemonizing COMMAND would do for days. */
+static void mark_library_fds(void)
+{
+    for (int fd = 3; fd < FD_TRACK_MAX; fd++) {
+        if (inherited_fd[fd / 8] & (1u << (fd % 8))) continue;
+        int flags = fcntl(fd, F_GETFD);
+        if (flags != -1 && !(flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+}
+
+/* Wake the main loop with one byte. Called from signal handlers and the
+ * watchdog thread, so only write(2), and errno is preserved for whatever
+ * the interrupted code was doing. A full pipe already guarantees a wakeup,
+ * so a failed write loses nothing that matters. */
+static void wake(unsigned char what)
+{
+    int saved = errno;
+    ssize_t n = write(wake_pipe[1], &what, 1);
+    (void)n;
+    errno = saved;
+}
+
+/* Signal handler for SIGCHLD and the forwarded signals. It may run on any
+ * thread, including the library's, which is why it does nothing but wake
+ * the main loop. si_code tells a terminal's signal to the whole process
+ * group (COMMAND got it already) from a kill(2) aimed at dlock alone. */
+static void on_signal(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    unsigned char b = (unsigned char)sig;
+    if (info && info->si_code == SI_KERNEL) b |= FROM_KERNEL;
+    wake(b);
+}
+
+/* The watchdog found our hold gone. This runs on the library's watchdog
+ * thread: record it and wake the main loop, which does the killing. */
+static void on_lost(dlock_lock *lock, uint64_t token, void *arg)
+{
+    (void)lock;
+    (void)token;
+    (void)arg;
+    atomic_store(&lease_lost, 1);
+    wake(PIPE_LOST);
+}
+
+/* Catch SIGCHLD and the forwarded signals. A signal the caller set to be
+ * ignored (nohup, `cmd &` in a script) stays ignored, for us and COMMAND,
+ * exactly as a shell would leave it. Returns -1 on failure. */
+static int install_handlers(sigset_t *defaults)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NOCLDSTOP;
+    sigfillset(&sa.sa_mask);
+    sigemptyset(defaults);
+    if (sigaction(SIGCHLD, &sa, NULL) != 0) return -1;
+    sigaddset(defaults, SIGCHLD);
+    for (size_t i = 0; i < N_FORWARDED; i++) {
+        struct sigaction old;
+        if (sigaction(forwarded_signals[i], NULL, &old) != 0) return -1;
+        if (old.sa_handler == SIG_IGN) continue;
+        if (sigaction(forwarded_signals[i], &sa, NULL) != 0) return -1;
+        sigaddset(defaults, forwarded_signals[i]);
+    }
+    return 0;
+}
+
+/* COMMAND's environment: ours without stale DLOCK_NAME/DLOCK_TOKEN (a
+ * nested dlock must not leak its values), plus the two for this hold. The
+ * strings `name_var` and `token_var` are owned by the caller. */
+static char **child_environment(char *name_var, char *token_var)
+{
+    size_t n = 0;
+    for (char **e = environ; *e; e++) n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "DLOCK_NAME=", 11) != 0 && strncmp(*e, "DLOCK_TOKEN=", 12) != 0) env[k++] = *e;
+    env[k++] = name_var;
+    env[k++] = token_var;
+    env[k] = NULL;
+    return env;
+}
+
+/* Start COMMAND with posix_spawnp: safe in a process that has threads
+ * (fork would copy the library's locks mid-use), and exec failures come
+ * back as an error number instead of a child that exits 127. The child
+ * gets default handlers and the signal mask dlock started with. */
+static int spawn_command(char **argv, char **env, const sigset_t *defaults, const sigset_t *mask,
+                         pid_t *pid)
+{
+    posix_spawnattr_t attr;
+    int rc = posix_spawnattr_init(&attr);
+    if (rc != 0) return rc;
+    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, defaults);
+    if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, mask);
+    if (rc == 0) rc = posix_spawnp(pid, argv[0], NULL, &attr, argv, env);
+    posix_spawnattr_destroy(&attr);
+    return rc;
+}
+
+/* The exit status a shell would report for a wait(2) status. */
+static int shell_status(int wstatus)
+{
+    if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+    return EXIT_SOFTWARE;
+}
+
+/* Wait for COMMAND while passing on signals and watching the lease. Returns
+ * COMMAND's wait status. No timeouts: every event arrives as a pipe byte,
+ * so the loop sleeps in poll() until there is something to do. */
+static int supervise(pid_t child, const char *name)
+{
+    int wstatus;
+    for (;;) {
+        pid_t w = waitpid(child, &wstatus, WNOHANG);
+        if (w == child) return wstatus;
+        if (w < 0 && errno != EINTR) break;
+
+        struct pollfd pfd = {.fd = wake_pipe[0], .events = POLLIN};
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR) break;
+        unsigned char buf[64];
+        ssize_t n;
+        while ((n = read(wake_pipe[0], buf, sizeof buf)) > 0) {
+            for (ssize_t i = 0; i < n; i++) {
+                int sig = buf[i] & ~FROM_KERNEL;
+                if (buf[i] == PIPE_LOST) {
+                    if (!lost_reported) {
+                        lost_reported = 1;
+                        errorf("lost lock '%s' while COMMAND ran; sending it SIGTERM", name);
+                        kill(child, SIGTERM);
+                    }
+                } else if (sig != SIGCHLD && !(buf[i] & FROM_KERNEL)) {
+                    kill(child, sig);
+                }
+            }
+        }
+    }
+    /* Cannot happen in practice; still never leave COMMAND running
+     * unsupervised while we release its lock. */
+    errorf("waiting for COMMAND: %s", strerror(errno));
+    while (waitpid(child, &wstatus, 0) < 0)
+        if (errno != EINTR) return -1;
+    return wstatus;
+}
+
+/* Parse `lock`'s arguments into the out-parameters. Returns 0 or the exit
+ * status of a usage error. `argv[0]` is "lock". */
+static int parse_lock_args(int argc, char **argv, long *ttl, long *wait_ms, const char **name,
+                           char ***command)
+{
+    int opt;
+    optind = 0; /* 0: full getopt reset in glibc, honouring the '+' again */
+    while ((opt = getopt(argc, argv, "+:t:w:")) != -1) {
+        switch (opt) {
+        case 't':
+            if (parse_number(optarg, MIN_TTL_MS, MAX_MS, ttl) != 0)
+                return usage_error(USAGE_LOCK, "bad TTL '%s': expected milliseconds from %ld to %ld",
+                                   optarg, MIN_TTL_MS, MAX_MS);
+            break;
+        case 'w':
+            if (parse_number(optarg, 0, MAX_MS, wait_ms) != 0)
+                return usage_error(USAGE_LOCK, "bad WAIT '%s': expected milliseconds from 0 to %ld",
+                                   optarg, MAX_MS);
+            break;
+        case ':': return usage_error(USAGE_LOCK, "option -%c needs a value", optopt);
+        default: return usage_error(USAGE_LOCK, "unknown option '%s'", bad_option(argv));
+        }
+    }
+    if (optind >= argc) return usage_error(USAGE_LOCK, "lock: missing NAME");
+    *name = argv[optind++];
+    if (optind >= argc || strcmp(argv[optind], "--") != 0)
+        return usage_error(USAGE_LOCK, "lock: expected '--' between NAME and COMMAND");
+    optind++;
+    if (optind >= argc) return usage_error(USAGE_LOCK, "lock: missing COMMAND after '--'");
+    *command = argv + optind;
+    return 0;
+}
+
+/* Run COMMAND under the hold just acquired and return the status dlock
+ * should exit with, before the release is considered. Kept apart from
+ * cmd_lock so that every path out of here leads back to one release. */
+static int run_command(const char *name, uint64_t token, char **command)
+{
+    char *name_var = NULL, *token_var = NULL;
+    char **env = NULL;
+    int rc = EXIT_SOFTWARE;
+    if (asprintf(&name_var, "DLOCK_NAME=%s", name) < 0) name_var = NULL;
+    if (asprintf(&token_var, "DLOCK_TOKEN=%llu", (unsigned long long)token) < 0) token_var = NULL;
+    if (!name_var || !token_var || !(env = child_environment(name_var, token_var))) {
+        errorf("out of memory");
+        goto out;
+    }
+    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        errorf("pipe: %s", strerror(errno));
+        goto out;
+    }
+    /* Block our signals until the child's pid is known, so that a SIGTERM
+     * arriving now is passed on once it can be, rather than lost. */
+    sigset_t block, old_mask, defaults;
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    for (size_t i = 0; i < N_FORWARDED; i++) sigaddset(&block, forwarded_signals[i]);
+    pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+    if (install_handlers(&defaults) != 0) {
+        errorf("sigaction: %s", strerror(errno));
+        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+        goto out;
+    }
+    mark_library_fds();
+    pid_t child;
+    int err = spawn_command(command, env, &defaults, &old_mask, &child);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (err != 0) {
+        errorf("cannot run '%s': %s", command[0], strerror(err));
+        rc = EXIT_NOEXEC;
+        goto out;
+    }
+    int wstatus = supervise(child, name);
+    rc = wstatus < 0 ? EXIT_SOFTWARE : shell_status(wstatus);
+out:
+    free(env);
+    free(name_var);
+    free(token_var);
+    return rc;
+}
+
+/* Hold NAME while COMMAND runs; see the file comment for the design. */
+static int cmd_lock(const char *url, int argc, char **argv)
+{
+    long ttl = DEFAULT_TTL_MS, wait_ms = DLOCK_WAIT_FOREVER;
+    const char *name = NULL;
+    char **command = NULL;
+    int rc = parse_lock_args(argc, argv, &ttl, &wait_ms, &name, &command);
+    if (rc != 0) return rc;
+
+    note_inherited_fds();
+    dlock_client *client = NULL;
+    dlock_lock *lock = NULL;
+    if ((rc = open_client(url, ttl, &client)) != 0) return rc;
+    dlock_status st = dlock_lock_new(client, name, &lock);
+    if (st != DLOCK_OK) {
+        errorf("bad lock name: %s", dlock_last_error());
+        rc = exit_for(st);
+        goto out;
+    }
+    dlock_lock_on_lost(lock, on_lost, NULL);
+    uint64_t token = 0;
+    st = dlock_lock_acquire(lock, wait_ms, DLOCK_LEASE_WATCHDOG, &token);
+    if (st == DLOCK_ERR_TIMEOUT) {
+        errorf("lock '%s' not acquired within %ld ms: %s", name, wait_ms, dlock_last_error());
+        rc = EXIT_BUSY;
+        goto out;
+    } else if (st != DLOCK_OK) {
+        errorf("cannot acquire lock '%s': %s", name, dlock_last_error());
+        rc = exit_for(st);
+        goto out;
+    }
+
+    rc = run_command(name, token, command);
+
+    st = dlock_lock_release(lock);
+    if (atomic_load(&lease_lost)) {
+        /* Reported when it happened, unless COMMAND had just ended. */
+        if (!lost_reported) errorf("lost lock '%s' while COMMAND ran", name);
+        rc = EXIT_LOST;
+    } else if (st == DLOCK_ERR_LOST) {
+        errorf("lock '%s' was lost before COMMAND finished: %s", name, dlock_last_error());
+        rc = EXIT_LOST;
+    } else if (st != DLOCK_OK) {
+        /* COMMAND ran under the lock; only the early release failed, and
+         * the lease runs out by itself within TTL. */
+        errorf("cannot release lock '%s' (it expires within %ld ms): %s", name, ttl,
+               dlock_last_error());
+    }
+out:
+    dlock_lock_free(lock);
+    dlock_client_free(client);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* id, status, unlock                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Print COUNT global IDs, one per line, for scripts that need unique keys.
+ * One call reserves the whole batch, so any COUNT costs one round trip. */
+static int cmd_id(const char *url, int argc, char **argv)
+{
+    long count = 1;
+    int opt;
+    optind = 0;
+    while ((opt = getopt(argc, argv, "+:n:")) != -1) {
+        switch (opt) {
+        case 'n':
+            if (parse_number(optarg, 1, MAX_ID_COUNT, &count) != 0)
+                return usage_error(USAGE_ID, "bad COUNT '%s': expected a number from 1 to %ld", optarg,
+                                   MAX_ID_COUNT);
+            break;
+        case ':': return usage_error(USAGE_ID, "option -%c needs a value", optopt);
+        default: return usage_error(USAGE_ID, "unknown option '%s'", bad_option(argv));
+        }
+    }
+    if (optind >= argc) return usage_error(USAGE_ID, "id: missing PREFIX");
+    if (optind + 1 < argc) return usage_error(USAGE_ID, "id: too many arguments");
+    const char *prefix = argv[optind];
+
+    uint64_t *ids = calloc((size_t)count, sizeof *ids);
+    if (!ids) {
+        errorf("out of memory");
+        return EXIT_SOFTWARE;
+    }
+    dlock_client *client = NULL;
+    int rc = open_client(url, 0, &client);
+    if (rc == 0) {
+        dlock_status st = dlock_id_next(client, prefix, ids, (size_t)count);
+        if (st != DLOCK_OK) {
+            errorf("cannot make IDs for '%s': %s", prefix, dlock_last_error());
+            rc = exit_for(st);
+        } else {
+            for (long i = 0; i < count; i++) printf("%llu\n", (unsigned long long)ids[i]);
+            if (fflush(stdout) != 0 || ferror(stdout)) {
+                errorf("writing IDs: %s", strerror(errno));
+                rc = EXIT_SOFTWARE;
+            }
+        }
+    }
+    dlock_client_free(client);
+    free(ids);
+    return rc;
+}
+
+/* Check that a subcommand got exactly one NAME and no options; shared by
+ * status and unlock. Returns 0 or a usage exit status. */
+static int one_name(const char *synopsis, int argc, char **argv, int first, const char **name)
+{
+    if (first < argc && argv[first][0] == '-' && argv[first][1] != '\0' && strcmp(argv[first], "--") != 0)
+        return usage_error(synopsis, "unknown option '%s'", argv[first]);
+    if (first < argc && strcmp(argv[first], "--") == 0) first++;
+    if (first >= argc) return usage_error(synopsis, "%s: missing NAME", argv[0]);
+    if (first + 1 < argc) return usage_error(synopsis, "%s: too many arguments", argv[0]);
+    *name = argv[first];
+    return 0;
+}
+
+/* Show who holds NAME, for operators and for scripts (`key: value` lines,
+ * exit 0 when held, 1 when free). */
+static int cmd_status(const char *url, int argc, char **argv)
+{
+    const char *name;
+    int rc = one_name(USAGE_STATUS, argc, argv, 1, &name);
+    if (rc != 0) return rc;
+    dlock_client *client = NULL;
+    if ((rc = open_client(url, 0, &client)) != 0) return rc;
+    dlock_lock_info info;
+    dlock_status st = dlock_lock_inspect(client, name, &info);
+    if (st != DLOCK_OK) {
+        errorf("cannot inspect lock '%s': %s", name, dlock_last_error());
+        rc = exit_for(st);
+    } else {
+        printf("holder: %s\ncount: %ld\nttl_ms: %ld\nlast_token: %llu\n",
+               info.held ? info.holder : "-", info.held ? info.hold_count : 0L, info.ttl_ms,
+               (unsigned long long)info.last_token);
+        fflush(stdout);
+        rc = info.held ? 0 : EXIT_NOT_HELD;
+    }
+    dlock_client_free(client);
+    return rc;
+}
+
+/* Break a lock whoever holds it. --force is required so that nobody types
+ * `dlock unlock NAME` expecting a polite release of their own hold. */
+static int cmd_unlock(const char *url, int argc, char **argv)
+{
+    const char *name;
+    if (argc < 2 || strcmp(argv[1], "--force") != 0)
+        return usage_error(USAGE_UNLOCK, "unlock: --force is required (this breaks another holder's lock)");
+    int rc = one_name(USAGE_UNLOCK, argc, argv, 2, &name);
+    if (rc != 0) return rc;
+    dlock_client *client = NULL;
+    if ((rc = open_client(url, 0, &client)) != 0) return rc;
+    int was_held = 0;
+    dlock_status st = dlock_lock_force_unlock(client, name, &was_held);
+    if (st != DLOCK_OK) {
+        errorf("cannot unlock '%s': %s", name, dlock_last_error());
+        rc = exit_for(st);
+    } else {
+        printf(was_held ? "%s: was held, now unlocked\n" : "%s: was not held\n", name);
+        fflush(stdout);
+        rc = was_held ? 0 : EXIT_NOT_HELD;
+    }
+    dlock_client_free(client);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Global options, then hand the rest of argv to the subcommand. Parsing
+ * stops at the subcommand ('+'), so its options are never taken as ours. */
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *url = getenv("DLOCK_URL");
+    if (!url || !*url) url = DEFAULT_URL;
+
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "+:u:hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'u': url = optarg; break;
+        case 'h': print_help(); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
+        case 'V': printf("dlock %s\n", DLOCK_VERSION); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
+        case ':':
+            errorf("option -%c needs a value", optopt);
+            print_synopsis(stderr);
+            return EXIT_USAGE;
+        default:
+            errorf("unknown option '%s'", bad_option(argv));
+            print_synopsis(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        errorf("missing command");
+        print_synopsis(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[optind];
+    int sub_argc = argc - optind;
+    char **sub_argv = argv + optind;
+    if (strcmp(cmd, "lock") == 0) return cmd_lock(url, sub_argc, sub_argv);
+    if (strcmp(cmd, "id") == 0) return cmd_id(url, sub_argc, sub_argv);
+    if (strcmp(cmd, "status") == 0) return cmd_status(url, sub_argc, sub_argv);
+    if (strcmp(cmd, "unlock") == 0) return cmd_unlock(url, sub_argc, sub_argv);
+    errorf("unknown command '%s'", cmd);
+    print_synopsis(stderr);
+    return EXIT_USAGE;
+}
