@@ -119,6 +119,10 @@ typedef struct dlock_options {
     long fair_waiter_timeout_ms; /* fair locks: a waiter that has not retried for
                                     this long is presumed dead and skipped;
                                     default 5000 (see dlock_lock_new_fair) */
+    int offline_ok;          /* 1: if the server cannot be reached now, return
+                                the client anyway and connect on first use
+                                (RedLock masters, one of which may be down);
+                                a refused password still fails */
 } dlock_options;
 
 /*
@@ -456,6 +460,81 @@ DLOCK_API int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode);
 
 /* Register the loss callback of this handle (NULL removes it). */
 DLOCK_API void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Multi-lock                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Acquire every lock in locks[0..n-1] for the calling thread, or none. The
+ * locks may belong to different clients (servers). They are taken in one
+ * global order, (server, name), whatever order they are passed in, so two
+ * multi-locks over overlapping sets cannot deadlock. If one cannot be taken
+ * the ones already taken are released before this returns (or before a
+ * retry, for server errors while wait time remains). `wait_ms` bounds the
+ * whole call; `lease_ms` is as in dlock_lock_acquire(). tokens (may be NULL)
+ * receives each lock's fencing token at the lock's index. The same lock may
+ * not appear twice (DLOCK_ERR_INVALID).
+ */
+DLOCK_API dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wait_ms, long lease_ms,
+                                               uint64_t *tokens);
+
+/* Release one hold of each lock. Every lock is attempted; the first
+ * failure is returned. */
+DLOCK_API dlock_status dlock_multilock_release(dlock_lock *const *locks, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* RedLock                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_redlock dlock_redlock;
+
+/* Called from a watchdog thread when fewer than a majority of masters
+ * still hold a watchdog-renewed RedLock. */
+typedef void (*dlock_redlock_lost_fn)(dlock_redlock *rl, void *arg);
+
+/*
+ * A lock named `name` over n independent masters (1 to 32 clients, each on
+ * its own server, not replicas of one another); held when a majority
+ * (n/2 + 1) granted it. Give the masters' clients a command timeout well
+ * under the lease: a stalled master delays a round by up to that long.
+ * A handle holds at most one hold at a time and is not reentrant; any
+ * thread may release it, but calls on one handle must not run concurrently.
+ */
+DLOCK_API dlock_status dlock_redlock_new(dlock_client *const *masters, size_t n, const char *name,
+                                         dlock_redlock **out);
+
+/* Free the handle; a hold still open is abandoned (its leases run out). */
+DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
+
+/*
+ * Acquire on all masters in parallel. Success needs a majority of grants
+ * and a positive validity = lease - elapsed (monotonic, from before the
+ * first request) - drift (1% of the lease + 2 ms); *validity_ms (may be
+ * NULL) receives it: the time the lock is surely still held. Failed rounds
+ * release everywhere and retry after a random 20-200 ms until `wait_ms`
+ * ends (DLOCK_ERR_TIMEOUT; DLOCK_ERR_CONNECT when no master answered).
+ * DLOCK_LEASE_WATCHDOG renews each master's share from that master's
+ * client watchdog; the hold is lost when fewer than a majority remain.
+ * *token receives the highest fencing token of the granting masters; it
+ * rises strictly only while the masters' clocks agree (see docs).
+ */
+DLOCK_API dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms,
+                                             uint64_t *token);
+
+/* Extend an explicit lease on all masters to `lease_ms`; succeeds only
+ * when a majority renewed within the new validity (DLOCK_ERR_LOST else). */
+DLOCK_API dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validity_ms);
+
+/* Release on every master. DLOCK_ERR_LOST when fewer than a majority
+ * still held it (the lock may have been taken by someone else meanwhile). */
+DLOCK_API dlock_status dlock_redlock_release(dlock_redlock *rl);
+
+/* 1 when the watchdog found the current hold lost, else 0. */
+DLOCK_API int dlock_redlock_lost(dlock_redlock *rl);
+
+/* Register the loss callback (NULL removes it). */
+DLOCK_API void dlock_redlock_on_lost(dlock_redlock *rl, dlock_redlock_lost_fn fn, void *arg);
 
 #ifdef __cplusplus
 }

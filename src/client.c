@@ -38,8 +38,10 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     c->publish = "publish";
     pthread_mutex_init(&c->mu, NULL);
     st = dlock_random_hex(c->id, 16);
-    /* Loading the scripts doubles as the connectivity and AUTH check. */
-    if (st == DLOCK_OK) st = dlock_scripts_load(c);
+    /* Loading the scripts doubles as the connectivity and AUTH check. An
+     * offline_ok client that cannot connect yet loads them on first use. */
+    if (st == DLOCK_OK) st = dlock_scripts_ensure(c);
+    if (st == DLOCK_ERR_CONNECT && o.offline_ok) st = DLOCK_OK;
     if (st != DLOCK_OK) {
         dlock_client_free(c);
         return st;

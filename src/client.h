@@ -3,6 +3,7 @@
 #define DLOCK_CLIENT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "conn.h"
 #include "script.h"
@@ -16,6 +17,7 @@ struct dlock_client {
     long watchdog_lease_ms;
     long fair_waiter_timeout_ms;
     char sha[DLOCK_SCRIPT_COUNT][41];   /* SHA1 of each script, from SCRIPT LOAD */
+    atomic_int scripts_ready;           /* sha[] is filled (set once, under mu) */
     const char *publish;                /* "publish" (later "spublish" on Cluster) */
     pthread_mutex_t mu;                 /* guards the lazy start of the threads */
     struct dlock_subscriber *sub;       /* started by the first waiter */

@@ -8,6 +8,7 @@
  * latency exactly where locks are contended.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +53,32 @@ dlock_status dlock_reply_error(const redisReply *r, const char *what)
     return dlock_fail(DLOCK_ERR_REDIS, "%s: %s", what, r->str);
 }
 
+/* hiredis sends with write(2), and writing to a connection the server has
+ * closed raises SIGPIPE, whose default action kills the whole program. A
+ * library must not change the program's signal dispositions, so (as libpq
+ * does) the calling thread blocks SIGPIPE around the command and discards
+ * one the command caused. A SIGPIPE that was pending before is left alone. */
+redisReply *dlock_command(redisContext *c, int argc, const char **argv, const size_t *lens)
+{
+    sigset_t pipe_only, old, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+    int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_only, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
 /* Run a setup command (AUTH, SELECT) on a new connection; any failure to
  * run it is an authentication failure from the caller's point of view. */
 static dlock_status setup_command(redisContext *c, int argc, const char **argv, const char *what)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+    redisReply *r = dlock_command(c, argc, argv, NULL);
     if (!r) return dlock_fail(DLOCK_ERR_CONNECT, "%s: %s", what, c->errstr);
     dlock_status st = DLOCK_OK;
     if (r->type == REDIS_REPLY_ERROR) st = dlock_fail(DLOCK_ERR_AUTH, "%s refused: %s", what, r->str);
@@ -165,7 +187,7 @@ dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, cons
         int fresh;
         dlock_status st = pool_get(p, &c, &fresh);
         if (st != DLOCK_OK) return st;
-        redisReply *r = redisCommandArgv(c, argc, argv, lens);
+        redisReply *r = dlock_command(c, argc, argv, lens);
         if (r) {
             pool_put(p, c);
             *out = r;

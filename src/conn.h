@@ -33,6 +33,10 @@ dlock_status dlock_connect(const dlock_pool *p, redisContext **out);
 dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, const size_t *lens,
                                 redisReply **out, int *retried);
 
+/* redisCommandArgv() with SIGPIPE from a closed connection suppressed for
+ * the calling thread (a library must not let it kill the program). */
+redisReply *dlock_command(redisContext *c, int argc, const char **argv, const size_t *lens);
+
 /* Map an error reply to a status with the server's message, e.g. NOAUTH
  * to DLOCK_ERR_AUTH. */
 dlock_status dlock_reply_error(const redisReply *r, const char *what);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "lock.h"
 #include "util.h"
 #include "wait.h"
 #include "watchdog.h"
@@ -134,6 +135,11 @@ void dlock_lock_free(dlock_lock *l)
 const char *dlock_lock_name(const dlock_lock *l)
 {
     return l ? l->name : "";
+}
+
+dlock_client *dlock_lock_client(const dlock_lock *l)
+{
+    return l->client;
 }
 
 /* The calling thread's hold of `l`; made on first use when `create`. */

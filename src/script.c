@@ -22,22 +22,30 @@ static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     dlock_lua_rw_renew_write, dlock_lua_fair_acquire, dlock_lua_fair_release, dlock_lua_fair_leave,
 };
 
-dlock_status dlock_scripts_load(dlock_client *client)
+/* Why once per client and not per server start: after a restart the SHAs
+ * stay the same (they are SHA1s of the text); only the server's cache is
+ * empty, which the NOSCRIPT fallback in dlock_eval() takes care of. */
+dlock_status dlock_scripts_ensure(dlock_client *client)
 {
-    for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
+    if (atomic_load(&client->scripts_ready)) return DLOCK_OK;
+    pthread_mutex_lock(&client->mu);
+    dlock_status st = DLOCK_OK;
+    for (int i = 0; i < DLOCK_SCRIPT_COUNT && !atomic_load(&client->scripts_ready); i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", bodies[i]};
         redisReply *r;
-        dlock_status st = dlock_pool_command(&client->pool, 3, argv, NULL, &r, NULL);
-        if (st != DLOCK_OK) return st;
+        st = dlock_pool_command(&client->pool, 3, argv, NULL, &r, NULL);
+        if (st != DLOCK_OK) break;
         if (r->type != REDIS_REPLY_STRING || r->len != 40) {
             st = dlock_reply_error(r, "SCRIPT LOAD");
             freeReplyObject(r);
-            return st;
+            break;
         }
         memcpy(client->sha[i], r->str, 41);
         freeReplyObject(r);
     }
-    return DLOCK_OK;
+    if (st == DLOCK_OK) atomic_store(&client->scripts_ready, 1);
+    pthread_mutex_unlock(&client->mu);
+    return st;
 }
 
 /* Run a script whose reply is one integer, into *out. */
@@ -56,6 +64,8 @@ dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys,
 dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
                         int nargs, const char **args, redisReply **out, int *retried)
 {
+    dlock_status ready = dlock_scripts_ensure(client);
+    if (ready != DLOCK_OK) return ready;
     const char *stack[40];
     int argc = 3 + nkeys + nargs;
     const char **argv = argc <= 40 ? stack : malloc((size_t)argc * sizeof *argv);

@@ -53,8 +53,9 @@ extern const char dlock_lua_fair_acquire[];
 extern const char dlock_lua_fair_release[];
 extern const char dlock_lua_fair_leave[];
 
-/* Load every script with SCRIPT LOAD and remember its SHA1 in the client. */
-dlock_status dlock_scripts_load(dlock_client *client);
+/* Load every script with SCRIPT LOAD and remember its SHA1 in the client,
+ * unless that was done already. Thread-safe. */
+dlock_status dlock_scripts_ensure(dlock_client *client);
 
 /* Run a script. Only a non-error reply comes back with DLOCK_OK; an error
  * reply becomes a status with the server's message. *retried as in

@@ -22,6 +22,7 @@
  * remaining lease: waiters never sleep longer than that.
  */
 #include <errno.h>
+#include <signal.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,12 @@ static void *subscriber_main(void *arg)
     struct dlock_subscriber *s = arg;
     redisContext *c = NULL;
     int backoff = 0;
+    /* This thread writes SUBSCRIBE commands itself; a write to a server
+     * that went away must fail with EPIPE, not kill the program. */
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, NULL);
 
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {

@@ -42,6 +42,8 @@ struct dlock_watchdog {
     pthread_cond_t cond;      /* entries changed, or stop */
     pthread_cond_t cb_done;   /* a loss callback returned */
     dlock_wd_entry *in_callback;
+    dlock_wd_entry **flight;  /* the batch being renewed; removed entries */
+    int flight_n;             /* are set to NULL in it (they may be freed) */
     dlock_wd_entry head;      /* circular list sentinel */
     uint64_t next_gen;
     int stop;
@@ -117,6 +119,8 @@ static void renew_batch(struct dlock_watchdog *wd, int64_t now)
     }
     if (n == 0) return;
 
+    wd->flight = batch;
+    wd->flight_n = n;
     pthread_mutex_unlock(&wd->mu);
     redisReply *r = NULL;
     dlock_status st = dlock_eval(wd->client, script, n, keys, 2 * n, args, &r, NULL);
@@ -130,7 +134,8 @@ static void renew_batch(struct dlock_watchdog *wd, int64_t now)
         dlock_wd_entry *e = batch[i];
         free(copies[2 * i]);
         free(copies[2 * i + 1]);
-        if (!e->registered || e->gen != gens[i]) continue; /* released meanwhile */
+        /* NULL: removed while in flight, and perhaps freed by its holder. */
+        if (!e || !e->registered || e->gen != gens[i]) continue;
         int lost;
         if (st != DLOCK_OK) {
             lost = retry_or_lost(e, after);
@@ -143,6 +148,8 @@ static void renew_batch(struct dlock_watchdog *wd, int64_t now)
         }
         if (lost) report_lost(wd, e);
     }
+    wd->flight = NULL;
+    wd->flight_n = 0;
     if (r) freeReplyObject(r);
 }
 
@@ -222,5 +229,7 @@ void dlock_wd_remove(struct dlock_watchdog *wd, dlock_wd_entry *e)
     while (wd->in_callback == e && !pthread_equal(pthread_self(), wd->thread))
         pthread_cond_wait(&wd->cb_done, &wd->mu);
     if (e->registered) unlink_entry(e);
+    for (int i = 0; i < wd->flight_n; i++)
+        if (wd->flight[i] == e) wd->flight[i] = NULL;
     pthread_mutex_unlock(&wd->mu);
 }

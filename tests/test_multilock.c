@@ -1,0 +1,191 @@
+/*
+ * Multi-lock over locks on two real redis-servers: all or nothing when one
+ * lock is busy or its server is down, no deadlock between multi-locks that
+ * name the same locks in opposite orders, exclusion while held.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+static th_redis s1, s2;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (th_redis_start(&s1, NULL) != 0) return -1;
+    return th_redis_start(&s2, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&s1);
+    th_redis_stop(&s2);
+    return 0;
+}
+
+static dlock_client *client(const th_redis *s)
+{
+    dlock_options o = {0};
+    o.command_timeout_ms = 500;
+    o.connect_timeout_ms = 500;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(s->url, &o, &c), DLOCK_OK);
+    return c;
+}
+
+static int held(const th_redis *s, const char *name)
+{
+    dlock_client *c = client(s);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, name, &info), DLOCK_OK);
+    dlock_client_free(c);
+    return info.held;
+}
+
+/* Another client holds the lock on server 2: the multi-lock waits out its
+ * 300 ms, fails, and does not keep the lock it took on server 1. */
+static void multilock_takes_nothing_when_one_lock_is_busy(void **state)
+{
+    (void)state;
+    dlock_client *c1 = client(&s1), *c2 = client(&s2), *other = client(&s2);
+    dlock_lock *a, *b, *ob;
+    assert_int_equal(dlock_lock_new(c1, "ml-a", &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c2, "ml-b", &b), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(other, "ml-b", &ob), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(ob, 0, 10000, NULL), DLOCK_OK);
+    dlock_lock *set[2] = {b, a};
+    long long t0 = th_now_ms();
+    assert_int_equal(dlock_multilock_acquire(set, 2, 300, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_true(th_now_ms() - t0 >= 290);
+    assert_int_equal(held(&s1, "ml-a"), 0);
+    assert_int_equal(dlock_lock_release(ob), DLOCK_OK);
+    uint64_t tokens[2] = {0, 0};
+    assert_int_equal(dlock_multilock_acquire(set, 2, 1000, 5000, tokens), DLOCK_OK);
+    assert_true(tokens[0] > 0 && tokens[1] > 0);
+    assert_int_equal(held(&s1, "ml-a"), 1);
+    assert_int_equal(held(&s2, "ml-b"), 1);
+    assert_int_equal(dlock_multilock_release(set, 2), DLOCK_OK);
+    assert_int_equal(held(&s1, "ml-a"), 0);
+    assert_int_equal(held(&s2, "ml-b"), 0);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(ob);
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+    dlock_client_free(other);
+}
+
+/* Server 2 goes away: the multi-lock reports the failure and holds
+ * nothing on server 1 afterwards. */
+static void multilock_takes_nothing_when_a_server_is_down(void **state)
+{
+    (void)state;
+    dlock_client *c1 = client(&s1), *c2 = client(&s2);
+    dlock_lock *a, *b;
+    assert_int_equal(dlock_lock_new(c1, "ml-a", &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c2, "ml-b", &b), DLOCK_OK);
+    th_redis_stop(&s2);
+    dlock_lock *set[2] = {a, b};
+    dlock_status st = dlock_multilock_acquire(set, 2, 500, 5000, NULL);
+    assert_int_equal(st, DLOCK_ERR_CONNECT);
+    assert_int_equal(held(&s1, "ml-a"), 0);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+}
+
+struct worker {
+    int reverse; /* pass the set as {y, x} instead of {x, y} */
+    int done, failed;
+};
+
+/* One of two threads taking {x, y} and {y, x} many times over, each with
+ * its own clients. */
+static void *ordered_worker(void *arg)
+{
+    struct worker *w = arg;
+    dlock_client *c1 = client(&s1), *c2 = client(&s2);
+    dlock_lock *x, *y;
+    dlock_lock_new(c1, "ml-x", &x);
+    dlock_lock_new(c2, "ml-y", &y);
+    redisContext *rc = th_redis_connect(&s1);
+    dlock_lock *set[2] = {w->reverse ? y : x, w->reverse ? x : y};
+    for (int i = 0; i < 40; i++) {
+        if (dlock_multilock_acquire(set, 2, 8000, 10000, NULL) != DLOCK_OK) {
+            w->failed++;
+            break;
+        }
+        redisReply *r = redisCommand(rc, "INCR ml-inside");
+        if (!r || r->integer != 1) w->failed++;
+        freeReplyObject(r);
+        usleep(500);
+        freeReplyObject(redisCommand(rc, "DECR ml-inside"));
+        if (dlock_multilock_release(set, 2) != DLOCK_OK) w->failed++;
+        w->done++;
+    }
+    redisFree(rc);
+    dlock_lock_free(x);
+    dlock_lock_free(y);
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+    return NULL;
+}
+
+/* Taken in the order given, the two would deadlock within a few rounds
+ * (each holding one, waiting for the other until the 8 s wait ends); the
+ * global order makes them finish. A counter proves exclusion. */
+static void multilocks_in_opposite_orders_do_not_deadlock(void **state)
+{
+    (void)state;
+    struct worker w1 = {0, 0, 0}, w2 = {1, 0, 0};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, ordered_worker, &w1);
+    pthread_create(&t2, NULL, ordered_worker, &w2);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    assert_int_equal(w1.failed + w2.failed, 0);
+    assert_int_equal(w1.done + w2.done, 80);
+}
+
+/* The same lock twice cannot be ordered (it would re-enter, then be
+ * released twice): refused. */
+static void multilock_refuses_duplicates_and_empty_sets(void **state)
+{
+    (void)state;
+    dlock_client *c1 = client(&s1);
+    dlock_lock *a, *a2;
+    assert_int_equal(dlock_lock_new(c1, "ml-dup", &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c1, "ml-dup", &a2), DLOCK_OK);
+    dlock_lock *set[2] = {a, a2};
+    assert_int_equal(dlock_multilock_acquire(set, 2, 0, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_multilock_acquire(set, 0, 0, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(held(&s1, "ml-dup"), 0);
+    dlock_lock_free(a);
+    dlock_lock_free(a2);
+    dlock_client_free(c1);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(multilock_takes_nothing_when_one_lock_is_busy, setup, teardown),
+    cmocka_unit_test_setup_teardown(multilock_takes_nothing_when_a_server_is_down, setup, teardown),
+    cmocka_unit_test_setup_teardown(multilocks_in_opposite_orders_do_not_deadlock, setup, teardown),
+    cmocka_unit_test_setup_teardown(multilock_refuses_duplicates_and_empty_sets, setup, teardown),
+};
+
+int main(void)
+{
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
