@@ -233,7 +233,9 @@ static void test_help_version(void **state)
     RUN(&r, "redis://127.0.0.1:1", "--help");
     expect_status(&r, 0);
     assert_non_null(strstr(r.out, "usage:"));
-    assert_non_null(strstr(r.out, "lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND"));
+    assert_non_null(strstr(r.out, "[-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND"));
+    assert_non_null(strstr(r.out, "semaphore -p PERMITS"));
+    assert_non_null(strstr(r.out, "latch NAME"));
     RUN(&r, "redis://127.0.0.1:1", "--version");
     expect_status(&r, 0);
     assert_string_equal(r.out, "dlock " DLOCK_VERSION "\n");
@@ -251,7 +253,7 @@ static void test_usage_errors(void **state)
     char touch[300];
     snprintf(touch, sizeof touch, "touch %s", marker);
     static const char *const empty[] = {NULL};
-    const char *const cases[][10] = {
+    const char *const cases[][16] = {
         {"frob", NULL},
         {"lock", NULL},
         {"lock", "u1", NULL},
@@ -287,13 +289,32 @@ static void test_usage_errors(void **state)
         {"-u", "", "status", "u1", NULL},
         {"-u", "redis://127.0.0.1:abc", "lock", "u1", "--", "sh", "-c", "x", NULL},
         {"--bogus", NULL},
+        {"lock", "--read", "--write", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--fair", "--read", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--shared", "u1", "--", "sh", "-c", "x", NULL},
+        {"semaphore", "s1", "--", "sh", "-c", "x", NULL},
+        {"semaphore", "-p", "0", "s1", "--", "sh", "-c", "x", NULL},
+        {"semaphore", "-p", "x2", "s1", "--", "sh", "-c", "x", NULL},
+        {"semaphore", "-p", "2", "s1", NULL},
+        {"semaphore", "-p", "2", "--", "sh", "-c", "x", NULL},
+        {"latch", "l1", NULL},
+        {"latch", "--set", "2", NULL},
+        {"latch", "l1", "--set", "0", NULL},
+        {"latch", "l1", "--set", NULL},
+        {"latch", "l1", "--set", "2", "--await", NULL},
+        {"latch", "l1", "--count-down", "-w", "10", NULL},
+        {"latch", "l1", "l2", "--await", NULL},
+        {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "lock", "u1", "--", "sh", "-c", "x", NULL},
+        {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "-u", "redis://127.0.0.1:3", "lock", "--fair",
+         "u1", "--", "sh", "-c", "x", NULL},
+        {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "status", "u1", NULL},
     };
     run r;
     run_argv(&r, srv.url, NULL, empty);
     expect_status(&r, 64);
     assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *args[12];
+        const char *args[18];
         size_t n = 0;
         for (; cases[i][n]; n++) args[n] = strcmp(cases[i][n], "x") == 0 ? touch : cases[i][n];
         args[n] = NULL;
@@ -677,6 +698,121 @@ static void test_status_and_force_unlock(void **state)
     assert_non_null(strstr(r.out, "not held"));
 }
 
+/* --read holds overlap, --write excludes them and gets a fencing token,
+ * --fair hands one out too. */
+static void test_read_write_and_fair_modes(void **state)
+{
+    (void)state;
+    char ready[256], script[512], out[256];
+    scratch_file(ready, sizeof ready, "rw.ready");
+    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
+    proc reader;
+    START(&reader, srv.url, "lock", "--read", "rwcli", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    run r;
+    RUN(&r, srv.url, "lock", "--read", "-w", "0", "rwcli", "--", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "lock", "--write", "-w", "0", "rwcli", "--", "true");
+    expect_status(&r, 75);
+    kill(reader.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&reader, 10000), 128 + SIGTERM);
+    scratch_file(out, sizeof out, "rw.token");
+    snprintf(script, sizeof script, "echo $DLOCK_TOKEN > %s", out);
+    RUN(&r, srv.url, "lock", "--write", "-w", "5000", "rwcli", "--", "sh", "-c", script);
+    expect_status(&r, 0);
+    char buf[64];
+    slurp(out, buf, sizeof buf);
+    assert_true(strtoull(buf, NULL, 10) > 0);
+    RUN(&r, srv.url, "lock", "--fair", "-w", "0", "faircli", "--", "sh", "-c", script);
+    expect_status(&r, 0);
+    slurp(out, buf, sizeof buf);
+    assert_true(strtoull(buf, NULL, 10) > 0);
+}
+
+/* Two permits: two holders run, a third is refused (75); COMMAND sees
+ * DLOCK_PERMIT and no DLOCK_TOKEN. A SIGKILLed dlock's permit comes back
+ * once its 600 ms lease runs out. */
+static void test_semaphore_command(void **state)
+{
+    (void)state;
+    char ready[2][256], script[512], envf[256], buf[256];
+    proc holder[2];
+    for (int i = 0; i < 2; i++) {
+        char n[32];
+        snprintf(n, sizeof n, "sem.ready%d", i);
+        scratch_file(ready[i], sizeof ready[i], n);
+        snprintf(script, sizeof script, "touch %s; exec sleep 30", ready[i]);
+        START(&holder[i], srv.url, "semaphore", "-p", "2", "-t", "600", "semcli", "--", "sh", "-c", script);
+        assert_true(wait_for_file(ready[i], 10000));
+    }
+    run r;
+    RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "0", "semcli", "--", "true");
+    expect_status(&r, 75);
+    /* SIGKILL: dlock cannot release; the lease must end the permit. */
+    kill(holder[0].pid, SIGKILL);
+    waitpid(holder[0].pid, NULL, 0);
+    scratch_file(envf, sizeof envf, "sem.env");
+    snprintf(script, sizeof script, "echo \"$DLOCK_PERMIT ${DLOCK_TOKEN:-none}\" > %s", envf);
+    RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "5000", "semcli", "--", "sh", "-c", script);
+    expect_status(&r, 0);
+    slurp(envf, buf, sizeof buf);
+    assert_int_equal(strlen(buf), 32 + 1 + 4 + 1);
+    assert_non_null(strstr(buf, " none\n"));
+    kill(holder[1].pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder[1], 10000), 128 + SIGTERM);
+}
+
+/* --set once (then 1), --await times out with 75 while the count is not
+ * zero, and a waiting --await ends as soon as --count-down reaches zero. */
+static void test_latch_command(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "latch", "latchcli", "--set", "2");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "latch", "latchcli", "--set", "2");
+    expect_status(&r, 1);
+    RUN(&r, srv.url, "latch", "latchcli", "--await", "-w", "200");
+    expect_status(&r, 75);
+    proc waiter;
+    START(&waiter, srv.url, "latch", "latchcli", "--await");
+    RUN(&r, srv.url, "latch", "latchcli", "--count-down");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "1\n");
+    usleep(200000);
+    assert_int_equal(waitpid(waiter.pid, NULL, WNOHANG), 0);
+    RUN(&r, srv.url, "latch", "--count-down", "latchcli");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "0\n");
+    long long t0 = th_now_ms();
+    assert_int_equal(wait_dlock(&waiter, 10000), 0);
+    assert_true(th_now_ms() - t0 < 2000);
+}
+
+/* -u three times is RedLock: works with all masters, still works with one
+ * stopped, refuses (75) with two stopped and reports 69 with none. */
+static void test_redlock_over_three_urls(void **state)
+{
+    (void)state;
+    th_redis m[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(th_redis_start(&m[i], NULL), 0);
+    run r;
+#define RL(...) RUN(&r, srv.url, "-u", m[0].url, "-u", m[1].url, "-u", m[2].url, __VA_ARGS__)
+    RL("lock", "-w", "0", "rlcli", "--", "true");
+    expect_status(&r, 0);
+    th_redis_stop(&m[2]);
+    RL("lock", "-w", "2000", "rlcli", "--", "sh", "-c", "exit 4");
+    expect_status(&r, 4);
+    th_redis_stop(&m[1]);
+    RL("lock", "-w", "300", "rlcli", "--", "true");
+    expect_status(&r, 75);
+    assert_non_null(strstr(r.err, "majority"));
+    th_redis_stop(&m[0]);
+    RL("lock", "-w", "300", "rlcli", "--", "true");
+    expect_status(&r, 69);
+#undef RL
+}
+
 /* ------------------------------------------------------------------------ */
 
 static int setup(void **state)
@@ -719,6 +855,10 @@ int main(void)
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_id),
         cmocka_unit_test(test_status_and_force_unlock),
+        cmocka_unit_test(test_read_write_and_fair_modes),
+        cmocka_unit_test(test_semaphore_command),
+        cmocka_unit_test(test_latch_command),
+        cmocka_unit_test(test_redlock_over_three_urls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

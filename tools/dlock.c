@@ -1,7 +1,10 @@
 /*
  * dlock -- a distributed flock(1) on Redis.
  *
- *   dlock [-u URL] lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
+ *   dlock [-u URL] lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
+ *   dlock -u URL1 -u URL2 -u URL3 ... lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
+ *   dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
+ *   dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT_MS]
  *   dlock [-u URL] id [-n COUNT] PREFIX
  *   dlock [-u URL] status NAME
  *   dlock [-u URL] unlock --force NAME
@@ -54,6 +57,7 @@ extern char **environ;
 #define MIN_TTL_MS 30L
 #define MAX_MS 2147483647L
 #define MAX_ID_COUNT 1000000L
+#define MAX_URLS 32 /* -u given more than once: RedLock masters */
 
 /* Byte written to the self-pipe by the loss callback. Signal numbers are
  * written as themselves, with FROM_KERNEL set when the kernel (a terminal)
@@ -61,7 +65,9 @@ extern char **environ;
 #define PIPE_LOST 0
 #define FROM_KERNEL 0x80
 
-#define USAGE_LOCK "dlock [-u URL] lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]"
+#define USAGE_LOCK "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]"
+#define USAGE_SEM "dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]"
+#define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT_MS]"
 #define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX"
 #define USAGE_STATUS "dlock [-u URL] status NAME"
 #define USAGE_UNLOCK "dlock [-u URL] unlock --force NAME"
@@ -119,6 +125,8 @@ static int usage_error(const char *synopsis, const char *fmt, ...)
 static void print_synopsis(FILE *f)
 {
     fputs("usage: " USAGE_LOCK "\n"
+          "       " USAGE_SEM "\n"
+          "       " USAGE_LATCH "\n"
           "       " USAGE_ID "\n"
           "       " USAGE_STATUS "\n"
           "       " USAGE_UNLOCK "\n"
@@ -136,8 +144,11 @@ static void print_help(void)
           "\n"
           "  -u URL      redis://[[user]:password@]host[:port][/db] or\n"
           "              unix:///path?db=N  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"
+          "              given 3 or more times: RedLock over those independent masters\n"
           "  -t TTL_MS   lock lease, renewed every TTL/3 while COMMAND runs (default 30000)\n"
           "  -w WAIT_MS  give up after WAIT_MS (default: wait forever; 0 tries once)\n"
+          "  --fair      FIFO lock; --read / --write: shared / exclusive read-write lock\n"
+          "  -p PERMITS  semaphore size, set by the first user of NAME\n"
           "  -n COUNT    number of IDs to print, 1 to 1000000 (default 1)\n"
           "\n"
           "COMMAND gets DLOCK_NAME and DLOCK_TOKEN (the fencing token) in its environment.\n"
@@ -195,7 +206,7 @@ static int exit_for(dlock_status st)
 /* Check the URL and connect. The URL is parsed first so that a typo is a
  * usage error (64) with the parser's explanation, never a connection error.
  * The URL itself is not printed: it may carry a password. */
-static int open_client(const char *url, long lease_ms, dlock_client **out)
+static int open_client(const char *url, const dlock_options *opts, dlock_client **out)
 {
     dlock_url parsed;
     if (dlock_url_parse(url, &parsed) != DLOCK_OK) {
@@ -203,9 +214,7 @@ static int open_client(const char *url, long lease_ms, dlock_client **out)
         return EXIT_USAGE;
     }
     dlock_url_free(&parsed);
-    dlock_options opts = {0};
-    opts.watchdog_lease_ms = lease_ms;
-    dlock_status st = dlock_client_new(url, &opts, out);
+    dlock_status st = dlock_client_new(url, opts, out);
     if (st != DLOCK_OK) {
         errorf("cannot connect to Redis: %s", dlock_last_error());
         return exit_for(st);
@@ -295,20 +304,22 @@ static int install_handlers(sigset_t *defaults)
     return 0;
 }
 
-/* COMMAND's environment: ours without stale DLOCK_NAME/DLOCK_TOKEN (a
- * nested dlock must not leak its values), plus the two for this hold. The
- * strings `name_var` and `token_var` are owned by the caller. */
-static char **child_environment(char *name_var, char *token_var)
+/* COMMAND's environment: ours without stale DLOCK_NAME, DLOCK_TOKEN and
+ * DLOCK_PERMIT (a nested dlock must not leak its values), plus those of
+ * this hold; `vars` ends with NULL and its strings belong to the caller. */
+static char **child_environment(char *const *vars)
 {
-    size_t n = 0;
+    size_t n = 0, extra = 0;
     for (char **e = environ; *e; e++) n++;
-    char **env = calloc(n + 3, sizeof *env);
+    while (vars[extra]) extra++;
+    char **env = calloc(n + extra + 1, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
     for (char **e = environ; *e; e++)
-        if (strncmp(*e, "DLOCK_NAME=", 11) != 0 && strncmp(*e, "DLOCK_TOKEN=", 12) != 0) env[k++] = *e;
-    env[k++] = name_var;
-    env[k++] = token_var;
+        if (strncmp(*e, "DLOCK_NAME=", 11) != 0 && strncmp(*e, "DLOCK_TOKEN=", 12) != 0 &&
+            strncmp(*e, "DLOCK_PERMIT=", 13) != 0)
+            env[k++] = *e;
+    for (size_t i = 0; i < extra; i++) env[k++] = vars[i];
     env[k] = NULL;
     return env;
 }
@@ -377,50 +388,82 @@ static int supervise(pid_t child, const char *name)
     return wstatus;
 }
 
-/* Parse `lock`'s arguments into the out-parameters. Returns 0 or the exit
- * status of a usage error. `argv[0]` is "lock". */
-static int parse_lock_args(int argc, char **argv, long *ttl, long *wait_ms, const char **name,
-                           char ***command)
+/* What `lock` and `semaphore` hold while COMMAND runs. */
+enum hold_kind { HOLD_PLAIN, HOLD_FAIR, HOLD_READ, HOLD_WRITE, HOLD_REDLOCK, HOLD_PERMIT };
+
+typedef struct hold_args {
+    enum hold_kind kind;
+    long ttl, wait_ms, permits;
+    const char *name;
+    char **command;
+} hold_args;
+
+/* Parse the arguments of `lock` (is_sem 0) or `semaphore` (is_sem 1).
+ * Returns 0 or the exit status of a usage error. `argv[0]` is the
+ * subcommand. */
+static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
 {
-    int opt;
+    static const struct option lock_opts[] = {
+        {"fair", no_argument, NULL, 'F'},
+        {"read", no_argument, NULL, 'R'},
+        {"write", no_argument, NULL, 'W'},
+        {NULL, 0, NULL, 0},
+    };
+    static const struct option no_opts[] = {{NULL, 0, NULL, 0}};
+    const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
+    int opt, kinds = 0;
     optind = 0; /* 0: full getopt reset in glibc, honouring the '+' again */
-    while ((opt = getopt(argc, argv, "+:t:w:")) != -1) {
+    while ((opt = getopt_long(argc, argv, is_sem ? "+:t:w:p:" : "+:t:w:", is_sem ? no_opts : lock_opts, NULL)) !=
+           -1) {
         switch (opt) {
         case 't':
-            if (parse_number(optarg, MIN_TTL_MS, MAX_MS, ttl) != 0)
-                return usage_error(USAGE_LOCK, "bad TTL '%s': expected milliseconds from %ld to %ld",
-                                   optarg, MIN_TTL_MS, MAX_MS);
+            if (parse_number(optarg, MIN_TTL_MS, MAX_MS, &h->ttl) != 0)
+                return usage_error(synopsis, "bad TTL '%s': expected milliseconds from %ld to %ld", optarg,
+                                   MIN_TTL_MS, MAX_MS);
             break;
         case 'w':
-            if (parse_number(optarg, 0, MAX_MS, wait_ms) != 0)
-                return usage_error(USAGE_LOCK, "bad WAIT '%s': expected milliseconds from 0 to %ld",
-                                   optarg, MAX_MS);
+            if (parse_number(optarg, 0, MAX_MS, &h->wait_ms) != 0)
+                return usage_error(synopsis, "bad WAIT '%s': expected milliseconds from 0 to %ld", optarg,
+                                   MAX_MS);
             break;
-        case ':': return usage_error(USAGE_LOCK, "option -%c needs a value", optopt);
-        default: return usage_error(USAGE_LOCK, "unknown option '%s'", bad_option(argv));
+        case 'p':
+            if (parse_number(optarg, 1, MAX_MS, &h->permits) != 0)
+                return usage_error(synopsis, "bad PERMITS '%s': expected a number from 1 to %ld", optarg, MAX_MS);
+            break;
+        case 'F': h->kind = HOLD_FAIR; kinds++; break;
+        case 'R': h->kind = HOLD_READ; kinds++; break;
+        case 'W': h->kind = HOLD_WRITE; kinds++; break;
+        case ':': return usage_error(synopsis, "option %s needs a value", bad_option(argv));
+        default: return usage_error(synopsis, "unknown option '%s'", bad_option(argv));
         }
     }
-    if (optind >= argc) return usage_error(USAGE_LOCK, "lock: missing NAME");
-    *name = argv[optind++];
+    if (kinds > 1) return usage_error(synopsis, "lock: --fair, --read and --write exclude each other");
+    if (is_sem && h->permits <= 0) return usage_error(synopsis, "semaphore: -p PERMITS is required");
+    if (optind >= argc) return usage_error(synopsis, "%s: missing NAME", argv[0]);
+    h->name = argv[optind++];
     if (optind >= argc || strcmp(argv[optind], "--") != 0)
-        return usage_error(USAGE_LOCK, "lock: expected '--' between NAME and COMMAND");
+        return usage_error(synopsis, "%s: expected '--' between NAME and COMMAND", argv[0]);
     optind++;
-    if (optind >= argc) return usage_error(USAGE_LOCK, "lock: missing COMMAND after '--'");
-    *command = argv + optind;
+    if (optind >= argc) return usage_error(synopsis, "%s: missing COMMAND after '--'", argv[0]);
+    h->command = argv + optind;
     return 0;
 }
 
 /* Run COMMAND under the hold just acquired and return the status dlock
  * should exit with, before the release is considered. Kept apart from
  * cmd_lock so that every path out of here leads back to one release. */
-static int run_command(const char *name, uint64_t token, char **command)
+static int run_command(const char *name, uint64_t token, const char *permit, char **command)
 {
     char *name_var = NULL, *token_var = NULL;
     char **env = NULL;
     int rc = EXIT_SOFTWARE;
     if (asprintf(&name_var, "DLOCK_NAME=%s", name) < 0) name_var = NULL;
-    if (asprintf(&token_var, "DLOCK_TOKEN=%llu", (unsigned long long)token) < 0) token_var = NULL;
-    if (!name_var || !token_var || !(env = child_environment(name_var, token_var))) {
+    /* A permit has no fencing token; it is named by its id instead. */
+    if (permit ? asprintf(&token_var, "DLOCK_PERMIT=%s", permit) < 0
+               : asprintf(&token_var, "DLOCK_TOKEN=%llu", (unsigned long long)token) < 0)
+        token_var = NULL;
+    char *vars[3] = {name_var, token_var, NULL};
+    if (!name_var || !token_var || !(env = child_environment(vars))) {
         errorf("out of memory");
         goto out;
     }
@@ -458,56 +501,257 @@ out:
     return rc;
 }
 
-/* Hold NAME while COMMAND runs; see the file comment for the design. */
-static int cmd_lock(const char *url, int argc, char **argv)
+/* The objects behind one hold, whatever its kind. */
+typedef struct holder {
+    enum hold_kind kind;
+    const char *name;
+    size_t n;
+    dlock_client *clients[MAX_URLS];
+    dlock_lock *lock;
+    dlock_rwlock *rw;
+    dlock_redlock *rl;
+    dlock_psem *psem;
+    dlock_permit *permit;
+} holder;
+
+/* Loss callbacks of each kind; all end in on_lost's wake-up. */
+static void on_rw_lost(dlock_rwlock *rw, dlock_rw_mode mode, uint64_t token, void *arg)
 {
-    long ttl = DEFAULT_TTL_MS, wait_ms = DLOCK_WAIT_FOREVER;
-    const char *name = NULL;
-    char **command = NULL;
-    int rc = parse_lock_args(argc, argv, &ttl, &wait_ms, &name, &command);
+    (void)rw;
+    (void)mode;
+    on_lost(NULL, token, arg);
+}
+
+static void on_rl_lost(dlock_redlock *rl, void *arg)
+{
+    (void)rl;
+    on_lost(NULL, 0, arg);
+}
+
+static void on_permit_lost(dlock_permit *permit, void *arg)
+{
+    (void)permit;
+    on_lost(NULL, 0, arg);
+}
+
+/* Make the handle for the hold and register its loss callback. */
+static dlock_status holder_open(holder *h, long permits)
+{
+    dlock_status st;
+    switch (h->kind) {
+    case HOLD_PLAIN:
+    case HOLD_FAIR:
+        st = h->kind == HOLD_FAIR ? dlock_lock_new_fair(h->clients[0], h->name, &h->lock)
+                                  : dlock_lock_new(h->clients[0], h->name, &h->lock);
+        if (st == DLOCK_OK) dlock_lock_on_lost(h->lock, on_lost, NULL);
+        return st;
+    case HOLD_READ:
+    case HOLD_WRITE:
+        st = dlock_rwlock_new(h->clients[0], h->name, &h->rw);
+        if (st == DLOCK_OK) dlock_rwlock_on_lost(h->rw, on_rw_lost, NULL);
+        return st;
+    case HOLD_REDLOCK:
+        st = dlock_redlock_new(h->clients, h->n, h->name, &h->rl);
+        if (st == DLOCK_OK) dlock_redlock_on_lost(h->rl, on_rl_lost, NULL);
+        return st;
+    case HOLD_PERMIT:
+        st = dlock_psem_new(h->clients[0], h->name, &h->psem);
+        if (st == DLOCK_OK) st = dlock_psem_set_permits(h->psem, permits, NULL);
+        if (st == DLOCK_OK) dlock_psem_on_lost(h->psem, on_permit_lost, NULL);
+        return st;
+    }
+    return DLOCK_ERR_INVALID;
+}
+
+/* Take the hold, renewed by the watchdog; *token is its fencing token
+ * (0 for a permit, which has none). */
+static dlock_status holder_acquire(holder *h, long wait_ms, uint64_t *token)
+{
+    *token = 0;
+    switch (h->kind) {
+    case HOLD_PLAIN:
+    case HOLD_FAIR: return dlock_lock_acquire(h->lock, wait_ms, DLOCK_LEASE_WATCHDOG, token);
+    case HOLD_READ: return dlock_rwlock_acquire(h->rw, DLOCK_READ, wait_ms, DLOCK_LEASE_WATCHDOG, token);
+    case HOLD_WRITE: return dlock_rwlock_acquire(h->rw, DLOCK_WRITE, wait_ms, DLOCK_LEASE_WATCHDOG, token);
+    case HOLD_REDLOCK: return dlock_redlock_acquire(h->rl, wait_ms, DLOCK_LEASE_WATCHDOG, NULL, token);
+    case HOLD_PERMIT: return dlock_psem_acquire(h->psem, wait_ms, DLOCK_LEASE_WATCHDOG, &h->permit);
+    }
+    return DLOCK_ERR_INVALID;
+}
+
+static dlock_status holder_release(holder *h)
+{
+    switch (h->kind) {
+    case HOLD_PLAIN:
+    case HOLD_FAIR: return dlock_lock_release(h->lock);
+    case HOLD_READ: return dlock_rwlock_release(h->rw, DLOCK_READ);
+    case HOLD_WRITE: return dlock_rwlock_release(h->rw, DLOCK_WRITE);
+    case HOLD_REDLOCK: return dlock_redlock_release(h->rl);
+    case HOLD_PERMIT: {
+        dlock_permit *p = h->permit;
+        h->permit = NULL;
+        return dlock_psem_release(h->psem, p);
+    }
+    }
+    return DLOCK_ERR_INVALID;
+}
+
+static void holder_close(holder *h)
+{
+    dlock_lock_free(h->lock);
+    dlock_rwlock_free(h->rw);
+    dlock_redlock_free(h->rl);
+    dlock_permit_free(h->permit);
+    dlock_psem_free(h->psem);
+    for (size_t i = 0; i < h->n; i++) dlock_client_free(h->clients[i]);
+}
+
+/* Hold NAME (a lock of some kind, or a semaphore permit) while COMMAND
+ * runs; see the file comment for the design. */
+static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, char **argv)
+{
+    hold_args a = {HOLD_PLAIN, DEFAULT_TTL_MS, DLOCK_WAIT_FOREVER, 0, NULL, NULL};
+    int rc = parse_hold_args(argc, argv, is_sem, &a);
     if (rc != 0) return rc;
+    const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
+    if (is_sem) a.kind = HOLD_PERMIT;
+    if (n_urls > 1) {
+        if (is_sem || a.kind != HOLD_PLAIN)
+            return usage_error(synopsis, "several -u URLs (RedLock) work only with a plain `lock`");
+        if (n_urls < 3)
+            return usage_error(synopsis, "RedLock needs at least 3 masters (-u given %zu times)", n_urls);
+        a.kind = HOLD_REDLOCK;
+    }
 
     note_inherited_fds();
-    dlock_client *client = NULL;
-    dlock_lock *lock = NULL;
-    if ((rc = open_client(url, ttl, &client)) != 0) return rc;
-    dlock_status st = dlock_lock_new(client, name, &lock);
+    holder h = {.kind = a.kind, .name = a.name, .n = n_urls};
+    /* RedLock: a master that is down must not stop us, and a stalled one
+     * must not eat the lease, so its commands time out at a tenth of it. */
+    dlock_options o = {0};
+    o.watchdog_lease_ms = a.ttl;
+    if (a.kind == HOLD_REDLOCK) {
+        long t = a.ttl / 10;
+        o.command_timeout_ms = (int)(t < 50 ? 50 : t > 2000 ? 2000 : t);
+        o.connect_timeout_ms = o.command_timeout_ms;
+        o.offline_ok = 1;
+    }
+    for (size_t i = 0; i < n_urls; i++) {
+        if ((rc = open_client(urls[i], &o, &h.clients[i])) != 0) {
+            h.n = i;
+            holder_close(&h);
+            return rc;
+        }
+    }
+    dlock_status st = holder_open(&h, a.permits);
     if (st != DLOCK_OK) {
-        errorf("bad lock name: %s", dlock_last_error());
+        errorf("cannot use '%s': %s", a.name, dlock_last_error());
         rc = exit_for(st);
         goto out;
     }
-    dlock_lock_on_lost(lock, on_lost, NULL);
     uint64_t token = 0;
-    st = dlock_lock_acquire(lock, wait_ms, DLOCK_LEASE_WATCHDOG, &token);
+    st = holder_acquire(&h, a.wait_ms, &token);
     if (st == DLOCK_ERR_TIMEOUT) {
-        errorf("lock '%s' not acquired within %ld ms: %s", name, wait_ms, dlock_last_error());
+        errorf("%s '%s' not acquired within %ld ms: %s", is_sem ? "semaphore" : "lock", a.name, a.wait_ms,
+               dlock_last_error());
         rc = EXIT_BUSY;
         goto out;
     } else if (st != DLOCK_OK) {
-        errorf("cannot acquire lock '%s': %s", name, dlock_last_error());
+        errorf("cannot acquire '%s': %s", a.name, dlock_last_error());
         rc = exit_for(st);
         goto out;
     }
 
-    rc = run_command(name, token, command);
+    rc = run_command(a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command);
 
-    st = dlock_lock_release(lock);
+    st = holder_release(&h);
     if (atomic_load(&lease_lost)) {
         /* Reported when it happened, unless COMMAND had just ended. */
-        if (!lost_reported) errorf("lost lock '%s' while COMMAND ran", name);
+        if (!lost_reported) errorf("lost '%s' while COMMAND ran", a.name);
         rc = EXIT_LOST;
     } else if (st == DLOCK_ERR_LOST) {
-        errorf("lock '%s' was lost before COMMAND finished: %s", name, dlock_last_error());
+        errorf("'%s' was lost before COMMAND finished: %s", a.name, dlock_last_error());
         rc = EXIT_LOST;
     } else if (st != DLOCK_OK) {
-        /* COMMAND ran under the lock; only the early release failed, and
+        /* COMMAND ran under the hold; only the early release failed, and
          * the lease runs out by itself within TTL. */
-        errorf("cannot release lock '%s' (it expires within %ld ms): %s", name, ttl,
-               dlock_last_error());
+        errorf("cannot release '%s' (it expires within %ld ms): %s", a.name, a.ttl, dlock_last_error());
     }
 out:
-    dlock_lock_free(lock);
+    holder_close(&h);
+    return rc;
+}
+
+/* Coordinate processes through a count-down latch: one sets the count,
+ * workers count down, others wait for zero. */
+static int cmd_latch(const char *url, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"set", required_argument, NULL, 'S'},
+        {"count-down", no_argument, NULL, 'D'},
+        {"await", no_argument, NULL, 'A'},
+        {NULL, 0, NULL, 0},
+    };
+    long count = 0, wait_ms = DLOCK_WAIT_FOREVER;
+    int action = 0, actions = 0, waited = 0, opt;
+    optind = 0;
+    /* No '+': NAME may come before or after the action. */
+    while ((opt = getopt_long(argc, argv, ":w:", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'S':
+            if (parse_number(optarg, 1, MAX_MS, &count) != 0)
+                return usage_error(USAGE_LATCH, "bad count '%s': expected a number from 1 to %ld", optarg, MAX_MS);
+            action = 'S';
+            actions++;
+            break;
+        case 'D': action = 'D'; actions++; break;
+        case 'A': action = 'A'; actions++; break;
+        case 'w':
+            if (parse_number(optarg, 0, MAX_MS, &wait_ms) != 0)
+                return usage_error(USAGE_LATCH, "bad WAIT '%s': expected milliseconds from 0 to %ld", optarg,
+                                   MAX_MS);
+            waited = 1;
+            break;
+        case ':': return usage_error(USAGE_LATCH, "option %s needs a value", bad_option(argv));
+        default: return usage_error(USAGE_LATCH, "unknown option '%s'", bad_option(argv));
+        }
+    }
+    if (actions != 1) return usage_error(USAGE_LATCH, "latch: give exactly one of --set, --count-down, --await");
+    if (waited && action != 'A') return usage_error(USAGE_LATCH, "latch: -w goes with --await");
+    if (optind >= argc) return usage_error(USAGE_LATCH, "latch: missing NAME");
+    if (optind + 1 < argc) return usage_error(USAGE_LATCH, "latch: too many arguments");
+    const char *name = argv[optind];
+    dlock_client *client = NULL;
+    int rc = open_client(url, NULL, &client);
+    if (rc != 0) return rc;
+    dlock_latch *latch = NULL;
+    dlock_status st = dlock_latch_new(client, name, &latch);
+    if (st == DLOCK_OK) {
+        if (action == 'S') {
+            int was_set = 0;
+            st = dlock_latch_set(latch, count, &was_set);
+            if (st == DLOCK_OK && !was_set) {
+                errorf("latch '%s' is already set", name);
+                rc = EXIT_NOT_HELD;
+            }
+        } else if (action == 'D') {
+            long left = 0;
+            st = dlock_latch_count_down(latch, &left);
+            if (st == DLOCK_OK) printf("%ld\n", left);
+        } else {
+            st = dlock_latch_await(latch, wait_ms);
+            if (st == DLOCK_ERR_TIMEOUT) {
+                errorf("latch '%s' did not reach zero within %ld ms", name, wait_ms);
+                rc = EXIT_BUSY;
+                st = DLOCK_OK;
+            }
+        }
+    }
+    if (st != DLOCK_OK) {
+        errorf("latch '%s': %s", name, dlock_last_error());
+        rc = exit_for(st);
+    }
+    if (fflush(stdout) != 0 && rc == 0) rc = EXIT_SOFTWARE;
+    dlock_latch_free(latch);
     dlock_client_free(client);
     return rc;
 }
@@ -544,7 +788,7 @@ static int cmd_id(const char *url, int argc, char **argv)
         return EXIT_SOFTWARE;
     }
     dlock_client *client = NULL;
-    int rc = open_client(url, 0, &client);
+    int rc = open_client(url, NULL, &client);
     if (rc == 0) {
         dlock_status st = dlock_id_next(client, prefix, ids, (size_t)count);
         if (st != DLOCK_OK) {
@@ -584,7 +828,7 @@ static int cmd_status(const char *url, int argc, char **argv)
     int rc = one_name(USAGE_STATUS, argc, argv, 1, &name);
     if (rc != 0) return rc;
     dlock_client *client = NULL;
-    if ((rc = open_client(url, 0, &client)) != 0) return rc;
+    if ((rc = open_client(url, NULL, &client)) != 0) return rc;
     dlock_lock_info info;
     dlock_status st = dlock_lock_inspect(client, name, &info);
     if (st != DLOCK_OK) {
@@ -611,7 +855,7 @@ static int cmd_unlock(const char *url, int argc, char **argv)
     int rc = one_name(USAGE_UNLOCK, argc, argv, 2, &name);
     if (rc != 0) return rc;
     dlock_client *client = NULL;
-    if ((rc = open_client(url, 0, &client)) != 0) return rc;
+    if ((rc = open_client(url, NULL, &client)) != 0) return rc;
     int was_held = 0;
     dlock_status st = dlock_lock_force_unlock(client, name, &was_held);
     if (st != DLOCK_OK) {
@@ -641,12 +885,20 @@ int main(int argc, char **argv)
     };
     const char *url = getenv("DLOCK_URL");
     if (!url || !*url) url = DEFAULT_URL;
+    const char *urls[MAX_URLS];
+    size_t n_urls = 0;
 
     opterr = 0;
     int opt;
     while ((opt = getopt_long(argc, argv, "+:u:hV", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'u': url = optarg; break;
+        case 'u':
+            if (n_urls == MAX_URLS) {
+                errorf("too many -u options (at most %d)", MAX_URLS);
+                return EXIT_USAGE;
+            }
+            urls[n_urls++] = url = optarg;
+            break;
         case 'h': print_help(); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
         case 'V': printf("dlock %s\n", DLOCK_VERSION); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
         case ':':
@@ -667,7 +919,15 @@ int main(int argc, char **argv)
     const char *cmd = argv[optind];
     int sub_argc = argc - optind;
     char **sub_argv = argv + optind;
-    if (strcmp(cmd, "lock") == 0) return cmd_lock(url, sub_argc, sub_argv);
+    if (n_urls == 0) urls[n_urls++] = url;
+    if (strcmp(cmd, "lock") == 0) return cmd_hold(urls, n_urls, 0, sub_argc, sub_argv);
+    if (strcmp(cmd, "semaphore") == 0) return cmd_hold(urls, n_urls, 1, sub_argc, sub_argv);
+    if (n_urls > 1) {
+        errorf("%s: only `lock` takes several -u URLs (RedLock)", cmd);
+        print_synopsis(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(cmd, "latch") == 0) return cmd_latch(url, sub_argc, sub_argv);
     if (strcmp(cmd, "id") == 0) return cmd_id(url, sub_argc, sub_argv);
     if (strcmp(cmd, "status") == 0) return cmd_status(url, sub_argc, sub_argv);
     if (strcmp(cmd, "unlock") == 0) return cmd_unlock(url, sub_argc, sub_argv);
