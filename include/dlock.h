@@ -48,7 +48,8 @@ typedef enum dlock_status {
     DLOCK_ERR_NOMEM = -9,     /* out of memory */
     DLOCK_ERR_OVERFLOW = -10, /* a global ID sequence would exceed 32 bits */
     DLOCK_ERR_SYS = -11,      /* an operating-system call failed (threads, random source) */
-    DLOCK_ERR_DEADLOCK = -12  /* refused because it would wait for itself (read-to-write upgrade) */
+    DLOCK_ERR_DEADLOCK = -12, /* refused because it would wait for itself (read-to-write upgrade) */
+    DLOCK_ERR_REPLICA = -13   /* replica-safe acquire: too few replicas acknowledged; undone */
 } dlock_status;
 
 /* Wait forever in dlock_lock_acquire(). */
@@ -123,6 +124,13 @@ typedef struct dlock_options {
                                 the client anyway and connect on first use
                                 (RedLock masters, one of which may be down);
                                 a refused password still fails */
+    int replica_acks;        /* replica-safe acquire (off when 0): after each new
+                                lock acquisition (plain or fair), WAIT until this
+                                many replicas have it; if fewer acknowledge in
+                                time the acquisition is undone (see
+                                DLOCK_ERR_REPLICA and docs/ARCHITECTURE.md) */
+    int replica_timeout_ms;  /* how long to WAIT for them; default 100, must be
+                                under command_timeout_ms */
 } dlock_options;
 
 /*

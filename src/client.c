@@ -25,6 +25,11 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (!o.fair_waiter_timeout_ms) o.fair_waiter_timeout_ms = 5000;
     if (o.fair_waiter_timeout_ms < 20)
         return dlock_fail(DLOCK_ERR_INVALID, "fair waiter timeout must be at least 20 ms");
+    if (o.replica_acks < 0 || o.replica_timeout_ms < 0)
+        return dlock_fail(DLOCK_ERR_INVALID, "negative replica count or timeout in options");
+    if (o.replica_acks && !o.replica_timeout_ms) o.replica_timeout_ms = 100;
+    if (o.replica_acks && o.replica_timeout_ms >= o.command_timeout_ms)
+        return dlock_fail(DLOCK_ERR_INVALID, "replica timeout must be shorter than the command timeout");
 
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -35,6 +40,8 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     }
     c->watchdog_lease_ms = o.watchdog_lease_ms;
     c->fair_waiter_timeout_ms = o.fair_waiter_timeout_ms;
+    c->replica_acks = o.replica_acks;
+    c->replica_timeout_ms = o.replica_timeout_ms;
     c->publish = "publish";
     pthread_mutex_init(&c->mu, NULL);
     st = dlock_random_hex(c->id, 16);

@@ -16,6 +16,8 @@ struct dlock_client {
     char id[33];                        /* 128 random bits in hex */
     long watchdog_lease_ms;
     long fair_waiter_timeout_ms;
+    int replica_acks;                   /* replica-safe acquire: replicas to wait for (0: off) */
+    int replica_timeout_ms;             /* ... and for how long */
     char sha[DLOCK_SCRIPT_COUNT][41];   /* SHA1 of each script, from SCRIPT LOAD */
     atomic_int scripts_ready;           /* sha[] is filled (set once, under mu) */
     const char *publish;                /* "publish" (later "spublish" on Cluster) */

@@ -58,19 +58,53 @@ dlock_status dlock_reply_error(const redisReply *r, const char *what)
  * library must not change the program's signal dispositions, so (as libpq
  * does) the calling thread blocks SIGPIPE around the command and discards
  * one the command caused. A SIGPIPE that was pending before is left alone. */
-redisReply *dlock_command(redisContext *c, int argc, const char **argv, const size_t *lens)
+/* Send n commands in one write and read their n replies; replies[i] is
+ * NULL after a connection error (c->err says which). */
+static void pipeline(redisContext *c, int n, const int *argcs, const char *const *const *argvs,
+                     redisReply **replies)
 {
     sigset_t pipe_only, old, pending;
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
     int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        replies[i] = NULL;
+        if (ok && redisAppendCommandArgv(c, argcs[i], (const char **)argvs[i], NULL) != REDIS_OK) ok = 0;
+    }
+    for (int i = 0; i < n && ok; i++) {
+        void *r = NULL;
+        if (redisGetReply(c, &r) != REDIS_OK) ok = 0;
+        replies[i] = r;
+    }
     if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
         struct timespec zero = {0, 0};
         sigtimedwait(&pipe_only, NULL, &zero);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+redisReply *dlock_command(redisContext *c, int argc, const char **argv, const size_t *lens)
+{
+    if (lens) {
+        /* Binary arguments: one command, sent by hiredis directly. */
+        sigset_t pipe_only, old, pending;
+        sigemptyset(&pipe_only);
+        sigaddset(&pipe_only, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+        int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+        redisReply *r = redisCommandArgv(c, argc, argv, lens);
+        if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+            struct timespec zero = {0, 0};
+            sigtimedwait(&pipe_only, NULL, &zero);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return r;
+    }
+    redisReply *r;
+    const char *const *argvs[1] = {argv};
+    pipeline(c, 1, &argc, argvs, &r);
     return r;
 }
 
@@ -175,6 +209,42 @@ static void pool_drop_idle(dlock_pool *p)
     for (size_t i = 0; i < p->n_idle; i++) redisFree(p->idle[i]);
     p->n_idle = 0;
     pthread_mutex_unlock(&p->mu);
+}
+
+dlock_status dlock_pool_command_wait(dlock_pool *p, int argc, const char **argv, int replicas, int timeout_ms,
+                                     redisReply **out, long long *acks, int *retried)
+{
+    *out = NULL;
+    *acks = -1;
+    if (retried) *retried = 0;
+    char nrep[16], tmo[16];
+    snprintf(nrep, sizeof nrep, "%d", replicas);
+    snprintf(tmo, sizeof tmo, "%d", timeout_ms);
+    const char *wait_argv[3] = {"WAIT", nrep, tmo};
+    const int argcs[2] = {argc, 3};
+    const char *const *argvs[2] = {argv, wait_argv};
+    for (int attempt = 0;; attempt++) {
+        redisContext *c;
+        int fresh;
+        dlock_status st = pool_get(p, &c, &fresh);
+        if (st != DLOCK_OK) return st;
+        redisReply *r[2];
+        pipeline(c, 2, argcs, argvs, r);
+        if (r[0] && r[1]) {
+            pool_put(p, c);
+            *out = r[0];
+            if (r[1]->type == REDIS_REPLY_INTEGER) *acks = r[1]->integer;
+            freeReplyObject(r[1]);
+            return DLOCK_OK;
+        }
+        if (r[0]) freeReplyObject(r[0]);
+        int timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+        st = dlock_fail(DLOCK_ERR_CONNECT, "%s+WAIT: %s", argv[0], timed_out ? "command timed out" : c->errstr);
+        redisFree(c);
+        if (fresh || timed_out || attempt > 0) return st;
+        pool_drop_idle(p);
+        if (retried) *retried = 1;
+    }
 }
 
 dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, const size_t *lens,

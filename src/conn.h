@@ -33,6 +33,12 @@ dlock_status dlock_connect(const dlock_pool *p, redisContext **out);
 dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, const size_t *lens,
                                 redisReply **out, int *retried);
 
+/* dlock_pool_command() followed, on the same connection and in the same
+ * write, by WAIT `replicas` `timeout_ms`: *acks receives how many replicas
+ * acknowledged the command's writes (-1 if WAIT failed). */
+dlock_status dlock_pool_command_wait(dlock_pool *p, int argc, const char **argv, int replicas, int timeout_ms,
+                                     redisReply **out, long long *acks, int *retried);
+
 /* redisCommandArgv() with SIGPIPE from a closed connection suppressed for
  * the calling thread (a library must not let it kill the program). */
 redisReply *dlock_command(redisContext *c, int argc, const char **argv, const size_t *lens);

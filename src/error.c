@@ -17,6 +17,7 @@ const char *dlock_strerror(dlock_status status)
     case DLOCK_ERR_OVERFLOW: return "ID sequence overflow";
     case DLOCK_ERR_SYS: return "system error";
     case DLOCK_ERR_DEADLOCK: return "would deadlock";
+    case DLOCK_ERR_REPLICA: return "too few replicas acknowledged";
     }
     return "unknown status";
 }

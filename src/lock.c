@@ -178,8 +178,28 @@ static void hold_lost(dlock_wd_entry *e)
     if (fn) fn(l, h->token, arg);
 }
 
+/* Internal result of try_acquire(): acquired, but too few replicas
+ * acknowledged it within the replica timeout, so it was undone. */
+#define REPLICA_SHORT 2
+
+/* Replica-safe acquire: take back an acquisition that too few replicas
+ * have, so that a failover to one of the others cannot hand the lock to a
+ * second owner. Best effort: if this fails, the lease still ends it. */
+static void undo_acquire(dlock_lock *l, dlock_hold *h, long lease)
+{
+    char lease_s[24], prefix[NAME_PREFIX_MAX];
+    snprintf(lease_s, sizeof lease_s, "%ld", lease);
+    snprintf(prefix, sizeof prefix, "%s:", l->channel);
+    const char *keys[2] = {l->key, l->fair ? l->queue : l->channel};
+    const char *args[5] = {h->owner, lease_s, "1", l->client->publish, prefix};
+    long long left;
+    dlock_eval_int(l->client, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2, keys, l->fair ? 5 : 4,
+                   args, &left);
+}
+
 /* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK_BUSY
- * (*pttl: the holder's remaining lease, -1 when it has none) or a failure. */
+ * (*pttl: the holder's remaining lease, -1 when it has none),
+ * REPLICA_SHORT, or a failure. */
 static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long *pttl)
 {
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX];
@@ -191,8 +211,9 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long
     const char *args[7] = {h->owner, lease_s, count_s, timeout_s, queue ? "1" : "0", prefix,
                            l->client->publish};
     redisReply *r;
-    dlock_status st = l->fair ? dlock_eval(l->client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 7, args, &r, NULL)
-                              : dlock_eval(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 3, args, &r, NULL);
+    long long acks;
+    dlock_status st = l->fair ? dlock_eval_acked(l->client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 7, args, &r, &acks)
+                              : dlock_eval_acked(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 3, args, &r, &acks);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -202,6 +223,12 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long
         long ttl = (long)r->element[1]->integer;
         *pttl = ttl == -2 ? 0 : ttl; /* -2: expired just now, retry at once */
         result = DLOCK_BUSY;
+    } else if (r->element[0]->integer == 1 && l->client->replica_acks > 0 && acks < l->client->replica_acks) {
+        undo_acquire(l, h, lease);
+        dlock_fail(DLOCK_ERR_REPLICA, "lock '%s': %lld of %d replicas acknowledged within %d ms; undone", l->name,
+                   acks < 0 ? 0 : acks, l->client->replica_acks, l->client->replica_timeout_ms);
+        *pttl = 50;
+        result = REPLICA_SHORT;
     } else {
         h->token = (uint64_t)r->element[1]->integer;
         h->count = r->element[0]->integer == 1 ? 1 : h->count + 1;
@@ -216,12 +243,17 @@ struct attempt {
     dlock_lock *l;
     dlock_hold *h;
     long lease;
+    int replica_short; /* the last attempt was undone for want of replicas */
 };
 
+/* A replica-short attempt counts as busy: the wait goes on, and if it ends
+ * so, the caller reports DLOCK_ERR_REPLICA rather than a timeout. */
 static int try_again(void *ctx, long *retry_ms)
 {
     struct attempt *a = ctx;
-    return try_acquire(a->l, a->h, a->lease, 1, retry_ms);
+    int r = try_acquire(a->l, a->h, a->lease, 1, retry_ms);
+    a->replica_short = r == REPLICA_SHORT;
+    return a->replica_short ? DLOCK_BUSY : r;
 }
 
 /* A fair waiter that stops waiting leaves the queue at once, so the lock
@@ -259,8 +291,9 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     long before = h->count;
 
     int result = try_acquire(l, h, lease, wait_ms != 0, &pttl);
+    struct attempt a = {l, h, lease, result == REPLICA_SHORT};
+    if (result == REPLICA_SHORT) result = DLOCK_BUSY;
     if (result == DLOCK_BUSY && wait_ms != 0) {
-        struct attempt a = {l, h, lease};
         result = dlock_wait_for(l->client, l->fair ? h->wake_channel : l->channel, deadline,
                                 try_again, &a, pttl);
         if (result != DLOCK_OK && l->fair) {
@@ -271,6 +304,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
             dlock_fail(keep, "%s", why); /* the reason, not fair_leave's */
         }
     }
+    if (result == DLOCK_BUSY && a.replica_short) return DLOCK_ERR_REPLICA; /* message set by try_acquire */
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->name);
     if (result != DLOCK_OK) return (dlock_status)result;

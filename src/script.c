@@ -61,8 +61,10 @@ dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys,
     return st;
 }
 
-dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
-                        int nargs, const char **args, redisReply **out, int *retried)
+/* EVALSHA, and EVAL with the text on NOSCRIPT; with `acks`, each is
+ * followed by WAIT for the client's replica count on the same connection. */
+static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+                              const char **args, redisReply **out, long long *acks, int *retried)
 {
     dlock_status ready = dlock_scripts_ensure(client);
     if (ready != DLOCK_OK) return ready;
@@ -80,13 +82,17 @@ dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, con
     if (nargs) memcpy(argv + 3 + nkeys, args, (size_t)nargs * sizeof *args);
 
     redisReply *r = NULL;
-    dlock_status st = dlock_pool_command(&client->pool, argc, argv, NULL, &r, retried);
-    if (st == DLOCK_OK && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    dlock_status st;
+    for (int pass = 0; pass < 2; pass++) {
+        st = acks ? dlock_pool_command_wait(&client->pool, argc, argv, client->replica_acks,
+                                            client->replica_timeout_ms, &r, acks, pass ? &again : retried)
+                  : dlock_pool_command(&client->pool, argc, argv, NULL, &r, pass ? &again : retried);
+        if (pass && retried && again) *retried = 1;
+        if (st != DLOCK_OK || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOSCRIPT", 8) != 0) break;
         freeReplyObject(r);
+        r = NULL;
         argv[0] = "EVAL";
         argv[1] = bodies[id];
-        st = dlock_pool_command(&client->pool, argc, argv, NULL, &r, &again);
-        if (retried && again) *retried = 1;
     }
     if (argv != stack) free(argv);
     if (st != DLOCK_OK) return st;
@@ -97,4 +103,18 @@ dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, con
     }
     *out = r;
     return DLOCK_OK;
+}
+
+dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+                        const char **args, redisReply **out, int *retried)
+{
+    return eval_impl(client, id, nkeys, keys, nargs, args, out, NULL, retried);
+}
+
+dlock_status dlock_eval_acked(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+                              const char **args, redisReply **out, long long *acks)
+{
+    *acks = -1;
+    if (client->replica_acks <= 0) return eval_impl(client, id, nkeys, keys, nargs, args, out, NULL, NULL);
+    return eval_impl(client, id, nkeys, keys, nargs, args, out, acks, NULL);
 }

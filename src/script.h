@@ -63,6 +63,13 @@ dlock_status dlock_scripts_ensure(dlock_client *client);
 dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
                         int nargs, const char **args, redisReply **out, int *retried);
 
+/* dlock_eval() for acquisitions: with replica-safe acquire configured
+ * (client->replica_acks > 0), the script is followed by WAIT on the same
+ * connection and *acks receives the replicas that acknowledged it (-1 when
+ * not configured). */
+dlock_status dlock_eval_acked(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+                              const char **args, redisReply **out, long long *acks);
+
 /* dlock_eval() for scripts that answer one integer. */
 dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
                             int nargs, const char **args, long long *out);

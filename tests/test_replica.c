@@ -1,0 +1,160 @@
+/*
+ * Replica-safe acquire against a real master and replica: an acquisition
+ * counts only once a replica has it (WAIT on the same connection), and is
+ * undone when the replica does not acknowledge in time.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+static th_redis master, replica;
+
+/* Wait until the replica reports its link to the master up. */
+static int link_up(void)
+{
+    for (int i = 0; i < 500; i++) {
+        redisReply *r = th_redis_cmd(&replica, "INFO replication");
+        int up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up");
+        if (r) freeReplyObject(r);
+        if (up) return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (th_redis_start(&master, NULL) != 0) return -1;
+    char conf[128];
+    snprintf(conf, sizeof conf, "replicaof 127.0.0.1 %d\n", master.port);
+    if (th_redis_start(&replica, conf) != 0) return -1;
+    return link_up() ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&replica);
+    th_redis_stop(&master);
+    return 0;
+}
+
+static dlock_client *safe_client(int acks)
+{
+    dlock_options o = {0};
+    o.replica_acks = acks;
+    o.replica_timeout_ms = 200;
+    o.command_timeout_ms = 2000;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(master.url, &o, &c), DLOCK_OK);
+    return c;
+}
+
+static long long exists_on(th_redis *s, const char *key)
+{
+    redisReply *r = th_redis_cmd(s, "EXISTS %s", key);
+    long long v = r ? r->integer : -1;
+    if (r) freeReplyObject(r);
+    return v;
+}
+
+/* With the replica up, the acquisition is acknowledged and is on the
+ * replica by the time acquire returns. */
+static void replica_safe_acquire_succeeds_when_the_replica_acknowledges(void **state)
+{
+    (void)state;
+    dlock_client *c = safe_client(1);
+    dlock_lock *l, *f;
+    assert_int_equal(dlock_lock_new(c, "rs-ok", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(exists_on(&replica, "dlock:{rs-ok}"), 1);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new_fair(c, "rs-fair", &f), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(f, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(exists_on(&replica, "dlock:{rs-fair}"), 1);
+    assert_int_equal(dlock_lock_release(f), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(f);
+    dlock_client_free(c);
+}
+
+/* The replica is paused (SIGSTOP): WAIT gets no acknowledgement within
+ * 200 ms, so acquire reports DLOCK_ERR_REPLICA and the lock is not left
+ * held on the master. With a wait, it keeps trying until the wait ends and
+ * still reports the replica shortfall rather than a plain timeout. Once the
+ * replica resumes, acquire works again. */
+static void replica_safe_acquire_is_undone_when_the_replica_is_paused(void **state)
+{
+    (void)state;
+    dlock_client *c = safe_client(1);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "rs-paused", &l), DLOCK_OK);
+    th_redis_pause(&replica);
+    long long t0 = th_now_ms();
+    dlock_status st = dlock_lock_acquire(l, 0, 10000, NULL);
+    long long took = th_now_ms() - t0;
+    long long held = exists_on(&master, "dlock:{rs-paused}");
+    dlock_status st2 = dlock_lock_acquire(l, 600, 10000, NULL);
+    long long took2 = th_now_ms() - t0 - took;
+    th_redis_resume(&replica);
+    assert_int_equal(st, DLOCK_ERR_REPLICA);
+    assert_true(took >= 190);
+    assert_int_equal(held, 0);
+    assert_int_equal(st2, DLOCK_ERR_REPLICA);
+    assert_true(took2 >= 590);
+    assert_int_equal(exists_on(&master, "dlock:{rs-paused}"), 0);
+    assert_int_equal(dlock_lock_acquire(l, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* Asking for more replicas than exist can never be satisfied: refused,
+ * and nothing stays held. Off by default: a plain client ignores replicas. */
+static void replica_count_is_enforced_and_off_by_default(void **state)
+{
+    (void)state;
+    dlock_client *c = safe_client(2);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "rs-two", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 10000, NULL), DLOCK_ERR_REPLICA);
+    assert_int_equal(exists_on(&master, "dlock:{rs-two}"), 0);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    dlock_client *plain = NULL;
+    assert_int_equal(dlock_client_new(master.url, NULL, &plain), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(plain, "rs-two", &l), DLOCK_OK);
+    th_redis_pause(&replica);
+    dlock_status st = dlock_lock_acquire(l, 0, 10000, NULL);
+    th_redis_resume(&replica);
+    assert_int_equal(st, DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(plain);
+    dlock_options bad = {0};
+    bad.replica_acks = 1;
+    bad.replica_timeout_ms = 5000;
+    bad.command_timeout_ms = 1000;
+    assert_int_equal(dlock_client_new(master.url, &bad, &plain), DLOCK_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(replica_safe_acquire_succeeds_when_the_replica_acknowledges),
+        cmocka_unit_test(replica_safe_acquire_is_undone_when_the_replica_is_paused),
+        cmocka_unit_test(replica_count_is_enforced_and_off_by_default),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
