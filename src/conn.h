@@ -39,8 +39,8 @@ dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, cons
 dlock_status dlock_pool_command_wait(dlock_pool *p, int argc, const char **argv, int replicas, int timeout_ms,
                                      redisReply **out, long long *acks, int *retried);
 
-/* redisCommandArgv() with SIGPIPE from a closed connection suppressed for
- * the calling thread (a library must not let it kill the program). */
+/* redisCommandArgv() that cannot raise SIGPIPE on a closed connection (a
+ * library must not let that kill the program). */
 redisReply *dlock_command(redisContext *c, int argc, const char **argv, const size_t *lens);
 
 /* Map an error reply to a status with the server's message, e.g. NOAUTH

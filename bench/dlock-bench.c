@@ -1,0 +1,456 @@
+/*
+ * dlock-bench: lock+release pairs per second, and their latency, through
+ * libdlock's public API.
+ *
+ *   dlock-bench -u URL --mode uncontended|contended --workers N [--seconds S] [-v]
+ *
+ * What it measures. N worker threads share ONE dlock_client (the library's
+ * intended use: one client per process, its connection pool serving every
+ * thread). Each worker loops over
+ *
+ *     t0 = now; dlock_lock_acquire(lock, DLOCK_WAIT_FOREVER, 10000 ms, &token);
+ *     dlock_lock_release(lock); latency = now - t0
+ *
+ * "uncontended": every worker has its own lock name and its own handle, so
+ * each pair is exactly two EVALSHA round trips (acquire.lua, release.lua)
+ * and never waits. "contended": all workers share one handle of one name,
+ * so the pair includes the time spent waiting for the others (pub/sub
+ * wake-up, retry). After a warm-up of 0.5 s that is not counted, every pair
+ * that *completes* within the next S seconds is counted and its latency
+ * goes into a per-worker log-linear histogram (64 sub-buckets per power of
+ * two: under 1% error); p50/p99 are taken over the merged histograms.
+ *
+ * One JSON line goes to stdout:
+ *   {"lib":"dlock","mode":"uncontended","workers":8,"ops":..,"seconds":..,
+ *    "ops_per_s":..,"p50_us":..,"p99_us":..}
+ * and in contended mode also "handoff_p50_us": the median time from a
+ * release (the releaser's dlock_lock_release() returning) to the next
+ * acquisition by a different worker that was already waiting (its
+ * dlock_lock_acquire() returning). Both ends are client-side times, so it
+ * includes one reply's trip back; it is null when there was no handoff
+ * (one worker).
+ *
+ * Caveats:
+ * - The lease is an explicit 10 s, not DLOCK_LEASE_WATCHDOG: this measures
+ *   lock+release, not the watchdog's registration and renewal.
+ * - Contended mode measures the library's barging lock: a releaser that
+ *   loops straight back usually beats the waiter its release woke, whose
+ *   retry is then wasted, so throughput stays below one worker's and the
+ *   waiters' tail latency is long. That is the honest behaviour of the
+ *   plain (non-fair) lock. -v prints how often the lock changed hands.
+ * - Workers, the library's subscriber thread and (usually) redis-server
+ *   share the same cores; with more workers than cores, scheduling delays
+ *   are part of every number.
+ * - Each lock leaves its "dlock:{NAME}:fence" key behind (fencing counters
+ *   never expire); names carry the pid, so reruns do not collide. Run it
+ *   against a scratch server.
+ *
+ * Exit status: 0 success, 64 bad arguments, 69 the server could not be
+ * reached (or refused us), 70 a lock call failed during the run or mutual
+ * exclusion was seen broken.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+
+#define EXIT_USAGE 64
+#define EXIT_UNAVAILABLE 69
+#define EXIT_SOFTWARE 70
+
+#define LEASE_MS 10000L
+#define WARMUP_NS 500000000LL
+#define MAX_WORKERS 1024
+
+/* Log-linear histogram of nanoseconds: values below 2*SUB exactly, then SUB
+ * buckets per power of two. */
+#define SUB_BITS 6
+#define SUB (1 << SUB_BITS)
+#define HIST_BUCKETS (2 * SUB + (64 - SUB_BITS - 1) * SUB)
+
+enum { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
+
+/* One acquisition in contended mode, kept to compute handoffs afterwards. */
+typedef struct hold_rec {
+    uint64_t gen;    /* order of this hold among all holds of the lock */
+    int64_t t_start; /* acquire called */
+    int64_t t_acq;   /* acquire returned */
+    int64_t t_rel;   /* release returned */
+    int worker;
+    int measured;    /* completed inside the measured window */
+} hold_rec;
+
+typedef struct worker {
+    pthread_t thread;
+    int index;
+    dlock_lock *lock;
+    uint64_t *hist;
+    uint64_t ops;
+    hold_rec *recs;
+    size_t n_recs, cap_recs;
+} worker;
+
+static atomic_int phase = PHASE_WARMUP;
+static atomic_int failed;           /* a worker hit an error; details below */
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static char fail_msg[512];
+static int fail_exit;
+static atomic_uint_fast64_t hold_gen; /* contended: bumped inside the lock */
+static atomic_int inside;             /* contended: holders at this moment */
+static int contended;
+
+/* Monotonic nanoseconds: pairs are timed against a clock that never steps. */
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Bucket of a latency; exact below 2*SUB ns, then relative error < 1/SUB. */
+static int hist_index(uint64_t v)
+{
+    if (v < 2 * SUB) return (int)v;
+    int msb = 63 - __builtin_clzll(v);
+    int shift = msb - SUB_BITS;
+    return 2 * SUB + (shift - 1) * SUB + (int)((v >> shift) - SUB);
+}
+
+/* Middle of a bucket, the value reported for a percentile falling in it. */
+static double hist_value(int i)
+{
+    if (i < 2 * SUB) return (double)i;
+    int shift = (i - 2 * SUB) / SUB + 1;
+    uint64_t top = (uint64_t)((i - 2 * SUB) % SUB + SUB);
+    return (double)(top << shift) + (double)(1ULL << shift) / 2.0;
+}
+
+/* Smallest latency (ns) at or above fraction q of the merged samples. */
+static double hist_percentile(const uint64_t *h, uint64_t total, double q)
+{
+    if (total == 0) return 0;
+    uint64_t rank = (uint64_t)(q * (double)total + 0.999999);
+    if (rank < 1) rank = 1;
+    uint64_t seen = 0;
+    for (int i = 0; i < HIST_BUCKETS; i++) {
+        seen += h[i];
+        if (seen >= rank) return hist_value(i);
+    }
+    return hist_value(HIST_BUCKETS - 1);
+}
+
+/* Record the first failure (later ones are consequences) and stop the run. */
+static void fail(int code, const char *fmt, const char *detail)
+{
+    pthread_mutex_lock(&fail_mu);
+    if (!atomic_load(&failed)) {
+        snprintf(fail_msg, sizeof fail_msg, fmt, detail);
+        fail_exit = code;
+        atomic_store(&failed, 1);
+    }
+    pthread_mutex_unlock(&fail_mu);
+    atomic_store(&phase, PHASE_STOP);
+}
+
+/* Exit status for a library failure: unreachable server vs. anything else. */
+static int status_exit(dlock_status st)
+{
+    return st == DLOCK_ERR_CONNECT || st == DLOCK_ERR_AUTH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
+}
+
+/* Contended mode keeps every hold (the handoff needs the predecessor's
+ * release time, which only the predecessor knows). */
+static int push_rec(worker *w, const hold_rec *r)
+{
+    if (w->n_recs == w->cap_recs) {
+        size_t cap = w->cap_recs ? w->cap_recs * 2 : 4096;
+        hold_rec *n = realloc(w->recs, cap * sizeof *n);
+        if (!n) return -1;
+        w->recs = n;
+        w->cap_recs = cap;
+    }
+    w->recs[w->n_recs++] = *r;
+    return 0;
+}
+
+/* The measured loop of one worker thread: acquire, release, record. */
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    while (atomic_load(&phase) != PHASE_STOP) {
+        hold_rec rec = {.worker = w->index};
+        uint64_t token;
+        rec.t_start = now_ns();
+        dlock_status st = dlock_lock_acquire(w->lock, DLOCK_WAIT_FOREVER, LEASE_MS, &token);
+        if (st != DLOCK_OK) {
+            fail(status_exit(st), "acquire failed: %s", dlock_last_error());
+            break;
+        }
+        rec.t_acq = now_ns();
+        if (contended) {
+            /* Nobody else may be between acquire and release right now. */
+            if (atomic_fetch_add(&inside, 1) != 0)
+                fail(EXIT_SOFTWARE, "%s", "mutual exclusion broken: two holders at once");
+            rec.gen = atomic_fetch_add(&hold_gen, 1) + 1;
+            atomic_fetch_sub(&inside, 1);
+        }
+        st = dlock_lock_release(w->lock);
+        if (st != DLOCK_OK) {
+            fail(status_exit(st), "release failed: %s", dlock_last_error());
+            break;
+        }
+        rec.t_rel = now_ns();
+        rec.measured = atomic_load(&phase) == PHASE_MEASURE;
+        if (rec.measured) {
+            w->hist[hist_index((uint64_t)(rec.t_rel - rec.t_start))]++;
+            w->ops++;
+        }
+        if (contended && push_rec(w, &rec) != 0) {
+            fail(EXIT_SOFTWARE, "%s", "out of memory");
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* qsort order for nanosecond samples. */
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median handoff (ns) over measured holds whose predecessor was another
+ * worker's, and that had been waiting since before the predecessor got the
+ * lock; -1 when there was none. *err set on allocation failure; with
+ * `verbose`, how often the lock changed hands goes to stderr (it explains
+ * the contended numbers: a barging lock mostly stays with its releaser). */
+static double handoff_p50(worker *ws, int n, int verbose, int *err)
+{
+    uint64_t max_gen = atomic_load(&hold_gen);
+    *err = 0;
+    if (max_gen < 2) return -1;
+    hold_rec **by_gen = calloc(max_gen + 1, sizeof *by_gen);
+    int64_t *samples = calloc(max_gen, sizeof *samples);
+    if (!by_gen || !samples) {
+        free(by_gen);
+        free(samples);
+        *err = 1;
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < ws[i].n_recs; j++) by_gen[ws[i].recs[j].gen] = &ws[i].recs[j];
+    size_t k = 0, measured = 0, same = 0, inverted = 0;
+    for (uint64_t g = 2; g <= max_gen; g++) {
+        const hold_rec *b = by_gen[g], *a = by_gen[g - 1];
+        if (!a || !b || !b->measured) continue;
+        measured++;
+        if (a->worker == b->worker) same++;
+        if (a->worker == b->worker || b->t_start >= a->t_acq) continue;
+        int64_t d = b->t_acq - a->t_rel;
+        if (d < 0) inverted++;
+        samples[k++] = d > 0 ? d : 0; /* the waiter's reply was read first */
+    }
+    double result = -1;
+    if (k > 0) {
+        qsort(samples, k, sizeof *samples, cmp_i64);
+        result = (double)samples[(k - 1) / 2];
+    }
+    if (verbose) {
+        double p90 = k ? (double)samples[(size_t)((double)(k - 1) * 0.9)] / 1e3 : 0.0;
+        fprintf(stderr,
+                "dlock-bench: %zu measured holds: %zu re-taken by the releaser, %zu handed to a "
+                "waiter (%zu of them read before the release's own reply), p90 handoff %.1f us\n",
+                measured, same, k, inverted, p90);
+    }
+    free(by_gen);
+    free(samples);
+    return result;
+}
+
+/* Usage text, to stderr with status 64 for mistakes or stdout for --help. */
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dlock-bench -u URL --mode uncontended|contended --workers N [--seconds S] [-v]\n"
+            "  -u URL          redis://host:port or unix:///path.sock (required)\n"
+            "  --mode M        uncontended: a lock per worker; contended: one lock for all\n"
+            "  --workers N     worker threads sharing one client, 1..%d\n"
+            "  --seconds S     measured time after a 0.5 s warm-up (default 5)\n"
+            "  -v, --verbose   contended: how often the lock changed hands, on stderr\n"
+            "Prints one JSON line: lib, mode, workers, ops, seconds, ops_per_s, p50_us, p99_us\n"
+            "(and handoff_p50_us in contended mode).\n",
+            MAX_WORKERS);
+}
+
+/* Report a usage error the same way for every bad argument. */
+static int bad_usage(const char *what, const char *value)
+{
+    fprintf(stderr, "dlock-bench: %s%s%s\n", what, value ? ": " : "", value ? value : "");
+    usage(stderr);
+    return EXIT_USAGE;
+}
+
+/* Sleep in small steps until `until_ns` or until a worker fails. */
+static void sleep_until(int64_t until_ns)
+{
+    for (;;) {
+        int64_t left = until_ns - now_ns();
+        if (left <= 0 || atomic_load(&failed)) return;
+        if (left > 20000000) left = 20000000;
+        struct timespec ts = {0, (long)left};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Parse arguments, run the workers, print the JSON line. */
+int main(int argc, char **argv)
+{
+    const char *url = NULL, *mode = NULL;
+    long workers = 0;
+    double seconds = 5;
+    int verbose = 0;
+    static const struct option longopts[] = {
+        {"url", required_argument, NULL, 'u'},  {"mode", required_argument, NULL, 'm'},
+        {"workers", required_argument, NULL, 'w'}, {"seconds", required_argument, NULL, 's'},
+        {"verbose", no_argument, NULL, 'v'},    {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":u:vh", longopts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'u': url = optarg; break;
+        case 'm': mode = optarg; break;
+        case 'w':
+            errno = 0;
+            workers = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || workers < 1 || workers > MAX_WORKERS)
+                return bad_usage("--workers must be an integer from 1 to 1024", optarg);
+            break;
+        case 's':
+            errno = 0;
+            seconds = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(seconds > 0 && seconds <= 86400))
+                return bad_usage("--seconds must be a number above 0 (at most 86400)", optarg);
+            break;
+        case 'v': verbose = 1; break;
+        case 'h': usage(stdout); return 0;
+        case ':': return bad_usage("option needs a value", argv[optind - 1]);
+        default: return bad_usage("unknown option", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return bad_usage("unexpected argument", argv[optind]);
+    if (!url) return bad_usage("-u URL is required", NULL);
+    if (!mode) return bad_usage("--mode is required", NULL);
+    if (strcmp(mode, "contended") == 0) contended = 1;
+    else if (strcmp(mode, "uncontended") != 0)
+        return bad_usage("--mode must be uncontended or contended", mode);
+    if (!workers) return bad_usage("--workers is required", NULL);
+
+    /* A malformed URL is the caller's mistake; an unreachable one is not. */
+    dlock_url parsed;
+    if (dlock_url_parse(url, &parsed) != DLOCK_OK) return bad_usage("bad URL", dlock_last_error());
+    dlock_url_free(&parsed);
+    dlock_client *client;
+    dlock_status st = dlock_client_new(url, NULL, &client);
+    if (st != DLOCK_OK) {
+        fprintf(stderr, "dlock-bench: cannot use %s: %s\n", url, dlock_last_error());
+        return EXIT_UNAVAILABLE;
+    }
+
+    int n = (int)workers, rc = 0;
+    worker *ws = calloc((size_t)n, sizeof *ws);
+    uint64_t *hist = calloc((size_t)(n + 1) * HIST_BUCKETS, sizeof *hist);
+    dlock_lock *shared = NULL;
+    if (!ws || !hist) {
+        fprintf(stderr, "dlock-bench: out of memory\n");
+        return EXIT_SOFTWARE;
+    }
+    char name[96];
+    if (contended) {
+        snprintf(name, sizeof name, "bench:c:%ld", (long)getpid());
+        if (dlock_lock_new(client, name, &shared) != DLOCK_OK) {
+            fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
+            return EXIT_SOFTWARE;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        ws[i].index = i;
+        ws[i].hist = hist + (size_t)(i + 1) * HIST_BUCKETS;
+        if (contended) {
+            ws[i].lock = shared;
+        } else {
+            snprintf(name, sizeof name, "bench:u:%ld:%d", (long)getpid(), i);
+            if (dlock_lock_new(client, name, &ws[i].lock) != DLOCK_OK) {
+                fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
+                return EXIT_SOFTWARE;
+            }
+        }
+    }
+
+    int started = 0;
+    for (; started < n; started++) {
+        int e = pthread_create(&ws[started].thread, NULL, worker_main, &ws[started]);
+        if (e) {
+            fail(EXIT_SOFTWARE, "cannot start a worker thread: %s", strerror(e));
+            break;
+        }
+    }
+    int64_t t_begin = now_ns();
+    sleep_until(t_begin + WARMUP_NS);
+    t_begin = now_ns();
+    int expected = PHASE_WARMUP;
+    atomic_compare_exchange_strong(&phase, &expected, PHASE_MEASURE);
+    sleep_until(t_begin + (int64_t)(seconds * 1e9));
+    int64_t t_end = now_ns();
+    atomic_store(&phase, PHASE_STOP);
+    for (int i = 0; i < started; i++) pthread_join(ws[i].thread, NULL);
+
+    if (atomic_load(&failed)) {
+        fprintf(stderr, "dlock-bench: %s\n", fail_msg);
+        rc = fail_exit;
+    } else {
+        uint64_t ops = 0;
+        for (int i = 0; i < n; i++) {
+            ops += ws[i].ops;
+            for (int b = 0; b < HIST_BUCKETS; b++) hist[b] += ws[i].hist[b];
+        }
+        double secs = (double)(t_end - t_begin) / 1e9;
+        printf("{\"lib\":\"dlock\",\"mode\":\"%s\",\"workers\":%d,\"ops\":%" PRIu64
+               ",\"seconds\":%.3f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f",
+               contended ? "contended" : "uncontended", n, ops, secs, (double)ops / secs,
+               hist_percentile(hist, ops, 0.50) / 1e3, hist_percentile(hist, ops, 0.99) / 1e3);
+        if (contended) {
+            int err;
+            double h = handoff_p50(ws, n, verbose, &err);
+            if (err) {
+                fprintf(stderr, "dlock-bench: out of memory\n");
+                rc = EXIT_SOFTWARE;
+            }
+            if (h < 0) printf(",\"handoff_p50_us\":null");
+            else printf(",\"handoff_p50_us\":%.1f", h / 1e3);
+        }
+        printf("}\n");
+        fflush(stdout);
+    }
+
+    for (int i = 0; i < n; i++) {
+        if (!contended) dlock_lock_free(ws[i].lock);
+        free(ws[i].recs);
+    }
+    dlock_lock_free(shared);
+    dlock_client_free(client);
+    free(ws);
+    free(hist);
+    return rc;
+}
