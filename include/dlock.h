@@ -40,7 +40,7 @@ typedef enum dlock_status {
     DLOCK_ERR_INVALID = -1,   /* a bad argument: NULL, empty or malformed name, bad count */
     DLOCK_ERR_URL = -2,       /* the connection URL could not be parsed */
     DLOCK_ERR_CONNECT = -3,   /* Redis unreachable, connection lost, or command timed out */
-    DLOCK_ERR_AUTH = -4,      /* AUTH or SELECT refused by the server */
+    DLOCK_ERR_AUTH = -4,      /* AUTH or SELECT refused, or the ACL user lacks a permission */
     DLOCK_ERR_TIMEOUT = -5,   /* the lock was not acquired within the wait time */
     DLOCK_ERR_NOT_OWNER = -6, /* release by a thread that does not hold the lock */
     DLOCK_ERR_LOST = -7,      /* the lock's lease ended while it was held */
@@ -151,7 +151,7 @@ DLOCK_API void dlock_client_free(dlock_client *client);
 
 /*
  * The client's unique id: 32 hex digits drawn from the OS random source when
- * the client was made. Lock owners are "<id>:<thread number>".
+ * the client was made. Lock owners are "<id>:<thread number>:<handle number>".
  */
 DLOCK_API const char *dlock_client_id(const dlock_client *client);
 
@@ -170,7 +170,9 @@ typedef void (*dlock_lost_fn)(dlock_lock *lock, uint64_t token, void *arg);
 /*
  * Make a handle for the lock called `name` (1 to 512 bytes, no NUL). The
  * handle does not touch Redis. One handle may be shared by threads: holds
- * belong to the calling thread, as with a reentrant mutex.
+ * belong to the calling thread, as with a reentrant mutex. Two handles of
+ * one name are two owners even in one thread (as two open files are for
+ * flock(2)): re-entry works through the same handle only.
  */
 DLOCK_API dlock_status dlock_lock_new(dlock_client *client, const char *name, dlock_lock **out);
 

@@ -241,11 +241,12 @@ dlock_status dlock_pool_command_wait(dlock_pool *p, int argc, const char **argv,
         }
         if (r[0]) freeReplyObject(r[0]);
         int timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+        int sent = sdslen(c->obuf) == 0;
         st = dlock_fail(DLOCK_ERR_CONNECT, "%s+WAIT: %s", argv[0], timed_out ? "command timed out" : c->errstr);
         redisFree(c);
         if (fresh || timed_out || attempt > 0) return st;
         pool_drop_idle(p);
-        if (retried) *retried = 1;
+        if (retried && sent) *retried = 1;
     }
 }
 
@@ -266,6 +267,9 @@ dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, cons
             return DLOCK_OK;
         }
         int timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+        /* Only a command that left in full may have run on the server; one
+         * whose send failed did not, and its resend is no "maybe twice". */
+        int sent = sdslen(c->obuf) == 0;
         st = dlock_fail(DLOCK_ERR_CONNECT, "%s: %s", argv[0],
                         timed_out ? "command timed out" : c->errstr);
         redisFree(c);
@@ -273,6 +277,6 @@ dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, cons
          * second wait would only double the caller's delay. */
         if (fresh || timed_out || attempt > 0) return st;
         pool_drop_idle(p);
-        if (retried) *retried = 1;
+        if (retried && sent) *retried = 1;
     }
 }

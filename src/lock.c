@@ -8,8 +8,12 @@
  *   dlock:{NAME}:fence  last fencing token handed out; never expires
  *   dlock:{NAME}:ch     channel on which releases wake waiters
  *
- * The owner is "<client id>:<thread number>", so holds belong to threads
- * as with a reentrant mutex. Each thread's view of its hold (count, token,
+ * The owner is "<client id>:<thread number>:<handle number>", so holds
+ * belong to threads as with a reentrant mutex, and to one handle: two
+ * handles of one name are two owners even in one thread (as two open file
+ * descriptions are for flock(2)). Were they one owner, each would keep its
+ * own hold count and the first release through either would delete the
+ * lock while the other still believed it held it. Each thread's view of its hold (count, token,
  * lost flag, watchdog entry) lives in a dlock_hold on the handle; only that
  * thread changes it, except the lost flag, which the watchdog sets.
  *
@@ -50,6 +54,7 @@ typedef struct dlock_hold {
 
 struct dlock_lock {
     dlock_client *client;
+    unsigned long number; /* distinguishes handles in owner strings */
     int fair;
     char *name, *key, *fence, *channel;
     char *queue, *queue_deadlines; /* fair locks only */
@@ -87,7 +92,9 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
         free(l);
         return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     }
+    static atomic_ulong handles;
     l->client = client;
+    l->number = atomic_fetch_add(&handles, 1) + 1;
     l->fair = fair;
     pthread_mutex_init(&l->mu, NULL);
     if (fair) {
@@ -152,7 +159,7 @@ static dlock_hold *thread_hold(dlock_lock *l, int create)
     if (!h && create && (h = calloc(1, sizeof *h)) != NULL) {
         h->lock = l;
         h->thread = me;
-        snprintf(h->owner, sizeof h->owner, "%s:%lu", l->client->id, me);
+        snprintf(h->owner, sizeof h->owner, "%s:%lu:%lu", l->client->id, me, l->number);
         if (l->fair && asprintf(&h->wake_channel, "%s:%s", l->channel, h->owner) < 0) {
             free(h);
             h = NULL;

@@ -1,0 +1,360 @@
+/*
+ * Global IDs against a real redis-server: unique across processes and
+ * batch sizes, the high half is the second since DLOCK_ID_EPOCH, the
+ * sequence key carries the UTC date (not the local one), bad prefixes and
+ * counts are refused without touching Redis, and a day's sequence that
+ * would pass 32 bits gives DLOCK_ERR_OVERFLOW and never a wrong ID.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+static th_redis server;
+
+static int setup(void **state)
+{
+    (void)state;
+    return th_redis_start(&server, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&server);
+    return 0;
+}
+
+static dlock_client *new_client(void)
+{
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(server.url, NULL, &c), DLOCK_OK);
+    return c;
+}
+
+/* "icr:PREFIX:YYYY:MM:DD" for the UTC date of `t`. */
+static void utc_key(char *out, size_t n, const char *prefix, time_t t)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    snprintf(out, n, "icr:%s:%04d:%02d:%02d", prefix, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+}
+
+static long long redis_int(const char *fmt, const char *arg)
+{
+    redisReply *r = th_redis_cmd(&server, fmt, arg);
+    assert_non_null(r);
+    long long v = -1;
+    if (r->type == REDIS_REPLY_INTEGER) v = r->integer;
+    else if (r->type == REDIS_REPLY_STRING) v = strtoll(r->str, NULL, 10);
+    else if (r->type == REDIS_REPLY_NIL) v = -2;
+    freeReplyObject(r);
+    return v;
+}
+
+#define SENTINEL 0x5eed5eed5eed5eedULL
+
+static void fill_sentinel(uint64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) ids[i] = SENTINEL;
+}
+
+static int all_sentinel(const uint64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] != SENTINEL) return 0;
+    return 1;
+}
+
+/* Four processes take 2000 IDs each in batches of 1 to 250 and add them to
+ * one Redis set: 8000 IDs must make a set of 8000. Within a batch IDs are
+ * consecutive. If INCRBY did not reserve a whole batch atomically (say,
+ * INCR per ID, or GET then SET), batches would overlap and the set would
+ * be smaller; on the same UTC day the sequence ends at exactly 8000. */
+static void ids_are_unique_across_processes_and_batches(void **state)
+{
+    (void)state;
+    enum { CHILDREN = 4, PER_CHILD = 2000 };
+    static const size_t sizes[] = {1, 7, 250, 1, 64, 3, 128, 1, 33};
+    char day_before[96], day_after[96];
+    utc_key(day_before, sizeof day_before, "uniq", time(NULL));
+    for (int i = 0; i < CHILDREN; i++) {
+        if (fork() == 0) {
+            dlock_client *c = NULL;
+            redisContext *rc = th_redis_connect(&server);
+            if (dlock_client_new(server.url, NULL, &c) != DLOCK_OK || !rc) _exit(2);
+            uint64_t ids[250];
+            char strs[250][24];
+            const char *argv[252];
+            size_t done = 0, k = 0;
+            while (done < PER_CHILD) {
+                size_t n = sizes[(k++ + (size_t)i) % (sizeof sizes / sizeof *sizes)];
+                if (n > PER_CHILD - done) n = PER_CHILD - done;
+                if (dlock_id_next(c, "uniq", ids, n) != DLOCK_OK) _exit(3);
+                argv[0] = "SADD";
+                argv[1] = "uniq-set";
+                for (size_t j = 0; j < n; j++) {
+                    if (j > 0 && ids[j] != ids[j - 1] + 1) _exit(4); /* batch not consecutive */
+                    snprintf(strs[j], sizeof strs[j], "%llu", (unsigned long long)ids[j]);
+                    argv[2 + j] = strs[j];
+                }
+                redisReply *r = redisCommandArgv(rc, (int)n + 2, argv, NULL);
+                if (!r || r->type != REDIS_REPLY_INTEGER) _exit(5);
+                freeReplyObject(r);
+                r = redisCommand(rc, "INCRBY uniq-total %lld", (long long)n);
+                if (!r) _exit(6);
+                freeReplyObject(r);
+                done += n;
+            }
+            redisFree(rc);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < CHILDREN; i++) {
+        int st;
+        assert_true(wait(&st) > 0);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+    utc_key(day_after, sizeof day_after, "uniq", time(NULL));
+    assert_int_equal(redis_int("GET %s", "uniq-total"), CHILDREN * PER_CHILD);
+    assert_int_equal(redis_int("SCARD %s", "uniq-set"), CHILDREN * PER_CHILD);
+    if (strcmp(day_before, day_after) == 0)
+        assert_int_equal(redis_int("GET %s", day_before), CHILDREN * PER_CHILD);
+}
+
+/* The high 32 bits are the seconds since 2022-01-01 UTC of the call, the
+ * low 32 bits a gap-free sequence: a batch is consecutive and the next
+ * batch continues where it ended. An ID built from local time, from
+ * milliseconds, or with the halves swapped fails the bounds below. */
+static void id_high_half_is_seconds_since_the_epoch(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client();
+    uint64_t ids[5], more[2];
+    long long before = (long long)time(NULL) - DLOCK_ID_EPOCH;
+    assert_int_equal(dlock_id_next(c, "epoch", ids, 5), DLOCK_OK);
+    assert_int_equal(dlock_id_next(c, "epoch", more, 2), DLOCK_OK);
+    long long after = (long long)time(NULL) - DLOCK_ID_EPOCH;
+    assert_true(before > 0);
+    for (int i = 0; i < 5; i++) {
+        long long hi = (long long)(ids[i] >> 32);
+        assert_true(hi >= before && hi <= after);
+        assert_int_equal(ids[i] & 0xffffffffULL, (uint64_t)i + 1); /* fresh day key: 1..5 */
+    }
+    assert_true((more[0] >> 32) >= (ids[4] >> 32) && (long long)(more[1] >> 32) <= after);
+    assert_int_equal(more[0] & 0xffffffffULL, 6);
+    assert_int_equal(more[1] & 0xffffffffULL, 7);
+    /* IDs of one prefix only ever grow within a day. */
+    assert_true(more[0] > ids[4]);
+    /* The sign bit stays clear: IDs fit a signed 64-bit column. */
+    assert_true((int64_t)more[1] > 0);
+    /* Another prefix has its own sequence. */
+    uint64_t other;
+    assert_int_equal(dlock_id_next(c, "epoch2", &other, 1), DLOCK_OK);
+    assert_int_equal(other & 0xffffffffULL, 1);
+    dlock_client_free(c);
+}
+
+/* The sequence key is "icr:PREFIX:YYYY:MM:DD" with the UTC date. The test
+ * moves the process's local time zone so that the local date differs from
+ * the UTC date right now (UTC-12 in the UTC morning, UTC+14 in the UTC
+ * afternoon); a key built with localtime() would land on the other date. */
+static void id_sequence_key_carries_the_utc_date(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client();
+    time_t now = time(NULL);
+    struct tm utc;
+    gmtime_r(&now, &utc);
+    char *old_tz = getenv("TZ") ? strdup(getenv("TZ")) : NULL;
+    setenv("TZ", utc.tm_hour < 12 ? "WEST+12" : "EAST-14", 1);
+    tzset();
+
+    char key_before[96], key_after[96], local_key[96];
+    uint64_t ids[4];
+    int attempts = 0;
+    do { /* retried only if UTC midnight passes during the call */
+        utc_key(key_before, sizeof key_before, "utcday", time(NULL));
+        assert_int_equal(dlock_id_next(c, "utcday", ids, 4), DLOCK_OK);
+        now = time(NULL);
+        utc_key(key_after, sizeof key_after, "utcday", now);
+    } while (strcmp(key_before, key_after) != 0 && ++attempts < 3);
+    struct tm local;
+    localtime_r(&now, &local);
+    snprintf(local_key, sizeof local_key, "icr:utcday:%04d:%02d:%02d", local.tm_year + 1900,
+             local.tm_mon + 1, local.tm_mday);
+
+    if (old_tz) setenv("TZ", old_tz, 1);
+    else unsetenv("TZ");
+    tzset();
+    free(old_tz);
+
+    assert_string_not_equal(key_after, local_key); /* the time zone trick worked */
+    assert_int_equal(redis_int("EXISTS %s", key_after), 1);
+    if (attempts == 0) assert_int_equal(redis_int("GET %s", key_after), 4);
+    assert_int_equal(redis_int("EXISTS %s", local_key), 0);
+    redisReply *r = th_redis_cmd(&server, "KEYS icr:utcday:*");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    assert_string_equal(r->element[0]->str, key_after);
+    freeReplyObject(r);
+    /* The key has the documented shape, e.g. icr:utcday:2025:03:07. */
+    assert_int_equal(strlen(key_after), strlen("icr:utcday:YYYY:MM:DD"));
+    dlock_client_free(c);
+}
+
+/* Prefixes outside 1..64 characters of [A-Za-z0-9_.-] are refused before
+ * anything is sent: no key appears and the output array is untouched. A
+ * ':' or '{' would let one prefix collide with another's key or break the
+ * Cluster hash tag. */
+static void bad_prefixes_are_refused_and_write_nothing(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client();
+    char long65[66], long64[65];
+    memset(long65, 'p', 65);
+    long65[65] = '\0';
+    memset(long64, 'q', 64);
+    long64[64] = '\0';
+    memcpy(long64, "Az09_.-", 7);
+    const char *bad[] = {"", long65, "a:b", "a{b", "a}b", "a b", "a*b", "a/b", "a?b",
+                         "caf\xc3\xa9", "a\nb", "a\tb", "a\x7f", NULL};
+    long long keys_before = redis_int("DBSIZE", NULL);
+    uint64_t ids[3];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        fill_sentinel(ids, 3);
+        dlock_status st = dlock_id_next(c, bad[i], ids, 3);
+        if (st != DLOCK_ERR_INVALID) fail_msg("prefix #%zu accepted (status %d)", i, st);
+        assert_true(all_sentinel(ids, 3));
+        assert_non_null(strstr(dlock_last_error(), "prefix"));
+    }
+    assert_int_equal(redis_int("DBSIZE", NULL), keys_before);
+    /* 64 characters of every allowed class is fine. */
+    assert_int_equal(dlock_id_next(c, long64, ids, 3), DLOCK_OK);
+    assert_int_equal(redis_int("DBSIZE", NULL), keys_before + 1);
+    char key[128];
+    utc_key(key, sizeof key, long64, time(NULL));
+    assert_int_equal(redis_int("EXISTS %s", key), 1);
+    dlock_client_free(c);
+}
+
+/* A count of 0 or above 1,000,000, or a NULL array or client, is an
+ * invalid argument and reserves nothing; 1,000,000 itself works and is one
+ * gap-free run. */
+static void bad_counts_are_refused_and_the_maximum_works(void **state)
+{
+    (void)state;
+    enum { MAX = 1000000 };
+    dlock_client *c = new_client();
+    uint64_t ids[2];
+    char key[96];
+    fill_sentinel(ids, 2);
+    assert_int_equal(dlock_id_next(c, "counts", ids, 0), DLOCK_ERR_INVALID);
+    assert_non_null(strstr(dlock_last_error(), "count"));
+    assert_int_equal(dlock_id_next(c, "counts", ids, MAX + 1), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_next(c, "counts", ids, (size_t)-1), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_next(c, "counts", NULL, 1), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_next(NULL, "counts", ids, 1), DLOCK_ERR_INVALID);
+    assert_true(all_sentinel(ids, 2));
+    redisReply *r = th_redis_cmd(&server, "KEYS icr:counts:*");
+    assert_int_equal(r->elements, 0);
+    freeReplyObject(r);
+
+    uint64_t *big = malloc(MAX * sizeof *big);
+    assert_non_null(big);
+    time_t t0 = time(NULL);
+    assert_int_equal(dlock_id_next(c, "counts", big, MAX), DLOCK_OK);
+    for (size_t i = 1; i < MAX; i++)
+        if (big[i] != big[i - 1] + 1) fail_msg("ids %zu and %zu not consecutive", i - 1, i);
+    utc_key(key, sizeof key, "counts", t0);
+    if (time(NULL) / 86400 == t0 / 86400) {
+        assert_int_equal(big[0] & 0xffffffffULL, 1);
+        assert_int_equal(redis_int("GET %s", key), MAX);
+    }
+    free(big);
+    dlock_client_free(c);
+}
+
+/* Set today's sequence to `start`, then ask for `n` IDs; retried if UTC
+ * midnight passes in between (a new day's key would start at 1). */
+static dlock_status ids_after(dlock_client *c, const char *prefix, const char *start, uint64_t *ids,
+                              size_t n)
+{
+    char key[96], key2[96];
+    dlock_status st;
+    for (int attempt = 0;; attempt++) {
+        utc_key(key, sizeof key, prefix, time(NULL));
+        redisReply *r = th_redis_cmd(&server, "SET %s %s", key, start);
+        assert_non_null(r);
+        freeReplyObject(r);
+        st = dlock_id_next(c, prefix, ids, n);
+        utc_key(key2, sizeof key2, prefix, time(NULL));
+        if (strcmp(key, key2) == 0 || attempt == 2) return st;
+    }
+}
+
+/* The last sequence number of a day is 2^32-1. Reaching it exactly works;
+ * passing it gives DLOCK_ERR_OVERFLOW and leaves ids[] untouched, instead
+ * of IDs whose sequence spilled into the seconds half (which would repeat
+ * IDs of a later second). */
+static void sequence_past_32_bits_overflows_without_ids(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client();
+    uint64_t ids[5];
+
+    /* 4294967293 + 2 = 4294967295: the last two IDs of the day. */
+    fill_sentinel(ids, 5);
+    assert_int_equal(ids_after(c, "ovf", "4294967293", ids, 2), DLOCK_OK);
+    assert_int_equal(ids[0] & 0xffffffffULL, 4294967294ULL);
+    assert_int_equal(ids[1] & 0xffffffffULL, 4294967295ULL);
+    assert_int_equal(ids[1] >> 32, ids[0] >> 32);
+    /* One more is too many. */
+    fill_sentinel(ids, 5);
+    assert_int_equal(dlock_id_next(c, "ovf", ids, 1), DLOCK_ERR_OVERFLOW);
+    assert_true(all_sentinel(ids, 5));
+    assert_non_null(strstr(dlock_last_error(), "32 bits"));
+
+    /* 4294967295 - 2, then 5: only 2 would fit, so none are given. */
+    fill_sentinel(ids, 5);
+    assert_int_equal(ids_after(c, "ovf", "4294967293", ids, 5), DLOCK_ERR_OVERFLOW);
+    assert_true(all_sentinel(ids, 5));
+    /* Still overflowing on later calls: never wraps back to small numbers. */
+    assert_int_equal(dlock_id_next(c, "ovf", ids, 1), DLOCK_ERR_OVERFLOW);
+    assert_true(all_sentinel(ids, 5));
+
+    /* A sequence someone set negative cannot produce IDs either. */
+    assert_int_equal(ids_after(c, "ovf", "-10", ids, 3), DLOCK_ERR_OVERFLOW);
+    assert_true(all_sentinel(ids, 5));
+    /* A non-number in the key is a Redis error, not IDs. */
+    assert_int_equal(ids_after(c, "ovf", "abc", ids, 3), DLOCK_ERR_REDIS);
+    assert_true(all_sentinel(ids, 5));
+    dlock_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ids_are_unique_across_processes_and_batches),
+        cmocka_unit_test(id_high_half_is_seconds_since_the_epoch),
+        cmocka_unit_test(id_sequence_key_carries_the_utc_date),
+        cmocka_unit_test(bad_prefixes_are_refused_and_write_nothing),
+        cmocka_unit_test(bad_counts_are_refused_and_the_maximum_works),
+        cmocka_unit_test(sequence_past_32_bits_overflows_without_ids),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,1355 @@
+/*
+ * The reentrant lock against a real redis-server: mutual exclusion across
+ * processes and threads, reentrancy, owner-only release, expiry of a
+ * killed holder's lease, watchdog renewal, loss reports (deleted key,
+ * paused holder, force unlock), fencing tokens that rise across processes
+ * and server restarts, waits that time out, waiters woken by release
+ * rather than by polling (also across a server restart), the NOSCRIPT
+ * fallback, AUTH/ACL/SELECT from the URL, inspect, force unlock and name
+ * checks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ctype.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+
+static th_redis server;
+
+static int setup(void **state)
+{
+    (void)state;
+    /* SIGPIPE keeps its default action on purpose: the restart tests write
+     * to connections whose server was just killed, and the library must
+     * not let that kill the program. */
+    return th_redis_start(&server, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&server);
+    return 0;
+}
+
+/* A client of `url` with the given watchdog lease (0: default); NULL when
+ * it cannot be made, for use in child processes. */
+static dlock_client *try_client(const char *url, long watchdog_lease)
+{
+    dlock_options o = {0};
+    o.watchdog_lease_ms = watchdog_lease;
+    dlock_client *c = NULL;
+    return dlock_client_new(url, &o, &c) == DLOCK_OK ? c : NULL;
+}
+
+static dlock_client *new_client(long watchdog_lease)
+{
+    dlock_client *c = try_client(server.url, watchdog_lease);
+    if (!c) fail_msg("dlock_client_new: %s", dlock_last_error());
+    return c;
+}
+
+static dlock_lock *new_lock(dlock_client *c, const char *name)
+{
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, name, &l), DLOCK_OK);
+    assert_non_null(l);
+    return l;
+}
+
+/* Run a command on `r` and return its integer (or number-string) reply;
+ * -2 for nil. */
+static long long redis_int_on(const th_redis *r, const char *cmd, const char *key)
+{
+    redisReply *rep = th_redis_cmd(r, cmd, key);
+    assert_non_null(rep);
+    long long v = -1;
+    if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
+    else if (rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
+    else if (rep->type == REDIS_REPLY_NIL) v = -2;
+    freeReplyObject(rep);
+    return v;
+}
+
+static long long redis_int(const char *cmd, const char *key)
+{
+    return redis_int_on(&server, cmd, key);
+}
+
+/* The holder recorded in Redis belongs to client `c`:
+ * "<id>:<thread digits>:<handle digits>". */
+static int held_by_client(const dlock_lock_info *info, const dlock_client *c)
+{
+    const char *id = dlock_client_id(c);
+    size_t n = strlen(id);
+    if (!info->held || strncmp(info->holder, id, n) != 0 || info->holder[n] != ':') return 0;
+    const char *p = info->holder + n + 1;
+    int colons = 0;
+    if (!isdigit((unsigned char)*p)) return 0;
+    for (; *p; p++) {
+        if (*p == ':' && isdigit((unsigned char)p[1])) colons++;
+        else if (!isdigit((unsigned char)*p)) return 0;
+    }
+    return colons == 1;
+}
+
+/* Atomically note one entry into a critical section: INCR the "inside"
+ * counter, count a breach when someone else was already inside, keep the
+ * highest value seen, and count the round. The caller DECRs on leaving. */
+static const char *ENTER =
+    "local n = redis.call('INCR', KEYS[1]) "
+    "if n > 1 then redis.call('INCR', KEYS[2]) end "
+    "if n > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], n) end "
+    "redis.call('INCR', KEYS[4]) return n";
+
+static int enter_critical(redisContext *rc, const char *tag)
+{
+    redisReply *r = redisCommand(rc, "EVAL %s 4 %s:inside %s:breach %s:max %s:rounds", ENTER, tag, tag, tag,
+                                 tag);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
+static int leave_critical(redisContext *rc, const char *tag)
+{
+    redisReply *r = redisCommand(rc, "DECR %s:inside", tag);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
+/* After a run: rounds as expected, never two inside at once (and the
+ * counter back at zero). */
+static void assert_exclusion_held(const char *tag, long long rounds)
+{
+    char k[64];
+    snprintf(k, sizeof k, "%s:rounds", tag);
+    assert_int_equal(redis_int("GET %s", k), rounds);
+    snprintf(k, sizeof k, "%s:breach", tag);
+    assert_int_equal(redis_int("GET %s", k), -2); /* nil: no breach */
+    snprintf(k, sizeof k, "%s:max", tag);
+    assert_int_equal(redis_int("GET %s", k), 1);
+    snprintf(k, sizeof k, "%s:inside", tag);
+    assert_int_equal(redis_int("GET %s", k), 0);
+}
+
+static void wait_children(int n)
+{
+    for (int i = 0; i < n; i++) {
+        int st;
+        assert_true(wait(&st) > 0);
+        assert_true(WIFEXITED(st));
+        if (WEXITSTATUS(st) != 0) fail_msg("child exited with %d", WEXITSTATUS(st));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* Six processes take the lock 30 times each and, while holding it, enter a
+ * critical section tracked in Redis. Nobody may ever find someone else
+ * inside. If acquire.lua did not check the owner, or release deleted a
+ * lock it does not own, two children would overlap within the 1 ms they
+ * spend inside and "breach"/"max" would show it. */
+static void lock_excludes_other_processes(void **state)
+{
+    (void)state;
+    enum { CHILDREN = 6, ROUNDS = 30 };
+    for (int i = 0; i < CHILDREN; i++) {
+        if (fork() == 0) {
+            dlock_client *c = try_client(server.url, 0);
+            dlock_lock *l;
+            redisContext *rc = th_redis_connect(&server);
+            if (!c || !rc || dlock_lock_new(c, "excl", &l)) _exit(2);
+            for (int r = 0; r < ROUNDS; r++) {
+                if (dlock_lock_acquire(l, 20000, 10000, NULL) != DLOCK_OK) _exit(3);
+                if (!enter_critical(rc, "excl")) _exit(4);
+                usleep(1000);
+                if (!leave_critical(rc, "excl")) _exit(5);
+                /* Counted, not fatal, so that a broken lock shows up as
+                 * the breach it causes rather than as a child's exit. */
+                if (dlock_lock_release(l) != DLOCK_OK) freeReplyObject(redisCommand(rc, "INCR excl:relfail"));
+            }
+            redisFree(rc);
+            dlock_lock_free(l);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    int status[CHILDREN];
+    for (int i = 0; i < CHILDREN; i++) assert_true(wait(&status[i]) > 0);
+    assert_exclusion_held("excl", CHILDREN * ROUNDS);
+    assert_int_equal(redis_int("GET %s", "excl:relfail"), -2); /* every release succeeded */
+    for (int i = 0; i < CHILDREN; i++) assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{excl}"), 0);
+}
+
+/* The holding thread may acquire again at once: the count goes to 2, the
+ * token stays the same, one release leaves it held, the second frees it,
+ * a third is refused. A lock that was not reentrant would time out on the
+ * second acquire; one that did not count would be free after one release. */
+static void reentry_counts_holds_and_keeps_the_token(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_client *other = new_client(0);
+    dlock_lock *l = new_lock(c, "reent");
+    dlock_lock *lo = new_lock(other, "reent");
+    dlock_lock_info info;
+    uint64_t t1 = 0, t2 = 0, t3 = 0;
+
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, &t1), DLOCK_OK);
+    assert_true(t1 > 0);
+    long long t0 = th_now_ms();
+    assert_int_equal(dlock_lock_acquire(l, 2000, 5000, &t2), DLOCK_OK); /* at once, no wait */
+    assert_true(th_now_ms() - t0 < 500);
+    assert_true(t2 == t1);
+    assert_int_equal(dlock_lock_inspect(c, "reent", &info), DLOCK_OK);
+    assert_true(held_by_client(&info, c));
+    assert_int_equal(info.hold_count, 2);
+    assert_true(info.last_token == t1);
+
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(c, "reent", &info), DLOCK_OK);
+    assert_true(held_by_client(&info, c));
+    assert_int_equal(info.hold_count, 1);
+    assert_int_equal(dlock_lock_acquire(lo, 0, 5000, NULL), DLOCK_ERR_TIMEOUT); /* still held */
+
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(c, "reent", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{reent}"), 0);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_NOT_OWNER);
+
+    /* Free for others now, with a new and greater token. */
+    assert_int_equal(dlock_lock_acquire(lo, 0, 5000, &t3), DLOCK_OK);
+    assert_true(t3 > t1);
+    assert_int_equal(dlock_lock_release(lo), DLOCK_OK);
+    dlock_lock_free(lo);
+    dlock_lock_free(l);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
+struct intruder {
+    dlock_lock *l;
+    int try_once, try_wait, release, lost;
+    long long waited;
+    char err[256];
+};
+
+static void *intrude(void *arg)
+{
+    struct intruder *t = arg;
+    t->try_once = dlock_lock_acquire(t->l, 0, 5000, NULL);
+    long long t0 = th_now_ms();
+    t->try_wait = dlock_lock_acquire(t->l, 200, 5000, NULL);
+    t->waited = th_now_ms() - t0;
+    t->release = dlock_lock_release(t->l);
+    snprintf(t->err, sizeof t->err, "%s", dlock_last_error());
+    t->lost = dlock_lock_lost(t->l);
+    return NULL;
+}
+
+static void *take_and_give_back(void *arg)
+{
+    struct intruder *t = arg;
+    t->try_once = dlock_lock_acquire(t->l, 0, 5000, NULL);
+    t->release = t->try_once == DLOCK_OK ? dlock_lock_release(t->l) : -100;
+    return NULL;
+}
+
+/* Holds belong to threads: another thread using the same handle and client
+ * can neither acquire (DLOCK_ERR_TIMEOUT, tried once or waiting) nor
+ * release (DLOCK_ERR_NOT_OWNER) the lock, and its attempts change nothing
+ * in Redis. A lock owned per client instead of per thread would let the
+ * second thread re-enter. */
+static void other_thread_can_neither_take_nor_release_a_held_lock(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *l = new_lock(c, "threads");
+    dlock_lock_info before, after;
+    uint64_t tok;
+    assert_int_equal(dlock_lock_acquire(l, 0, 10000, &tok), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(c, "threads", &before), DLOCK_OK);
+
+    struct intruder t = {l, -100, -100, -100, -100, 0, ""};
+    pthread_t th;
+    pthread_create(&th, NULL, intrude, &t);
+    pthread_join(th, NULL);
+    assert_int_equal(t.try_once, DLOCK_ERR_TIMEOUT);
+    assert_int_equal(t.try_wait, DLOCK_ERR_TIMEOUT);
+    assert_true(t.waited >= 190);
+    assert_int_equal(t.release, DLOCK_ERR_NOT_OWNER);
+    assert_non_null(strstr(t.err, "does not hold"));
+    assert_int_equal(t.lost, 0);
+
+    assert_int_equal(dlock_lock_inspect(c, "threads", &after), DLOCK_OK);
+    assert_int_equal(after.held, 1);
+    assert_string_equal(after.holder, before.holder);
+    assert_int_equal(after.hold_count, 1);
+    assert_true(after.last_token == tok);
+    assert_int_equal(dlock_lock_lost(l), 0);
+
+    /* Once released, that other thread gets it. */
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    struct intruder t2 = {l, -100, -100, -100, -100, 0, ""};
+    pthread_create(&th, NULL, take_and_give_back, &t2);
+    pthread_join(th, NULL);
+    assert_int_equal(t2.try_once, DLOCK_OK);
+    assert_int_equal(t2.release, DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* A holder whose explicit 150 ms lease ran out, and whose lock another
+ * client then took, gets DLOCK_ERR_LOST from release, and the new owner's
+ * lock stays intact: the seeds' mis-deletion problem. If release.lua
+ * deleted without checking the owner, the new owner's lock would vanish. */
+/* Two handles of one name in one thread are two owners (as two open file
+ * descriptions are for flock): the second cannot take over the first's
+ * hold, so releasing through one can never delete the lock under the
+ * other. */
+static void two_handles_of_one_name_do_not_share_a_hold(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *a, *b;
+    assert_int_equal(dlock_lock_new(c, "two-handles", &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "two-handles", &b), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(a, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(a, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(b, 0, 10000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_lock_release(b), DLOCK_ERR_NOT_OWNER);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "two-handles", &info), DLOCK_OK);
+    assert_int_equal(info.hold_count, 2);
+    assert_int_equal(dlock_lock_release(a), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(a), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(b, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(b), DLOCK_OK);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_free(c);
+}
+
+static void expired_holder_cannot_release_the_next_owners_lock(void **state)
+{
+    (void)state;
+    dlock_client *c1 = new_client(0), *c2 = new_client(0);
+    dlock_lock *l1 = new_lock(c1, "misdelete"), *l2 = new_lock(c2, "misdelete");
+    dlock_lock_info info;
+    uint64_t t1, t2, t3;
+    assert_int_equal(dlock_lock_acquire(l1, 0, 150, &t1), DLOCK_OK);
+    usleep(300000);
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, &t2), DLOCK_OK);
+    assert_true(t2 > t1);
+
+    assert_int_equal(dlock_lock_release(l1), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_lock_lost(l1), 1);
+    assert_int_equal(dlock_lock_inspect(c1, "misdelete", &info), DLOCK_OK);
+    assert_true(held_by_client(&info, c2));
+    assert_int_equal(info.hold_count, 1);
+    assert_true(info.last_token == t2);
+    assert_int_equal(dlock_lock_release(l1), DLOCK_ERR_NOT_OWNER); /* nothing left to release */
+
+    assert_int_equal(dlock_lock_release(l2), DLOCK_OK);
+    /* A new acquisition clears the lost flag. */
+    assert_int_equal(dlock_lock_acquire(l1, 0, 5000, &t3), DLOCK_OK);
+    assert_int_equal(dlock_lock_lost(l1), 0);
+    assert_true(t3 > t2);
+    assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_lock_free(l1);
+    dlock_client_free(c2);
+    dlock_client_free(c1);
+}
+
+/* A child takes the lock with an explicit 500 ms lease and is SIGKILLed.
+ * Right after the kill the lock is still held (try once fails); a waiting
+ * acquire gets it once the lease has run out (not long before, not long
+ * after), with a greater token. A lock with no lease would never free; a
+ * waiter that ignored the holder's TTL would sleep until the 2 s cap on
+ * one sleep and miss the 1.5 s bound. */
+static void killed_holder_lock_frees_after_its_lease_not_before(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_client *cc = try_client(server.url, 0);
+        dlock_lock *ll;
+        uint64_t tok;
+        if (!cc || dlock_lock_new(cc, "killed", &ll) || dlock_lock_acquire(ll, 0, 500, &tok)) _exit(2);
+        if (write(fds[1], &tok, sizeof tok) != sizeof tok) _exit(3);
+        pause();
+        _exit(0);
+    }
+    close(fds[1]); /* a child that fails before writing gives EOF, not a hang */
+    uint64_t child_tok = 0, tok = 0;
+    assert_int_equal(read(fds[0], &child_tok, sizeof child_tok), sizeof child_tok);
+    long long t0 = th_now_ms();
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    dlock_client *c = new_client(0);
+    dlock_lock *l = new_lock(c, "killed");
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_lock_acquire(l, 5000, 5000, &tok), DLOCK_OK);
+    long long took = th_now_ms() - t0;
+    if (took < 300 || took > 1500) fail_msg("acquired %lld ms after the kill; lease was 500 ms", took);
+    assert_true(tok > child_tok);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    close(fds[0]);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* With a 300 ms watchdog lease, a watchdog hold is still there after
+ * 1200 ms (four leases), with a TTL of at most one lease, and another
+ * client cannot take it; after release it is free at once. Without
+ * renewal the key would expire at 300 ms. */
+static void watchdog_keeps_the_lock_past_its_lease(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300), *c2 = new_client(0);
+    dlock_lock *l = new_lock(c, "wd"), *l2 = new_lock(c2, "wd");
+    uint64_t tok;
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, &tok), DLOCK_OK);
+    long long pttl = redis_int("PTTL %s", "dlock:{wd}");
+    assert_true(pttl > 0 && pttl <= 300);
+    usleep(1200000);
+    pttl = redis_int("PTTL %s", "dlock:{wd}");
+    if (pttl <= 0 || pttl > 300) fail_msg("PTTL after 1200 ms: %lld", pttl);
+    assert_int_equal(dlock_lock_lost(l), 0);
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c2, "wd", &info), DLOCK_OK);
+    assert_true(held_by_client(&info, c));
+    assert_true(info.last_token == tok);
+
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{wd}"), 0);
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_OK);
+    /* The released hold is no longer renewed: l2's explicit lease stands. */
+    usleep(150000);
+    pttl = redis_int("PTTL %s", "dlock:{wd}");
+    assert_true(pttl > 0 && pttl <= 4850);
+    assert_int_equal(dlock_lock_release(l2), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+struct lost_rec {
+    atomic_int calls;
+    _Atomic uint64_t token;
+};
+
+static void on_lost(dlock_lock *l, uint64_t token, void *arg)
+{
+    (void)l;
+    struct lost_rec *r = arg;
+    atomic_store(&r->token, token);
+    atomic_fetch_add(&r->calls, 1);
+}
+
+/* Poll dlock_lock_lost() for up to `ms`; the time it took, or -1. */
+static long long wait_lost(dlock_lock *l, long ms)
+{
+    long long t0 = th_now_ms();
+    while (th_now_ms() - t0 < ms) {
+        if (dlock_lock_lost(l)) return th_now_ms() - t0;
+        usleep(5000);
+    }
+    return -1;
+}
+
+/* Someone deletes the lock key behind the holder's back: the watchdog
+ * (renewing every 100 ms for a 300 ms lease) finds it gone, sets
+ * dlock_lock_lost() and calls on_lost once with the hold's token, within
+ * about one lease. Until released the hold cannot be re-entered
+ * (DLOCK_ERR_LOST), release reports DLOCK_ERR_LOST, and a new acquisition
+ * clears the flag. A watchdog that treated "not renewed" as success would
+ * never report it. */
+static void deleted_lock_is_reported_lost(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300);
+    dlock_lock *l = new_lock(c, "deleted");
+    struct lost_rec rec = {0, 0};
+    dlock_lock_on_lost(l, on_lost, &rec);
+    uint64_t tok, tok2;
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, &tok), DLOCK_OK);
+    usleep(50000);
+    assert_int_equal(dlock_lock_lost(l), 0);
+    assert_int_equal(redis_int("DEL %s", "dlock:{deleted}"), 1);
+    long long took = wait_lost(l, 2000);
+    if (took < 0 || took > 400) fail_msg("loss noticed after %lld ms (lease 300)", took);
+    usleep(20000); /* the callback runs right after the flag is set */
+    assert_int_equal(atomic_load(&rec.calls), 1);
+    assert_true(atomic_load(&rec.token) == tok);
+
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_NOT_OWNER);
+    assert_int_equal(dlock_lock_lost(l), 1); /* still says the last hold was lost */
+
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, &tok2), DLOCK_OK);
+    assert_int_equal(dlock_lock_lost(l), 0);
+    assert_true(tok2 > tok);
+    usleep(400000);
+    assert_int_equal(dlock_lock_lost(l), 0);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(atomic_load(&rec.calls), 1);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+struct pause_report {
+    uint64_t token;
+    int lost_before_release;
+    int callbacks;
+    int release;
+};
+
+/* A child holds the lock through its watchdog (300 ms lease) and is
+ * SIGSTOPped, as by a long GC pause or swapping. After 600 ms its lease
+ * has run out and the parent takes the lock at once, with a greater
+ * token. Once resumed, the child's watchdog finds the hold gone and says
+ * so (dlock_lock_lost() == 1 and the callback) before the child does
+ * anything else; its release reports DLOCK_ERR_LOST and leaves the
+ * parent's lock alone. A watchdog renewal that extended the key whoever
+ * owns it would instead let the child believe it still holds the lock. */
+static void paused_holder_is_told_it_lost_the_lock(void **state)
+{
+    (void)state;
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_client *cc = try_client(server.url, 300);
+        dlock_lock *ll;
+        struct lost_rec rec = {0, 0};
+        struct pause_report rep = {0, -1, -1, -100};
+        if (!cc || dlock_lock_new(cc, "paused", &ll)) _exit(2);
+        dlock_lock_on_lost(ll, on_lost, &rec);
+        if (dlock_lock_acquire(ll, 0, DLOCK_LEASE_WATCHDOG, &rep.token)) _exit(3);
+        if (write(up[1], &rep.token, sizeof rep.token) != sizeof rep.token) _exit(4);
+        char go;
+        if (read(down[0], &go, 1) != 1) _exit(5); /* stopped and resumed in here */
+        for (int i = 0; i < 200 && !dlock_lock_lost(ll); i++) usleep(10000);
+        rep.lost_before_release = dlock_lock_lost(ll);
+        rep.callbacks = atomic_load(&rec.calls);
+        rep.release = dlock_lock_release(ll);
+        if (write(up[1], &rep, sizeof rep) != sizeof rep) _exit(6);
+        _exit(0);
+    }
+    close(up[1]); /* a child that fails gives EOF, not a hang */
+    close(down[0]);
+    uint64_t child_tok = 0, tok = 0;
+    if (read(up[0], &child_tok, sizeof child_tok) != sizeof child_tok) {
+        int st;
+        waitpid(pid, &st, 0);
+        fail_msg("child failed before holding the lock (exit %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
+    usleep(50000); /* let a renewal or two happen */
+    kill(pid, SIGSTOP);
+    int st = 0;
+    pid_t stopped = waitpid(pid, &st, WUNTRACED);
+    int was_stopped = stopped == pid && WIFSTOPPED(st);
+    usleep(600000);
+
+    /* No assertion may fail while the child is stopped: it would stay so. */
+    dlock_client *c = try_client(server.url, 0);
+    dlock_lock *l = NULL;
+    dlock_status got = c ? dlock_lock_new(c, "paused", &l) : DLOCK_ERR_CONNECT;
+    if (got == DLOCK_OK) got = dlock_lock_acquire(l, 0, 10000, &tok);
+    kill(pid, SIGCONT);
+    assert_int_equal(write(down[1], "g", 1), 1);
+    struct pause_report rep;
+    ssize_t n = read(up[0], &rep, sizeof rep);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(was_stopped);
+    assert_int_equal(got, DLOCK_OK);
+    assert_true(tok > child_tok);
+    assert_int_equal(n, sizeof rep);
+    assert_int_equal(rep.lost_before_release, 1);
+    assert_int_equal(rep.callbacks, 1);
+    assert_int_equal(rep.release, DLOCK_ERR_LOST);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "paused", &info), DLOCK_OK);
+    assert_true(held_by_client(&info, c));
+    assert_true(info.last_token == tok);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    close(up[0]);
+    close(down[1]);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Five processes acquire 30 times each; while holding, each appends its
+ * token to a Redis list, so the list is in acquisition order. It must be
+ * strictly increasing, and the tokens the children were handed (sent
+ * through a pipe) must be exactly the list's. A token taken from the
+ * counter without the increment, or handed out before the lock was won,
+ * would repeat or go backwards. */
+static void fencing_tokens_rise_in_acquisition_order_across_processes(void **state)
+{
+    (void)state;
+    enum { CHILDREN = 5, ROUNDS = 30, TOTAL = CHILDREN * ROUNDS };
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    for (int i = 0; i < CHILDREN; i++) {
+        if (fork() == 0) {
+            close(fds[0]);
+            dlock_client *cc = try_client(server.url, 0);
+            dlock_lock *ll;
+            redisContext *rc = th_redis_connect(&server);
+            if (!cc || !rc || dlock_lock_new(cc, "fence", &ll)) _exit(2);
+            for (int r = 0; r < ROUNDS; r++) {
+                uint64_t tok = 0;
+                if (dlock_lock_acquire(ll, 20000, 10000, &tok) != DLOCK_OK) _exit(3);
+                redisReply *rep = redisCommand(rc, "RPUSH fence-order %llu", (unsigned long long)tok);
+                if (!rep) _exit(4);
+                freeReplyObject(rep);
+                if (dlock_lock_release(ll) != DLOCK_OK) _exit(5);
+                if (write(fds[1], &tok, sizeof tok) != sizeof tok) _exit(6);
+            }
+            _exit(0);
+        }
+    }
+    close(fds[1]);
+    wait_children(CHILDREN);
+    uint64_t piped[TOTAL + 1];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(fds[0], (char *)piped + got, sizeof piped - got)) > 0) got += (size_t)n;
+    close(fds[0]);
+    assert_int_equal(got, TOTAL * sizeof(uint64_t));
+
+    redisReply *r = th_redis_cmd(&server, "LRANGE fence-order 0 -1");
+    assert_non_null(r);
+    assert_int_equal(r->elements, TOTAL);
+    uint64_t listed[TOTAL];
+    for (size_t i = 0; i < TOTAL; i++) {
+        listed[i] = strtoull(r->element[i]->str, NULL, 10);
+        if (i > 0 && listed[i] <= listed[i - 1])
+            fail_msg("token #%zu (%llu) not above #%zu (%llu)", i, (unsigned long long)listed[i], i - 1,
+                     (unsigned long long)listed[i - 1]);
+    }
+    freeReplyObject(r);
+    qsort(piped, TOTAL, sizeof *piped, cmp_u64);
+    for (size_t i = 0; i < TOTAL; i++) assert_true(piped[i] == listed[i]);
+
+    dlock_client *c = new_client(0);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "fence", &info), DLOCK_OK);
+    assert_true(info.last_token == listed[TOTAL - 1]);
+    dlock_client_free(c);
+}
+
+/* A restart without persistence wipes the fencing counter, yet the next
+ * token is still greater than the last one before the restart (tokens are
+ * floored at the server clock in microseconds). A token from the counter
+ * alone would start again at 1 and let a stale holder's writes through.
+ * The same client keeps working across the restart (reconnect, NOSCRIPT). */
+static void fencing_tokens_rise_across_a_redis_restart(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c = try_client(r.url, 0);
+    assert_non_null(c);
+    dlock_lock *l = new_lock(c, "restart-fence");
+    uint64_t t1 = 0, t2 = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_lock_acquire(l, 0, 5000, &t1), DLOCK_OK);
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    }
+    assert_int_equal(redis_int_on(&r, "EXISTS %s", "dlock:{restart-fence}:fence"), 1);
+
+    assert_int_equal(th_redis_restart(&r), 0);
+    assert_int_equal(redis_int_on(&r, "EXISTS %s", "dlock:{restart-fence}:fence"), 0); /* wiped */
+
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, &t2), DLOCK_OK);
+    if (t2 <= t1) fail_msg("token after restart %llu <= before %llu", (unsigned long long)t2,
+                           (unsigned long long)t1);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "restart-fence", &info), DLOCK_OK);
+    assert_true(info.last_token == t2);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
+/* A wait of 300 ms on a lock held for 10 s gives DLOCK_ERR_TIMEOUT after
+ * 300 ms (not before, and not after the holder's lease or a 2 s safety
+ * net), and a try-once wait returns at once. */
+static void wait_gives_up_after_its_wait_time(void **state)
+{
+    (void)state;
+    dlock_client *c1 = new_client(0), *c2 = new_client(0);
+    dlock_lock *l1 = new_lock(c1, "timeout"), *l2 = new_lock(c2, "timeout");
+    assert_int_equal(dlock_lock_acquire(l1, 0, 10000, NULL), DLOCK_OK);
+
+    long long t0 = th_now_ms();
+    assert_int_equal(dlock_lock_acquire(l2, 300, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    long long took = th_now_ms() - t0;
+    if (took < 299 || took >= 1000) fail_msg("a 300 ms wait took %lld ms", took);
+    assert_non_null(strstr(dlock_last_error(), "held by another owner"));
+
+    t0 = th_now_ms();
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_true(th_now_ms() - t0 < 200);
+    assert_int_equal(dlock_lock_release(l2), DLOCK_ERR_NOT_OWNER); /* the timeout left no hold */
+    assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_lock_free(l1);
+    dlock_client_free(c2);
+    dlock_client_free(c1);
+}
+
+struct waiter {
+    dlock_lock *l;
+    long wait_ms, lease_ms;
+    int release_after; /* release in the thread once acquired */
+    int status;
+    uint64_t token;
+    long long got_at;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    w->status = dlock_lock_acquire(w->l, w->wait_ms, w->lease_ms, &w->token);
+    w->got_at = th_now_ms();
+    if (w->status == DLOCK_OK && w->release_after) dlock_lock_release(w->l);
+    return NULL;
+}
+
+/* A waiter on a lock held with a 30 s lease gets it within 150 ms of the
+ * release, five times in a row. Only the release message can explain
+ * that: the holder's TTL is 30 s, and the library's fallbacks are a
+ * 200 ms poll while the subscription is unconfirmed and a 2 s cap on any
+ * one sleep (the waiter starts 300 ms before the release, so that cap
+ * would wake it about 1.7 s after it). The waiter's bounded 10 s wait
+ * only keeps a broken build from hanging. */
+static void release_wakes_a_waiter_at_once(void **state)
+{
+    (void)state;
+    enum { REPS = 5 };
+    dlock_client *c1 = new_client(0), *c2 = new_client(0);
+    dlock_lock *l1 = new_lock(c1, "wake"), *l2 = new_lock(c2, "wake");
+    long long delay[REPS];
+    for (int i = 0; i < REPS; i++) {
+        assert_int_equal(dlock_lock_acquire(l1, 0, 30000, NULL), DLOCK_OK);
+        struct waiter w = {l2, 10000, 30000, 1, -100, 0, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, waiter_main, &w);
+        usleep(300000);
+        long long released = th_now_ms();
+        assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
+        pthread_join(th, NULL);
+        assert_int_equal(w.status, DLOCK_OK);
+        delay[i] = w.got_at - released;
+    }
+    for (int i = 0; i < REPS; i++)
+        if (delay[i] >= 150)
+            fail_msg("wake-up delays %lld %lld %lld %lld %lld ms", delay[0], delay[1], delay[2], delay[3],
+                     delay[4]);
+    dlock_lock_free(l2);
+    dlock_lock_free(l1);
+    dlock_client_free(c2);
+    dlock_client_free(c1);
+}
+
+/* A thread waits for a lock held with a 20 s lease when the server is
+ * restarted without persistence (the lock is gone with its data). The
+ * subscriber's broken connection wakes the waiter, which reconnects,
+ * gets NOSCRIPT, falls back to EVAL and takes the lock within 1 s of the
+ * restart (typically ~20 ms). Neither the holder's 20 s TTL nor the 2 s
+ * cap on one sleep (which would wake it about 1.6 s after the restart)
+ * explains that. The old holder's release afterwards cannot delete the
+ * new owner's lock. */
+static void waiter_acquires_after_redis_restart(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *ca = try_client(r.url, 0), *cb = try_client(r.url, 0);
+    assert_non_null(ca);
+    assert_non_null(cb);
+    dlock_lock *la = new_lock(ca, "restart-wait"), *lb = new_lock(cb, "restart-wait");
+    uint64_t ta;
+    assert_int_equal(dlock_lock_acquire(la, 0, 20000, &ta), DLOCK_OK);
+    struct waiter w = {lb, 15000, 10000, 0, -100, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    usleep(300000);
+    assert_int_equal(th_redis_restart(&r), 0);
+    long long restarted = th_now_ms();
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, DLOCK_OK);
+    long long took = w.got_at - restarted;
+    if (took > 1000) fail_msg("waiter got the lock %lld ms after the restart", took);
+    assert_true(w.token > ta);
+
+    /* The old holder must learn that its lock is gone, and must not free
+     * B's lock. Over a unix socket the dead connection fails the send, so
+     * the release is known not to have run before and its resend is
+     * judged on its own answer. */
+    dlock_status st = dlock_lock_release(la);
+    assert_int_equal(st, DLOCK_ERR_LOST);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(ca, "restart-wait", &info), DLOCK_OK);
+    assert_true(held_by_client(&info, cb));
+    assert_true(info.last_token == w.token);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_free(cb);
+    dlock_client_free(ca);
+    th_redis_stop(&r);
+}
+
+/* The header promises that the library never raises signals. After a
+ * restart the client's pooled connection is dead; on a unix socket the
+ * first write to it raises SIGPIPE, which kills any application that has
+ * not ignored SIGPIPE itself. A child with the default disposition must
+ * survive a restart and simply get the lock on a new connection. */
+static void server_restart_does_not_kill_the_process_with_sigpipe(void **state)
+{
+    (void)state;
+    th_redis r;
+    int up[2], down[2];
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_DFL); /* whatever the test runner set */
+        dlock_client *cc = try_client(r.url, 0);
+        dlock_lock *ll;
+        if (!cc || dlock_lock_new(cc, "sigpipe", &ll)) _exit(2);
+        if (dlock_lock_acquire(ll, 0, 5000, NULL) || dlock_lock_release(ll)) _exit(3);
+        char ch = 'a';
+        if (write(up[1], &ch, 1) != 1 || read(down[0], &ch, 1) != 1) _exit(4);
+        int st = dlock_lock_acquire(ll, 0, 5000, NULL);
+        if (write(up[1], &st, sizeof st) != sizeof st) _exit(5);
+        _exit(0);
+    }
+    close(up[1]); /* so that reads see EOF if the child dies */
+    close(down[0]);
+    char ch;
+    int got = -100, st = 0;
+    ssize_t n1 = read(up[0], &ch, 1);
+    int restarted = -1;
+    ssize_t n2 = -1, n3 = -1;
+    if (n1 == 1) { /* else the child is gone: writing to it would be our SIGPIPE */
+        restarted = th_redis_restart(&r);
+        n2 = write(down[1], "g", 1);
+        n3 = read(up[0], &got, sizeof got);
+    }
+    waitpid(pid, &st, 0);
+    th_redis_stop(&r);
+    close(up[0]);
+    close(down[1]);
+    assert_int_equal(n1, 1);
+    assert_int_equal(restarted, 0);
+    assert_int_equal(n2, 1);
+    if (WIFSIGNALED(st)) fail_msg("the client process was killed by signal %d after the restart", WTERMSIG(st));
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(n3, sizeof got);
+    assert_int_equal(got, DLOCK_OK);
+}
+
+/* SCRIPT FLUSH empties the server's script cache between every pair of
+ * calls: acquire, re-entry, release, inspect and the watchdog's renewal
+ * all still work (EVALSHA gets NOSCRIPT and falls back to EVAL). Without
+ * the fallback every call after a flush would fail with DLOCK_ERR_REDIS,
+ * and the watchdog hold would be reported lost. */
+static void script_flush_does_not_break_the_lock(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300);
+    dlock_lock *l = new_lock(c, "flush");
+    dlock_lock_info info;
+#define FLUSH() freeReplyObject(th_redis_cmd(&server, "SCRIPT FLUSH"))
+    FLUSH();
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+    FLUSH();
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+    FLUSH();
+    assert_int_equal(dlock_lock_inspect(c, "flush", &info), DLOCK_OK);
+    assert_int_equal(info.hold_count, 2);
+    FLUSH();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    FLUSH();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{flush}"), 0);
+
+    FLUSH();
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    for (int i = 0; i < 6; i++) {
+        FLUSH();
+        usleep(100000);
+    }
+    assert_int_equal(dlock_lock_lost(l), 0);
+    assert_true(redis_int("PTTL %s", "dlock:{flush}") > 0);
+    FLUSH();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{flush}"), 0);
+#undef FLUSH
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* Take and release a lock through a client of `url`: the URL's
+ * credentials and database really reached the server. */
+static void assert_lock_works(const char *url, const char *name)
+{
+    dlock_client *c = try_client(url, 0);
+    if (!c) fail_msg("client for %s: %s", url, dlock_last_error());
+    dlock_lock *l = new_lock(c, name);
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+static void assert_client_fails(const char *url, dlock_status want)
+{
+    dlock_client *c = (dlock_client *)&c;
+    dlock_status st = dlock_client_new(url, NULL, &c);
+    if (st != want) fail_msg("%s: status %d (%s), want %d", url, st, dlock_last_error(), want);
+    assert_null(c);
+}
+
+/* With requirepass, the URL's password is sent with AUTH and the lock
+ * works; a wrong or missing password is DLOCK_ERR_AUTH from
+ * dlock_client_new, not a later confusing failure. A percent-encoded
+ * password reaches the server decoded. */
+static void password_from_url_is_used_and_wrong_one_refused(void **state)
+{
+    (void)state;
+    th_redis r;
+    char url[512];
+    assert_int_equal(th_redis_start(&r, "requirepass s3cret\n"), 0);
+    snprintf(url, sizeof url, "redis://:s3cret@127.0.0.1:%d", r.port);
+    assert_lock_works(url, "auth");
+    snprintf(url, sizeof url, "redis://:wrong@127.0.0.1:%d", r.port);
+    assert_client_fails(url, DLOCK_ERR_AUTH);
+    assert_non_null(strstr(dlock_last_error(), "AUTH"));
+    assert_client_fails(r.tcp_url, DLOCK_ERR_AUTH); /* no password at all */
+    assert_client_fails(r.url, DLOCK_ERR_AUTH);     /* unix socket, no password */
+    th_redis_stop(&r);
+
+    assert_int_equal(th_redis_start(&r, "requirepass p@ss:w/rd%x\n"), 0);
+    snprintf(url, sizeof url, "redis://:p%%40ss%%3Aw%%2Frd%%25x@127.0.0.1:%d", r.port);
+    assert_lock_works(url, "auth-escaped");
+    snprintf(url, sizeof url, "redis://:p%%40ss%%3Aw%%2Frd%%25y@127.0.0.1:%d", r.port);
+    assert_client_fails(url, DLOCK_ERR_AUTH);
+    th_redis_stop(&r);
+}
+
+/* An ACL user from the URL ("user:password@") authenticates as that user;
+ * a wrong password or unknown user is DLOCK_ERR_AUTH. A user whose ACL
+ * does not cover the lock's keys gets DLOCK_ERR_AUTH (NOPERM) on acquire,
+ * not a lock. */
+static void acl_user_from_url_is_used(void **state)
+{
+    (void)state;
+    th_redis r;
+    char url[512];
+    assert_int_equal(th_redis_start(&r, "user alice on >pw ~* &* +@all\n"
+                                        "user bob on >pw ~other:* &* +@all\n"), 0);
+    snprintf(url, sizeof url, "redis://alice:pw@127.0.0.1:%d", r.port);
+    assert_lock_works(url, "acl");
+    snprintf(url, sizeof url, "redis://alice:nope@127.0.0.1:%d", r.port);
+    assert_client_fails(url, DLOCK_ERR_AUTH);
+    snprintf(url, sizeof url, "redis://mallory:pw@127.0.0.1:%d", r.port);
+    assert_client_fails(url, DLOCK_ERR_AUTH);
+
+    snprintf(url, sizeof url, "redis://bob:pw@127.0.0.1:%d", r.port);
+    dlock_client *c = try_client(url, 0);
+    assert_non_null(c);
+    dlock_lock *l = new_lock(c, "acl");
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_ERR_AUTH);
+    assert_non_null(strstr(dlock_last_error(), "NOPERM"));
+    assert_int_equal(redis_int_on(&r, "EXISTS %s", "dlock:{acl}"), 0);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
+static long long exists_in_db(int db, const char *key)
+{
+    redisContext *rc = th_redis_connect(&server);
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "SELECT %d", db);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(rc, "EXISTS %s", key);
+    assert_non_null(r);
+    long long v = r->integer;
+    freeReplyObject(r);
+    redisFree(rc);
+    return v;
+}
+
+/* The database in the URL (unix ?db=3, redis:// /5) is SELECTed on every
+ * connection: the lock key lands in that database and nowhere else. A
+ * database the server does not have is DLOCK_ERR_AUTH ("SELECT refused")
+ * from dlock_client_new. */
+static void database_from_url_is_selected(void **state)
+{
+    (void)state;
+    char url[512];
+    snprintf(url, sizeof url, "%s?db=3", server.url);
+    dlock_client *c = try_client(url, 0);
+    assert_non_null(c);
+    dlock_lock *l = new_lock(c, "dbsel");
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(exists_in_db(3, "dlock:{dbsel}"), 1);
+    assert_int_equal(exists_in_db(0, "dlock:{dbsel}"), 0);
+    assert_int_equal(exists_in_db(5, "dlock:{dbsel}"), 0);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(exists_in_db(3, "dlock:{dbsel}"), 0);
+    assert_int_equal(exists_in_db(3, "dlock:{dbsel}:fence"), 1);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof url, "%s/5", server.tcp_url);
+    c = try_client(url, 0);
+    assert_non_null(c);
+    l = new_lock(c, "dbsel5");
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(exists_in_db(5, "dlock:{dbsel5}"), 1);
+    assert_int_equal(exists_in_db(0, "dlock:{dbsel5}"), 0);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof url, "%s/99", server.tcp_url); /* default: 16 databases */
+    assert_client_fails(url, DLOCK_ERR_AUTH);
+    assert_non_null(strstr(dlock_last_error(), "SELECT"));
+}
+
+struct worker {
+    dlock_lock *shared;
+    dlock_client *c;
+    int index;
+    int failed; /* 0, or the step that failed */
+};
+
+/* One thread's loop: its own lock, then the shared one (re-entered), the
+ * critical section, and release in reverse order. */
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    enum { ROUNDS = 40 };
+    char name[32];
+    snprintf(name, sizeof name, "mt-own-%d", w->index);
+    dlock_lock *own;
+    redisContext *rc = th_redis_connect(&server);
+    if (!rc || dlock_lock_new(w->c, name, &own) != DLOCK_OK) {
+        w->failed = 1;
+        if (rc) redisFree(rc);
+        return NULL;
+    }
+    for (int r = 0; r < ROUNDS && !w->failed; r++) {
+        if (dlock_lock_acquire(own, 0, 10000, NULL) != DLOCK_OK) w->failed = 2;
+        else if (dlock_lock_acquire(w->shared, 20000, 10000, NULL) != DLOCK_OK) w->failed = 3;
+        else if (dlock_lock_acquire(w->shared, 0, 10000, NULL) != DLOCK_OK) w->failed = 4;
+        else if (!enter_critical(rc, "mt")) w->failed = 5;
+        else {
+            usleep(200);
+            if (!leave_critical(rc, "mt")) w->failed = 6;
+            else if (dlock_lock_release(w->shared) != DLOCK_OK) w->failed = 7;
+            else if (dlock_lock_release(w->shared) != DLOCK_OK) w->failed = 8;
+            else if (dlock_lock_release(own) != DLOCK_OK) w->failed = 9;
+        }
+    }
+    dlock_lock_free(own);
+    redisFree(rc);
+    return NULL;
+}
+
+/* Eight threads share one client and one handle of a lock (plus a lock of
+ * their own each) and hammer them: never two inside the shared critical
+ * section, every own-lock acquire succeeds at once (no interference
+ * between names), and everything is free at the end. Confused per-thread
+ * bookkeeping in the shared handle, or a connection used by two threads
+ * at once, would break exclusion or fail calls. */
+static void threads_sharing_a_client_exclude_each_other(void **state)
+{
+    (void)state;
+    enum { THREADS = 8 };
+    dlock_client *c = new_client(0);
+    dlock_lock *shared = new_lock(c, "mt-shared");
+    struct worker w[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (struct worker){shared, c, i, 0};
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        if (w[i].failed) fail_msg("thread %d failed at step %d", i, w[i].failed);
+    assert_exclusion_held("mt", THREADS * 40);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{mt-shared}"), 0);
+    redisReply *r = th_redis_cmd(&server, "KEYS dlock:{mt-own-*}");
+    assert_int_equal(r->elements, 0);
+    freeReplyObject(r);
+    dlock_lock_free(shared);
+    dlock_client_free(c);
+}
+
+/* inspect reports the holder ("<client id>:<thread>"), the hold count, the
+ * remaining lease and the last token; a free lock shows held 0, ttl -1 and
+ * keeps its last token; a never-used name has token 0. inspect changes
+ * nothing (the TTL keeps running down). */
+static void inspect_reports_holder_count_ttl_and_token(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0), *admin = new_client(0);
+    dlock_lock *l = new_lock(c, "inspect");
+    dlock_lock_info info;
+    uint64_t tok;
+
+    assert_int_equal(dlock_lock_inspect(admin, "inspect-never-used", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    assert_string_equal(info.holder, "");
+    assert_int_equal(info.hold_count, 0);
+    assert_int_equal(info.ttl_ms, -1);
+    assert_true(info.last_token == 0);
+
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, &tok), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(admin, "inspect", &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_true(held_by_client(&info, c));
+    assert_int_equal(info.hold_count, 3);
+    assert_true(info.ttl_ms > 4000 && info.ttl_ms <= 5000);
+    assert_true(info.last_token == tok);
+    usleep(200000);
+    long before = info.ttl_ms;
+    assert_int_equal(dlock_lock_inspect(admin, "inspect", &info), DLOCK_OK);
+    assert_true(info.ttl_ms < before && info.ttl_ms > 0);
+
+    for (int i = 0; i < 3; i++) assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(admin, "inspect", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    assert_string_equal(info.holder, "");
+    assert_int_equal(info.hold_count, 0);
+    assert_int_equal(info.ttl_ms, -1);
+    assert_true(info.last_token == tok);
+    dlock_lock_free(l);
+    dlock_client_free(admin);
+    dlock_client_free(c);
+}
+
+/* force_unlock deletes a held lock (was_held 1, then 0 on a free lock);
+ * the holder's watchdog reports it lost with its token; and a waiter on a
+ * lock held for 30 s is woken by the force unlock at once, not by the
+ * lease. The old holder's release then reports DLOCK_ERR_LOST and leaves
+ * the waiter's new hold alone. */
+static void force_unlock_deletes_reports_loss_and_wakes_waiters(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300), *admin = new_client(0), *cw = new_client(0);
+    dlock_lock *l = new_lock(c, "force");
+    struct lost_rec rec = {0, 0};
+    dlock_lock_on_lost(l, on_lost, &rec);
+    uint64_t tok;
+    int was = -1;
+
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, &tok), DLOCK_OK);
+    assert_int_equal(dlock_lock_force_unlock(admin, "force", &was), DLOCK_OK);
+    assert_int_equal(was, 1);
+    assert_int_equal(dlock_lock_force_unlock(admin, "force", &was), DLOCK_OK);
+    assert_int_equal(was, 0);
+    assert_int_equal(dlock_lock_force_unlock(admin, "force", NULL), DLOCK_OK);
+    long long took = wait_lost(l, 2000);
+    if (took < 0 || took > 400) fail_msg("force unlock noticed after %lld ms (lease 300)", took);
+    usleep(20000);
+    assert_int_equal(atomic_load(&rec.calls), 1);
+    assert_true(atomic_load(&rec.token) == tok);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_LOST);
+
+    /* A waiter is woken by the force unlock. */
+    uint64_t tok2;
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, &tok2), DLOCK_OK);
+    assert_true(tok2 > tok);
+    dlock_lock *lw = new_lock(cw, "force");
+    struct waiter w = {lw, 10000, 5000, 0, -100, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    usleep(300000);
+    long long forced = th_now_ms();
+    assert_int_equal(dlock_lock_force_unlock(admin, "force", &was), DLOCK_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(was, 1);
+    assert_int_equal(w.status, DLOCK_OK);
+    if (w.got_at - forced >= 150) fail_msg("waiter woke %lld ms after force unlock", w.got_at - forced);
+    assert_true(w.token > tok2);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_LOST);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(admin, "force", &info), DLOCK_OK);
+    assert_true(held_by_client(&info, cw));
+    assert_int_equal(dlock_lock_force_unlock(admin, "force", &was), DLOCK_OK);
+    assert_int_equal(was, 1);
+    dlock_lock_free(lw);
+    dlock_lock_free(l);
+    dlock_client_free(cw);
+    dlock_client_free(admin);
+    dlock_client_free(c);
+}
+
+/* Names must be 1..512 bytes without '{', '}' or control characters (the
+ * braces would break the {NAME} hash tag, so one lock's keys could land in
+ * two Cluster slots or collide with another name's); bad names, NULLs and
+ * bad wait/lease arguments are DLOCK_ERR_INVALID and write nothing. */
+static void bad_names_and_arguments_are_refused(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    char n513[514], n512[513];
+    memset(n513, 'n', 513);
+    n513[513] = '\0';
+    memset(n512, 'm', 512);
+    n512[512] = '\0';
+    const char *bad[] = {"", "a{b", "a}b", "{x}", "a\nb", "\x01", "tab\there", "del\x7f", n513, NULL};
+    long long keys_before = redis_int("DBSIZE", NULL);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dlock_lock *l = (dlock_lock *)&l;
+        dlock_lock_info info;
+        int was = -1;
+        dlock_status st = dlock_lock_new(c, bad[i], &l);
+        if (st != DLOCK_ERR_INVALID) fail_msg("name #%zu accepted: status %d", i, st);
+        assert_null(l);
+        assert_true(dlock_last_error()[0] != '\0');
+        assert_int_equal(dlock_lock_new_fair(c, bad[i], &l), DLOCK_ERR_INVALID);
+        assert_int_equal(dlock_lock_inspect(c, bad[i], &info), DLOCK_ERR_INVALID);
+        assert_int_equal(dlock_lock_force_unlock(c, bad[i], &was), DLOCK_ERR_INVALID);
+        assert_int_equal(was, 0);
+    }
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, n513, &l), DLOCK_ERR_INVALID);
+    assert_non_null(strstr(dlock_last_error(), "512"));
+    assert_int_equal(dlock_lock_new(NULL, "x", &l), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_new(c, "x", NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_inspect(NULL, "x", &(dlock_lock_info){0}), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_inspect(c, "x", NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_force_unlock(NULL, "x", NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_acquire(NULL, 0, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_release(NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_lost(NULL), 0);
+
+    l = new_lock(c, "args");
+    assert_int_equal(dlock_lock_acquire(l, -2, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_acquire(l, 0, -1, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_acquire(l, 0, 1, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_acquire(l, 0, 2, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_NOT_OWNER);
+    dlock_lock_free(l);
+    assert_int_equal(redis_int("DBSIZE", NULL), keys_before); /* nothing written */
+
+    /* The longest name, and odd but legal ones, work end to end. */
+    const char *good[] = {n512, "with space", "caf\xc3\xa9:*?[]", "x"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        l = new_lock(c, good[i]);
+        assert_string_equal(dlock_lock_name(l), good[i]);
+        assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
+        char key[600];
+        snprintf(key, sizeof key, "dlock:{%s}", good[i]);
+        redisReply *r = th_redis_cmd(&server, "EXISTS %b", key, strlen(key));
+        assert_int_equal(r->integer, 1);
+        freeReplyObject(r);
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+    }
+    dlock_client_free(c);
+}
+
+/* A handle may be freed as soon as dlock_lock_release() returns. With a
+ * 30 ms watchdog lease the watchdog renews every 10 ms, so a renewal is
+ * often in flight at the moment of release and free; when its reply
+ * comes back the watchdog must not touch the freed hold. Under ASan a
+ * use-after-free fails this test; without ASan it may pass silently. */
+static void freeing_a_handle_right_after_release_is_safe_during_renewal(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(30);
+    unsigned seed = 12345;
+    for (int i = 0; i < 300; i++) {
+        dlock_lock *l = new_lock(c, "free-after-release");
+        assert_int_equal(dlock_lock_acquire(l, 2000, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+        usleep((useconds_t)(rand_r(&seed) % 12000));
+        /* A 30 ms lease may really run out on a loaded machine: LOST is
+         * an honest answer here, anything else is not. */
+        dlock_status st = dlock_lock_release(l);
+        if (st != DLOCK_OK && st != DLOCK_ERR_LOST) fail_msg("release: %d %s", st, dlock_last_error());
+        dlock_lock_free(l);
+    }
+    dlock_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lock_excludes_other_processes),
+        cmocka_unit_test(reentry_counts_holds_and_keeps_the_token),
+        cmocka_unit_test(other_thread_can_neither_take_nor_release_a_held_lock),
+        cmocka_unit_test(two_handles_of_one_name_do_not_share_a_hold),
+        cmocka_unit_test(expired_holder_cannot_release_the_next_owners_lock),
+        cmocka_unit_test(killed_holder_lock_frees_after_its_lease_not_before),
+        cmocka_unit_test(watchdog_keeps_the_lock_past_its_lease),
+        cmocka_unit_test(deleted_lock_is_reported_lost),
+        cmocka_unit_test(paused_holder_is_told_it_lost_the_lock),
+        cmocka_unit_test(fencing_tokens_rise_in_acquisition_order_across_processes),
+        cmocka_unit_test(fencing_tokens_rise_across_a_redis_restart),
+        cmocka_unit_test(wait_gives_up_after_its_wait_time),
+        cmocka_unit_test(release_wakes_a_waiter_at_once),
+        cmocka_unit_test(waiter_acquires_after_redis_restart),
+        cmocka_unit_test(server_restart_does_not_kill_the_process_with_sigpipe),
+        cmocka_unit_test(script_flush_does_not_break_the_lock),
+        cmocka_unit_test(password_from_url_is_used_and_wrong_one_refused),
+        cmocka_unit_test(acl_user_from_url_is_used),
+        cmocka_unit_test(database_from_url_is_selected),
+        cmocka_unit_test(threads_sharing_a_client_exclude_each_other),
+        cmocka_unit_test(inspect_reports_holder_count_ttl_and_token),
+        cmocka_unit_test(force_unlock_deletes_reports_loss_and_wakes_waiters),
+        cmocka_unit_test(bad_names_and_arguments_are_refused),
+        /* Last: under ASan a failure here aborts the whole program. */
+        cmocka_unit_test(freeing_a_handle_right_after_release_is_safe_during_renewal),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
