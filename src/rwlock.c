@@ -39,6 +39,7 @@ typedef struct rw_thread {
 
 struct dlock_rwlock {
     dlock_client *client;
+    unsigned long number; /* in owner strings: two handles are two owners (see lock.c) */
     char *key, *fence, *channel;
     pthread_mutex_t mu; /* guards threads, fn, arg */
     rw_thread *threads;
@@ -57,7 +58,9 @@ dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_rwlo
     if (st != DLOCK_OK) return st;
     dlock_rwlock *rw = calloc(1, sizeof *rw);
     if (rw) {
+        static atomic_ulong handles;
         rw->client = client;
+        rw->number = atomic_fetch_add(&handles, 1) + 1;
         rw->key = dlock_key(name, ":rw");
         rw->fence = dlock_key(name, ":rw:fence");
         rw->channel = dlock_key(name, ":rw:ch");
@@ -98,7 +101,7 @@ static rw_thread *thread_record(dlock_rwlock *rw, int create)
     if (!t && create && (t = calloc(1, sizeof *t)) != NULL) {
         t->rw = rw;
         t->thread = me;
-        snprintf(t->owner, sizeof t->owner, "%s:%lu", rw->client->id, me);
+        snprintf(t->owner, sizeof t->owner, "%s:%lu:%lu", rw->client->id, me, rw->number);
         for (int m = 0; m < 2; m++) {
             t->hold[m].t = t;
             t->hold[m].mode = (dlock_rw_mode)m;
