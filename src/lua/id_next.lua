@@ -1,0 +1,26 @@
+-- Reserve `count` IDs from a day's sequence (the global ID generator).
+--
+-- KEYS[1]  day counter "icr:<prefix>:<yyyy:MM:dd>" (UTC date)
+-- ARGV[1]  how many to reserve
+-- ARGV[2]  floor: the caller's millisecond of the UTC day times 49
+--
+-- Returns the last value reserved; the batch is (last - count, last].
+--
+-- Why a floor: an ID is (seconds << 32 | sequence), so two IDs collide
+-- only in the same second with the same sequence. A restart without
+-- persistence (or a failover to a replica that missed the last INCRBY)
+-- sends the counter back to 0, and the same second's sequence values would
+-- be handed out again. Raising the counter to at least 49 per millisecond
+-- of the day (49 * 86,400,000 < 2^32) means a counter that starts over
+-- begins above every value handed out earlier that day, unless IDs were
+-- being made faster than 49,000 a second just before. The counter only
+-- ever grows, so uniqueness between hosts does not depend on their clocks.
+
+local n = tonumber(ARGV[1])
+local last = redis.call('INCRBY', KEYS[1], n)
+local floor = tonumber(ARGV[2])
+if last - n < floor then
+    last = floor + n
+    redis.call('SET', KEYS[1], string.format('%.0f', last))
+end
+return last
