@@ -365,8 +365,13 @@ dlock_status dlock_lock_release(dlock_lock *l)
     const char *args[5] = {h->owner, lease_s, count_s, l->client->publish, prefix};
     redisReply *r;
     int retried;
+    /* The last release deletes the key; a renewal racing it must not be
+     * taken for a loss. */
+    int last = h->count == 1 && h->renewed;
+    if (last) dlock_wd_releasing(l->client->wd, &h->wd, 1);
     dlock_status st = dlock_eval(l->client, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2,
                                  keys, l->fair ? 5 : 4, args, &r, &retried);
+    if (last && st != DLOCK_OK) dlock_wd_releasing(l->client->wd, &h->wd, 0);
     if (st != DLOCK_OK) return st; /* hold unchanged: the caller may try again */
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);

@@ -249,7 +249,12 @@ dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode)
     const char *args[5] = {t->owner, lease, count, mode_name[mode], rw->client->publish};
     redisReply *r;
     int retried;
+    /* The last release deletes the hold; a renewal racing it must not be
+     * taken for a loss. */
+    int last = h->count == 1 && h->renewed;
+    if (last) dlock_wd_releasing(rw->client->wd, &h->wd, 1);
     dlock_status st = dlock_eval(rw->client, DLOCK_SCRIPT_RW_RELEASE, 2, keys, 5, args, &r, &retried);
+    if (last && st != DLOCK_OK) dlock_wd_releasing(rw->client->wd, &h->wd, 0);
     if (st != DLOCK_OK) return st;
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);

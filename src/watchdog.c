@@ -143,6 +143,11 @@ static void renew_batch(struct dlock_watchdog *wd, int64_t now)
             e->deadline_ms = now + e->lease_ms;
             e->next_ms = now + e->lease_ms / 3;
             lost = 0;
+        } else if (e->releasing) {
+            /* Released under us, most likely: look again shortly; the
+             * holder removes the entry when its release returns. */
+            e->next_ms = after + 20;
+            lost = 0;
         } else {
             lost = 1;
         }
@@ -216,9 +221,17 @@ void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms
         e->registered = 1;
     }
     e->gen = ++wd->next_gen;
+    e->releasing = 0;
     e->deadline_ms = since_ms + e->lease_ms;
     e->next_ms = since_ms + e->lease_ms / 3;
     pthread_cond_signal(&wd->cond);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on)
+{
+    pthread_mutex_lock(&wd->mu);
+    e->releasing = on;
     pthread_mutex_unlock(&wd->mu);
 }
 

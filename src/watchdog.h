@@ -25,6 +25,7 @@ typedef struct dlock_wd_entry {
     int64_t deadline_ms; /* the lease surely ends here without renewal */
     uint64_t gen;        /* bumped on every add, to drop stale results */
     int registered;
+    int releasing;       /* the holder's release is in flight (see below) */
     struct dlock_wd_entry *prev, *next;
 } dlock_wd_entry;
 
@@ -33,6 +34,12 @@ void dlock_watchdog_stop(struct dlock_watchdog *wd);
 
 /* Start renewing `e`, whose lease was (re)started at monotonic `since_ms`. */
 void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms);
+
+/* Mark `e` as being released (on 1) or not any more (on 0). A renewal that
+ * runs on the server just after the holder's release script deleted the
+ * key answers "not owned"; for an entry being released that answer means
+ * nothing (the release will tell), so it is not reported as a loss. */
+void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on);
 
 /* Stop renewing `e`; waits for a loss callback running on it to return. */
 void dlock_wd_remove(struct dlock_watchdog *wd, dlock_wd_entry *e);

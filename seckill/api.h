@@ -1,0 +1,42 @@
+/*
+ * api.h -- the HTTP API as a pure function: a parsed request in, a status
+ * and a body out. No sockets here (http.c does those), so the whole of
+ * routing, authentication and JSON handling can be fuzzed in-process.
+ */
+#ifndef SECKILL_API_H
+#define SECKILL_API_H
+
+#include <stddef.h>
+
+#include "metrics.h"
+#include "seckill.h"
+
+typedef struct sk_request {
+    const char *method;        /* "GET", "POST", ... */
+    const char *path;          /* without the query string */
+    const char *authorization; /* the Authorization header, or NULL */
+    const char *body;          /* may be NULL when body_len is 0 */
+    size_t body_len;
+    int body_too_large;        /* the body passed SK_BODY_MAX and was dropped */
+} sk_request;
+
+typedef struct sk_response {
+    int status;
+    char *body;                /* malloc'ed, NUL-terminated */
+    size_t body_len;
+    const char *content_type;  /* static */
+    const char *allow;         /* static; set with 405 */
+    sk_route route;
+} sk_response;
+
+/* Handle one request. Always fills *resp with a status and a body (a JSON
+ * error when anything is wrong); never fails. */
+void sk_api_handle(sk_app *app, const sk_request *req, sk_response *resp);
+
+void sk_response_free(sk_response *resp);
+
+/* Check a voucher creation body. 0 and *out filled, or -1 and *code set
+ * to the JSON error code ("bad_json", "bad_request"). */
+int sk_parse_voucher(const char *body, size_t len, sk_voucher *out, const char **code);
+
+#endif

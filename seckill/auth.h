@@ -1,0 +1,37 @@
+/*
+ * auth.h -- bearer tokens: "UID.EXPIRY.MAC", MAC = hex HMAC-SHA256 of
+ * "seckill-v1:UID.EXPIRY" under the server secret. User 0 is the admin.
+ */
+#ifndef SECKILL_AUTH_H
+#define SECKILL_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SK_SECRET_MIN 16        /* bytes: shorter secrets are refused */
+#define SK_SECRET_MAX 4096
+#define SK_TOKEN_MAX 128        /* a longer Authorization value is refused unread */
+#define SK_DEFAULT_SECRET_FILE "seckill.secret"
+
+/* Write a token for `user_id` valid until `expiry` (Unix seconds) into
+ * out[cap]. Returns 0, or -1 if it does not fit or the ids are negative. */
+int sk_token_make(const unsigned char *secret, size_t secret_len, int64_t user_id, int64_t expiry,
+                  char *out, size_t cap);
+
+/* Check a token at time `now`. Returns 0 and sets *user_id when it is
+ * well formed, signed with this secret and not expired; -1 otherwise. */
+int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *token, size_t len,
+                    int64_t now, int64_t *user_id);
+
+/* Check an Authorization header value ("Bearer TOKEN", scheme case-insensitive). */
+int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now,
+                   int64_t *user_id);
+
+/* Load the secret from `path`, creating it with 32 random bytes (64 hex
+ * digits, mode 0600) when it does not exist. A trailing newline is not part
+ * of the secret. Returns 0 and a malloc'ed buffer; -1 with a message in
+ * err[errlen]. *created tells whether this call made the file. */
+int sk_secret_load(const char *path, unsigned char **secret, size_t *len, int *created, char *err,
+                   size_t errlen);
+
+#endif

@@ -1,0 +1,30 @@
+/* Choosing a database backend from its URL; see db.h. */
+#include "db.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* One URL option for every backend keeps the command line the same when
+ * PostgreSQL ("postgres://...") is added next to SQLite. */
+int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
+{
+    if (!url || !*url) {
+        snprintf(err, errlen, "empty database URL");
+        return -1;
+    }
+    const char *path = url;
+    if (strncmp(url, "sqlite://", 9) == 0) {
+        path = url + 9; /* sqlite:///abs -> /abs, sqlite://rel -> rel */
+    } else if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
+        snprintf(err, errlen, "PostgreSQL is not supported yet: %s", url);
+        return -1;
+    } else if (strstr(url, "://")) {
+        snprintf(err, errlen, "unknown database URL scheme: %s", url);
+        return -1;
+    }
+    if (!*path) {
+        snprintf(err, errlen, "database URL has no path: %s", url);
+        return -1;
+    }
+    return sk_db_open_sqlite(path, out, err, errlen);
+}

@@ -1,0 +1,68 @@
+/*
+ * db.h -- the database, the service's source of truth and its last guard.
+ *
+ * The schema makes oversell and duplicates impossible whatever the layers
+ * above do: CHECK(stock >= 0) on vouchers, UNIQUE(user_id, voucher_id) and
+ * the order id as PRIMARY KEY on orders, and inserts that do nothing on a
+ * conflict so a redelivered order is harmless. A backend implements
+ * sk_db_ops; store_sqlite.c is the first, a libpq one can follow.
+ *
+ * All functions are safe to call from many threads at once.
+ */
+#ifndef SECKILL_DB_H
+#define SECKILL_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "seckill.h"
+
+typedef struct sk_db sk_db;
+
+/* What the writer learned about one order of a batch. */
+typedef enum sk_persist_outcome {
+    SK_PERSIST_CREATED = 0,   /* inserted now, stock taken */
+    SK_PERSIST_DUPLICATE,     /* the same order id was already there: a redelivery */
+    SK_PERSIST_REJECTED       /* refused (sold out, second order of the user, no voucher);
+                                 recorded in rejected_orders */
+} sk_persist_outcome;
+
+typedef struct sk_db_ops {
+    void (*close)(sk_db *db);
+    sk_result (*voucher_create)(sk_db *db, const sk_voucher *v, int64_t now, int64_t *id);
+    sk_result (*voucher_get)(sk_db *db, int64_t id, sk_voucher *out);
+    /* Up to `cap` ids of vouchers whose sale ended after `ended_after`, newest first. */
+    sk_result (*voucher_ids)(sk_db *db, int64_t ended_after, int64_t *ids, size_t cap, size_t *n);
+    /* Every buyer of a voucher (malloc'ed array, caller frees). */
+    sk_result (*voucher_buyers)(sk_db *db, int64_t voucher_id, int64_t **uids, size_t *n);
+    /* Number of orders of a voucher. */
+    sk_result (*voucher_sold)(sk_db *db, int64_t voucher_id, int64_t *sold, int64_t *rejected);
+    /* A persisted or rejected order; SK_NO_ORDER when neither. */
+    sk_result (*order_get)(sk_db *db, uint64_t id, sk_order *out);
+    /* The lock strategy's whole decision in one transaction: window, one
+     * order per user, stock > 0, insert. Returns the business outcome. */
+    sk_result (*order_place)(sk_db *db, const sk_order *o, int64_t now);
+    /* The writer's batch, in one transaction; outcomes[i] for orders[i].
+     * SK_OK only when committed; on failure nothing of the batch is kept. */
+    sk_result (*orders_persist)(sk_db *db, const sk_order *orders, size_t n, int64_t now,
+                                sk_persist_outcome *outcomes);
+    sk_result (*ping)(sk_db *db);
+} sk_db_ops;
+
+struct sk_db {
+    const sk_db_ops *ops;
+};
+
+/*
+ * Open the database named by `url`: "sqlite:///abs/path.db",
+ * "sqlite://rel/path.db", or a plain file path. The schema is created when
+ * missing. Returns 0, or -1 with a message in err[errlen].
+ */
+int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen);
+
+/* Backend constructors, chosen by sk_db_open. */
+int sk_db_open_sqlite(const char *path, sk_db **out, char *err, size_t errlen);
+
+static inline void sk_db_close(sk_db *db) { if (db) db->ops->close(db); }
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * libmicrohttpd glue: collect a request's body (bounded), hand the request
+ * to api.c, send its answer, count it. Everything about what a request
+ * means is in api.c; this file only knows HTTP.
+ */
+#include "http.h"
+
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "api.h"
+#include "metrics.h"
+#include "skutil.h"
+
+struct sk_http {
+    struct MHD_Daemon *daemon;
+    sk_app *app;
+    int port;
+};
+
+/* Per-request state, from the first callback to the completion notice. */
+typedef struct reqctx {
+    int64_t start_ns;
+    char *body;
+    size_t len;
+    int too_large;
+    int answered;
+} reqctx;
+
+/* MHD copies the body, so the caller frees its buffer at once; no-store
+ * because stock and order status change from one request to the next. */
+static enum MHD_Result send_response(struct MHD_Connection *conn, const sk_response *resp)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(resp->body_len, resp->body ? resp->body : (char *)"",
+                                        MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    if (resp->content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+    if (resp->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)resp->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Answer before the body has been read: MHD then closes the connection
+ * instead of reading (and us buffering) an upload we will not use. */
+static enum MHD_Result reject_early(struct MHD_Connection *conn, reqctx *ctx, sk_route route)
+{
+    static char body[] = "{\"error\":\"too_large\"}";
+    sk_response resp = {.status = 413, .body = body, .body_len = sizeof body - 1,
+                        .content_type = "application/json", .route = route};
+    ctx->answered = 1;
+    sk_metrics_request(route, 413, sk_mono_ns() - ctx->start_ns);
+    return send_response(conn, &resp);
+}
+
+/*
+ * MHD calls this at least twice per request: once when the headers are in
+ * (*con_cls still NULL), then once per chunk of body, then once more with
+ * no data when the body is complete; that last call answers.
+ */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    sk_http *h = cls;
+    reqctx *ctx = *con_cls;
+    if (!ctx) {
+        ctx = calloc(1, sizeof *ctx);
+        if (!ctx) return MHD_NO;
+        ctx->start_ns = sk_mono_ns();
+        *con_cls = ctx;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        uint64_t n;
+        if (cl && (sk_parse_u64(cl, strlen(cl), UINT64_MAX, &n) != 0 || n > SK_BODY_MAX))
+            return reject_early(conn, ctx, SK_ROUTE_OTHER);
+        return MHD_YES;
+    }
+    if (ctx->answered) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        /* A chunked body has no length up front: keep reading, drop what
+         * passes the limit, refuse at the end. */
+        size_t n = *upload_data_size;
+        if (!ctx->too_large && ctx->len + n > SK_BODY_MAX) {
+            ctx->too_large = 1;
+            free(ctx->body);
+            ctx->body = NULL;
+            ctx->len = 0;
+        }
+        if (!ctx->too_large) {
+            char *b = realloc(ctx->body, ctx->len + n + 1);
+            if (!b) return MHD_NO;
+            memcpy(b + ctx->len, upload_data, n);
+            ctx->body = b;
+            ctx->len += n;
+            b[ctx->len] = '\0';
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    sk_request req = {
+        .method = method,
+        .path = url,
+        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+        .body = ctx->body,
+        .body_len = ctx->len,
+        .body_too_large = ctx->too_large,
+    };
+    sk_response resp;
+    sk_api_handle(h->app, &req, &resp);
+    ctx->answered = 1;
+    enum MHD_Result ret = send_response(conn, &resp);
+    sk_metrics_request(resp.route, resp.status, sk_mono_ns() - ctx->start_ns);
+    sk_response_free(&resp);
+    return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    reqctx *ctx = *con_cls;
+    if (!ctx) return;
+    free(ctx->body);
+    free(ctx);
+    *con_cls = NULL;
+}
+
+/* MHD's own messages go to stderr with our prefix, like every other line. */
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    fputs("seckill: http: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+/* Paths are left exactly as sent. No route of the API needs an escape,
+ * so one resource has one spelling: "/api/vouchers/%31" is not voucher 1,
+ * and "1%00" cannot be cut short at a decoded NUL. */
+static size_t no_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    return strlen(s);
+}
+
+/* Split "HOST:PORT" (HOST may be "[v6]") and resolve it to one address. */
+static int resolve(const char *listen, struct sockaddr_storage *ss, int *v6, char *err, size_t errlen)
+{
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || strlen(listen) >= sizeof host) {
+        snprintf(err, errlen, "--listen wants HOST:PORT, got \"%s\"", listen);
+        return -1;
+    }
+    size_t hl = (size_t)(colon - listen);
+    memcpy(host, listen, hl);
+    host[hl] = '\0';
+    if (host[0] == '[' && hl >= 2 && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    uint64_t port;
+    if (sk_parse_u64(colon + 1, strlen(colon + 1), 65535, &port) != 0) {
+        snprintf(err, errlen, "bad port in --listen \"%s\"", listen);
+        return -1;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int rc = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (rc != 0 || !ai) {
+        snprintf(err, errlen, "--listen %s: %s", listen, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+int sk_http_check_listen(const char *listen, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    int v6;
+    return resolve(listen, &ss, &v6, err, errlen);
+}
+
+/* Why a thread pool: handlers block on Redis and the database for a round
+ * trip or two; N threads, each with its own event loop, keep N requests
+ * in flight while keep-alive connections cost no thread each. */
+int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    int v6 = 0;
+    if (resolve(listen, &ss, &v6, err, errlen) != 0) return -1;
+    sk_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    h->app = app;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+    if (v6) flags |= MHD_USE_IPv6;
+    h->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h,
+        MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
+        MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(threads > 0 ? threads : 1),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
+        MHD_OPTION_END);
+    if (!h->daemon) {
+        snprintf(err, errlen, "cannot listen on %s (in use, or not an address of this host)", listen);
+        free(h);
+        return -1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info ? info->port : 0;
+    *out = h;
+    return 0;
+}
+
+/* With --listen HOST:0 the kernel picks the port; callers need to know it. */
+int sk_http_port(sk_http *h)
+{
+    return h->port;
+}
+
+/* MHD_stop_daemon waits for handlers in flight, so the strategy and the
+ * database can be torn down right after. */
+void sk_http_stop(sk_http *h)
+{
+    if (!h) return;
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

@@ -1,0 +1,37 @@
+-- Take one unit of a voucher for one user, and queue the order.
+--
+-- KEYS[1]  "seckill:{v:ID}:stock"   units left (string)
+-- KEYS[2]  "seckill:{v:ID}:window"  hash: begin, end (Unix seconds)
+-- KEYS[3]  "seckill:{v:ID}:buyers"  set of user ids that have an order
+-- KEYS[4]  "seckill:{v:ID}:orders"  stream of accepted orders
+-- ARGV[1]  user id
+-- ARGV[2]  order id (decimal)
+-- ARGV[3]  voucher id
+-- ARGV[4]  now, Unix seconds (the server's clock, so both strategies
+--          judge the window by the same clock)
+--
+-- Returns {0, stream entry id} when accepted, else {code}:
+--   1 not warmed (stock or window missing: a new voucher or a Redis that
+--     restarted empty; the caller warms it from the database and retries),
+--   2 not started, 3 ended, 4 already ordered, 5 sold out.
+--
+-- Why every check comes before the first write: a Lua script has no
+-- rollback, so a script that decremented and then found a reason to refuse
+-- would leak a unit. And why XADD is the first write: it is the only one
+-- that can fail (out of memory); if it does, nothing has changed, while
+-- stock taken without an order message is exactly the lost sale the
+-- reference designs suffer from.
+local stock = redis.call('GET', KEYS[1])
+if not stock then return {1} end
+local w = redis.call('HMGET', KEYS[2], 'begin', 'end')
+local b, e = tonumber(w[1]), tonumber(w[2])
+if not b or not e then return {1} end
+local now = tonumber(ARGV[4])
+if now < b then return {2} end
+if now >= e then return {3} end
+if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return {4} end
+if tonumber(stock) <= 0 then return {5} end
+local id = redis.call('XADD', KEYS[4], '*', 'order', ARGV[2], 'user', ARGV[1], 'voucher', ARGV[3])
+redis.call('DECR', KEYS[1])
+redis.call('SADD', KEYS[3], ARGV[1])
+return {0, id}

@@ -1,0 +1,321 @@
+/*
+ * seckill: a flash-sale service on Redis and a database.
+ *
+ *   seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]
+ *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
+ *   seckill token [--secret-file FILE] [--ttl S] USER_ID
+ *   seckill verify [--redis URL] [--db URL] [VOUCHER_ID...]
+ *   seckill load [--url URL] [--secret-file FILE] [--users N] [--connections C]
+ *                [--stock S | --voucher ID] [--repeat K]
+ *
+ * Exit status: 0 success, 1 failure (verify: an invariant is broken),
+ * 2 usage error.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "commands.h"
+#include "db.h"
+#include "dlock.h"
+#include "embedded.h"
+#include "http.h"
+#include "keys.h"
+#include "orderid.h"
+#include "rpool.h"
+#include "seckill.h"
+#include "skutil.h"
+#include "strategy.h"
+#include "writer.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+
+/* One usage text for every subcommand: errors and --help print the same. */
+void sk_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]\n"
+            "                     [--strategy redis|lock] [--secret-file FILE] [--threads N]\n"
+            "       seckill token [--secret-file FILE] [--ttl S] USER_ID\n"
+            "       seckill verify [--redis URL] [--db URL] [VOUCHER_ID...]\n"
+            "       seckill load [--url URL] [--secret-file FILE] [--users N] [--connections C]\n"
+            "                    [--stock S | --voucher ID] [--repeat K]\n"
+            "\n"
+            "serve   run the HTTP API. Without --redis a private redis-server is started on a\n"
+            "        unix socket and stopped at exit; without --db the SQLite file %s is used.\n"
+            "token   print a bearer token for USER_ID (0 is the admin), valid --ttl seconds\n"
+            "        (default 86400), signed with the secret in --secret-file (default %s,\n"
+            "        created when missing).\n"
+            "verify  check that the database and Redis agree: no unit sold twice or lost.\n"
+            "load    run a flash sale against a server: N users (default 10000) buy one unit\n"
+            "        each over C keep-alive connections (default 32), of a new voucher with S\n"
+            "        units (default 100) or of --voucher; prints throughput and latencies and\n"
+            "        fails if more than the stock was sold.\n",
+            DEFAULT_DB, SK_DEFAULT_SECRET_FILE);
+}
+
+/* Writer knobs come from the environment: deployments and tests set them
+ * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES). */
+static long env_long(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end || x <= 0 ? dflt : x;
+}
+
+/* ------------------------------------------------------------------------ */
+/* serve                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct serve_opts {
+    const char *listen, *redis, *db, *strategy, *secret_file;
+    int threads;
+} serve_opts;
+
+/* All of serve's flags are checked before anything starts, so a typo
+ * never leaves a half-started server or a stray redis-server. */
+static int parse_serve(int argc, char **argv, serve_opts *o)
+{
+    static const struct option longs[] = {
+        {"listen", required_argument, NULL, 'l'},   {"redis", required_argument, NULL, 'r'},
+        {"db", required_argument, NULL, 'd'},       {"strategy", required_argument, NULL, 's'},
+        {"secret-file", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+    };
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
+                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8)};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        uint64_t n;
+        switch (c) {
+        case 'l': o->listen = optarg; break;
+        case 'r': o->redis = optarg; break;
+        case 'd': o->db = optarg; break;
+        case 's': o->strategy = optarg; break;
+        case 'k': o->secret_file = optarg; break;
+        case 't':
+            if (sk_parse_u64(optarg, strlen(optarg), 1024, &n) != 0 || n == 0) {
+                fprintf(stderr, "seckill: --threads wants 1 to 1024\n");
+                return -1;
+            }
+            o->threads = (int)n;
+            break;
+        case 'h': sk_usage(stdout); exit(0);
+        default: return -1;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "seckill: serve takes no arguments, only options\n");
+        return -1;
+    }
+    if (strcmp(o->strategy, "redis") != 0 && strcmp(o->strategy, "lock") != 0) {
+        fprintf(stderr, "seckill: --strategy is redis or lock\n");
+        return -1;
+    }
+    char err[256];
+    if (sk_http_check_listen(o->listen, err, sizeof err) != 0) {
+        fprintf(stderr, "seckill: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Everything serve builds, so one function can tear down whatever part
+ * of it exists, in reverse order. */
+typedef struct server {
+    sk_embedded embedded;
+    unsigned char *secret;
+    size_t secret_len;
+    sk_db *db;
+    dlock_client *client;
+    sk_rpool *redis;
+    sk_orderids *ids;
+    sk_writer *writer;
+    sk_app app;
+    sk_http *http;
+} server;
+
+/* Reverse order of start: HTTP first (no new orders), the writer after
+ * (it finishes its batch), the stores last. */
+static void server_down(server *s)
+{
+    sk_http_stop(s->http);
+    if (s->app.strategy.ops) s->app.strategy.ops->destroy(s->app.strategy.ctx);
+    sk_writer_stop(s->writer);
+    sk_orderids_free(s->ids);
+    sk_rpool_free(s->redis);
+    if (s->client) dlock_client_free(s->client);
+    sk_db_close(s->db);
+    free(s->secret);
+    sk_embedded_stop(&s->embedded);
+}
+
+/* Start everything, print the listening line, wait for SIGINT/SIGTERM. */
+static int serve(int argc, char **argv)
+{
+    serve_opts o;
+    if (parse_serve(argc, argv, &o) != 0) {
+        sk_usage(stderr);
+        return EXIT_USAGE;
+    }
+    /* Signals are taken by sigwait() below; every thread created from
+     * here on inherits the mask, so none of them is interrupted. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    server s;
+    memset(&s, 0, sizeof s);
+    char err[512];
+    int created = 0;
+    const char *redis_url = o.redis;
+    if (sk_secret_load(o.secret_file, &s.secret, &s.secret_len, &created, err, sizeof err) != 0) goto fail;
+    if (created) fprintf(stderr, "seckill: created secret file %s\n", o.secret_file);
+    if (!redis_url) {
+        if (sk_embedded_start(&s.embedded, err, sizeof err) != 0) goto fail;
+        redis_url = s.embedded.url;
+        fprintf(stderr, "seckill: started private redis-server (pid %ld) at %s\n", (long)s.embedded.pid,
+                redis_url);
+    }
+    if (sk_db_open(o.db, &s.db, err, sizeof err) != 0) goto fail;
+    if (dlock_client_new(redis_url, NULL, &s.client) != DLOCK_OK) {
+        snprintf(err, sizeof err, "redis %s: %s", redis_url, dlock_last_error());
+        goto fail;
+    }
+    s.ids = sk_orderids_new(s.client, 128);
+    if (!s.ids) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    if (strcmp(o.strategy, "redis") == 0) {
+        if (sk_rpool_new(redis_url, 5000, &s.redis, err, sizeof err) != 0) goto fail;
+        sk_writer_config wc = {
+            .db = s.db,
+            .redis = s.redis,
+            .consumer = getenv("SECKILL_CONSUMER"),
+            .claim_idle_ms = env_long("SECKILL_CLAIM_IDLE_MS", 30000),
+            .max_deliveries = (int)env_long("SECKILL_MAX_DELIVERIES", 5),
+        };
+        s.writer = sk_writer_start(&wc);
+        if (!s.writer) {
+            snprintf(err, sizeof err, "cannot start the order writer");
+            goto fail;
+        }
+        if (sk_strategy_redis_new(s.db, s.redis, s.ids, s.writer, &s.app.strategy) != 0) {
+            snprintf(err, sizeof err, "out of memory");
+            goto fail;
+        }
+    } else if (sk_strategy_lock_new(s.db, s.client, s.ids, &s.app.strategy) != 0) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    s.app.secret = s.secret;
+    s.app.secret_len = s.secret_len;
+    if (sk_http_start(&s.app, o.listen, o.threads, &s.http, err, sizeof err) != 0) goto fail;
+
+    /* The one line on stdout: scripts and tests read the port from it. */
+    const char *colon = strrchr(o.listen, ':');
+    printf("seckill: listening on http://%.*s:%d (strategy %s, %d threads)\n", (int)(colon - o.listen),
+           o.listen, sk_http_port(s.http), o.strategy, o.threads);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "seckill: signal %d, stopping\n", sig);
+    server_down(&s);
+    return 0;
+fail:
+    fprintf(stderr, "seckill: %s\n", err);
+    server_down(&s);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* token                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int token(int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"secret-file", required_argument, NULL, 'k'},
+        {"ttl", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *secret_file = SK_DEFAULT_SECRET_FILE;
+    uint64_t ttl = 86400;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 'k': secret_file = optarg; break;
+        case 't':
+            if (sk_parse_u64(optarg, strlen(optarg), 10ULL * 365 * 86400, &ttl) != 0 || ttl == 0) {
+                fprintf(stderr, "seckill: --ttl wants 1 to 315360000 seconds\n");
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h': sk_usage(stdout); return 0;
+        default: sk_usage(stderr); return EXIT_USAGE;
+        }
+    }
+    int64_t uid;
+    if (optind != argc - 1 || sk_parse_i64(argv[optind], strlen(argv[optind]), INT64_MAX, &uid) != 0) {
+        fprintf(stderr, "seckill: token wants one USER_ID, a decimal number (0 is the admin)\n");
+        return EXIT_USAGE;
+    }
+    unsigned char *secret;
+    size_t len;
+    int created;
+    char err[512];
+    if (sk_secret_load(secret_file, &secret, &len, &created, err, sizeof err) != 0) {
+        fprintf(stderr, "seckill: %s\n", err);
+        return 1;
+    }
+    if (created) fprintf(stderr, "seckill: created secret file %s\n", secret_file);
+    char tok[SK_TOKEN_MAX + 1];
+    int rc = sk_token_make(secret, len, uid, sk_unix_now() + (int64_t)ttl, tok, sizeof tok);
+    free(secret);
+    if (rc != 0) {
+        fprintf(stderr, "seckill: cannot make a token\n");
+        return 1;
+    }
+    printf("%s\n", tok);
+    return 0;
+}
+
+/* Subcommand dispatch, git-style. */
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        sk_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve")) return serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "token")) return token(argc - 1, argv + 1);
+    if (!strcmp(cmd, "verify")) return sk_cmd_verify(argc - 1, argv + 1);
+    if (!strcmp(cmd, "load")) return sk_cmd_load(argc - 1, argv + 1);
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        sk_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("seckill %s (libdlock %s)\n", DLOCK_VERSION, dlock_version());
+        return 0;
+    }
+    fprintf(stderr, "seckill: unknown command \"%s\"\n", cmd);
+    sk_usage(stderr);
+    return EXIT_USAGE;
+}

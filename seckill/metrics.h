@@ -1,0 +1,41 @@
+/*
+ * metrics.h -- process-wide counters for GET /metrics (Prometheus text).
+ * Every update is one relaxed atomic add: cheap enough for the hot path.
+ */
+#ifndef SECKILL_METRICS_H
+#define SECKILL_METRICS_H
+
+#include <stdint.h>
+
+#include "seckill.h"
+
+/* The API's routes, as metrics labels. */
+typedef enum sk_route {
+    SK_ROUTE_VOUCHER_CREATE = 0,
+    SK_ROUTE_VOUCHER_GET,
+    SK_ROUTE_ORDER_CREATE,
+    SK_ROUTE_ORDER_GET,
+    SK_ROUTE_HEALTHZ,
+    SK_ROUTE_METRICS,
+    SK_ROUTE_OTHER,
+    SK_ROUTE_COUNT
+} sk_route;
+
+/* One finished request: its route, HTTP status and handling time. */
+void sk_metrics_request(sk_route route, int status, int64_t ns);
+
+/* The outcome of one order attempt (SK_OK = accepted). */
+void sk_metrics_order(sk_result r);
+
+/* The writer's progress. */
+void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead,
+                       uint64_t batches);
+
+/* Entries not yet persisted: never delivered (lag) and delivered but not
+ * acknowledged (pending), summed over the voucher streams. */
+void sk_metrics_stream(int64_t lag, int64_t pending);
+
+/* The whole exposition as a malloc'ed string. */
+char *sk_metrics_render(void);
+
+#endif

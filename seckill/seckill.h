@@ -1,0 +1,99 @@
+/*
+ * seckill.h -- the flash-sale service's shared types.
+ *
+ * One process serves the HTTP API (http.c, api.c), decides every order
+ * through one strategy (strategy_redis.c or strategy_lock.c) and keeps the
+ * truth in a database (db.h). This header holds what all of them agree on:
+ * the records, the outcome codes and the strategy interface, so that the
+ * request layer never knows which strategy or which database it talks to.
+ */
+#ifndef SECKILL_H
+#define SECKILL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Limits of what the API accepts. They bound memory per request and keep
+ * every number inside SQLite's signed 64-bit integers. */
+#define SK_TITLE_MAX 200                /* bytes of a voucher title */
+#define SK_STOCK_MAX 100000000LL        /* units of one voucher */
+#define SK_TIME_MAX 32503680000LL       /* year 3000, in Unix seconds */
+#define SK_BODY_MAX 8192                /* bytes of a request body */
+
+/* What a request came to. The HTTP layer maps each to a status and an
+ * error code (api.c); the strategies and the database return them. */
+typedef enum sk_result {
+    SK_OK = 0,
+    SK_NO_VOUCHER,   /* 404 no_voucher */
+    SK_NOT_STARTED,  /* 403 not_started */
+    SK_ENDED,        /* 403 ended */
+    SK_ALREADY,      /* 409 already_ordered */
+    SK_SOLD_OUT,     /* 410 sold_out */
+    SK_BUSY,         /* 429 busy: the user's lock was not free in time */
+    SK_NO_ORDER,     /* 404 no_order */
+    SK_INVALID,      /* 400 bad_request */
+    SK_UNAVAILABLE,  /* 503 unavailable: Redis or the database did not answer */
+    SK_INTERNAL      /* 500 internal */
+} sk_result;
+
+/* Short name of a result, as used in JSON errors and metrics labels. */
+const char *sk_result_code(sk_result r);
+
+typedef struct sk_voucher {
+    int64_t id;
+    char title[SK_TITLE_MAX + 1];
+    int64_t stock;         /* remaining units */
+    int64_t initial_stock; /* units at creation */
+    int64_t begin;         /* sale window [begin, end), Unix seconds */
+    int64_t end;
+} sk_voucher;
+
+typedef enum sk_order_status {
+    SK_ORDER_PENDING = 0,  /* accepted into the stream, not yet in the database */
+    SK_ORDER_CREATED,      /* persisted */
+    SK_ORDER_REJECTED      /* the database refused it (its last-guard checks) */
+} sk_order_status;
+
+typedef struct sk_order {
+    uint64_t id;
+    int64_t user_id;
+    int64_t voucher_id;
+    uint64_t fence;        /* lock strategy: fencing token of the user's lock; 0 otherwise */
+    sk_order_status status;
+} sk_order;
+
+typedef struct sk_app sk_app;
+
+/*
+ * A way of deciding orders. Both implementations share the database for
+ * vouchers and persisted orders; they differ in where stock and buyers are
+ * decided. `now` is Unix seconds, passed in so that all checks of one
+ * request agree on the time.
+ */
+typedef struct sk_strategy_ops {
+    const char *name;
+    sk_result (*voucher_create)(void *ctx, const sk_voucher *v, int64_t *id);
+    sk_result (*voucher_get)(void *ctx, int64_t id, sk_voucher *out);
+    sk_result (*order_create)(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now,
+                              uint64_t *order_id);
+    sk_result (*order_get)(void *ctx, uint64_t order_id, sk_order *out);
+    /* SK_OK when every backend answers. */
+    sk_result (*health)(void *ctx);
+    void (*destroy)(void *ctx);
+} sk_strategy_ops;
+
+typedef struct sk_strategy {
+    const sk_strategy_ops *ops;
+    void *ctx;
+} sk_strategy;
+
+/* Everything a request handler needs. Built by main.c for `serve`, by the
+ * fuzz target with an in-memory strategy. */
+struct sk_app {
+    sk_strategy strategy;
+    const unsigned char *secret; /* token key */
+    size_t secret_len;
+    int64_t (*now)(void);        /* Unix seconds; NULL means time(NULL) */
+};
+
+#endif

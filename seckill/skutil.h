@@ -1,0 +1,25 @@
+/*
+ * skutil.h -- small helpers shared by the service's files: strict decimal
+ * parsing (ids arrive in URLs, tokens and stream entries) and clocks.
+ */
+#ifndef SECKILL_SKUTIL_H
+#define SECKILL_SKUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parse exactly `len` bytes of s as a decimal in [0, max]: digits only, no
+ * sign, no spaces, no leading zero (except "0" itself). 0 on success. */
+int sk_parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out);
+int sk_parse_i64(const char *s, size_t len, int64_t max, int64_t *out);
+
+/* Unix seconds, wall clock. */
+int64_t sk_unix_now(void);
+
+/* Monotonic nanoseconds, for latencies and timeouts. */
+int64_t sk_mono_ns(void);
+
+/* Sleep `ms` milliseconds (restarting on signals). */
+void sk_sleep_ms(long ms);
+
+#endif

@@ -1,0 +1,622 @@
+/*
+ * The SQLite backend of db.h. WAL mode, so readers never wait for the one
+ * writer; every write transaction starts with BEGIN IMMEDIATE, so two
+ * writers queue on the busy timeout instead of failing to upgrade a read
+ * lock halfway through. Connections are pooled: a thread borrows one whole
+ * connection (with its prepared statements) for one operation.
+ */
+#include "db.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#define BUSY_TIMEOUT_MS 10000
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS vouchers ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  title TEXT NOT NULL,"
+    "  stock INTEGER NOT NULL CHECK (stock >= 0),"
+    "  initial_stock INTEGER NOT NULL CHECK (initial_stock >= 0),"
+    "  begin_at INTEGER NOT NULL,"
+    "  end_at INTEGER NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  CHECK (end_at > begin_at),"
+    "  CHECK (stock <= initial_stock));"
+    "CREATE TABLE IF NOT EXISTS orders ("
+    "  id INTEGER PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL,"
+    "  voucher_id INTEGER NOT NULL REFERENCES vouchers(id),"
+    "  fence INTEGER NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL,"
+    "  UNIQUE (user_id, voucher_id));"
+    "CREATE INDEX IF NOT EXISTS orders_by_voucher ON orders(voucher_id);"
+    "CREATE TABLE IF NOT EXISTS rejected_orders ("
+    "  id INTEGER PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL,"
+    "  voucher_id INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS rejected_by_voucher ON rejected_orders(voucher_id);";
+
+enum {
+    ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
+    ST_V_INSERT, ST_V_GET, ST_V_IDS, ST_V_BUYERS, ST_V_SOLD, ST_V_TAKE,
+    ST_O_GET, ST_O_BY_USER, ST_O_INSERT, ST_R_GET, ST_R_INSERT, ST_PING,
+    ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_V_INSERT] = "INSERT INTO vouchers(title, stock, initial_stock, begin_at, end_at, created_at)"
+                    " VALUES (?1, ?2, ?2, ?3, ?4, ?5)",
+    [ST_V_GET] = "SELECT id, title, stock, initial_stock, begin_at, end_at FROM vouchers WHERE id = ?1",
+    [ST_V_IDS] = "SELECT id FROM vouchers WHERE end_at > ?1 ORDER BY id DESC LIMIT ?2",
+    [ST_V_BUYERS] = "SELECT user_id FROM orders WHERE voucher_id = ?1",
+    [ST_V_SOLD] = "SELECT (SELECT count(*) FROM orders WHERE voucher_id = ?1),"
+                  " (SELECT count(*) FROM rejected_orders WHERE voucher_id = ?1)",
+    [ST_V_TAKE] = "UPDATE vouchers SET stock = stock - 1 WHERE id = ?1 AND stock > 0",
+    [ST_O_GET] = "SELECT user_id, voucher_id, fence FROM orders WHERE id = ?1",
+    [ST_O_BY_USER] = "SELECT id FROM orders WHERE user_id = ?1 AND voucher_id = ?2",
+    [ST_O_INSERT] = "INSERT INTO orders(id, user_id, voucher_id, fence, created_at)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+    [ST_R_GET] = "SELECT user_id, voucher_id FROM rejected_orders WHERE id = ?1",
+    [ST_R_INSERT] = "INSERT INTO rejected_orders(id, user_id, voucher_id, reason, created_at)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+    [ST_PING] = "SELECT 1",
+};
+
+typedef struct sqconn {
+    sqlite3 *h;
+    sqlite3_stmt *st[ST_COUNT];
+    struct sqconn *next;
+} sqconn;
+
+typedef struct sqlite_db {
+    sk_db base;
+    char *path;
+    pthread_mutex_t mu;
+    sqconn *idle;
+} sqlite_db;
+
+/* Statements first: sqlite3_close refuses a connection with live ones. */
+static void conn_free(sqconn *c)
+{
+    if (!c) return;
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(c->st[i]);
+    sqlite3_close(c->h);
+    free(c);
+}
+
+/* Why each connection sets its own pragmas: busy_timeout and foreign_keys
+ * are per connection in SQLite, and a connection without them would fail
+ * at once under contention or skip the voucher reference check. */
+static sqconn *conn_open(const char *path, int create_schema, char *err, size_t errlen)
+{
+    sqconn *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    int rc = sqlite3_open_v2(path, &c->h,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "sqlite open %s: %s", path, c->h ? sqlite3_errmsg(c->h) : sqlite3_errstr(rc));
+        conn_free(c);
+        return NULL;
+    }
+    sqlite3_busy_timeout(c->h, BUSY_TIMEOUT_MS);
+    char *msg = NULL;
+    const char *setup = create_schema ? "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
+                                      : "PRAGMA foreign_keys=ON;";
+    if (sqlite3_exec(c->h, setup, NULL, NULL, &msg) != SQLITE_OK ||
+        (create_schema && sqlite3_exec(c->h, schema, NULL, NULL, &msg) != SQLITE_OK)) {
+        snprintf(err, errlen, "sqlite setup %s: %s", path, msg ? msg : sqlite3_errmsg(c->h));
+        sqlite3_free(msg);
+        conn_free(c);
+        return NULL;
+    }
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (sqlite3_prepare_v3(c->h, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL) !=
+            SQLITE_OK) {
+            snprintf(err, errlen, "sqlite prepare: %s", sqlite3_errmsg(c->h));
+            conn_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+/* Borrow a connection: an idle one, or a new one. The pool grows to the
+ * number of threads that use it at once and never shrinks; that number is
+ * bounded by the HTTP thread pool plus the writer. */
+static sqconn *borrow(sqlite_db *d)
+{
+    pthread_mutex_lock(&d->mu);
+    sqconn *c = d->idle;
+    if (c) d->idle = c->next;
+    pthread_mutex_unlock(&d->mu);
+    if (c) return c;
+    char err[256];
+    c = conn_open(d->path, 0, err, sizeof err);
+    if (!c) fprintf(stderr, "seckill: %s\n", err);
+    return c;
+}
+
+/* Pooling keeps the prepared statements: preparing is the costly part. */
+static void give_back(sqlite_db *d, sqconn *c)
+{
+    if (!c) return;
+    /* A connection must never go back to the pool inside a transaction. */
+    if (!sqlite3_get_autocommit(c->h)) sqlite3_exec(c->h, "ROLLBACK", NULL, NULL, NULL);
+    pthread_mutex_lock(&d->mu);
+    c->next = d->idle;
+    d->idle = c;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Map an SQLite failure: a lock we waited for too long is "try later", the
+ * rest are faults. Logged, because the client only sees a code. */
+static sk_result fail(sqconn *c, int rc, const char *what)
+{
+    fprintf(stderr, "seckill: sqlite %s: %s\n", what, sqlite3_errmsg(c->h));
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) return SK_UNAVAILABLE;
+    return SK_INTERNAL;
+}
+
+/* Run a statement that returns no rows, leaving it reset. */
+static int exec_stmt(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+/* Step a query once: SQLITE_ROW, SQLITE_DONE or an error. The caller reads
+ * the row and then calls finish(). */
+static void finish(sqlite3_stmt *st)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* Called at shutdown, when no operation is running. */
+static void sq_close(sk_db *db)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    while (d->idle) {
+        sqconn *c = d->idle;
+        d->idle = c->next;
+        conn_free(c);
+    }
+    pthread_mutex_destroy(&d->mu);
+    free(d->path);
+    free(d);
+}
+
+/* One INSERT: initial_stock is set from stock by the statement itself,
+ * so the two can never disagree at creation. */
+static sk_result sq_voucher_create(sk_db *db, const sk_voucher *v, int64_t now, int64_t *id)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    sqlite3_stmt *st = c->st[ST_V_INSERT];
+    sqlite3_bind_text(st, 1, v->title, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, v->stock);
+    sqlite3_bind_int64(st, 3, v->begin);
+    sqlite3_bind_int64(st, 4, v->end);
+    sqlite3_bind_int64(st, 5, now);
+    int rc = exec_stmt(st);
+    sk_result r = SK_OK;
+    if (rc != SQLITE_OK) r = rc == SQLITE_CONSTRAINT ? SK_INVALID : fail(c, rc, "voucher insert");
+    else *id = sqlite3_last_insert_rowid(c->h);
+    give_back(d, c);
+    return r;
+}
+
+/* Read one voucher with a borrowed connection (shared by get and place). */
+static sk_result read_voucher(sqconn *c, int64_t id, sk_voucher *out)
+{
+    sqlite3_stmt *st = c->st[ST_V_GET];
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    sk_result r = SK_OK;
+    if (rc == SQLITE_ROW) {
+        memset(out, 0, sizeof *out);
+        out->id = sqlite3_column_int64(st, 0);
+        const unsigned char *t = sqlite3_column_text(st, 1);
+        snprintf(out->title, sizeof out->title, "%s", t ? (const char *)t : "");
+        out->stock = sqlite3_column_int64(st, 2);
+        out->initial_stock = sqlite3_column_int64(st, 3);
+        out->begin = sqlite3_column_int64(st, 4);
+        out->end = sqlite3_column_int64(st, 5);
+    } else if (rc == SQLITE_DONE) {
+        r = SK_NO_VOUCHER;
+    } else {
+        r = fail(c, rc, "voucher get");
+    }
+    finish(st);
+    return r;
+}
+
+/* Read-only: in WAL mode it never waits for the writer. */
+static sk_result sq_voucher_get(sk_db *db, int64_t id, sk_voucher *out)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    sk_result r = read_voucher(c, id, out);
+    give_back(d, c);
+    return r;
+}
+
+/* The writer follows these vouchers' streams. */
+static sk_result sq_voucher_ids(sk_db *db, int64_t ended_after, int64_t *ids, size_t cap, size_t *n)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    sqlite3_stmt *st = c->st[ST_V_IDS];
+    sqlite3_bind_int64(st, 1, ended_after);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)cap);
+    int rc;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < cap) ids[(*n)++] = sqlite3_column_int64(st, 0);
+    sk_result r = rc == SQLITE_DONE || rc == SQLITE_ROW ? SK_OK : fail(c, rc, "voucher ids");
+    finish(st);
+    give_back(d, c);
+    return r;
+}
+
+/* Re-warming Redis must know who already bought, or a Redis restart
+ * would let them buy again. */
+static sk_result sq_voucher_buyers(sk_db *db, int64_t voucher_id, int64_t **uids, size_t *n)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    sqlite3_stmt *st = c->st[ST_V_BUYERS];
+    sqlite3_bind_int64(st, 1, voucher_id);
+    size_t cap = 64, len = 0;
+    int64_t *a = malloc(cap * sizeof *a);
+    int rc = SQLITE_NOMEM;
+    while (a && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (len == cap) {
+            int64_t *b = realloc(a, 2 * cap * sizeof *a);
+            if (!b) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            a = b;
+            cap *= 2;
+        }
+        a[len++] = sqlite3_column_int64(st, 0);
+    }
+    finish(st);
+    sk_result r = SK_OK;
+    if (rc != SQLITE_DONE) {
+        r = rc == SQLITE_NOMEM ? SK_INTERNAL : fail(c, rc, "voucher buyers");
+        free(a);
+        a = NULL;
+        len = 0;
+    }
+    give_back(d, c);
+    *uids = a;
+    *n = len;
+    return r;
+}
+
+/* For `seckill verify`: both counts in one statement, one snapshot. */
+static sk_result sq_voucher_sold(sk_db *db, int64_t voucher_id, int64_t *sold, int64_t *rejected)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    sqlite3_stmt *st = c->st[ST_V_SOLD];
+    sqlite3_bind_int64(st, 1, voucher_id);
+    int rc = sqlite3_step(st);
+    sk_result r = SK_OK;
+    if (rc == SQLITE_ROW) {
+        *sold = sqlite3_column_int64(st, 0);
+        *rejected = sqlite3_column_int64(st, 1);
+    } else {
+        r = fail(c, rc, "voucher sold");
+    }
+    finish(st);
+    give_back(d, c);
+    return r;
+}
+
+/* An order the writer refused is reported as rejected, so its buyer is
+ * told instead of seeing "pending" forever. */
+static sk_result sq_order_get(sk_db *db, uint64_t id, sk_order *out)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    sk_result r = SK_NO_ORDER;
+    sqlite3_stmt *st = c->st[ST_O_GET];
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        out->id = id;
+        out->user_id = sqlite3_column_int64(st, 0);
+        out->voucher_id = sqlite3_column_int64(st, 1);
+        out->fence = (uint64_t)sqlite3_column_int64(st, 2);
+        out->status = SK_ORDER_CREATED;
+        r = SK_OK;
+    } else if (rc != SQLITE_DONE) {
+        r = fail(c, rc, "order get");
+    }
+    finish(st);
+    if (r == SK_NO_ORDER) {
+        st = c->st[ST_R_GET];
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            out->id = id;
+            out->user_id = sqlite3_column_int64(st, 0);
+            out->voucher_id = sqlite3_column_int64(st, 1);
+            out->fence = 0;
+            out->status = SK_ORDER_REJECTED;
+            r = SK_OK;
+        } else if (rc != SQLITE_DONE) {
+            r = fail(c, rc, "rejected order get");
+        }
+        finish(st);
+    }
+    give_back(d, c);
+    return r;
+}
+
+/* 1 when (user, voucher) already has an order, 0 when not, -rc on error. */
+static int has_order(sqconn *c, int64_t user_id, int64_t voucher_id)
+{
+    sqlite3_stmt *st = c->st[ST_O_BY_USER];
+    sqlite3_bind_int64(st, 1, user_id);
+    sqlite3_bind_int64(st, 2, voucher_id);
+    int rc = sqlite3_step(st);
+    finish(st);
+    if (rc == SQLITE_ROW) return 1;
+    if (rc == SQLITE_DONE) return 0;
+    return -rc;
+}
+
+/* Take one unit: 1 taken, 0 none left (or no such voucher), -rc on error.
+ * The WHERE stock > 0 is the seeds' optimistic update; CHECK(stock >= 0)
+ * backs it. */
+static int take_stock(sqconn *c, int64_t voucher_id)
+{
+    sqlite3_stmt *st = c->st[ST_V_TAKE];
+    sqlite3_bind_int64(st, 1, voucher_id);
+    int rc = exec_stmt(st);
+    if (rc != SQLITE_OK) return -rc;
+    return sqlite3_changes(c->h) == 1;
+}
+
+/* Insert an order: 1 inserted, 0 conflict (id or user+voucher), -rc on error. */
+static int insert_order(sqconn *c, const sk_order *o, int64_t now)
+{
+    sqlite3_stmt *st = c->st[ST_O_INSERT];
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)o->id);
+    sqlite3_bind_int64(st, 2, o->user_id);
+    sqlite3_bind_int64(st, 3, o->voucher_id);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)o->fence);
+    sqlite3_bind_int64(st, 5, now);
+    int rc = exec_stmt(st);
+    if (rc != SQLITE_OK) return -rc;
+    return sqlite3_changes(c->h) == 1;
+}
+
+/* The lock strategy's transaction: BEGIN IMMEDIATE takes the write lock
+ * first, so the checks and the writes see the same state. */
+static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    int rc = exec_stmt(c->st[ST_BEGIN]);
+    if (rc != SQLITE_OK) {
+        sk_result r = fail(c, rc, "begin");
+        give_back(d, c);
+        return r;
+    }
+    sk_voucher v;
+    sk_result r = read_voucher(c, o->voucher_id, &v);
+    int k = 0;
+    if (r == SK_OK) {
+        if (now < v.begin) r = SK_NOT_STARTED;
+        else if (now >= v.end) r = SK_ENDED;
+    }
+    if (r == SK_OK) {
+        k = has_order(c, o->user_id, o->voucher_id);
+        if (k < 0) r = fail(c, -k, "order lookup");
+        else if (k == 1) r = SK_ALREADY;
+    }
+    if (r == SK_OK) {
+        k = take_stock(c, o->voucher_id);
+        if (k < 0) r = fail(c, -k, "stock update");
+        else if (k == 0) r = SK_SOLD_OUT;
+    }
+    if (r == SK_OK) {
+        k = insert_order(c, o, now);
+        if (k < 0) r = fail(c, -k, "order insert");
+        else if (k == 0) r = SK_ALREADY;
+    }
+    if (r == SK_OK) {
+        rc = exec_stmt(c->st[ST_COMMIT]);
+        if (rc != SQLITE_OK) r = fail(c, rc, "commit");
+    }
+    if (r != SK_OK) exec_stmt(c->st[ST_ROLLBACK]);
+    give_back(d, c);
+    return r;
+}
+
+/* Refusals are kept, with their reason: a buyer was told 201 for them. */
+static int reject_order(sqconn *c, const sk_order *o, const char *reason, int64_t now)
+{
+    sqlite3_stmt *st = c->st[ST_R_INSERT];
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)o->id);
+    sqlite3_bind_int64(st, 2, o->user_id);
+    sqlite3_bind_int64(st, 3, o->voucher_id);
+    sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, now);
+    int rc = exec_stmt(st);
+    return rc == SQLITE_OK ? 0 : -rc;
+}
+
+/* 1 when this order was decided before (created or rejected), 0 when
+ * new, 2 when its id is taken by a different order, -rc on error. This is
+ * what makes a redelivery a no-op: an order committed just before a crash
+ * that came before XACK is found here. Comparing user and voucher keeps an
+ * id collision (possible when Redis lost its ID counters) from being
+ * mistaken for a redelivery and silently dropped. */
+static int seen_order(sqconn *c, const sk_order *o)
+{
+    int which[2] = {ST_O_GET, ST_R_GET};
+    for (int i = 0; i < 2; i++) {
+        sqlite3_stmt *st = c->st[which[i]];
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)o->id);
+        int rc = sqlite3_step(st);
+        int same = rc == SQLITE_ROW && sqlite3_column_int64(st, 0) == o->user_id &&
+                   sqlite3_column_int64(st, 1) == o->voucher_id;
+        finish(st);
+        if (rc == SQLITE_ROW) return same ? 1 : 2;
+        if (rc != SQLITE_DONE) return -rc;
+    }
+    return 0;
+}
+
+/* One transaction per batch: a commit (and its fsync) is the expensive
+ * part, and the writer acknowledges the batch only after it. Each order is
+ * checked before anything is written for it, so no savepoints are needed:
+ * refusals are recorded, not rolled back. */
+static sk_result sq_orders_persist(sk_db *db, const sk_order *orders, size_t n, int64_t now,
+                                   sk_persist_outcome *outcomes)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    int rc = exec_stmt(c->st[ST_BEGIN]);
+    if (rc != SQLITE_OK) {
+        sk_result r = fail(c, rc, "begin");
+        give_back(d, c);
+        return r;
+    }
+    sk_result r = SK_OK;
+    for (size_t i = 0; i < n && r == SK_OK; i++) {
+        const sk_order *o = &orders[i];
+        int k = seen_order(c, o);
+        if (k < 0) {
+            r = fail(c, -k, "order lookup");
+            break;
+        }
+        if (k == 1) {
+            outcomes[i] = SK_PERSIST_DUPLICATE;
+            continue;
+        }
+        if (k == 2) {
+            fprintf(stderr, "seckill: order id %llu of user %lld already belongs to another order\n",
+                    (unsigned long long)o->id, (long long)o->user_id);
+            outcomes[i] = SK_PERSIST_REJECTED;
+            continue;
+        }
+        const char *reason = NULL;
+        k = has_order(c, o->user_id, o->voucher_id);
+        if (k < 0) {
+            r = fail(c, -k, "order lookup");
+            break;
+        }
+        if (k == 1) reason = "already_ordered";
+        if (!reason) {
+            k = take_stock(c, o->voucher_id);
+            if (k < 0) {
+                r = fail(c, -k, "stock update");
+                break;
+            }
+            if (k == 0) reason = "sold_out";
+        }
+        if (!reason) {
+            k = insert_order(c, o, now);
+            if (k < 0) {
+                r = fail(c, -k, "order insert");
+                break;
+            }
+            if (k == 0) reason = "conflict";
+        }
+        if (reason) {
+            k = reject_order(c, o, reason, now);
+            if (k < 0) {
+                r = fail(c, -k, "rejected insert");
+                break;
+            }
+            outcomes[i] = SK_PERSIST_REJECTED;
+        } else {
+            outcomes[i] = SK_PERSIST_CREATED;
+        }
+    }
+    if (r == SK_OK) {
+        rc = exec_stmt(c->st[ST_COMMIT]);
+        if (rc != SQLITE_OK) r = fail(c, rc, "commit");
+    }
+    if (r != SK_OK) exec_stmt(c->st[ST_ROLLBACK]);
+    give_back(d, c);
+    return r;
+}
+
+/* /healthz: proves a connection can be had and used. */
+static sk_result sq_ping(sk_db *db)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    int rc = exec_stmt(c->st[ST_PING]);
+    sk_result r = rc == SQLITE_OK ? SK_OK : fail(c, rc, "ping");
+    give_back(d, c);
+    return r;
+}
+
+static const sk_db_ops sqlite_ops = {
+    .close = sq_close,
+    .voucher_create = sq_voucher_create,
+    .voucher_get = sq_voucher_get,
+    .voucher_ids = sq_voucher_ids,
+    .voucher_buyers = sq_voucher_buyers,
+    .voucher_sold = sq_voucher_sold,
+    .order_get = sq_order_get,
+    .order_place = sq_order_place,
+    .orders_persist = sq_orders_persist,
+    .ping = sq_ping,
+};
+
+/* The first connection creates the schema and switches the file to WAL
+ * (a property of the file, kept across opens); it then stays in the pool. */
+int sk_db_open_sqlite(const char *path, sk_db **out, char *err, size_t errlen)
+{
+    sqlite_db *d = calloc(1, sizeof *d);
+    if (!d || !(d->path = strdup(path))) {
+        free(d);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    d->base.ops = &sqlite_ops;
+    pthread_mutex_init(&d->mu, NULL);
+    sqconn *c = conn_open(path, 1, err, errlen);
+    if (!c) {
+        pthread_mutex_destroy(&d->mu);
+        free(d->path);
+        free(d);
+        return -1;
+    }
+    d->idle = c;
+    *out = &d->base;
+    return 0;
+}

@@ -1,0 +1,37 @@
+/*
+ * strategy.h -- the two ways of deciding orders (see seckill.h for the
+ * interface).
+ *
+ * lock:  the seeds' design. A per-user dlock lock ("seckill:user:UID"),
+ *        then one database transaction checks the window, the user's
+ *        earlier order and the stock, and inserts the order. 201 means
+ *        the order is committed.
+ * redis: one Lua script per order decides in Redis and appends the order
+ *        to the voucher's stream; the writer (writer.h) persists it. 201
+ *        means the order is in the stream.
+ */
+#ifndef SECKILL_STRATEGY_H
+#define SECKILL_STRATEGY_H
+
+#include "db.h"
+#include "dlock.h"
+#include "orderid.h"
+#include "rpool.h"
+#include "seckill.h"
+
+struct sk_writer;
+
+/* The database stays owned by the caller; so do the pool, ids and writer. */
+int sk_strategy_redis_new(sk_db *db, sk_rpool *redis, sk_orderids *ids, struct sk_writer *writer,
+                          sk_strategy *out);
+int sk_strategy_lock_new(sk_db *db, dlock_client *client, sk_orderids *ids, sk_strategy *out);
+
+/* Load a voucher's stock, window and buyers from the database into Redis
+ * unless it is there already (also used by `seckill verify`). */
+sk_result sk_redis_warm(sk_db *db, sk_rpool *redis, int64_t voucher_id);
+
+/* The embedded scripts (generated from lua/ by cmake/embed_lua.cmake). */
+extern const char dlock_lua_seckill_order[];
+extern const char dlock_lua_seckill_warm[];
+
+#endif

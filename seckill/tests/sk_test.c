@@ -1,0 +1,348 @@
+/* Helpers for the seckill suites; see sk_test.h. */
+#include "sk_test.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "auth.h"
+#include "httpc.h"
+
+#ifndef SECKILL_BIN
+#define SECKILL_BIN "seckill"
+#endif
+
+int skt_dir_make(skt_dir *d)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->path, sizeof d->path, "/tmp/seckill-test-XXXXXX");
+    if (!mkdtemp(d->path)) return -1;
+    snprintf(d->secret_file, sizeof d->secret_file, "%s/secret", d->path);
+    snprintf(d->db, sizeof d->db, "%s/seckill.db", d->path);
+    static const char s[] = "test-secret-0123456789abcdef";
+    memcpy(d->secret, s, sizeof s - 1);
+    d->secret_len = sizeof s - 1;
+    FILE *f = fopen(d->secret_file, "w");
+    if (!f) return -1;
+    fprintf(f, "%s\n", s);
+    fclose(f);
+    return 0;
+}
+
+void skt_dir_remove(skt_dir *d)
+{
+    char cmd[256];
+    if (!d->path[0]) return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->path);
+    if (system(cmd) != 0) { /* best effort */ }
+    d->path[0] = '\0';
+}
+
+void skt_token(const skt_dir *d, int64_t uid, int expired, char *out, size_t cap)
+{
+    int64_t exp = (int64_t)time(NULL) + (expired ? -10 : 3600);
+    if (sk_token_make(d->secret, d->secret_len, uid, exp, out, cap) != 0) out[0] = '\0';
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int counter;
+
+/* Every serve process a test started and has not reaped: a failing
+ * assertion jumps out of the test, and its server must not outlive it. */
+static pid_t live[64];
+
+static void track(pid_t pid)
+{
+    for (int i = 0; i < 64; i++)
+        if (!live[i]) {
+            live[i] = pid;
+            return;
+        }
+}
+
+static void untrack(pid_t pid)
+{
+    for (int i = 0; i < 64; i++)
+        if (live[i] == pid) live[i] = 0;
+}
+
+void skt_kill_all(void)
+{
+    for (int i = 0; i < 64; i++)
+        if (live[i] > 0) {
+            kill(live[i], SIGKILL);
+            waitpid(live[i], NULL, 0);
+            live[i] = 0;
+        }
+}
+
+int skt_serve_start(skt_serve *s, const skt_dir *d, const th_redis *r, const char *strategy,
+                    const char *const *extra, const char *const *env)
+{
+    memset(s, 0, sizeof *s);
+    int n = counter++;
+    snprintf(s->out, sizeof s->out, "%s/serve%d.out", d->path, n);
+    snprintf(s->err, sizeof s->err, "%s/serve%d.err", d->path, n);
+    const char *argv[40];
+    int argc = 0;
+    argv[argc++] = SECKILL_BIN;
+    argv[argc++] = "serve";
+    argv[argc++] = "--listen";
+    argv[argc++] = "127.0.0.1:0";
+    if (r) {
+        argv[argc++] = "--redis";
+        argv[argc++] = r->url;
+    }
+    argv[argc++] = "--db";
+    argv[argc++] = d->db;
+    argv[argc++] = "--secret-file";
+    argv[argc++] = d->secret_file;
+    argv[argc++] = "--strategy";
+    argv[argc++] = strategy;
+    for (int i = 0; extra && extra[i] && argc < 38; i++) argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        int out = open(s->out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = open(s->err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (out < 0 || err < 0) _exit(126);
+        dup2(out, 1);
+        dup2(err, 2);
+        execv(SECKILL_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    s->pid = pid;
+    track(pid);
+    long long deadline = now_ms() + 15000;
+    while (now_ms() < deadline) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            untrack(pid);
+            s->pid = 0;
+            skt_serve_dump(s);
+            return -1;
+        }
+        FILE *f = fopen(s->out, "r");
+        if (f) {
+            char line[256];
+            if (fgets(line, sizeof line, f)) {
+                const char *p = strstr(line, "http://127.0.0.1:");
+                if (p && strchr(line, '\n')) {
+                    s->port = atoi(p + 17);
+                    fclose(f);
+                    return s->port > 0 ? 0 : -1;
+                }
+            }
+            fclose(f);
+        }
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    untrack(pid);
+    s->pid = 0;
+    skt_serve_dump(s);
+    return -1;
+}
+
+static int decode_status(int st)
+{
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+int skt_serve_wait(skt_serve *s, int ms)
+{
+    if (s->pid <= 0) return -1;
+    long long deadline = now_ms() + ms;
+    do {
+        int st;
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            untrack(s->pid);
+            s->pid = 0;
+            return decode_status(st);
+        }
+        usleep(5000);
+    } while (now_ms() < deadline);
+    return -1;
+}
+
+int skt_serve_stop(skt_serve *s)
+{
+    if (s->pid <= 0) return -1;
+    kill(s->pid, SIGTERM);
+    int rc = skt_serve_wait(s, 15000);
+    if (rc < 0 && s->pid > 0) {
+        kill(s->pid, SIGKILL);
+        int st;
+        waitpid(s->pid, &st, 0);
+        untrack(s->pid);
+        s->pid = 0;
+        rc = -1;
+    }
+    return rc;
+}
+
+void skt_serve_dump(const skt_serve *s)
+{
+    FILE *f = fopen(s->err, "r");
+    if (!f) return;
+    char line[512];
+    fprintf(stderr, "---- %s\n", s->err);
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n++ < 200) fputs(line, stderr);
+    fclose(f);
+}
+
+int skt_connect(int port)
+{
+    return sk_httpc_connect("127.0.0.1", port, 20000);
+}
+
+int skt_request(int fd, const char *method, const char *path, const char *token, const char *body,
+                char *resp, size_t cap)
+{
+    return sk_httpc_request(fd, method, path, token, body, resp, cap);
+}
+
+int skt_http(int port, const char *method, const char *path, const char *token, const char *body,
+             char *resp, size_t cap)
+{
+    int fd = skt_connect(port);
+    if (fd < 0) return -1;
+    int st = skt_request(fd, method, path, token, body, resp, cap);
+    close(fd);
+    return st;
+}
+
+int skt_raw(int port, const char *raw, size_t len, char *resp, size_t cap)
+{
+    int fd = skt_connect(port);
+    if (fd < 0) return -1;
+    int st = sk_httpc_send_all(fd, raw, len) == 0 ? sk_httpc_read_response(fd, resp, cap) : -1;
+    close(fd);
+    return st;
+}
+
+long long skt_voucher(int port, const skt_dir *d, const char *title, long stock, long long begin,
+                      long long end)
+{
+    char tok[256], body[512], resp[1024];
+    skt_token(d, 0, 0, tok, sizeof tok);
+    snprintf(body, sizeof body, "{\"title\":\"%s\",\"stock\":%ld,\"begin\":%lld,\"end\":%lld}", title, stock,
+             begin, end);
+    int st = skt_http(port, "POST", "/api/vouchers", tok, body, resp, sizeof resp);
+    if (st != 201) {
+        fprintf(stderr, "create voucher: %d %s\n", st, resp);
+        return -1;
+    }
+    return skt_json_int(resp, "id");
+}
+
+const char *skt_json_str(const char *body, const char *key)
+{
+    static __thread char out[256];
+    out[0] = '\0';
+    json_t *j = json_loads(body, 0, NULL);
+    json_t *v = j ? json_object_get(j, key) : NULL;
+    if (json_is_string(v)) snprintf(out, sizeof out, "%s", json_string_value(v));
+    json_decref(j);
+    return out;
+}
+
+long long skt_json_int(const char *body, const char *key)
+{
+    json_t *j = json_loads(body, 0, NULL);
+    json_t *v = j ? json_object_get(j, key) : NULL;
+    long long x = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+    json_decref(j);
+    return x;
+}
+
+long long skt_db_int(const skt_dir *d, const char *sql)
+{
+    sqlite3 *db;
+    long long v = -1;
+    if (sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        sqlite3_close(db);
+        return -1;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return v;
+}
+
+int skt_db_exec(const skt_dir *d, const char *sql)
+{
+    sqlite3 *db;
+    if (sqlite3_open(d->db, &db) != SQLITE_OK) {
+        sqlite3_close(db);
+        return -1;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    sqlite3_close(db);
+    return rc;
+}
+
+long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms)
+{
+    long long deadline = now_ms() + ms, v;
+    for (;;) {
+        v = skt_db_int(d, sql);
+        if (v == want || now_ms() >= deadline) return v;
+        usleep(20000);
+    }
+}
+
+long long skt_redis_int(const th_redis *r, const char *fmt, ...)
+{
+    redisContext *c = th_redis_connect(r);
+    if (!c) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    long long v = -1;
+    if (rep && rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
+    else if (rep && rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
+    if (rep) freeReplyObject(rep);
+    redisFree(c);
+    return v;
+}
+
+long long skt_pending(const th_redis *r, long long voucher)
+{
+    redisContext *c = th_redis_connect(r);
+    if (!c) return -1;
+    redisReply *rep = redisCommand(c, "XPENDING seckill:{v:%lld}:orders seckill-writers", voucher);
+    long long v = -1;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER)
+        v = rep->element[0]->integer;
+    if (rep) freeReplyObject(rep);
+    redisFree(c);
+    return v;
+}

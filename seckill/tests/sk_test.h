@@ -1,0 +1,101 @@
+/*
+ * Helpers for the seckill suites: run `seckill serve` as a real process
+ * against a real redis-server (tests/harness.c), talk HTTP/1.1 to it over
+ * plain sockets (no client library), and look into its SQLite file.
+ */
+#ifndef SECKILL_TEST_H
+#define SECKILL_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "harness.h"
+
+/* A scratch directory with a secret file and a database path. */
+typedef struct skt_dir {
+    char path[128];
+    char secret_file[192];
+    char db[192];
+    unsigned char secret[64];
+    size_t secret_len;
+} skt_dir;
+
+int skt_dir_make(skt_dir *d);
+void skt_dir_remove(skt_dir *d);
+
+/* A token for `uid` valid for an hour, or expired when `expired`. */
+void skt_token(const skt_dir *d, int64_t uid, int expired, char *out, size_t cap);
+
+typedef struct skt_serve {
+    pid_t pid;
+    int port;
+    char out[256];
+    char err[256];
+} skt_serve;
+
+/*
+ * Start `seckill serve --listen 127.0.0.1:0 --redis URL --db DB
+ * --secret-file F --strategy S` plus `extra` args (NULL-terminated, may be
+ * NULL), with `env` ("K=V" strings, NULL-terminated, may be NULL) added to
+ * the environment. Waits for the "listening" line. 0 on success. With
+ * `r` NULL there is no --redis: serve starts its private redis-server.
+ */
+int skt_serve_start(skt_serve *s, const skt_dir *d, const th_redis *r, const char *strategy,
+                    const char *const *extra, const char *const *env);
+
+/* SIGTERM and wait; returns the exit status (128+N for a signal). */
+int skt_serve_stop(skt_serve *s);
+
+/* Wait up to `ms` for it to exit by itself; its exit status, or -1. */
+int skt_serve_wait(skt_serve *s, int ms);
+
+/* SIGKILL every serve process still running (test teardown). */
+void skt_kill_all(void);
+
+/* Print its stderr (for failing tests). */
+void skt_serve_dump(const skt_serve *s);
+
+/* One keep-alive connection. */
+int skt_connect(int port);
+
+/*
+ * Send one request on `fd` and read the response. `token` and `body` may
+ * be NULL. The body goes to resp[cap] (NUL-terminated). Returns the status
+ * or -1 on a socket error / malformed response.
+ */
+int skt_request(int fd, const char *method, const char *path, const char *token, const char *body,
+                char *resp, size_t cap);
+
+/* The same on a fresh connection, closed afterwards. */
+int skt_http(int port, const char *method, const char *path, const char *token, const char *body,
+             char *resp, size_t cap);
+
+/* Send raw bytes on a fresh connection and read one response. */
+int skt_raw(int port, const char *raw, size_t len, char *resp, size_t cap);
+
+/* Create a voucher as admin; returns its id or -1. */
+long long skt_voucher(int port, const skt_dir *d, const char *title, long stock, long long begin,
+                      long long end);
+
+/* A string value of a JSON response body, or "" (static buffer). */
+const char *skt_json_str(const char *body, const char *key);
+/* An integer value of a JSON response body, or -1. */
+long long skt_json_int(const char *body, const char *key);
+
+/* SELECT one integer from the database (a fresh read-only connection). */
+long long skt_db_int(const skt_dir *d, const char *sql);
+
+/* Run a statement on the database (to corrupt it on purpose). 0 on success. */
+int skt_db_exec(const skt_dir *d, const char *sql);
+
+/* Poll `sql` until it returns `want` or `ms` pass; returns the last value. */
+long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms);
+
+/* An integer reply of a Redis command, or -1. */
+long long skt_redis_int(const th_redis *r, const char *fmt, ...);
+
+/* Pending count of the writers' group on a stream (XPENDING summary). */
+long long skt_pending(const th_redis *r, long long voucher);
+
+#endif

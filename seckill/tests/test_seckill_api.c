@@ -1,0 +1,421 @@
+/*
+ * The HTTP API end to end, on a real `seckill serve` (redis strategy) and
+ * a real redis-server: authentication (forged, expired and malformed
+ * tokens are 401), every kind of malformed request (a 4xx with a JSON
+ * error, and the server still answers afterwards), the voucher and order
+ * routes, the sale window, keep-alive, /healthz and /metrics, and
+ * `seckill token`.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "sk_test.h"
+
+static th_redis srv;
+static skt_dir dir;
+static skt_serve sv;
+static char admin[256], user1[256], user2[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    if (th_redis_start(&srv, NULL) != 0) return -1;
+    if (skt_dir_make(&dir) != 0) return -1;
+    if (skt_serve_start(&sv, &dir, &srv, "redis", NULL, NULL) != 0) return -1;
+    skt_token(&dir, 0, 0, admin, sizeof admin);
+    skt_token(&dir, 1, 0, user1, sizeof user1);
+    skt_token(&dir, 2, 0, user2, sizeof user2);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    int rc = skt_serve_stop(&sv);
+    if (rc != 0) skt_serve_dump(&sv);
+    skt_dir_remove(&dir);
+    th_redis_stop(&srv);
+    return rc == 0 ? 0 : -1;
+}
+
+/* A 4xx whose body is {"error": code}. */
+static void expect_error(int status, const char *body, int want_status, const char *want_code)
+{
+    if (status != want_status || strcmp(skt_json_str(body, "error"), want_code) != 0)
+        fprintf(stderr, "got %d %s, want %d %s\n", status, body, want_status, want_code);
+    assert_int_equal(status, want_status);
+    assert_string_equal(skt_json_str(body, "error"), want_code);
+}
+
+static long long now_s(void)
+{
+    return (long long)time(NULL);
+}
+
+static void test_health_and_metrics(void **state)
+{
+    (void)state;
+    char resp[65536];
+    assert_int_equal(skt_http(sv.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_string_equal(skt_json_str(resp, "status"), "ok");
+    assert_string_equal(skt_json_str(resp, "strategy"), "redis");
+    assert_int_equal(skt_http(sv.port, "GET", "/metrics", NULL, NULL, resp, sizeof resp), 200);
+    assert_non_null(strstr(resp, "seckill_requests_total{route=\"healthz\",status=\"200\"} "));
+    assert_non_null(strstr(resp, "seckill_request_duration_seconds_bucket{route=\"healthz\",le=\"+Inf\"}"));
+    assert_non_null(strstr(resp, "seckill_stream_lag "));
+    assert_non_null(strstr(resp, "seckill_orders_total{outcome=\"sold_out\"}"));
+}
+
+static void test_tokens(void **state)
+{
+    (void)state;
+    char resp[4096], tok[512];
+    long long v = skt_voucher(sv.port, &dir, "tokens", 100, now_s() - 10, now_s() + 3600);
+    assert_true(v > 0);
+    char path[64];
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", v);
+
+    /* No header at all. */
+    expect_error(skt_http(sv.port, "POST", path, NULL, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    /* Expired. */
+    skt_token(&dir, 5, 1, tok, sizeof tok);
+    expect_error(skt_http(sv.port, "POST", path, tok, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    /* Forged: each part changed in turn. */
+    skt_token(&dir, 5, 0, tok, sizeof tok);
+    char forged[512];
+    snprintf(forged, sizeof forged, "%s", tok);
+    size_t n = strlen(forged);
+    forged[n - 1] = forged[n - 1] == '0' ? '1' : '0';
+    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    snprintf(forged, sizeof forged, "6%s", tok + 1); /* another user, same MAC */
+    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    snprintf(forged, sizeof forged, "%s", tok);
+    char *dot = strchr(forged, '.');
+    dot[1] = dot[1] == '9' ? '8' : '9'; /* another expiry */
+    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    /* Signed with another secret. */
+    unsigned char other[] = "another-secret-0123456789";
+    assert_int_equal(sk_token_make(other, sizeof other - 1, 5, now_s() + 100, forged, sizeof forged), 0);
+    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    /* Malformed. */
+    static const char *const bad[] = {
+        "", "abc", "5", "5.", "5.99999999999", "5.9999999999.", ".9999999999.00", "-5.9999999999.00",
+        "05.9999999999.0000000000000000000000000000000000000000000000000000000000000000",
+        "5.9999999999.ZZ00000000000000000000000000000000000000000000000000000000000000",
+        "5.9999999999.0000000000000000000000000000000000000000000000000000000000000000.1",
+        "99999999999999999999.9999999999.0000000000000000000000000000000000000000000000000000000000000000",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(skt_http(sv.port, "POST", path, bad[i], NULL, resp, sizeof resp), resp, 401,
+                     "unauthorized");
+    /* Upper-case hex is not the canonical MAC spelling. */
+    snprintf(forged, sizeof forged, "%s", tok);
+    for (char *p = strrchr(forged, '.'); *p; p++)
+        if (*p >= 'a' && *p <= 'f') *p = (char)(*p - 'a' + 'A');
+    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    /* Wrong scheme, and a huge header. */
+    char raw[8192];
+    int len = snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\n"
+                       "Content-Length: 0\r\n\r\n", path, tok);
+    expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 401, "unauthorized");
+    char big[4096];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    len = snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Length: 0\r\n\r\n", path, big);
+    expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 401, "unauthorized");
+    /* "bearer" in any case, extra spaces: accepted. */
+    len = snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: bEARER   %s\r\n"
+                   "Content-Length: 0\r\n\r\n", path, tok);
+    assert_int_equal(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), 201);
+    /* A token the CLI made works. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s token --secret-file %s --ttl 60 77", SECKILL_BIN, dir.secret_file);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    assert_non_null(fgets(tok, sizeof tok, p));
+    assert_int_equal(pclose(p), 0);
+    tok[strcspn(tok, "\n")] = '\0';
+    assert_int_equal(skt_http(sv.port, "POST", path, tok, NULL, resp, sizeof resp), 201);
+    assert_int_equal(strncmp(tok, "77.", 3), 0);
+}
+
+static void test_vouchers(void **state)
+{
+    (void)state;
+    char resp[4096], body[512];
+    long long b = now_s() - 5, e = now_s() + 3600;
+    snprintf(body, sizeof body, "{\"title\":\"caf\\u00e9 \\\"50%%\\\"\",\"stock\":7,\"begin\":%lld,\"end\":%lld}", b, e);
+    assert_int_equal(skt_http(sv.port, "POST", "/api/vouchers", admin, body, resp, sizeof resp), 201);
+    long long id = skt_json_int(resp, "id");
+    assert_true(id > 0);
+    char path[64];
+    snprintf(path, sizeof path, "/api/vouchers/%lld", id);
+    assert_int_equal(skt_http(sv.port, "GET", path, NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_json_int(resp, "id"), id);
+    assert_string_equal(skt_json_str(resp, "title"), "caf\xc3\xa9 \"50%\"");
+    assert_int_equal(skt_json_int(resp, "stock"), 7);
+    assert_int_equal(skt_json_int(resp, "begin"), b);
+    assert_int_equal(skt_json_int(resp, "end"), e);
+    /* Only the admin creates. */
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers", user1, body, resp, sizeof resp), resp, 403,
+                 "forbidden");
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers", NULL, body, resp, sizeof resp), resp, 401,
+                 "unauthorized");
+    /* Unknown and malformed ids. */
+    expect_error(skt_http(sv.port, "GET", "/api/vouchers/999999", NULL, NULL, resp, sizeof resp), resp, 404,
+                 "no_voucher");
+    static const char *const bad_ids[] = {"abc", "-1", "007", "1.0", "9223372036854775808",
+                                          "99999999999999999999999", "1%20", "%31", "1%00"};
+    for (size_t i = 0; i < sizeof bad_ids / sizeof *bad_ids; i++) {
+        snprintf(path, sizeof path, "/api/vouchers/%s", bad_ids[i]);
+        int st = skt_http(sv.port, "GET", path, NULL, NULL, resp, sizeof resp);
+        if (st != 400) fprintf(stderr, "%s -> %d %s\n", path, st, resp);
+        assert_int_equal(st, 400);
+        assert_true(skt_json_str(resp, "error")[0] != '\0');
+    }
+}
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    char resp[4096];
+    static const struct {
+        const char *body;
+        const char *code;
+    } cases[] = {
+        {"", "bad_json"},
+        {"{", "bad_json"},
+        {"nul", "bad_json"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":2", "bad_json"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":2}garbage", "bad_json"},
+        {"{\"title\":\"x\",\"title\":\"y\",\"stock\":1,\"begin\":1,\"end\":2}", "bad_json"},
+        {"{\"title\":\"a\\u0000b\",\"stock\":1,\"begin\":1,\"end\":2}", "bad_json"},
+        {"[]", "bad_request"},
+        {"\"title\"", "bad_json"},
+        {"5", "bad_json"},
+        {"{}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":1}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":2,\"extra\":0}", "bad_request"},
+        {"{\"title\":1,\"stock\":1,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":\"1\",\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":1.0,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":true,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":null,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":-1,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":100000001,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":2,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":-5,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":99999999999999999999}", "bad_json"},
+        {"{\"title\":\"\",\"stock\":1,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"a\\nb\",\"stock\":1,\"begin\":1,\"end\":2}", "bad_request"},
+        {"{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":2}\xff", "bad_json"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int st = skt_http(sv.port, "POST", "/api/vouchers", admin, cases[i].body, resp, sizeof resp);
+        if (st != 400 || strcmp(skt_json_str(resp, "error"), cases[i].code) != 0)
+            fprintf(stderr, "case %zu: %s -> %d %s\n", i, cases[i].body, st, resp);
+        expect_error(st, resp, 400, cases[i].code);
+    }
+    /* A title one byte too long. */
+    char body[1024];
+    char title[202];
+    memset(title, 'x', 201);
+    title[201] = '\0';
+    snprintf(body, sizeof body, "{\"title\":\"%s\",\"stock\":1,\"begin\":1,\"end\":2}", title);
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers", admin, body, resp, sizeof resp), resp, 400,
+                 "bad_request");
+    /* Huge bodies: announced, and chunked. */
+    char raw[16384];
+    int len = snprintf(raw, sizeof raw, "POST /api/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                       "Content-Length: 100000000\r\n\r\n{\"title\":", admin);
+    expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 413, "too_large");
+    len = snprintf(raw, sizeof raw, "POST /api/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n", admin);
+    for (int i = 0; i < 3; i++) {
+        len += snprintf(raw + len, sizeof raw - (size_t)len, "1000\r\n");
+        memset(raw + len, ' ', 4096);
+        len += 4096;
+        len += snprintf(raw + len, sizeof raw - (size_t)len, "\r\n");
+    }
+    len += snprintf(raw + len, sizeof raw - (size_t)len, "0\r\n\r\n");
+    expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 413, "too_large");
+    /* Unknown paths and wrong methods. */
+    static const char *const paths[] = {"/", "/api", "/api/", "/api/vouchers/", "/api/vouchers//orders",
+                                        "/api/vouchers/1/orders/", "/api/vouchers/1/order", "/api/orders",
+                                        "/api/orders/1/x", "/healthz/", "/API/vouchers", "/api/vouchers/1/orders/1"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++)
+        expect_error(skt_http(sv.port, "GET", paths[i], admin, NULL, resp, sizeof resp), resp, 404, "not_found");
+    expect_error(skt_http(sv.port, "GET", "/api/vouchers", admin, NULL, resp, sizeof resp), resp, 405,
+                 "method_not_allowed");
+    expect_error(skt_http(sv.port, "DELETE", "/api/vouchers/1", admin, NULL, resp, sizeof resp), resp, 405,
+                 "method_not_allowed");
+    expect_error(skt_http(sv.port, "GET", "/api/vouchers/1/orders", admin, NULL, resp, sizeof resp), resp, 405,
+                 "method_not_allowed");
+    expect_error(skt_http(sv.port, "POST", "/api/orders/1", admin, NULL, resp, sizeof resp), resp, 405,
+                 "method_not_allowed");
+    expect_error(skt_http(sv.port, "PUT", "/healthz", admin, NULL, resp, sizeof resp), resp, 405,
+                 "method_not_allowed");
+    /* Garbage on the wire: MHD answers 400 itself; the server lives on. */
+    static const char garbage[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n";
+    int st = skt_raw(sv.port, garbage, sizeof garbage - 1, resp, sizeof resp);
+    assert_true(st == -1 || (st >= 400 && st < 500));
+    assert_int_equal(skt_http(sv.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+}
+
+static void test_orders(void **state)
+{
+    (void)state;
+    char resp[4096], path[96], opath[96];
+    long long v = skt_voucher(sv.port, &dir, "one left", 1, now_s() - 5, now_s() + 3600);
+    assert_true(v > 0);
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", v);
+    assert_int_equal(skt_http(sv.port, "POST", path, user1, NULL, resp, sizeof resp), 201);
+    char oid[32];
+    snprintf(oid, sizeof oid, "%s", skt_json_str(resp, "order_id"));
+    assert_true(strlen(oid) > 0);
+    expect_error(skt_http(sv.port, "POST", path, user1, NULL, resp, sizeof resp), resp, 409, "already_ordered");
+    expect_error(skt_http(sv.port, "POST", path, user2, NULL, resp, sizeof resp), resp, 410, "sold_out");
+    /* The order: pending or created at once, created after the writer. */
+    snprintf(opath, sizeof opath, "/api/orders/%s", oid);
+    assert_int_equal(skt_http(sv.port, "GET", opath, user1, NULL, resp, sizeof resp), 200);
+    assert_string_equal(skt_json_str(resp, "order_id"), oid);
+    assert_int_equal(skt_json_int(resp, "user_id"), 1);
+    assert_int_equal(skt_json_int(resp, "voucher_id"), v);
+    const char *status = skt_json_str(resp, "status");
+    assert_true(strcmp(status, "pending") == 0 || strcmp(status, "created") == 0);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE id = %s", oid);
+    assert_int_equal(skt_db_wait(&dir, sql, 1, 10000), 1);
+    assert_int_equal(skt_http(sv.port, "GET", opath, user1, NULL, resp, sizeof resp), 200);
+    assert_string_equal(skt_json_str(resp, "status"), "created");
+    /* Not the owner: not found. The admin: found. */
+    expect_error(skt_http(sv.port, "GET", opath, user2, NULL, resp, sizeof resp), resp, 404, "no_order");
+    assert_int_equal(skt_http(sv.port, "GET", opath, admin, NULL, resp, sizeof resp), 200);
+    expect_error(skt_http(sv.port, "GET", opath, NULL, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_error(skt_http(sv.port, "GET", "/api/orders/12345", user1, NULL, resp, sizeof resp), resp, 404,
+                 "no_order");
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers/987654/orders", user1, NULL, resp, sizeof resp), resp,
+                 404, "no_voucher");
+    /* The sale window. */
+    long long later = skt_voucher(sv.port, &dir, "later", 5, now_s() + 3600, now_s() + 7200);
+    long long over = skt_voucher(sv.port, &dir, "over", 5, now_s() - 7200, now_s() - 3600);
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", later);
+    expect_error(skt_http(sv.port, "POST", path, user1, NULL, resp, sizeof resp), resp, 403, "not_started");
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", over);
+    expect_error(skt_http(sv.port, "POST", path, user1, NULL, resp, sizeof resp), resp, 403, "ended");
+    /* Stock as seen by GET: 0 left. */
+    snprintf(path, sizeof path, "/api/vouchers/%lld", v);
+    assert_int_equal(skt_http(sv.port, "GET", path, NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_json_int(resp, "stock"), 0);
+}
+
+static void test_keepalive(void **state)
+{
+    (void)state;
+    char resp[4096];
+    int fd = skt_connect(sv.port);
+    assert_true(fd >= 0);
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(skt_request(fd, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+        /* Errors keep the connection too. */
+        assert_int_equal(skt_request(fd, "GET", "/nope", NULL, NULL, resp, sizeof resp), 404);
+        assert_int_equal(skt_request(fd, "POST", "/api/vouchers", admin, "{", resp, sizeof resp), 400);
+    }
+    close(fd);
+}
+
+/* The private redis-server of a bare `seckill serve`: "pid N at unix://DIR/...". */
+static int embedded_of(const skt_serve *s, long *pid, char *rdir, size_t cap)
+{
+    FILE *f = fopen(s->err, "r");
+    if (!f) return -1;
+    char line[512];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "private redis-server (pid ");
+        const char *u = strstr(line, "unix://");
+        if (p && u && sscanf(p + 26, "%ld", pid) == 1) {
+            snprintf(rdir, cap, "%s", u + 7);
+            char *slash = strrchr(rdir, '/');
+            if (slash) *slash = '\0';
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found ? 0 : -1;
+}
+
+/* Gone or a zombie nobody reaped yet: either way it no longer serves. */
+static int process_gone(long pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    int gone = 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "State:", 6) == 0) gone = strchr(line, 'Z') != NULL || strchr(line, 'X') != NULL;
+    fclose(f);
+    return gone;
+}
+
+static int wait_gone(long pid)
+{
+    for (int i = 0; i < 500; i++) {
+        if (process_gone(pid)) return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static void test_embedded_redis(void **state)
+{
+    (void)state;
+    skt_serve s;
+    long pid;
+    char rdir[256], resp[1024];
+    /* Stopped cleanly: the server is stopped and its directory removed. */
+    assert_int_equal(skt_serve_start(&s, &dir, NULL, "redis", NULL, NULL), 0);
+    assert_int_equal(embedded_of(&s, &pid, rdir, sizeof rdir), 0);
+    assert_false(process_gone(pid));
+    long long v = skt_voucher(s.port, &dir, "embedded", 3, now_s() - 5, now_s() + 60);
+    assert_true(v > 0);
+    assert_int_equal(skt_http(s.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_serve_stop(&s), 0);
+    assert_true(wait_gone(pid));
+    assert_int_equal(access(rdir, F_OK), -1);
+    /* Killed: the kernel stops the server (PR_SET_PDEATHSIG). */
+    assert_int_equal(skt_serve_start(&s, &dir, NULL, "lock", NULL, NULL), 0);
+    assert_int_equal(embedded_of(&s, &pid, rdir, sizeof rdir), 0);
+    kill(s.pid, SIGKILL);
+    assert_true(skt_serve_wait(&s, 5000) == 128 + SIGKILL);
+    assert_true(wait_gone(pid));
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", rdir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_health_and_metrics), cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_vouchers),           cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_orders),             cmocka_unit_test(test_keepalive),
+        cmocka_unit_test(test_embedded_redis),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,273 @@
+/*
+ * The flash sale itself, for both strategies: 2000 users on 32 keep-alive
+ * connections race for 100 units, and exactly 100 orders exist once the
+ * writer has drained (database stock 0, Redis stock 0 for the redis
+ * strategy); one user firing 100 parallel requests gets exactly one order.
+ * Every request gets a definite answer (201, 410, 409 or 429), never a 5xx.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sk_test.h"
+
+#define STOCK 100
+#define USERS 2000
+#define CONNS 32
+#define BURST 100
+
+static th_redis srv;
+
+typedef struct sale {
+    skt_dir *dir;
+    int port;
+    long long voucher;
+    atomic_int next_user;
+    atomic_int created, sold_out, already, busy, other;
+    pthread_barrier_t start;
+} sale;
+
+static void count(sale *s, int status, const char *body)
+{
+    switch (status) {
+    case 201: atomic_fetch_add(&s->created, 1); break;
+    case 410: atomic_fetch_add(&s->sold_out, 1); break;
+    case 409: atomic_fetch_add(&s->already, 1); break;
+    case 429: atomic_fetch_add(&s->busy, 1); break;
+    default:
+        fprintf(stderr, "unexpected %d %s\n", status, body);
+        atomic_fetch_add(&s->other, 1);
+    }
+}
+
+/* One connection, many users, one after another (keep-alive). */
+static void *buyer(void *arg)
+{
+    sale *s = arg;
+    int fd = skt_connect(s->port);
+    char path[96], tok[256], resp[1024];
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", s->voucher);
+    pthread_barrier_wait(&s->start);
+    for (;;) {
+        int u = atomic_fetch_add(&s->next_user, 1) + 1;
+        if (u > USERS) break;
+        skt_token(s->dir, u, 0, tok, sizeof tok);
+        int st = fd >= 0 ? skt_request(fd, "POST", path, tok, NULL, resp, sizeof resp) : -1;
+        if (st < 0) { /* reconnect once, then count it */
+            if (fd >= 0) close(fd);
+            fd = skt_connect(s->port);
+            st = fd >= 0 ? skt_request(fd, "POST", path, tok, NULL, resp, sizeof resp) : -1;
+        }
+        count(s, st, resp);
+    }
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+/* The same user on its own connection, all released at once. */
+static void *burst(void *arg)
+{
+    sale *s = arg;
+    int fd = skt_connect(s->port);
+    char path[96], tok[256], resp[1024];
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", s->voucher);
+    skt_token(s->dir, 4242, 0, tok, sizeof tok);
+    pthread_barrier_wait(&s->start);
+    int st = fd >= 0 ? skt_request(fd, "POST", path, tok, NULL, resp, sizeof resp) : -1;
+    count(s, st, resp);
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+static void run_threads(sale *s, int n, void *(*fn)(void *))
+{
+    pthread_t th[BURST];
+    pthread_barrier_init(&s->start, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, fn, s), 0);
+    for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&s->start);
+}
+
+static void flash_sale(const char *strategy)
+{
+    skt_dir dir;
+    skt_serve sv;
+    assert_int_equal(skt_dir_make(&dir), 0);
+    const char *extra[] = {"--threads", "8", NULL};
+    assert_int_equal(skt_serve_start(&sv, &dir, &srv, strategy, extra, NULL), 0);
+    long long now = (long long)time(NULL);
+    sale s;
+    memset(&s, 0, sizeof s);
+    s.dir = &dir;
+    s.port = sv.port;
+    s.voucher = skt_voucher(sv.port, &dir, "flash", STOCK, now - 5, now + 3600);
+    assert_true(s.voucher > 0);
+
+    long long t0 = th_now_ms();
+    run_threads(&s, CONNS, buyer);
+    long long t1 = th_now_ms();
+    fprintf(stderr, "%s: %d users in %lld ms: %d created, %d sold out, %d other\n", strategy, USERS, t1 - t0,
+            atomic_load(&s.created), atomic_load(&s.sold_out), atomic_load(&s.other));
+    assert_int_equal(atomic_load(&s.other), 0);
+    assert_int_equal(atomic_load(&s.created), STOCK);
+    assert_int_equal(atomic_load(&s.sold_out), USERS - STOCK);
+
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld", s.voucher);
+    assert_int_equal(skt_db_wait(&dir, sql, STOCK, 20000), STOCK);
+    snprintf(sql, sizeof sql, "SELECT stock FROM vouchers WHERE id = %lld", s.voucher);
+    assert_int_equal(skt_db_int(&dir, sql), 0);
+    snprintf(sql, sizeof sql, "SELECT count(DISTINCT user_id) FROM orders WHERE voucher_id = %lld", s.voucher);
+    assert_int_equal(skt_db_int(&dir, sql), STOCK);
+    assert_int_equal(skt_db_int(&dir, "SELECT count(*) FROM rejected_orders"), 0);
+    if (strcmp(strategy, "redis") == 0) {
+        assert_int_equal(skt_redis_int(&srv, "GET seckill:{v:%lld}:stock", s.voucher), 0);
+        assert_int_equal(skt_redis_int(&srv, "SCARD seckill:{v:%lld}:buyers", s.voucher), STOCK);
+        assert_int_equal(skt_redis_int(&srv, "XLEN seckill:{v:%lld}:orders", s.voucher), STOCK);
+        /* Drained: nothing left unacknowledged. */
+        long long deadline = th_now_ms() + 10000, p;
+        while ((p = skt_pending(&srv, s.voucher)) != 0 && th_now_ms() < deadline) usleep(20000);
+        assert_int_equal(p, 0);
+    } else {
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld AND fence > 0", s.voucher);
+        assert_int_equal(skt_db_int(&dir, sql), STOCK);
+    }
+
+    /* One user, 100 parallel requests, on a second voucher. */
+    memset(&s.created, 0, sizeof s - offsetof(sale, created));
+    s.voucher = skt_voucher(sv.port, &dir, "burst", STOCK, now - 5, now + 3600);
+    assert_true(s.voucher > 0);
+    run_threads(&s, BURST, burst);
+    fprintf(stderr, "%s: one user x %d: %d created, %d already, %d busy, %d other\n", strategy, BURST,
+            atomic_load(&s.created), atomic_load(&s.already), atomic_load(&s.busy), atomic_load(&s.other));
+    assert_int_equal(atomic_load(&s.created), 1);
+    assert_int_equal(atomic_load(&s.other), 0);
+    assert_int_equal(atomic_load(&s.sold_out), 0);
+    assert_int_equal(atomic_load(&s.already) + atomic_load(&s.busy), BURST - 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld", s.voucher);
+    assert_int_equal(skt_db_wait(&dir, sql, 1, 10000), 1);
+    usleep(300000); /* a second order, if any, would have landed by now */
+    assert_int_equal(skt_db_int(&dir, sql), 1);
+    snprintf(sql, sizeof sql, "SELECT stock FROM vouchers WHERE id = %lld", s.voucher);
+    assert_int_equal(skt_db_int(&dir, sql), STOCK - 1);
+
+    /* `seckill verify` agrees. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s verify --db %s %s%s >/dev/null", SECKILL_BIN, dir.db,
+             strcmp(strategy, "redis") == 0 ? "--redis " : "", strcmp(strategy, "redis") == 0 ? srv.url : "");
+    assert_int_equal(system(cmd), 0);
+
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    skt_dir_remove(&dir);
+}
+
+static void test_redis_strategy(void **state)
+{
+    (void)state;
+    flash_sale("redis");
+}
+
+static void test_lock_strategy(void **state)
+{
+    (void)state;
+    flash_sale("lock");
+}
+
+/* Run a command; its exit status, its stdout in out[cap]. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `seckill load` against a live server, then `seckill verify` before and
+ * after the database is corrupted on purpose. */
+static void test_load_and_verify(void **state)
+{
+    (void)state;
+    redisReply *r = th_redis_cmd(&srv, "FLUSHALL");
+    assert_non_null(r);
+    freeReplyObject(r);
+    skt_dir dir;
+    skt_serve sv;
+    assert_int_equal(skt_dir_make(&dir), 0);
+    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "redis", NULL, NULL), 0);
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s load --url http://127.0.0.1:%d --secret-file %s --users 300 --repeat 2 "
+             "--connections 8 --stock 30", SECKILL_BIN, sv.port, dir.secret_file);
+    int rc = run(cmd, out, sizeof out);
+    if (rc != 0) fprintf(stderr, "%s", out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "600 requests from 300 users on 8 connections"));
+    assert_non_null(strstr(out, "201 created          30\n"));
+    assert_non_null(strstr(out, "stock left 0\n"));
+    assert_int_equal(skt_db_wait(&dir, "SELECT count(*) FROM orders", 30, 10000), 30);
+    long long deadline = th_now_ms() + 10000;
+    while (skt_pending(&srv, 1) != 0 && th_now_ms() < deadline) usleep(20000);
+
+    snprintf(cmd, sizeof cmd, "%s verify --db %s --redis %s", SECKILL_BIN, dir.db, srv.url);
+    rc = run(cmd, out, sizeof out);
+    if (rc != 0) fprintf(stderr, "%s", out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "voucher 1: initial 30 sold 30 stock 0 rejected 0 | redis stock 0 buyers 30"));
+    /* A unit appears from nowhere in the database: caught. */
+    assert_int_equal(skt_db_exec(&dir, "UPDATE vouchers SET stock = 1, initial_stock = 31 WHERE id = 1"), 0);
+    rc = run(cmd, out, sizeof out);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(out, "FAIL"));
+    /* An order lost between Redis and the database: caught too. */
+    assert_int_equal(skt_db_exec(&dir, "UPDATE vouchers SET stock = 1, initial_stock = 30 WHERE id = 1;"
+                                       "DELETE FROM orders WHERE rowid IN (SELECT rowid FROM orders LIMIT 1)"), 0);
+    rc = run(cmd, out, sizeof out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    skt_dir_remove(&dir);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return th_redis_start(&srv, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    skt_kill_all();
+    th_redis_stop(&srv);
+    return 0;
+}
+
+/* A failed assertion leaves the test's server running: stop it. */
+static int after_test(void **state)
+{
+    (void)state;
+    skt_kill_all();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_redis_strategy, after_test),
+        cmocka_unit_test_teardown(test_lock_strategy, after_test),
+        cmocka_unit_test_teardown(test_load_and_verify, after_test),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
