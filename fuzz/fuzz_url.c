@@ -13,6 +13,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* For replay.c: pieces of URL syntax worth splicing into a seed. */
+const char *const fuzz_fragments[] = {
+    "redis://", "unix://", "/", ":", "@", "[", "]", "?db=", "%", "%4", "%40", "%00",
+    "::1", "127.0.0.1", "6379", "65536", "0", "-1", "user", ":pw@", "?", "=", "\x01", " ",
+    NULL,
+};
+const long fuzz_rounds = 20000;
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *s = malloc(size + 1);

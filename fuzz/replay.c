@@ -1,8 +1,11 @@
 /*
  * Runs a fuzz target without libFuzzer: every file named on the command
- * line, then a fixed number of mutations of each (byte flips, inserts,
- * deletes, splices of URL fragments) from a fixed seed, so every CI run
+ * line, then a fixed number of mutations of each (byte flips, deletes,
+ * inserts of the target's own fragments) from a fixed seed, so every CI run
  * covers the same ground under the sanitizers and any crash reproduces.
+ * Shared by every target; each supplies fuzz_fragments (the pieces of its
+ * input language worth splicing in) and fuzz_rounds (mutations per corpus
+ * file, overridden by FUZZ_ROUNDS).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +13,8 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+extern const char *const fuzz_fragments[]; /* NULL-terminated */
+extern const long fuzz_rounds;
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 
@@ -20,11 +25,6 @@ static uint64_t next_rand(void)
     rng ^= rng << 17;
     return rng;
 }
-
-static const char *const fragments[] = {
-    "redis://", "unix://", "/", ":", "@", "[", "]", "?db=", "%", "%4", "%40", "%00",
-    "::1", "127.0.0.1", "6379", "65536", "0", "-1", "user", ":pw@", "?", "=", "\x01", " ",
-};
 
 static size_t mutate(unsigned char *buf, size_t len, size_t cap)
 {
@@ -38,7 +38,7 @@ static size_t mutate(unsigned char *buf, size_t len, size_t cap)
             break;
         case 1: /* delete a span */
             if (len) {
-                size_t n = 1 + next_rand() % 4;
+                size_t n = 1 + next_rand() % 8;
                 size_t at = pos % len;
                 if (at + n > len) n = len - at;
                 memmove(buf + at, buf + at + n, len - at - n);
@@ -46,7 +46,9 @@ static size_t mutate(unsigned char *buf, size_t len, size_t cap)
             }
             break;
         default: { /* insert a fragment */
-            const char *f = fragments[next_rand() % (sizeof fragments / sizeof *fragments)];
+            size_t nf = 0;
+            while (fuzz_fragments[nf]) nf++;
+            const char *f = fuzz_fragments[next_rand() % nf];
             size_t n = strlen(f);
             if (len + n <= cap) {
                 memmove(buf + pos + n, buf + pos, len - pos);
@@ -61,12 +63,12 @@ static size_t mutate(unsigned char *buf, size_t len, size_t cap)
 
 int main(int argc, char **argv)
 {
-    long rounds = 20000;
+    long rounds = fuzz_rounds;
     const char *env = getenv("FUZZ_ROUNDS");
     if (env) rounds = strtol(env, NULL, 10);
     long runs = 0;
     for (int i = 1; i < argc; i++) {
-        unsigned char seed[4096], buf[8192];
+        static unsigned char seed[16384], buf[20000];
         FILE *f = fopen(argv[i], "rb");
         if (!f) {
             fprintf(stderr, "replay: cannot open %s\n", argv[i]);

@@ -24,6 +24,16 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* For replay.c: pieces of requests, paths and JSON worth splicing in. */
+const char *const fuzz_fragments[] = {
+    "GET ", "POST ", "/api/vouchers", "/api/orders/", "/orders", "/", "//", "0", "1", "2",
+    "9223372036854775807", "9223372036854775808", "-1", "007", "Bearer ", "0.1800000000.", ".", "\n",
+    "{", "}", "[", "]", "\"", ":", ",", "\"title\"", "\"stock\"", "\"begin\"", "\"end\"", "null", "true",
+    "1.5", "1e3", "\\u0000", "\\ud800", "\xff", "\xc3\xa9", " ", "%00", "?x=1", "HEAD ", "DELETE ",
+    NULL,
+};
+const long fuzz_rounds = 10000;
+
 #define FUZZ_NOW 1700000000
 #define MAX_V 16
 #define MAX_O 64
