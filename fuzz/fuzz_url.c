@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* For replay.c: pieces of URL syntax worth splicing into a seed. */
 const char *const fuzz_fragments[] = {
-    "redis://", "unix://", "/", ":", "@", "[", "]", "?db=", "%", "%4", "%40", "%00",
+    "redis://", "unix://", "redis-sentinel://", "redis-cluster://", ",", "/mymaster", "/", ":", "@", "[", "]", "?db=", "%", "%4", "%40", "%00",
     "::1", "127.0.0.1", "6379", "65536", "0", "-1", "user", ":pw@", "?", "=", "\x01", " ",
     NULL,
 };
@@ -35,17 +35,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             assert(u.host && u.host[0]);
             assert(u.port >= 1 && u.port <= 65535);
             assert(!u.path);
-        } else {
-            assert(u.kind == DLOCK_URL_UNIX);
+        } else if (u.kind == DLOCK_URL_UNIX) {
             assert(u.path && u.path[0] == '/');
             assert(!u.host);
+        } else {
+            /* Sentinel or Cluster: a list of usable, distinct addresses,
+             * the first repeated in host and port. */
+            assert(u.kind == DLOCK_URL_SENTINEL || u.kind == DLOCK_URL_CLUSTER);
+            assert(u.n_addrs >= 1 && u.n_addrs <= 64 && u.addrs);
+            for (size_t i = 0; i < u.n_addrs; i++) {
+                assert(u.addrs[i].host && u.addrs[i].host[0]);
+                assert(u.addrs[i].port >= 1 && u.addrs[i].port <= 65535);
+                for (size_t j = 0; j < i; j++)
+                    assert(u.addrs[i].port != u.addrs[j].port || strcmp(u.addrs[i].host, u.addrs[j].host) != 0);
+            }
+            assert(strcmp(u.host, u.addrs[0].host) == 0 && u.port == u.addrs[0].port);
+            assert(u.kind == DLOCK_URL_CLUSTER ? !u.master && u.db == 0 : u.master && u.master[0]);
+            assert(!u.path);
         }
         assert(u.db >= 0);
         assert(!u.password || strlen(u.password) > 0);
         dlock_url_free(&u);
     } else {
         assert(st == DLOCK_ERR_URL);
-        assert(u.host == NULL && u.path == NULL && u.user == NULL && u.password == NULL);
+        assert(u.host == NULL && u.path == NULL && u.user == NULL && u.password == NULL && u.master == NULL &&
+               u.addrs == NULL && u.n_addrs == 0);
         assert(dlock_last_error()[0] != '\0');
     }
     free(s);

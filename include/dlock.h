@@ -78,11 +78,25 @@ DLOCK_API const char *dlock_version(void);
 /* ------------------------------------------------------------------------ */
 
 typedef enum dlock_url_kind {
-    DLOCK_URL_TCP = 1,  /* redis://[[user]:password@]host[:port][/db] */
-    DLOCK_URL_UNIX = 2  /* unix:///path/to.sock[?db=N] */
+    DLOCK_URL_TCP = 1,      /* redis://[[user]:password@]host[:port][/db] */
+    DLOCK_URL_UNIX = 2,     /* unix:///path/to.sock[?db=N] */
+    DLOCK_URL_SENTINEL = 3, /* redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[?db=N] */
+    DLOCK_URL_CLUSTER = 4   /* redis-cluster://[[user]:password@]host[:port][,host[:port]...] */
 } dlock_url_kind;
 
-/* A parsed connection URL. Strings are owned by the struct. */
+/* One host and port of a Sentinel or Cluster URL's list. */
+typedef struct dlock_url_addr {
+    char *host; /* without IPv6 brackets */
+    int port;   /* 26379 by default for Sentinels, 6379 for Cluster nodes */
+} dlock_url_addr;
+
+/*
+ * A parsed connection URL. Strings are owned by the struct. For Sentinel
+ * and Cluster URLs, addrs[] lists every address given (host and port
+ * repeat the first one); the credentials and database apply to the data
+ * nodes (the master, the cluster's nodes), and are offered to a Sentinel
+ * only when it asks for them.
+ */
 typedef struct dlock_url {
     dlock_url_kind kind;
     char *host;     /* TCP host name or address, without IPv6 brackets */
@@ -90,7 +104,10 @@ typedef struct dlock_url {
     char *path;     /* unix socket path */
     char *user;     /* ACL user name, or NULL for the default user */
     char *password; /* password, or NULL for no AUTH */
-    int db;         /* database number for SELECT, 0 by default */
+    int db;         /* database number for SELECT, 0 by default (always 0 on Cluster) */
+    char *master;   /* Sentinel: the name of the monitored master */
+    dlock_url_addr *addrs; /* Sentinel: the Sentinels; Cluster: seed nodes */
+    size_t n_addrs;
 } dlock_url;
 
 /*
@@ -134,11 +151,16 @@ typedef struct dlock_options {
 } dlock_options;
 
 /*
- * Connect to the Redis server named by `url` and return a client in *out.
- * The first connection is made (and AUTH/SELECT run) before returning, so a
- * wrong address or password is reported here as DLOCK_ERR_CONNECT or
- * DLOCK_ERR_AUTH. Later connections are made on demand and re-made after the
- * server restarts. `opts` may be NULL for all defaults.
+ * Connect to the Redis deployment named by `url` and return a client in
+ * *out. The first connection is made (and AUTH/SELECT run) before
+ * returning, so a wrong address or password is reported here as
+ * DLOCK_ERR_CONNECT or DLOCK_ERR_AUTH. Later connections are made on demand
+ * and re-made after the server restarts. With a redis-sentinel:// URL the
+ * master is looked up through the Sentinels, checked with ROLE, and looked
+ * up again after a failover; with redis-cluster:// every command goes to
+ * the node serving its key's slot, following MOVED and ASK redirections.
+ * Every lock's keys share one slot, so each primitive works unchanged on
+ * all of them. `opts` may be NULL for all defaults.
  */
 DLOCK_API dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_client **out);
 

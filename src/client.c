@@ -33,7 +33,7 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
 
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    dlock_status st = dlock_pool_init(&c->pool, url, o.connect_timeout_ms, o.command_timeout_ms);
+    dlock_status st = dlock_topo_new(url, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
     if (st != DLOCK_OK) {
         free(c);
         return st;
@@ -42,7 +42,9 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     c->fair_waiter_timeout_ms = o.fair_waiter_timeout_ms;
     c->replica_acks = o.replica_acks;
     c->replica_timeout_ms = o.replica_timeout_ms;
-    c->publish = "publish";
+    /* On a cluster, PUBLISH reaches every node; SPUBLISH only the shard
+     * that serves the lock, whose waiters subscribed there. */
+    c->publish = c->topo->url.kind == DLOCK_URL_CLUSTER ? "spublish" : "publish";
     pthread_mutex_init(&c->mu, NULL);
     st = dlock_random_hex(c->id, 16);
     /* Loading the scripts doubles as the connectivity and AUTH check. An
@@ -62,7 +64,7 @@ void dlock_client_free(dlock_client *c)
     if (!c) return;
     dlock_watchdog_stop(c->wd);
     dlock_subscriber_stop(c->sub);
-    dlock_pool_destroy(&c->pool);
+    dlock_topo_free(c->topo);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

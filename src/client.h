@@ -5,14 +5,14 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "conn.h"
 #include "script.h"
+#include "topology.h"
 
 struct dlock_subscriber;
 struct dlock_watchdog;
 
 struct dlock_client {
-    dlock_pool pool;
+    dlock_topo *topo;                   /* where each command goes */
     char id[33];                        /* 128 random bits in hex */
     long watchdog_lease_ms;
     long fair_waiter_timeout_ms;
@@ -20,7 +20,7 @@ struct dlock_client {
     int replica_timeout_ms;             /* ... and for how long */
     char sha[DLOCK_SCRIPT_COUNT][41];   /* SHA1 of each script, from SCRIPT LOAD */
     atomic_int scripts_ready;           /* sha[] is filled (set once, under mu) */
-    const char *publish;                /* "publish" (later "spublish" on Cluster) */
+    const char *publish;                /* "publish", or "spublish" on Cluster (sharded pub/sub) */
     pthread_mutex_t mu;                 /* guards the lazy start of the threads */
     struct dlock_subscriber *sub;       /* started by the first waiter */
     struct dlock_watchdog *wd;          /* started by the first renewed hold */

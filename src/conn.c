@@ -1,5 +1,5 @@
 /*
- * Connections and the connection pool.
+ * Connections to one server, and its pool of idle ones.
  *
  * hiredis contexts are not thread-safe, so a thread borrows a whole
  * connection for the length of one command and gives it back. The pool
@@ -24,14 +24,16 @@ static struct timeval ms_tv(int ms)
     return tv;
 }
 
-dlock_status dlock_pool_init(dlock_pool *p, const char *url, int connect_timeout_ms,
-                             int command_timeout_ms)
+dlock_status dlock_pool_init(dlock_pool *p, const char *host, int port, const char *path, const dlock_conn_cfg *cfg)
 {
     memset(p, 0, sizeof *p);
-    dlock_status st = dlock_url_parse(url, &p->url);
-    if (st != DLOCK_OK) return st;
-    p->connect_timeout_ms = connect_timeout_ms;
-    p->command_timeout_ms = command_timeout_ms;
+    p->port = port;
+    p->cfg = cfg;
+    if ((host && !(p->host = strdup(host))) || (path && !(p->path = strdup(path)))) {
+        free(p->host);
+        free(p->path);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
     pthread_mutex_init(&p->mu, NULL);
     return DLOCK_OK;
 }
@@ -40,8 +42,16 @@ void dlock_pool_destroy(dlock_pool *p)
 {
     for (size_t i = 0; i < p->n_idle; i++) redisFree(p->idle[i]);
     free(p->idle);
+    free(p->host);
+    free(p->path);
     pthread_mutex_destroy(&p->mu);
-    dlock_url_free(&p->url);
+}
+
+void dlock_pool_name(const dlock_pool *p, char *out, size_t size)
+{
+    if (p->path) snprintf(out, size, "%s", p->path);
+    else if (strchr(p->host, ':')) snprintf(out, size, "[%s]:%d", p->host, p->port);
+    else snprintf(out, size, "%s:%d", p->host, p->port);
 }
 
 dlock_status dlock_reply_error(const redisReply *r, const char *what)
@@ -122,39 +132,55 @@ static dlock_status setup_command(redisContext *c, int argc, const char **argv, 
     return st;
 }
 
+/* Sentinel's word is not enough: between a failover and the moment a
+ * client asks, the address it gives may still be a demoted master. ROLE on
+ * every new connection means we never send a lock command to a replica. */
+static dlock_status check_master(redisContext *c, const char *name)
+{
+    const char *argv[1] = {"ROLE"};
+    redisReply *r = dlock_command(c, 1, argv, NULL);
+    if (!r) return dlock_fail(DLOCK_ERR_CONNECT, "ROLE on %s: %s", name, c->errstr);
+    dlock_status st = DLOCK_OK;
+    if (r->type == REDIS_REPLY_ERROR) st = dlock_reply_error(r, "ROLE");
+    else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING)
+        st = dlock_fail(DLOCK_ERR_REDIS, "ROLE on %s: unexpected reply", name);
+    else if (strcmp(r->element[0]->str, "master") != 0)
+        st = dlock_fail(DLOCK_ERR_CONNECT, "%s is not a master (its role is %s)", name, r->element[0]->str);
+    freeReplyObject(r);
+    return st;
+}
+
 dlock_status dlock_connect(const dlock_pool *p, redisContext **out)
 {
-    const dlock_url *u = &p->url;
+    const dlock_conn_cfg *cfg = p->cfg;
+    char name[300];
     redisContext *c;
     *out = NULL;
-    if (u->kind == DLOCK_URL_UNIX)
-        c = redisConnectUnixWithTimeout(u->path, ms_tv(p->connect_timeout_ms));
+    if (p->path)
+        c = redisConnectUnixWithTimeout(p->path, ms_tv(cfg->connect_timeout_ms));
     else
-        c = redisConnectWithTimeout(u->host, u->port, ms_tv(p->connect_timeout_ms));
+        c = redisConnectWithTimeout(p->host, p->port, ms_tv(cfg->connect_timeout_ms));
     if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "cannot allocate a connection");
+    dlock_pool_name(p, name, sizeof name);
     if (c->err) {
-        dlock_status st;
-        if (u->kind == DLOCK_URL_UNIX)
-            st = dlock_fail(DLOCK_ERR_CONNECT, "cannot connect to %s: %s", u->path, c->errstr);
-        else
-            st = dlock_fail(DLOCK_ERR_CONNECT, "cannot connect to %s:%d: %s", u->host, u->port,
-                            c->errstr);
+        dlock_status st = dlock_fail(DLOCK_ERR_CONNECT, "cannot connect to %s: %s", name, c->errstr);
         redisFree(c);
         return st;
     }
-    redisSetTimeout(c, ms_tv(p->command_timeout_ms));
-    if (u->kind == DLOCK_URL_TCP) redisEnableKeepAlive(c);
+    redisSetTimeout(c, ms_tv(cfg->command_timeout_ms));
+    if (!p->path) redisEnableKeepAlive(c);
     dlock_status st = DLOCK_OK;
-    if (u->password) {
-        const char *argv[3] = {"AUTH", u->user ? u->user : u->password, u->password};
-        st = setup_command(c, u->user ? 3 : 2, argv, "AUTH");
+    if (cfg->password) {
+        const char *argv[3] = {"AUTH", cfg->user ? cfg->user : cfg->password, cfg->password};
+        st = setup_command(c, cfg->user ? 3 : 2, argv, "AUTH");
     }
-    if (st == DLOCK_OK && u->db != 0) {
+    if (st == DLOCK_OK && cfg->db != 0) {
         char db[16];
-        snprintf(db, sizeof db, "%d", u->db);
+        snprintf(db, sizeof db, "%d", cfg->db);
         const char *argv[2] = {"SELECT", db};
         st = setup_command(c, 2, argv, "SELECT");
     }
+    if (st == DLOCK_OK && cfg->require_master) st = check_master(c, name);
     if (st != DLOCK_OK) {
         redisFree(c);
         return st;
@@ -202,10 +228,7 @@ static void pool_put(dlock_pool *p, redisContext *c)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* After one dead connection the others from before are suspect too (the
- * usual cause is a server restart): close them all rather than fail once
- * per idle connection. */
-static void pool_drop_idle(dlock_pool *p)
+void dlock_pool_drop_idle(dlock_pool *p)
 {
     pthread_mutex_lock(&p->mu);
     for (size_t i = 0; i < p->n_idle; i++) redisFree(p->idle[i]);
@@ -213,70 +236,46 @@ static void pool_drop_idle(dlock_pool *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-dlock_status dlock_pool_command_wait(dlock_pool *p, int argc, const char **argv, int replicas, int timeout_ms,
-                                     redisReply **out, long long *acks, int *retried)
+dlock_status dlock_pool_pipeline(dlock_pool *p, int n, const int *argcs, const char *const *const *argvs,
+                                 const size_t *const *lens, redisReply **replies, int *retried, dlock_io_fail *why)
 {
-    *out = NULL;
-    *acks = -1;
     if (retried) *retried = 0;
-    char nrep[16], tmo[16];
-    snprintf(nrep, sizeof nrep, "%d", replicas);
-    snprintf(tmo, sizeof tmo, "%d", timeout_ms);
-    const char *wait_argv[3] = {"WAIT", nrep, tmo};
-    const int argcs[2] = {argc, 3};
-    const char *const *argvs[2] = {argv, wait_argv};
+    dlock_io_fail f = {0, 0};
     for (int attempt = 0;; attempt++) {
         redisContext *c;
         int fresh;
         dlock_status st = pool_get(p, &c, &fresh);
-        if (st != DLOCK_OK) return st;
-        redisReply *r[2];
-        pipeline(c, 2, argcs, argvs, NULL, r);
-        if (r[0] && r[1]) {
+        if (st != DLOCK_OK) {
+            if (why) *why = f;
+            return st;
+        }
+        pipeline(c, n, argcs, argvs, lens, replies);
+        int ok = 1;
+        for (int i = 0; i < n; i++) ok = ok && replies[i];
+        if (ok) {
             pool_put(p, c);
-            *out = r[0];
-            if (r[1]->type == REDIS_REPLY_INTEGER) *acks = r[1]->integer;
-            freeReplyObject(r[1]);
             return DLOCK_OK;
         }
-        if (r[0]) freeReplyObject(r[0]);
-        int timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-        int sent = sdslen(c->obuf) == 0;
-        st = dlock_fail(DLOCK_ERR_CONNECT, "%s+WAIT: %s", argv[0], timed_out ? "command timed out" : c->errstr);
-        redisFree(c);
-        if (fresh || timed_out || attempt > 0) return st;
-        pool_drop_idle(p);
-        if (retried && sent) *retried = 1;
-    }
-}
-
-dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, const size_t *lens,
-                                redisReply **out, int *retried)
-{
-    *out = NULL;
-    if (retried) *retried = 0;
-    for (int attempt = 0;; attempt++) {
-        redisContext *c;
-        int fresh;
-        dlock_status st = pool_get(p, &c, &fresh);
-        if (st != DLOCK_OK) return st;
-        redisReply *r = dlock_command(c, argc, argv, lens);
-        if (r) {
-            pool_put(p, c);
-            *out = r;
-            return DLOCK_OK;
+        for (int i = 0; i < n; i++) {
+            if (replies[i]) freeReplyObject(replies[i]);
+            replies[i] = NULL;
         }
-        int timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-        /* Only a command that left in full may have run on the server; one
-         * whose send failed did not, and its resend is no "maybe twice". */
-        int sent = sdslen(c->obuf) == 0;
-        st = dlock_fail(DLOCK_ERR_CONNECT, "%s: %s", argv[0],
-                        timed_out ? "command timed out" : c->errstr);
+        f.timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+        /* Only commands that left in full may have run on the server; ones
+         * whose send failed did not, and their resend is no "maybe twice". */
+        f.sent = f.sent || sdslen(c->obuf) == 0;
+        char name[300];
+        dlock_pool_name(p, name, sizeof name);
+        st = dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], name,
+                        f.timed_out ? "command timed out" : c->errstr);
         redisFree(c);
         /* A timeout is not retried: the server is slow or stopped, and a
          * second wait would only double the caller's delay. */
-        if (fresh || timed_out || attempt > 0) return st;
-        pool_drop_idle(p);
-        if (retried && sent) *retried = 1;
+        if (fresh || f.timed_out || attempt > 0) {
+            if (why) *why = f;
+            return st;
+        }
+        dlock_pool_drop_idle(p);
+        if (retried && f.sent) *retried = 1;
     }
 }

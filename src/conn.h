@@ -1,5 +1,6 @@
-/* Connections: making one (connect, AUTH, SELECT) and a pool of idle ones
- * shared by the threads of a client. */
+/* Connections to one server: making one (connect, AUTH, SELECT, and on
+ * Sentinel a ROLE check) and a pool of idle ones shared by the threads of a
+ * client. Which server a command goes to is topology.c's business. */
 #ifndef DLOCK_CONN_H
 #define DLOCK_CONN_H
 
@@ -8,36 +9,61 @@
 
 #include "dlock.h"
 
-typedef struct dlock_pool {
-    dlock_url url;
+/* What every connection of a client shares, whatever server it goes to. */
+typedef struct dlock_conn_cfg {
+    const char *user;       /* ACL user, or NULL */
+    const char *password;   /* NULL: no AUTH */
+    int db;                 /* SELECT when not 0 */
     int connect_timeout_ms;
     int command_timeout_ms;
+    int require_master;     /* refuse a server whose ROLE is not master (Sentinel) */
+} dlock_conn_cfg;
+
+/* One server and its idle connections. */
+typedef struct dlock_pool {
+    char *host;             /* TCP host, or NULL for a unix socket */
+    int port;
+    char *path;             /* unix socket path, or NULL */
+    const dlock_conn_cfg *cfg;
     pthread_mutex_t mu;
-    redisContext **idle; /* stack of idle connections */
+    redisContext **idle;    /* stack of idle connections */
     size_t n_idle, cap;
 } dlock_pool;
 
-dlock_status dlock_pool_init(dlock_pool *p, const char *url, int connect_timeout_ms,
-                             int command_timeout_ms);
+/* How a failed exchange failed, for the router's decisions. */
+typedef struct dlock_io_fail {
+    int timed_out;          /* no reply within the command timeout */
+    int sent;               /* the commands left in full: they may have run */
+} dlock_io_fail;
+
+/* Set up a pool for host:port (host not NULL) or the unix socket `path`.
+ * Strings are copied; cfg must outlive the pool. */
+dlock_status dlock_pool_init(dlock_pool *p, const char *host, int port, const char *path, const dlock_conn_cfg *cfg);
 void dlock_pool_destroy(dlock_pool *p);
 
-/* A fresh connection with AUTH and SELECT done; the subscriber uses this
- * directly since a subscribed connection can never return to the pool. */
+/* "host:port" or the socket path, for messages and identities. */
+void dlock_pool_name(const dlock_pool *p, char *out, size_t size);
+
+/* A fresh connection with AUTH, SELECT (and ROLE, when the config asks)
+ * done; the subscriber uses this directly since a subscribed connection can
+ * never return to the pool. */
 dlock_status dlock_connect(const dlock_pool *p, redisContext **out);
 
-/* Run one command (binary-safe argv) on a pooled connection. When a pooled
- * connection turns out dead (server restarted) every idle connection is
- * dropped and the command is sent once more on a fresh one; *retried (may
- * be NULL) tells the caller, whose command must therefore be idempotent.
- * An error reply is returned as a reply, not as a failure. */
-dlock_status dlock_pool_command(dlock_pool *p, int argc, const char **argv, const size_t *lens,
-                                redisReply **out, int *retried);
+/* Close every idle connection: after one turned out dead, or the server
+ * stopped being the one we want, the others are suspect too. */
+void dlock_pool_drop_idle(dlock_pool *p);
 
-/* dlock_pool_command() followed, on the same connection and in the same
- * write, by WAIT `replicas` `timeout_ms`: *acks receives how many replicas
- * acknowledged the command's writes (-1 if WAIT failed). */
-dlock_status dlock_pool_command_wait(dlock_pool *p, int argc, const char **argv, int replicas, int timeout_ms,
-                                     redisReply **out, long long *acks, int *retried);
+/*
+ * Send n commands in one write on one pooled connection and read their n
+ * replies into replies[]. When a pooled connection turns out dead (server
+ * restarted) every idle connection is dropped and the commands are sent
+ * once more on a fresh one; *retried (may be NULL) tells the caller, whose
+ * commands must therefore be idempotent. Error replies are replies, not
+ * failures. On failure nothing is left in replies[] and *why (may be NULL)
+ * says how it failed.
+ */
+dlock_status dlock_pool_pipeline(dlock_pool *p, int n, const int *argcs, const char *const *const *argvs,
+                                 const size_t *const *lens, redisReply **replies, int *retried, dlock_io_fail *why);
 
 /* redisCommandArgv() that cannot raise SIGPIPE on a closed connection (a
  * library must not let that kill the program). */

@@ -78,7 +78,7 @@ dlock_status dlock_latch_count(dlock_latch *l, long *count)
     if (!l || !count) return dlock_fail(DLOCK_ERR_INVALID, "latch or output is NULL");
     const char *argv[2] = {"GET", l->key};
     redisReply *r;
-    dlock_status st = dlock_pool_command(&l->client->pool, 2, argv, NULL, &r, NULL);
+    dlock_status st = dlock_topo_command(l->client->topo, l->key, 2, argv, NULL, &r, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_NIL) *count = 0;
     else if (r->type == REDIS_REPLY_STRING) *count = strtol(r->str, NULL, 10);

@@ -27,12 +27,10 @@
 #include "lock.h"
 #include "util.h"
 
-/* The server part of the global order: what names one Redis database. */
+/* The server part of the global order: what names one Redis deployment. */
 static void server_key(const dlock_lock *l, char *out, size_t size)
 {
-    const dlock_url *u = &dlock_lock_client(l)->pool.url;
-    if (u->kind == DLOCK_URL_UNIX) snprintf(out, size, "unix:%s/%d", u->path, u->db);
-    else snprintf(out, size, "tcp:%s:%d/%d", u->host, u->port, u->db);
+    dlock_topo_identity(dlock_lock_client(l)->topo, out, size);
 }
 
 static int compare_locks(const dlock_lock *a, const dlock_lock *b)

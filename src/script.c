@@ -34,7 +34,7 @@ dlock_status dlock_scripts_ensure(dlock_client *client)
     for (int i = 0; i < DLOCK_SCRIPT_COUNT && !atomic_load(&client->scripts_ready); i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", bodies[i]};
         redisReply *r;
-        st = dlock_pool_command(&client->pool, 3, argv, NULL, &r, NULL);
+        st = dlock_topo_command(client->topo, NULL, 3, argv, NULL, &r, NULL);
         if (st != DLOCK_OK) break;
         if (r->type != REDIS_REPLY_STRING || r->len != 40) {
             st = dlock_reply_error(r, "SCRIPT LOAD");
@@ -82,14 +82,28 @@ static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkey
     if (nkeys) memcpy(argv + 3, keys, (size_t)nkeys * sizeof *keys);
     if (nargs) memcpy(argv + 3 + nkeys, args, (size_t)nargs * sizeof *args);
 
-    redisReply *r = NULL;
+    /* Every key of one call shares a hash tag: the first routes it. */
+    const char *route = nkeys ? keys[0] : NULL;
+    char nrep[16], tmo[16];
+    snprintf(nrep, sizeof nrep, "%d", client->replica_acks);
+    snprintf(tmo, sizeof tmo, "%d", client->replica_timeout_ms);
+    const char *wait_argv[3] = {"WAIT", nrep, tmo};
+    const int argcs[2] = {argc, 3};
+    const char *const *argvs[2] = {argv, wait_argv};
+    redisReply *r = NULL, *rep[2];
     dlock_status st;
     for (int pass = 0; pass < 2; pass++) {
-        st = acks ? dlock_pool_command_wait(&client->pool, argc, argv, client->replica_acks,
-                                            client->replica_timeout_ms, &r, acks, pass ? &again : retried)
-                  : dlock_pool_command(&client->pool, argc, argv, NULL, &r, pass ? &again : retried);
+        /* With acks, WAIT follows on the same connection, in the same write,
+         * so it waits for exactly this script's writes. */
+        st = dlock_topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL, rep, pass ? &again : retried);
         if (pass && retried && again) *retried = 1;
-        if (st != DLOCK_OK || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOSCRIPT", 8) != 0) break;
+        if (st != DLOCK_OK) break;
+        r = rep[0];
+        if (acks) {
+            *acks = rep[1]->type == REDIS_REPLY_INTEGER ? rep[1]->integer : -1;
+            freeReplyObject(rep[1]);
+        }
+        if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOSCRIPT", 8) != 0) break;
         freeReplyObject(r);
         r = NULL;
         argv[0] = "EVAL";

@@ -118,7 +118,7 @@ dlock_status dlock_semaphore_available(dlock_semaphore *s, long *available)
     if (!s || !available) return dlock_fail(DLOCK_ERR_INVALID, "semaphore or output is NULL");
     const char *argv[2] = {"GET", s->key};
     redisReply *r;
-    dlock_status st = dlock_pool_command(&s->client->pool, 2, argv, NULL, &r, NULL);
+    dlock_status st = dlock_topo_command(s->client->topo, s->key, 2, argv, NULL, &r, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_NIL) *available = 0;
     else if (r->type == REDIS_REPLY_STRING) *available = strtol(r->str, NULL, 10);

@@ -1,5 +1,7 @@
 /*
- * The subscriber: one thread and one pub/sub connection per client.
+ * The subscriber: one thread per client, and one pub/sub connection per
+ * server that serves a channel somebody waits on (one on a plain server or
+ * Sentinel, up to one per shard on a cluster).
  *
  * Waiting for a lock must not poll. A waiter declares interest in the
  * lock's channel, waits for the subscription to be confirmed, tries the
@@ -9,21 +11,30 @@
  * entry and wakes that many sleeping threads, so one release wakes one
  * waiter of the process instead of the whole herd.
  *
- * The connection is owned by this thread alone: other threads never write
- * to it. They change the channel table under `mu` and poke an eventfd; the
- * thread then sends the SUBSCRIBE/UNSUBSCRIBE commands. At most one command
- * per channel is in flight (the entry's state), which keeps confirmations
- * unambiguous when a channel is dropped and wanted again quickly.
+ * The connections are owned by this thread alone: other threads never
+ * write to them. They change the channel table under `mu` and poke an
+ * eventfd; the thread then sends the (S)SUBSCRIBE/(S)UNSUBSCRIBE commands.
+ * At most one command per channel is in flight (the entry's state), which
+ * keeps confirmations unambiguous when a channel is dropped and wanted
+ * again quickly. Slow work (connecting, looking the topology up) happens
+ * with `mu` released, so a thread joining a channel never waits for it.
  *
- * When the connection breaks (server restart, failover) every waiter is
- * woken to retry, since releases may have been lost with the connection,
- * and the thread reconnects with backoff and subscribes again to every
- * wanted channel. Lost messages cost a waiter at most the holder's
- * remaining lease: waiters never sleep longer than that.
+ * On a cluster a channel is sharded: it lives on the node serving its
+ * slot, which the lock's hash tag makes the lock's own node, so releases
+ * (SPUBLISH in the scripts) reach only that shard instead of every node.
+ *
+ * Whenever a subscription may have been lost, its waiters are woken to
+ * retry, since releases may have been published meanwhile, and it is made
+ * again where the topology now says: when a connection breaks (restart,
+ * failover), when a server drops a shard channel because its slot moved
+ * away (an unasked "sunsubscribe"), when a server refuses a subscription
+ * (a MOVED error: the whole connection is reset), and when Sentinel names a
+ * new master. Lost messages cost a waiter at most the holder's remaining
+ * lease: waiters never sleep longer than that.
  */
 #include <errno.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -35,6 +46,8 @@
 
 #define BUCKETS 256
 #define IDLE_UNSUBSCRIBE_MS 1000
+#define MASTER_CHECK_MS 1000
+#define MAX_LINKS 64
 
 enum { SUB_IDLE, SUB_SENT, SUB_ACTIVE, UNSUB_SENT };
 
@@ -43,11 +56,20 @@ struct dlock_sub_entry {
     size_t len;
     int refs;           /* waiters interested in the channel */
     int state;
+    int link;           /* links[] index while not SUB_IDLE, else -1 */
     long permits;       /* wake-ups not yet consumed */
     int64_t idle_since; /* when refs dropped to zero */
     pthread_cond_t cond;
     struct dlock_sub_entry *next;
 };
+
+/* A pub/sub connection to one node of the topology. */
+typedef struct sub_link {
+    int node;
+    redisContext *c;    /* NULL while not connected */
+    int64_t retry_at;   /* after a failed connect, not before this */
+    int backoff;
+} sub_link;
 
 struct dlock_subscriber {
     dlock_client *client;
@@ -56,7 +78,9 @@ struct dlock_subscriber {
     int wake_fd;
     int stop;
     int dirty;          /* some entry needs a command sent */
-    int connected;
+    const char *cmd_sub, *cmd_unsub; /* SUBSCRIBE or SSUBSCRIBE, ... */
+    sub_link links[MAX_LINKS];
+    int n_links;        /* links are never removed: entries hold indexes */
     dlock_sub_entry *buckets[BUCKETS];
 };
 
@@ -101,10 +125,51 @@ static void grant(dlock_sub_entry *e, long n)
     else pthread_cond_broadcast(&e->cond);
 }
 
-/* Queue SUBSCRIBE/UNSUBSCRIBE for every entry that needs one. Called with
- * mu held; only appends to the connection's output buffer. */
-static void queue_commands(struct dlock_subscriber *s, redisContext *c, int64_t now)
+/* The subscription of `e` is gone from the server's side (or never will be
+ * confirmed): forget it, and wake its waiters to retry, since a release
+ * may have been published where nobody listened. */
+static void subscription_lost(struct dlock_subscriber *s, dlock_sub_entry *e)
 {
+    e->state = SUB_IDLE;
+    e->link = -1;
+    if (e->refs == 0) unlink_free(s, e);
+    else grant(e, e->refs);
+    s->dirty = 1;
+}
+
+/* Close link L and lose every subscription it carried. */
+static void link_reset(struct dlock_subscriber *s, int L)
+{
+    sub_link *k = &s->links[L];
+    if (k->c) redisFree(k->c);
+    k->c = NULL;
+    for (int b = 0; b < BUCKETS; b++) {
+        dlock_sub_entry *e = s->buckets[b], *next;
+        for (; e; e = next) {
+            next = e->next;
+            if (e->link == L) subscription_lost(s, e);
+        }
+    }
+}
+
+/* The link to `node`, made (unconnected) when there is none. -1 when
+ * MAX_LINKS nodes have been used already. */
+static int link_for(struct dlock_subscriber *s, int node)
+{
+    for (int i = 0; i < s->n_links; i++)
+        if (s->links[i].node == node) return i;
+    if (s->n_links == MAX_LINKS) return -1;
+    s->links[s->n_links] = (sub_link){node, NULL, 0, 0};
+    return s->n_links++;
+}
+
+/* Queue SUBSCRIBE/UNSUBSCRIBE for every entry that needs one and can have
+ * it now. Called with mu held; only appends to output buffers, routing
+ * from what is known (no I/O). Entries whose node is not connected yet
+ * stay idle, and *want_connect is set. */
+static void queue_commands(struct dlock_subscriber *s, int64_t now, int *want_connect)
+{
+    dlock_topo *t = s->client->topo;
     s->dirty = 0;
     for (int b = 0; b < BUCKETS; b++) {
         dlock_sub_entry *e = s->buckets[b], *next;
@@ -113,15 +178,23 @@ static void queue_commands(struct dlock_subscriber *s, redisContext *c, int64_t 
             const char *argv[2] = {NULL, e->channel};
             size_t lens[2] = {0, e->len};
             if (e->refs > 0 && e->state == SUB_IDLE) {
-                argv[0] = "SUBSCRIBE";
-                lens[0] = 9;
-                redisAppendCommandArgv(c, 2, argv, lens);
+                int node = dlock_topo_node_known(t, e->channel, e->len);
+                int L = node >= 0 ? link_for(s, node) : -1;
+                if (L < 0 || !s->links[L].c) {
+                    /* Not yet: a map to refresh or a node to connect to. */
+                    if (node < 0) dlock_topo_mark_stale(t);
+                    *want_connect = 1;
+                    continue;
+                }
+                argv[0] = s->cmd_sub;
+                lens[0] = strlen(argv[0]);
+                redisAppendCommandArgv(s->links[L].c, 2, argv, lens);
                 e->state = SUB_SENT;
-            } else if (e->refs == 0 && e->state == SUB_ACTIVE &&
-                       now - e->idle_since >= IDLE_UNSUBSCRIBE_MS) {
-                argv[0] = "UNSUBSCRIBE";
-                lens[0] = 11;
-                redisAppendCommandArgv(c, 2, argv, lens);
+                e->link = L;
+            } else if (e->refs == 0 && e->state == SUB_ACTIVE && now - e->idle_since >= IDLE_UNSUBSCRIBE_MS) {
+                argv[0] = s->cmd_unsub;
+                lens[0] = strlen(argv[0]);
+                redisAppendCommandArgv(s->links[e->link].c, 2, argv, lens);
                 e->state = UNSUB_SENT;
             } else if (e->refs == 0 && e->state == SUB_IDLE) {
                 unlink_free(s, e);
@@ -130,15 +203,58 @@ static void queue_commands(struct dlock_subscriber *s, redisContext *c, int64_t 
     }
 }
 
-/* Handle one pushed reply: a confirmation or a message. */
-static void on_reply(struct dlock_subscriber *s, redisReply *r)
+/* Connect the links that waiting entries need. Called with mu held and
+ * drops it around each connect, which may take up to the connect timeout. */
+static void connect_links(struct dlock_subscriber *s, int64_t now)
 {
+    dlock_topo *t = s->client->topo;
+    pthread_mutex_unlock(&s->mu);
+    dlock_topo_refresh(t);
+    pthread_mutex_lock(&s->mu);
+    for (int b = 0; b < BUCKETS; b++) {
+        for (dlock_sub_entry *e = s->buckets[b]; e; e = e->next) {
+            if (e->refs == 0 || e->state != SUB_IDLE) continue;
+            int node = dlock_topo_node_known(t, e->channel, e->len);
+            int L = node >= 0 ? link_for(s, node) : -1;
+            if (L < 0 || s->links[L].c || now < s->links[L].retry_at) continue;
+            pthread_mutex_unlock(&s->mu);
+            redisContext *c = NULL;
+            dlock_status st = dlock_topo_connect(t, node, &c);
+            if (st != DLOCK_OK) dlock_topo_node_failed(t, node);
+            pthread_mutex_lock(&s->mu);
+            sub_link *k = &s->links[L];
+            if (st == DLOCK_OK) {
+                k->c = c;
+                k->backoff = 0;
+            } else {
+                k->backoff = k->backoff ? (k->backoff * 2 > 1000 ? 1000 : k->backoff * 2) : 20;
+                k->retry_at = dlock_mono_ms() + k->backoff;
+            }
+            s->dirty = 1;
+            /* The table may have changed while mu was released. */
+            return;
+        }
+    }
+}
+
+/* Handle one pushed reply on link L: a confirmation, a message, or an
+ * error (a subscription refused: the slot lives elsewhere). */
+static void on_reply(struct dlock_subscriber *s, int L, redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR) {
+        dlock_topo_mark_stale(s->client->topo);
+        link_reset(s, L);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return;
     const char *kind = r->element[0]->str;
+    /* The sharded forms name the same events: smessage, ssubscribe, sunsubscribe. */
+    if (strcmp(kind, "smessage") == 0 || strcmp(kind, "ssubscribe") == 0 || strcmp(kind, "sunsubscribe") == 0)
+        kind++;
     dlock_sub_entry *e = find(s, r->element[1]->str, r->element[1]->len);
-    if (!e) return;
+    if (!e || e->link != L) return;
     if (strcmp(kind, "message") == 0) {
         const redisReply *p = r->element[2];
         long n = 1;
@@ -150,34 +266,53 @@ static void on_reply(struct dlock_subscriber *s, redisReply *r)
         pthread_cond_broadcast(&e->cond);
     } else if (strcmp(kind, "unsubscribe") == 0 && e->state == UNSUB_SENT) {
         e->state = SUB_IDLE;
+        e->link = -1;
         if (e->refs > 0) s->dirty = 1;
         else unlink_free(s, e);
+    } else if (strcmp(kind, "unsubscribe") == 0) {
+        /* Not asked for: the server dropped the channel because its slot
+         * moved to another node. */
+        dlock_topo_mark_stale(s->client->topo);
+        subscription_lost(s, e);
     }
 }
 
-/* The connection is gone: forget server-side state and wake every waiter
- * so it retries the lock instead of trusting a message that may be lost. */
-static void on_disconnect(struct dlock_subscriber *s)
+/* When to wake up without news: idle channels due for UNSUBSCRIBE, links
+ * due for another connect, and (Sentinel) checking the master. */
+static int poll_timeout(struct dlock_subscriber *s, int64_t now)
 {
-    s->connected = 0;
-    for (int b = 0; b < BUCKETS; b++) {
-        dlock_sub_entry *e = s->buckets[b], *next;
-        for (; e; e = next) {
-            next = e->next;
-            e->state = SUB_IDLE;
-            if (e->refs == 0) unlink_free(s, e);
-            else grant(e, e->refs);
-        }
-    }
-    s->dirty = 1;
-}
-
-static int has_idle_active(struct dlock_subscriber *s)
-{
+    int64_t at = INT64_MAX;
+    int any_active = 0;
     for (int b = 0; b < BUCKETS; b++)
-        for (dlock_sub_entry *e = s->buckets[b]; e; e = e->next)
-            if (e->refs == 0 && e->state == SUB_ACTIVE) return 1;
-    return 0;
+        for (dlock_sub_entry *e = s->buckets[b]; e; e = e->next) {
+            if (e->refs == 0 && e->state == SUB_ACTIVE && e->idle_since + IDLE_UNSUBSCRIBE_MS < at)
+                at = e->idle_since + IDLE_UNSUBSCRIBE_MS;
+            if (e->refs > 0 && e->state == SUB_IDLE) at = now; /* retried below, with backoff */
+            if (e->state != SUB_IDLE) any_active = 1;
+        }
+    if (at == now) {
+        int64_t soonest = INT64_MAX;
+        for (int i = 0; i < s->n_links; i++)
+            if (!s->links[i].c && s->links[i].retry_at < soonest) soonest = s->links[i].retry_at;
+        at = soonest > now ? (soonest == INT64_MAX ? now + 20 : soonest) : now + 20;
+    }
+    if (any_active && s->client->topo->url.kind == DLOCK_URL_SENTINEL && now + MASTER_CHECK_MS < at)
+        at = now + MASTER_CHECK_MS;
+    if (at == INT64_MAX) return -1;
+    return at <= now ? 0 : (int)(at - now);
+}
+
+/* Sentinel: a link to a node that is no longer the master is closed, so
+ * its channels move to the new master. Replication would still bring the
+ * messages to the old one while it lives on as a replica, but not if it
+ * is cut off, and never from a deposed master still taking writes. */
+static void check_master(struct dlock_subscriber *s)
+{
+    dlock_topo *t = s->client->topo;
+    if (t->url.kind != DLOCK_URL_SENTINEL) return;
+    int m = dlock_topo_node_known(t, NULL, 0);
+    for (int i = 0; i < s->n_links; i++)
+        if (s->links[i].c && s->links[i].node != m) link_reset(s, i);
 }
 
 static void drain_wake_fd(struct dlock_subscriber *s)
@@ -189,8 +324,6 @@ static void drain_wake_fd(struct dlock_subscriber *s)
 static void *subscriber_main(void *arg)
 {
     struct dlock_subscriber *s = arg;
-    redisContext *c = NULL;
-    int backoff = 0;
     /* This thread writes SUBSCRIBE commands itself; a write to a server
      * that went away must fail with EPIPE, not kill the program. */
     sigset_t pipe_only;
@@ -200,60 +333,65 @@ static void *subscriber_main(void *arg)
 
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        if (!c) {
-            pthread_mutex_unlock(&s->mu);
-            if (backoff) {
-                struct pollfd w = {s->wake_fd, POLLIN, 0};
-                if (poll(&w, 1, backoff) > 0) drain_wake_fd(s);
-            }
-            dlock_status st = dlock_connect(&s->client->pool, &c);
-            pthread_mutex_lock(&s->mu);
-            if (st != DLOCK_OK) {
-                backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 20;
-                continue;
-            }
-            backoff = 0;
-            s->connected = 1;
-            s->dirty = 1;
-        }
+        int64_t now = dlock_mono_ms();
+        check_master(s);
         if (s->dirty) {
-            queue_commands(s, c, dlock_mono_ms());
-            int done = 0;
-            while (!done && redisBufferWrite(c, &done) == REDIS_OK) {}
-            if (c->err) {
-                redisFree(c);
-                c = NULL;
-                on_disconnect(s);
-                continue;
+            int want_connect = 0;
+            queue_commands(s, now, &want_connect);
+            if (want_connect) {
+                connect_links(s, now);
+                if (s->dirty) queue_commands(s, dlock_mono_ms(), &want_connect);
+            }
+            for (int i = 0; i < s->n_links; i++) {
+                redisContext *c = s->links[i].c;
+                if (!c) continue;
+                int done = 0;
+                while (!done && redisBufferWrite(c, &done) == REDIS_OK) {}
+                if (c->err) {
+                    dlock_topo_node_failed(s->client->topo, s->links[i].node);
+                    link_reset(s, i);
+                }
             }
         }
-        int timeout = has_idle_active(s) ? IDLE_UNSUBSCRIBE_MS : -1;
+        struct pollfd fds[MAX_LINKS + 1];
+        int which[MAX_LINKS + 1], nfds = 1;
+        fds[0] = (struct pollfd){s->wake_fd, POLLIN, 0};
+        for (int i = 0; i < s->n_links; i++) {
+            if (!s->links[i].c) continue;
+            fds[nfds] = (struct pollfd){s->links[i].c->fd, POLLIN, 0};
+            which[nfds++] = i;
+        }
+        int timeout = poll_timeout(s, now);
         pthread_mutex_unlock(&s->mu);
-
-        struct pollfd fds[2] = {{c->fd, POLLIN, 0}, {s->wake_fd, POLLIN, 0}};
-        int n = poll(fds, 2, timeout);
-        int broken = 0;
-        if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)))
-            broken = redisBufferRead(c) != REDIS_OK;
-        if (n > 0 && (fds[1].revents & POLLIN)) drain_wake_fd(s);
-
+        int n = poll(fds, (nfds_t)nfds, timeout);
+        int broken[MAX_LINKS + 1] = {0};
+        for (int f = 1; n > 0 && f < nfds; f++)
+            if (fds[f].revents & (POLLIN | POLLHUP | POLLERR))
+                broken[f] = redisBufferRead(s->links[which[f]].c) != REDIS_OK;
+        if (n > 0 && (fds[0].revents & POLLIN)) drain_wake_fd(s);
         pthread_mutex_lock(&s->mu);
-        void *reply;
-        while (!broken && redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
-            on_reply(s, reply);
-            freeReplyObject(reply);
+
+        for (int f = 1; f < nfds; f++) {
+            int L = which[f];
+            sub_link *k = &s->links[L];
+            void *reply;
+            while (!broken[f] && k->c && redisGetReplyFromReader(k->c, &reply) == REDIS_OK && reply) {
+                on_reply(s, L, reply);
+                freeReplyObject(reply);
+            }
+            if (k->c && (broken[f] || k->c->err)) {
+                dlock_topo_node_failed(s->client->topo, k->node);
+                link_reset(s, L);
+                k->backoff = 20;
+                k->retry_at = dlock_mono_ms() + k->backoff;
+            }
         }
-        if (broken || c->err) {
-            redisFree(c);
-            c = NULL;
-            on_disconnect(s);
-            backoff = 20;
-            continue;
-        }
-        if (timeout >= 0) s->dirty = 1; /* idle channels may be due for UNSUBSCRIBE */
+        /* Idle channels may be due for UNSUBSCRIBE, links for a connect. */
+        if (timeout >= 0) s->dirty = 1;
     }
     pthread_mutex_unlock(&s->mu);
-    if (c) redisFree(c);
+    for (int i = 0; i < s->n_links; i++)
+        if (s->links[i].c) redisFree(s->links[i].c);
     return NULL;
 }
 
@@ -262,6 +400,9 @@ struct dlock_subscriber *dlock_subscriber_start(dlock_client *client)
     struct dlock_subscriber *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->client = client;
+    int sharded = dlock_topo_is_cluster(client->topo);
+    s->cmd_sub = sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+    s->cmd_unsub = sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->wake_fd < 0) {
         free(s);
@@ -305,6 +446,7 @@ dlock_sub_entry *dlock_sub_join(struct dlock_subscriber *s, const char *channel)
             return NULL;
         }
         e->len = len;
+        e->link = -1;
         dlock_cond_init(&e->cond);
         unsigned b = bucket_of(channel, len);
         e->next = s->buckets[b];

@@ -3,6 +3,8 @@
  *
  *   redis://[[user]:password@]host[:port][/db]
  *   unix:///path/to.sock[?db=N]
+ *   redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[?db=N]
+ *   redis-cluster://[[user]:password@]host[:port][,host[:port]...]
  *
  * The parser is strict on purpose: a URL comes from a command line or an
  * environment variable, and a typo that silently connects somewhere else
@@ -72,65 +74,174 @@ static int host_char_ok(char c)
     return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_';
 }
 
+/* Parse "host[:port]" from exactly [s, end) into *host and *port (which
+ * keeps its default when no port is given). Shared by every TCP scheme so
+ * that a list entry of a Sentinel or Cluster URL is held to the same rules
+ * as a plain redis:// host. NULL on success, else what is wrong. */
+static const char *parse_addr(const char *s, const char *end, char **host, int *port)
+{
+    const char *p = s, *h, *h_end;
+    long v;
+    if (p < end && *p == '[') {
+        h = ++p;
+        while (p < end && *p != ']') {
+            if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.') return "bad IPv6 address";
+            p++;
+        }
+        if (p == end) return "unterminated IPv6 address";
+        h_end = p++;
+    } else {
+        h = p;
+        while (p < end && host_char_ok(*p)) p++;
+        h_end = p;
+    }
+    if (h_end == h) return "missing host";
+    if (p < end && *p == ':') {
+        p++;
+        if (parse_range(p, (size_t)(end - p), 1, 65535, &v) != 0) return "port must be a number from 1 to 65535";
+        *port = (int)v;
+        p = end;
+    }
+    if (p != end) return "unexpected characters after host";
+    *host = strndup(h, (size_t)(h_end - h));
+    return *host ? NULL : "out of memory";
+}
+
 /* host[:port][/db] of a redis:// URL, userinfo already removed. */
 static dlock_status parse_hostpart(const char *s, dlock_url *out)
 {
-    const char *p = s, *host, *host_end;
-    long v;
-    if (*p == '[') {
-        host = ++p;
-        while (*p && *p != ']') {
-            if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.') return bad(out, "bad IPv6 address");
-            p++;
-        }
-        if (*p != ']') return bad(out, "unterminated IPv6 address");
-        host_end = p++;
-    } else {
-        host = p;
-        while (host_char_ok(*p)) p++;
-        host_end = p;
-    }
-    if (host_end == host) return bad(out, "missing host");
-    out->host = strndup(host, (size_t)(host_end - host));
-    if (!out->host) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    if (*p == ':') {
-        const char *port = ++p;
-        while (*p && *p != '/') p++;
-        if (parse_range(port, (size_t)(p - port), 1, 65535, &v) != 0)
-            return bad(out, "port must be a number from 1 to 65535");
-        out->port = (int)v;
-    }
-    if (*p == '/') {
-        const char *db = ++p;
-        size_t len = strlen(db);
-        if (len > 0 && parse_range(db, len, 0, 1000000, &v) != 0)
+    const char *slash = strchr(s, '/');
+    const char *end = slash ? slash : s + strlen(s);
+    const char *why = parse_addr(s, end, &out->host, &out->port);
+    if (why) return bad(out, why);
+    if (slash) {
+        long v;
+        size_t len = strlen(slash + 1);
+        if (len > 0 && parse_range(slash + 1, len, 0, 1000000, &v) != 0)
             return bad(out, "database must be a non-negative number");
         out->db = len > 0 ? (int)v : 0;
-        p += len;
     }
-    if (*p != '\0') return bad(out, "unexpected characters after host");
     return DLOCK_OK;
+}
+
+/* "[[user]:password@]" at the start of s: decoded into out; returns where
+ * the rest begins, or NULL after bad() has filled in the error. The last
+ * '@' ends the userinfo, so a raw '@' in a password still works. */
+static const char *parse_userinfo(const char *s, const char *limit, dlock_url *out, dlock_status *st)
+{
+    const char *at = NULL;
+    for (const char *p = s; p < limit; p++)
+        if (*p == '@') at = p;
+    if (!at) return s;
+    const char *colon = memchr(s, ':', (size_t)(at - s));
+    if (!colon) {
+        *st = bad(out, "credentials must be [user]:password@");
+        return NULL;
+    }
+    if (colon > s) {
+        out->user = percent_decode(s, (size_t)(colon - s));
+        if (!out->user) {
+            *st = bad(out, "bad percent-escape in user");
+            return NULL;
+        }
+    }
+    if (at == colon + 1) {
+        *st = bad(out, "empty password");
+        return NULL;
+    }
+    out->password = percent_decode(colon + 1, (size_t)(at - colon - 1));
+    if (!out->password) {
+        *st = bad(out, "bad percent-escape in password");
+        return NULL;
+    }
+    return at + 1;
 }
 
 static dlock_status parse_redis(const char *s, dlock_url *out)
 {
     out->kind = DLOCK_URL_TCP;
     out->port = 6379;
-    /* The last '@' ends the userinfo: a raw '@' in a password still works. */
-    const char *at = strrchr(s, '@');
-    if (at) {
-        const char *colon = memchr(s, ':', (size_t)(at - s));
-        if (!colon) return bad(out, "credentials must be [user]:password@");
-        if (colon > s) {
-            out->user = percent_decode(s, (size_t)(colon - s));
-            if (!out->user) return bad(out, "bad percent-escape in user");
-        }
-        if (at == colon + 1) return bad(out, "empty password");
-        out->password = percent_decode(colon + 1, (size_t)(at - colon - 1));
-        if (!out->password) return bad(out, "bad percent-escape in password");
-        s = at + 1;
-    }
+    dlock_status st = DLOCK_OK;
+    s = parse_userinfo(s, s + strlen(s), out, &st);
+    if (!s) return st;
     return parse_hostpart(s, out);
+}
+
+/* The comma-separated address list of a Sentinel or Cluster URL, [s, end).
+ * Duplicates are refused: they are always a typo, and a Sentinel listed
+ * twice would count twice when we ask around. */
+static dlock_status parse_addr_list(const char *s, const char *end, int default_port, dlock_url *out)
+{
+    size_t n = 1;
+    for (const char *p = s; p < end; p++)
+        if (*p == ',') n++;
+    if (n > 64) return bad(out, "more than 64 addresses");
+    out->addrs = calloc(n, sizeof *out->addrs);
+    if (!out->addrs) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    for (const char *p = s; out->n_addrs < n; p++) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma ? comma : end;
+        dlock_url_addr *a = &out->addrs[out->n_addrs];
+        a->port = default_port;
+        const char *why = parse_addr(p, e, &a->host, &a->port);
+        if (why) return bad(out, why);
+        out->n_addrs++;
+        for (size_t i = 0; i + 1 < out->n_addrs; i++)
+            if (out->addrs[i].port == a->port && strcmp(out->addrs[i].host, a->host) == 0)
+                return bad(out, "address listed twice");
+        p = e;
+    }
+    out->host = strdup(out->addrs[0].host);
+    if (!out->host) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    out->port = out->addrs[0].port;
+    return DLOCK_OK;
+}
+
+/* The "?db=N" that may end a unix:// or Sentinel URL, from the '?'. */
+static dlock_status parse_db_query(const char *q, dlock_url *out)
+{
+    long v;
+    if (strncmp(q + 1, "db=", 3) != 0) return bad(out, "only ?db=N is understood");
+    if (parse_range(q + 4, strlen(q + 4), 0, 1000000, &v) != 0)
+        return bad(out, "database must be a non-negative number");
+    out->db = (int)v;
+    return DLOCK_OK;
+}
+
+/* [[user]:password@]host[:port][,...]/MASTER[?db=N] */
+static dlock_status parse_sentinel(const char *s, dlock_url *out)
+{
+    out->kind = DLOCK_URL_SENTINEL;
+    dlock_status st = DLOCK_OK;
+    /* The master name and ?db= cannot hold '@', so the last '@' still ends
+     * the credentials, and a '/' in a password does not end the list. */
+    s = parse_userinfo(s, s + strlen(s), out, &st);
+    if (!s) return st;
+    const char *slash = strchr(s, '/');
+    if (!slash) return bad(out, "Sentinel URL needs /MASTER_NAME after the addresses");
+    if ((st = parse_addr_list(s, slash, 26379, out)) != DLOCK_OK) return st;
+    const char *name = slash + 1, *q = strchr(name, '?');
+    size_t len = q ? (size_t)(q - name) : strlen(name);
+    if (len == 0) return bad(out, "missing master name");
+    if (len > 128) return bad(out, "master name longer than 128 bytes");
+    for (size_t i = 0; i < len; i++)
+        if (!host_char_ok(name[i])) return bad(out, "master name may hold only letters, digits, '.', '-' and '_'");
+    out->master = strndup(name, len);
+    if (!out->master) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    return q ? parse_db_query(q, out) : DLOCK_OK;
+}
+
+/* [[user]:password@]host[:port][,...]; a cluster has only database 0. */
+static dlock_status parse_cluster(const char *s, dlock_url *out)
+{
+    out->kind = DLOCK_URL_CLUSTER;
+    dlock_status st = DLOCK_OK;
+    const char *end = s + strlen(s);
+    s = parse_userinfo(s, end, out, &st);
+    if (!s) return st;
+    const char *slash = strchr(s, '/');
+    if (slash && slash[1] != '\0') return bad(out, "Redis Cluster has no databases but 0: nothing may follow '/'");
+    return parse_addr_list(s, slash ? slash : end, 6379, out);
 }
 
 static dlock_status parse_unix(const char *s, dlock_url *out)
@@ -142,14 +253,7 @@ static dlock_status parse_unix(const char *s, dlock_url *out)
     if (plen < 2) return bad(out, "missing socket path");
     out->path = strndup(s, plen);
     if (!out->path) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    if (q) {
-        long v;
-        if (strncmp(q + 1, "db=", 3) != 0) return bad(out, "only ?db=N is understood");
-        if (parse_range(q + 4, strlen(q + 4), 0, 1000000, &v) != 0)
-            return bad(out, "database must be a non-negative number");
-        out->db = (int)v;
-    }
-    return DLOCK_OK;
+    return q ? parse_db_query(q, out) : DLOCK_OK;
 }
 
 dlock_status dlock_url_parse(const char *url, dlock_url *out)
@@ -164,11 +268,12 @@ dlock_status dlock_url_parse(const char *url, dlock_url *out)
             return dlock_fail(DLOCK_ERR_URL, "malformed URL: contains a space or control character");
     if (strncmp(url, "redis://", 8) == 0) return parse_redis(url + 8, out);
     if (strncmp(url, "unix://", 7) == 0) return parse_unix(url + 7, out);
-    if (strncmp(url, "redis-sentinel://", 17) == 0 || strncmp(url, "redis-cluster://", 16) == 0)
-        return dlock_fail(DLOCK_ERR_URL, "malformed URL: Sentinel and Cluster are not supported yet");
+    if (strncmp(url, "redis-sentinel://", 17) == 0) return parse_sentinel(url + 17, out);
+    if (strncmp(url, "redis-cluster://", 16) == 0) return parse_cluster(url + 16, out);
     if (strncmp(url, "rediss://", 9) == 0)
         return dlock_fail(DLOCK_ERR_URL, "malformed URL: TLS (rediss://) is not supported");
-    return dlock_fail(DLOCK_ERR_URL, "malformed URL: must start with redis:// or unix://");
+    return dlock_fail(DLOCK_ERR_URL,
+                      "malformed URL: must start with redis://, unix://, redis-sentinel:// or redis-cluster://");
 }
 
 void dlock_url_free(dlock_url *url)
@@ -178,5 +283,8 @@ void dlock_url_free(dlock_url *url)
     free(url->path);
     free(url->user);
     free(url->password);
+    free(url->master);
+    for (size_t i = 0; i < url->n_addrs; i++) free(url->addrs[i].host);
+    free(url->addrs);
     memset(url, 0, sizeof *url);
 }

@@ -6,7 +6,9 @@
  * renewal, and holds due within the next sixth of a lease ride along, so
  * that many locks cost one script call (up to BATCH keys) instead of one
  * each. Every kind of hold (lock, read hold, permit) names its own renew
- * script, all with the same calling shape; a batch holds one kind.
+ * script, all with the same calling shape; a batch holds one kind. On a
+ * cluster a script may only touch keys of one slot, so a batch also holds
+ * one slot (elsewhere every slot number is 0 and this costs nothing).
  *
  * The users of other libraries complain of three failures, each closed
  * here:
@@ -94,11 +96,16 @@ static void renew_batch(struct dlock_watchdog *wd, int64_t now)
     int n = 0;
 
     dlock_script_id script = DLOCK_SCRIPT_COUNT;
+    unsigned slot = 0;
     for (dlock_wd_entry *e = wd->head.next; e != &wd->head && n < BATCH; e = e->next) {
         if (e->next_ms > now + e->lease_ms / 6) continue;
-        /* One call renews holds of one kind; the others wait their turn. */
-        if (script == DLOCK_SCRIPT_COUNT) script = e->script;
-        if (e->script != script) continue;
+        /* One call renews holds of one kind and slot; the others wait
+         * their turn. */
+        if (script == DLOCK_SCRIPT_COUNT) {
+            script = e->script;
+            slot = e->slot;
+        }
+        if (e->script != script || e->slot != slot) continue;
         batch[n] = e;
         gens[n] = e->gen;
         /* Copies: the holder may free its strings once it is removed. */
@@ -219,6 +226,7 @@ void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms
         wd->head.prev->next = e;
         wd->head.prev = e;
         e->registered = 1;
+        e->slot = dlock_topo_slot(wd->client->topo, e->key);
     }
     e->gen = ++wd->next_gen;
     e->releasing = 0;

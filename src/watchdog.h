@@ -26,6 +26,7 @@ typedef struct dlock_wd_entry {
     uint64_t gen;        /* bumped on every add, to drop stale results */
     int registered;
     int releasing;       /* the holder's release is in flight (see below) */
+    unsigned slot;       /* the key's cluster slot (0 elsewhere): one batch, one slot */
     struct dlock_wd_entry *prev, *next;
 } dlock_wd_entry;
 

@@ -69,7 +69,7 @@ static void empty_null_and_unknown_schemes_are_refused(void **state)
     (void)state;
     expect_bad("", "empty");
     expect_bad(NULL, "empty");
-    expect_bad("http://h:6379", "must start with redis:// or unix://");
+    expect_bad("http://h:6379", "must start with redis://, unix://, redis-sentinel:// or redis-cluster://");
     expect_bad("redis:/h", "must start with");
     expect_bad("redis:h", "must start with");
     expect_bad("redis//h", "must start with");
@@ -78,10 +78,7 @@ static void empty_null_and_unknown_schemes_are_refused(void **state)
     /* Bare sentinel:// and cluster:// are just unknown schemes ... */
     expect_bad("sentinel://h:26379", "must start with");
     expect_bad("cluster://h:7000", "must start with");
-    /* ... while the redis-sentinel:// and redis-cluster:// schemes get a
-     * message saying they are known but not supported, as does TLS. */
-    expect_bad("redis-sentinel://h:26379/mymaster", "not supported");
-    expect_bad("redis-cluster://h:7000", "not supported");
+    /* ... and TLS is known but refused with a message that says so. */
     expect_bad("rediss://h:6380", "not supported");
     /* A NULL output struct is an invalid argument, not a URL error. */
     assert_int_equal(dlock_url_parse("redis://h", NULL), DLOCK_ERR_INVALID);
@@ -334,6 +331,104 @@ static void credentials_are_percent_decoded(void **state)
     /* The host part is not decoded: a '%' there is an error (see above). */
 }
 
+/* Sentinel URLs: a list of Sentinels (26379 by default), the master's name,
+ * an optional ?db=N; credentials are for the data nodes. */
+static void good_sentinel_urls_fill_their_fields(void **state)
+{
+    (void)state;
+    dlock_url u;
+    parse_ok("redis-sentinel://s1,s2:26380,[::1]:1/mymaster", &u);
+    assert_int_equal(u.kind, DLOCK_URL_SENTINEL);
+    assert_string_equal(u.master, "mymaster");
+    assert_int_equal(u.n_addrs, 3);
+    assert_string_equal(u.addrs[0].host, "s1");
+    assert_int_equal(u.addrs[0].port, 26379);
+    assert_string_equal(u.addrs[1].host, "s2");
+    assert_int_equal(u.addrs[1].port, 26380);
+    assert_string_equal(u.addrs[2].host, "::1");
+    assert_int_equal(u.addrs[2].port, 1);
+    assert_string_equal(u.host, "s1"); /* host and port repeat the first */
+    assert_int_equal(u.port, 26379);
+    assert_int_equal(u.db, 0);
+    assert_null(u.user);
+    assert_null(u.password);
+    dlock_url_free(&u);
+    assert_true(is_zeroed(&u));
+
+    /* A '/' and an '@' in the password do not end the list early. */
+    parse_ok("redis-sentinel://app:p%40s/s@127.0.0.1:5000/prod-cache.1?db=3", &u);
+    assert_string_equal(u.user, "app");
+    assert_string_equal(u.password, "p@s/s");
+    assert_int_equal(u.n_addrs, 1);
+    assert_string_equal(u.addrs[0].host, "127.0.0.1");
+    assert_int_equal(u.addrs[0].port, 5000);
+    assert_string_equal(u.master, "prod-cache.1");
+    assert_int_equal(u.db, 3);
+    dlock_url_free(&u);
+}
+
+static void bad_sentinel_urls_are_refused(void **state)
+{
+    (void)state;
+    expect_bad("redis-sentinel://h:26379", "needs /MASTER_NAME");
+    expect_bad("redis-sentinel://h:26379/", "missing master name");
+    expect_bad("redis-sentinel://h:26379/?db=1", "missing master name");
+    expect_bad("redis-sentinel:///m", "missing host");
+    expect_bad("redis-sentinel://h,/m", "missing host");
+    expect_bad("redis-sentinel://,h/m", "missing host");
+    expect_bad("redis-sentinel://h:0/m", "port must be a number from 1 to 65535");
+    expect_bad("redis-sentinel://h:1,h:2,h:1/m", "address listed twice");
+    expect_bad("redis-sentinel://h,h:26379/m", "address listed twice");
+    expect_bad("redis-sentinel://h/m/x", "master name may hold only");
+    expect_bad("redis-sentinel://h/m%41", "master name may hold only");
+    expect_bad("redis-sentinel://h/m?db=x", "database");
+    expect_bad("redis-sentinel://h/m?x=1", "only ?db=N");
+    expect_bad("redis-sentinel://u@h/m", "credentials must be [user]:password@");
+    expect_bad("redis-sentinel://u:@h/m", "empty password");
+    char name[300];
+    snprintf(name, sizeof name, "redis-sentinel://h/%0129d", 0);
+    expect_bad(name, "longer than 128");
+}
+
+/* Cluster URLs: seed nodes (6379 by default) and optional credentials. */
+static void good_cluster_urls_fill_their_fields(void **state)
+{
+    (void)state;
+    dlock_url u;
+    parse_ok("redis-cluster://:pw@10.0.0.1:7000,10.0.0.2,node-3:7002", &u);
+    assert_int_equal(u.kind, DLOCK_URL_CLUSTER);
+    assert_int_equal(u.n_addrs, 3);
+    assert_string_equal(u.addrs[0].host, "10.0.0.1");
+    assert_int_equal(u.addrs[0].port, 7000);
+    assert_string_equal(u.addrs[1].host, "10.0.0.2");
+    assert_int_equal(u.addrs[1].port, 6379);
+    assert_string_equal(u.addrs[2].host, "node-3");
+    assert_int_equal(u.addrs[2].port, 7002);
+    assert_string_equal(u.password, "pw");
+    assert_null(u.master);
+    assert_int_equal(u.db, 0);
+    dlock_url_free(&u);
+    parse_ok("redis-cluster://h/", &u); /* an empty path is no database */
+    assert_int_equal(u.n_addrs, 1);
+    dlock_url_free(&u);
+}
+
+static void bad_cluster_urls_are_refused(void **state)
+{
+    (void)state;
+    expect_bad("redis-cluster://", "missing host");
+    expect_bad("redis-cluster://h,,i", "missing host");
+    expect_bad("redis-cluster://h:1/0", "databases");
+    expect_bad("redis-cluster://h:1?db=1", "port must be");
+    expect_bad("redis-cluster://h?db=1", "unexpected characters after host");
+    expect_bad("redis-cluster://h:70000", "port must be");
+    expect_bad("redis-cluster://h:1,h:1", "address listed twice");
+    expect_bad("redis-cluster://h;i", "unexpected characters after host");
+    char url[1024] = "redis-cluster://h1";
+    for (int i = 2; i <= 65; i++) snprintf(url + strlen(url), sizeof url - strlen(url), ",h%d", i);
+    expect_bad(url, "more than 64 addresses");
+}
+
 /* dlock_url_free is safe on a zeroed struct, twice, and on NULL. */
 static void url_free_is_safe_on_zeroed_and_null(void **state)
 {
@@ -377,8 +472,10 @@ static void client_new_reports_bad_url(void **state)
     assert_null(c);
     assert_int_equal(dlock_client_new(NULL, NULL, &c), DLOCK_ERR_URL);
     assert_null(c);
-    assert_int_equal(dlock_client_new("redis-cluster://h", NULL, &c), DLOCK_ERR_URL);
-    assert_non_null(strstr(dlock_last_error(), "not supported"));
+    assert_int_equal(dlock_client_new("redis-cluster://h/0", NULL, &c), DLOCK_ERR_URL);
+    assert_non_null(strstr(dlock_last_error(), "databases"));
+    assert_int_equal(dlock_client_new("redis-sentinel://h:1", NULL, &c), DLOCK_ERR_URL);
+    assert_non_null(strstr(dlock_last_error(), "MASTER_NAME"));
     assert_int_equal(dlock_client_new("redis://h", NULL, NULL), DLOCK_ERR_INVALID);
     /* Bad options are invalid arguments. */
     dlock_options o = {0};
@@ -430,6 +527,10 @@ int main(void)
         cmocka_unit_test(good_tcp_urls_fill_their_fields),
         cmocka_unit_test(good_unix_urls_fill_their_fields),
         cmocka_unit_test(credentials_are_percent_decoded),
+        cmocka_unit_test(good_sentinel_urls_fill_their_fields),
+        cmocka_unit_test(bad_sentinel_urls_are_refused),
+        cmocka_unit_test(good_cluster_urls_fill_their_fields),
+        cmocka_unit_test(bad_cluster_urls_are_refused),
         cmocka_unit_test(url_free_is_safe_on_zeroed_and_null),
         cmocka_unit_test(client_new_reports_bad_url),
         cmocka_unit_test(client_new_reports_unreachable_server_quickly),

@@ -1,0 +1,405 @@
+/*
+ * Routing commands to the right server.
+ *
+ * The library's commands are all of one kind: a script (or a GET) on keys
+ * that share one hash tag, safe to send again (see ARCHITECTURE.md). That
+ * makes routing simple to get right. A command goes to the server we think
+ * serves its key; every way a server can say "not me, not now" is handled
+ * here, so that a lock call sees a slower reply during a failover or a slot
+ * migration and never an error it could not act on:
+ *
+ *   MOVED slot addr      the slot lives elsewhere now: remember it, resend
+ *   ASK slot addr        one command's keys are being migrated: resend to
+ *                        addr once, after ASKING, without remembering it
+ *   TRYAGAIN             some of the keys moved and some not, mid-migration
+ *   CLUSTERDOWN          a master failed and its replica is not promoted yet
+ *   LOADING, MASTERDOWN  a server starting up or cut off from its master
+ *   READONLY             we reached a replica: a demoted master
+ *
+ * The last four are waited out until the command timeout, with the map or
+ * the master looked up again in between. A broken connection means the
+ * server may be gone: the topology is looked up again and, if someone else
+ * serves the key now, the command goes there (as a resend, which callers
+ * are ready for). If the map still names the dead server, the error goes
+ * up and the caller's own retry loop (wait.c, the watchdog) takes over.
+ *
+ * Lookups (CLUSTER SLOTS, or asking the Sentinels) happen under one mutex
+ * and at most every LOOKUP_MIN_MS, so a storm of failing commands costs one
+ * lookup, not one each. Routing itself reads atomics and takes no lock.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "topology.h"
+#include "util.h"
+
+#define LOOKUP_MIN_MS 100
+#define MAX_HOPS 16
+#define MAX_PIPELINE 4
+
+dlock_status dlock_topo_new(const char *url, int connect_timeout_ms, int command_timeout_ms, dlock_topo **out)
+{
+    *out = NULL;
+    dlock_topo *t = calloc(1, sizeof *t);
+    if (!t) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_status st = dlock_url_parse(url, &t->url);
+    if (st != DLOCK_OK) {
+        free(t);
+        return st;
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    t->cfg = (dlock_conn_cfg){t->url.user, t->url.password, t->url.db, connect_timeout_ms, command_timeout_ms,
+                              t->url.kind == DLOCK_URL_SENTINEL};
+    atomic_init(&t->master, -1);
+    t->any_node = -1;
+    t->last_lookup = DLOCK_OK;
+    switch (t->url.kind) {
+    case DLOCK_URL_TCP:
+    case DLOCK_URL_UNIX: {
+        dlock_pool *p = calloc(1, sizeof *p);
+        if (!p || (st = dlock_pool_init(p, t->url.host, t->url.port, t->url.path, &t->cfg)) != DLOCK_OK) {
+            free(p);
+            dlock_topo_free(t);
+            return p ? st : dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        }
+        atomic_store(&t->nodes[0], p);
+        atomic_store(&t->n_nodes, 1);
+        atomic_store(&t->master, 0);
+        break;
+    }
+    case DLOCK_URL_SENTINEL:
+        /* Sentinels are asked without credentials first: the URL's are the
+         * data nodes', and most Sentinels have none. */
+        t->sentinel_cfg = (dlock_conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0};
+        t->sentinel_auth_cfg = t->sentinel_cfg;
+        t->sentinel_auth_cfg.user = t->url.user;
+        t->sentinel_auth_cfg.password = t->url.password;
+        t->sentinels = calloc(t->url.n_addrs, sizeof *t->sentinels);
+        if (!t->sentinels) {
+            dlock_topo_free(t);
+            return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < t->url.n_addrs; i++) {
+            st = dlock_pool_init(&t->sentinels[i], t->url.addrs[i].host, t->url.addrs[i].port, NULL,
+                                 &t->sentinel_cfg);
+            if (st != DLOCK_OK) {
+                dlock_topo_free(t);
+                return st;
+            }
+            t->n_sentinels++;
+        }
+        atomic_store(&t->stale, 1);
+        break;
+    case DLOCK_URL_CLUSTER:
+        /* The seeds are where the first CLUSTER SLOTS is asked. */
+        for (size_t i = 0; i < t->url.n_addrs; i++) {
+            if (dlock_topo_node_index(t, t->url.addrs[i].host, t->url.addrs[i].port, 0) < 0) {
+                dlock_topo_free(t);
+                return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+            }
+        }
+        atomic_store(&t->stale, 1);
+        break;
+    }
+    *out = t;
+    return DLOCK_OK;
+}
+
+void dlock_topo_free(dlock_topo *t)
+{
+    if (!t) return;
+    int n = atomic_load(&t->n_nodes);
+    for (int i = 0; i < n; i++) {
+        dlock_pool *p = atomic_load(&t->nodes[i]);
+        dlock_pool_destroy(p);
+        free(p);
+    }
+    for (size_t i = 0; i < t->n_sentinels; i++) dlock_pool_destroy(&t->sentinels[i]);
+    free(t->sentinels);
+    pthread_mutex_destroy(&t->mu);
+    dlock_url_free(&t->url);
+    free(t);
+}
+
+int dlock_topo_node_index(dlock_topo *t, const char *host, int port, int locked)
+{
+    if (!locked) pthread_mutex_lock(&t->mu);
+    int n = atomic_load(&t->n_nodes), found = -1;
+    for (int i = 0; i < n && found < 0; i++) {
+        dlock_pool *p = atomic_load(&t->nodes[i]);
+        if (p->host && p->port == port && strcmp(p->host, host) == 0) found = i;
+    }
+    if (found < 0 && n < DLOCK_MAX_NODES) {
+        dlock_pool *p = calloc(1, sizeof *p);
+        if (p && dlock_pool_init(p, host, port, NULL, &t->cfg) == DLOCK_OK) {
+            atomic_store(&t->nodes[n], p);
+            atomic_store(&t->n_nodes, n + 1); /* published after the pool is ready */
+            found = n;
+        } else {
+            free(p);
+        }
+    }
+    if (!locked) pthread_mutex_unlock(&t->mu);
+    return found;
+}
+
+/* Look the topology up again if it is stale and nobody did so just now.
+ * Returns the status of the most recent lookup. */
+static dlock_status look_up(dlock_topo *t)
+{
+    pthread_mutex_lock(&t->mu);
+    int64_t now = dlock_mono_ms();
+    dlock_status st = t->last_lookup;
+    if (atomic_load(&t->stale) && (t->looked_up_ms == 0 || now - t->looked_up_ms >= LOOKUP_MIN_MS)) {
+        st = t->url.kind == DLOCK_URL_SENTINEL ? dlock_sentinel_lookup(t) : dlock_cluster_lookup(t);
+        t->looked_up_ms = dlock_mono_ms();
+        t->last_lookup = st;
+        if (st == DLOCK_OK) atomic_store(&t->stale, 0);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+/* The node for `key`, looking the topology up first when it is stale;
+ * -1 with the reason in *why when there is none. */
+static int route(dlock_topo *t, const char *key, size_t len, dlock_status *why)
+{
+    *why = DLOCK_OK;
+    dlock_url_kind kind = t->url.kind;
+    if (kind == DLOCK_URL_TCP || kind == DLOCK_URL_UNIX) return 0;
+    if (atomic_load(&t->stale)) *why = look_up(t);
+    if (kind == DLOCK_URL_SENTINEL) {
+        int m = atomic_load(&t->master);
+        if (m < 0 && *why == DLOCK_OK)
+            *why = dlock_fail(DLOCK_ERR_CONNECT, "no master known for %s", t->url.master);
+        return m;
+    }
+    int node;
+    if (key) {
+        node = (int)atomic_load(&t->slots[dlock_key_slot(key, len)]) - 1;
+    } else {
+        pthread_mutex_lock(&t->mu);
+        node = t->any_node;
+        pthread_mutex_unlock(&t->mu);
+    }
+    if (node < 0 && *why == DLOCK_OK) {
+        /* A slot nobody serves: a map from the middle of a change. */
+        atomic_store(&t->stale, 1);
+        *why = dlock_fail(DLOCK_ERR_CONNECT, "no cluster node serves the slot of \"%.100s\"", key ? key : "");
+    }
+    return node;
+}
+
+int dlock_topo_node_for(dlock_topo *t, const char *key, size_t len)
+{
+    dlock_status why;
+    return route(t, key, len, &why);
+}
+
+int dlock_topo_node_known(dlock_topo *t, const char *key, size_t len)
+{
+    switch (t->url.kind) {
+    case DLOCK_URL_TCP:
+    case DLOCK_URL_UNIX: return 0;
+    case DLOCK_URL_SENTINEL: return atomic_load(&t->master);
+    case DLOCK_URL_CLUSTER: break;
+    }
+    return (int)atomic_load(&t->slots[dlock_key_slot(key, len)]) - 1;
+}
+
+void dlock_topo_refresh(dlock_topo *t)
+{
+    if (atomic_load(&t->stale)) look_up(t);
+}
+
+void dlock_topo_mark_stale(dlock_topo *t)
+{
+    if (t->url.kind == DLOCK_URL_SENTINEL || t->url.kind == DLOCK_URL_CLUSTER) atomic_store(&t->stale, 1);
+}
+
+int dlock_topo_is_cluster(const dlock_topo *t)
+{
+    return t->url.kind == DLOCK_URL_CLUSTER;
+}
+
+dlock_status dlock_topo_connect(dlock_topo *t, int node, redisContext **out)
+{
+    return dlock_connect(dlock_topo_pool(t, node), out);
+}
+
+void dlock_topo_node_failed(dlock_topo *t, int node)
+{
+    if (t->url.kind == DLOCK_URL_TCP || t->url.kind == DLOCK_URL_UNIX) return;
+    dlock_pool_drop_idle(dlock_topo_pool(t, node));
+    atomic_store(&t->stale, 1);
+}
+
+unsigned dlock_topo_slot(const dlock_topo *t, const char *key)
+{
+    return t->url.kind == DLOCK_URL_CLUSTER ? dlock_key_slot(key, strlen(key)) : 0;
+}
+
+void dlock_topo_identity(const dlock_topo *t, char *out, size_t size)
+{
+    const dlock_url *u = &t->url;
+    switch (u->kind) {
+    case DLOCK_URL_UNIX: snprintf(out, size, "unix:%s/%d", u->path, u->db); break;
+    case DLOCK_URL_TCP: snprintf(out, size, "tcp:%s:%d/%d", u->host, u->port, u->db); break;
+    case DLOCK_URL_SENTINEL: snprintf(out, size, "sentinel:%s@%s:%d/%d", u->master, u->host, u->port, u->db); break;
+    case DLOCK_URL_CLUSTER: snprintf(out, size, "cluster:%s:%d", u->host, u->port); break;
+    }
+}
+
+/* Sleep `ms`, or less when the deadline comes first; 0 when the deadline
+ * has passed, so the caller gives up instead. */
+static int pause_until(int64_t deadline, long ms)
+{
+    int64_t now = dlock_mono_ms();
+    if (now >= deadline) return 0;
+    if (now + ms > deadline) ms = (long)(deadline - now);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return 1;
+}
+
+/* "MOVED 3999 127.0.0.1:6381": the node index of the address, or -1. */
+static int redirect_target(dlock_topo *t, const char *msg, unsigned *slot)
+{
+    const char *sp = strchr(msg, ' ');
+    if (!sp) return -1;
+    char *end;
+    unsigned long s = strtoul(sp + 1, &end, 10);
+    if (end == sp + 1 || *end != ' ' || s >= DLOCK_SLOTS) return -1;
+    const char *addr = end + 1, *colon = strrchr(addr, ':');
+    if (!colon || colon == addr) return -1;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port <= 0 || port > 65535) return -1;
+    char host[256];
+    size_t hl = (size_t)(colon - addr);
+    if (hl >= sizeof host) return -1;
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    *slot = (unsigned)s;
+    return dlock_topo_node_index(t, host, (int)port, 0);
+}
+
+/* A keyless command (SCRIPT LOAD) may go to any master; when the one we
+ * used is unreachable, use the next master of the map instead. */
+static void avoid_any_node(dlock_topo *t, int node)
+{
+    pthread_mutex_lock(&t->mu);
+    if (t->any_node == node) {
+        for (int s = 0; s < DLOCK_SLOTS; s++) {
+            int n = (int)atomic_load(&t->slots[s]) - 1;
+            if (n >= 0 && n != node) {
+                t->any_node = n;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int starts(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const int *argcs,
+                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
+                                 int *retried)
+{
+    if (retried) *retried = 0;
+    if (n < 1 || n > MAX_PIPELINE) return dlock_fail(DLOCK_ERR_INVALID, "pipeline of %d commands", n);
+    size_t keylen = key ? strlen(key) : 0;
+    int64_t deadline = dlock_mono_ms() + t->cfg.command_timeout_ms;
+    static const char *const asking[1] = {"ASKING"};
+    int ask = -1;
+    for (int hops = 0;; hops++) {
+        dlock_status st;
+        if (hops > MAX_HOPS) return dlock_fail(DLOCK_ERR_REDIS, "%s: too many redirections", argvs[0][0]);
+        int node = ask >= 0 ? ask : route(t, key, keylen, &st);
+        if (node < 0) {
+            /* Nobody to ask yet: a failover or a map being rebuilt. */
+            if (pause_until(deadline, 50)) continue;
+            return st != DLOCK_OK ? st : dlock_fail(DLOCK_ERR_CONNECT, "no server to send %s to", argvs[0][0]);
+        }
+        /* ASK: this one command goes to the importing node after ASKING. */
+        int x = ask >= 0, again = 0;
+        int ac[MAX_PIPELINE + 1];
+        const char *const *av[MAX_PIPELINE + 1];
+        const size_t *ln[MAX_PIPELINE + 1];
+        redisReply *rep[MAX_PIPELINE + 1];
+        if (x) {
+            ac[0] = 1;
+            av[0] = asking;
+            ln[0] = NULL;
+        }
+        for (int i = 0; i < n; i++) {
+            ac[x + i] = argcs[i];
+            av[x + i] = argvs[i];
+            ln[x + i] = lens ? lens[i] : NULL;
+        }
+        ask = -1;
+        dlock_io_fail why;
+        st = dlock_pool_pipeline(dlock_topo_pool(t, node), n + x, ac, av, ln, rep, &again, &why);
+        if (again && retried) *retried = 1;
+        if (st != DLOCK_OK) {
+            if (st != DLOCK_ERR_CONNECT) return st;
+            /* The server may be gone for good (a failover): if the topology
+             * now names another one, resend there. */
+            dlock_topo_node_failed(t, node);
+            if (t->url.kind == DLOCK_URL_TCP || t->url.kind == DLOCK_URL_UNIX) return st;
+            if (!key && t->url.kind == DLOCK_URL_CLUSTER) avoid_any_node(t, node);
+            dlock_status why_not;
+            int next = route(t, key, keylen, &why_not);
+            if (next < 0 || next == node || dlock_mono_ms() >= deadline) return st;
+            if (why.sent && retried) *retried = 1;
+            continue;
+        }
+        if (x) freeReplyObject(rep[0]);
+        memcpy(replies, rep + x, (size_t)n * sizeof *replies);
+        const redisReply *r = replies[0];
+        if (r->type != REDIS_REPLY_ERROR) return DLOCK_OK;
+        unsigned slot;
+        int target = -1, wait_ms = 0;
+        if (starts(r->str, "MOVED ")) {
+            target = redirect_target(t, r->str, &slot);
+            if (target >= 0) {
+                atomic_store(&t->slots[slot], (uint16_t)(target + 1));
+                atomic_store(&t->stale, 1); /* more slots have probably moved with it */
+            }
+        } else if (starts(r->str, "ASK ")) {
+            target = ask = redirect_target(t, r->str, &slot);
+        } else if (starts(r->str, "TRYAGAIN")) {
+            wait_ms = 10;
+        } else if (starts(r->str, "CLUSTERDOWN") || starts(r->str, "MASTERDOWN") || starts(r->str, "LOADING")) {
+            wait_ms = 50;
+            atomic_store(&t->stale, 1);
+        } else if (starts(r->str, "READONLY") && t->url.kind != DLOCK_URL_TCP && t->url.kind != DLOCK_URL_UNIX) {
+            wait_ms = 20;
+            dlock_topo_node_failed(t, node);
+        } else {
+            return DLOCK_OK; /* an error the caller must see */
+        }
+        if (target < 0 && wait_ms == 0) return DLOCK_OK; /* a redirection we cannot parse: show it */
+        if (wait_ms && !pause_until(deadline, wait_ms)) {
+            /* Out of time: report the condition itself. */
+            st = dlock_fail(DLOCK_ERR_CONNECT, "%s: server busy or failing over (%.60s)", argvs[0][0], r->str);
+            for (int i = 0; i < n; i++) freeReplyObject(replies[i]);
+            return st;
+        }
+        for (int i = 0; i < n; i++) freeReplyObject(replies[i]);
+    }
+}
+
+dlock_status dlock_topo_command(dlock_topo *t, const char *key, int argc, const char **argv, const size_t *lens,
+                                redisReply **out, int *retried)
+{
+    const char *const *argvs[1] = {argv};
+    const size_t *const lensv[1] = {lens};
+    *out = NULL;
+    return dlock_topo_pipeline(t, key, 1, &argc, argvs, lensv, out, retried);
+}

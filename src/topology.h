@@ -1,0 +1,108 @@
+/*
+ * The topology: which server a command goes to. One server (redis://,
+ * unix://), the master that Sentinels name (redis-sentinel://), or the node
+ * that serves a key's hash slot (redis-cluster://). Everything above it
+ * names a key and gets a reply; redirections, failovers and map refreshes
+ * happen here.
+ */
+#ifndef DLOCK_TOPOLOGY_H
+#define DLOCK_TOPOLOGY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "conn.h"
+#include "slot.h"
+
+/* Nodes are never removed while the client lives (a pool pointer handed to
+ * a thread stays valid); a deployment sees few distinct addresses. */
+#define DLOCK_MAX_NODES 1024
+
+typedef struct dlock_topo {
+    dlock_url url;
+    dlock_conn_cfg cfg;                 /* data nodes: credentials, db, timeouts */
+    _Atomic(dlock_pool *) nodes[DLOCK_MAX_NODES];
+    atomic_int n_nodes;
+    pthread_mutex_t mu;                 /* adding nodes; one lookup at a time */
+    atomic_int stale;                   /* look the topology up again before next use */
+    int64_t looked_up_ms;               /* under mu: when it was last looked up */
+    dlock_status last_lookup;           /* under mu: how that went */
+    /* One server or Sentinel: the node commands go to (-1: not known yet). */
+    atomic_int master;
+    /* Sentinel: a pool per Sentinel, and which answered last. */
+    dlock_conn_cfg sentinel_cfg, sentinel_auth_cfg;
+    dlock_pool *sentinels;
+    size_t n_sentinels, sentinel_first;
+    /* Cluster: node index + 1 serving each slot (0: unknown). */
+    _Atomic uint16_t slots[DLOCK_SLOTS];
+    int any_node;                       /* under mu: a node that answered, for keyless commands */
+} dlock_topo;
+
+/* Parse `url` and set up, without connecting yet. */
+dlock_status dlock_topo_new(const char *url, int connect_timeout_ms, int command_timeout_ms, dlock_topo **out);
+void dlock_topo_free(dlock_topo *t);
+
+/*
+ * Send n (at most 4) commands in one write to the server for `key` (NULL:
+ * any server that holds data; keyless commands such as SCRIPT LOAD) and
+ * read their replies. Follows MOVED and ASK, waits out TRYAGAIN,
+ * CLUSTERDOWN, LOADING and a failover in progress within the command
+ * timeout, and after a broken connection looks the topology up again and
+ * resends to the new server. *retried as for dlock_pool_pipeline().
+ */
+dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const int *argcs,
+                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
+                                 int *retried);
+
+/* One command; see dlock_topo_pipeline(). */
+dlock_status dlock_topo_command(dlock_topo *t, const char *key, int argc, const char **argv, const size_t *lens,
+                                redisReply **out, int *retried);
+
+/* The node serving `key` (a channel, for the subscriber), or -1 when none
+ * is known even after looking. */
+int dlock_topo_node_for(dlock_topo *t, const char *key, size_t len);
+
+/* The same from what is known now: never does I/O, so it may be called
+ * under a caller's mutex. -1 when not known. */
+int dlock_topo_node_known(dlock_topo *t, const char *key, size_t len);
+
+/* Look the topology up now if it is stale (rate-limited as always). */
+void dlock_topo_refresh(dlock_topo *t);
+
+/* Something suggests the topology changed (a slot moved under a
+ * subscription): look it up again before the next use. */
+void dlock_topo_mark_stale(dlock_topo *t);
+
+/* 1 on a cluster, where channels are sharded (SSUBSCRIBE). */
+int dlock_topo_is_cluster(const dlock_topo *t);
+
+/* A fresh connection to node `node`, e.g. for a subscription. */
+dlock_status dlock_topo_connect(dlock_topo *t, int node, redisContext **out);
+
+/* A connection to `node` broke or it refused to serve: its idle
+ * connections go, and the topology is looked up again before next use. */
+void dlock_topo_node_failed(dlock_topo *t, int node);
+
+/* The slot of `key` on a cluster; 0 everywhere else (so callers can group
+ * by it unconditionally). */
+unsigned dlock_topo_slot(const dlock_topo *t, const char *key);
+
+/* What names this deployment, for a global order between clients. */
+void dlock_topo_identity(const dlock_topo *t, char *out, size_t size);
+
+/* Node index for host:port, added when new; -1 when the table is full or
+ * memory ran out. Takes mu unless the caller holds it (`locked`). */
+int dlock_topo_node_index(dlock_topo *t, const char *host, int port, int locked);
+
+static inline dlock_pool *dlock_topo_pool(dlock_topo *t, int node)
+{
+    return atomic_load(&t->nodes[node]);
+}
+
+/* The lookups behind the topology, one file each; called with mu held.
+ * Each updates master or slots[] and returns how it went. */
+dlock_status dlock_sentinel_lookup(dlock_topo *t);
+dlock_status dlock_cluster_lookup(dlock_topo *t);
+
+#endif
