@@ -55,7 +55,7 @@ dlock_status dlock_cluster_lookup(dlock_topo *t)
     for (int k = 0; k < n; k++) {
         dlock_pool *p = dlock_topo_pool(t, (start + k) % n);
         redisReply *r;
-        if ((st = dlock_pool_pipeline(p, 1, &argc, argvs, NULL, &r, NULL, NULL)) != DLOCK_OK) continue;
+        if ((st = dlock_pool_pipeline(p, 1, &argc, argvs, NULL, 0, &r, NULL, NULL)) != DLOCK_OK) continue;
         if (r->type == REDIS_REPLY_ERROR) {
             /* e.g. "cluster support disabled": a redis-cluster:// URL that
              * names a plain server; no other node will say otherwise. */

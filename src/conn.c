@@ -237,7 +237,8 @@ void dlock_pool_drop_idle(dlock_pool *p)
 }
 
 dlock_status dlock_pool_pipeline(dlock_pool *p, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, redisReply **replies, int *retried, dlock_io_fail *why)
+                                 const size_t *const *lens, int once, redisReply **replies, int *retried,
+                                 dlock_io_fail *why)
 {
     if (retried) *retried = 0;
     dlock_io_fail f = {0, 0};
@@ -271,7 +272,7 @@ dlock_status dlock_pool_pipeline(dlock_pool *p, int n, const int *argcs, const c
         redisFree(c);
         /* A timeout is not retried: the server is slow or stopped, and a
          * second wait would only double the caller's delay. */
-        if (fresh || f.timed_out || attempt > 0) {
+        if (fresh || f.timed_out || attempt > 0 || (once && f.sent)) {
             if (why) *why = f;
             return st;
         }

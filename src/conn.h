@@ -58,12 +58,15 @@ void dlock_pool_drop_idle(dlock_pool *p);
  * replies into replies[]. When a pooled connection turns out dead (server
  * restarted) every idle connection is dropped and the commands are sent
  * once more on a fresh one; *retried (may be NULL) tells the caller, whose
- * commands must therefore be idempotent. Error replies are replies, not
- * failures. On failure nothing is left in replies[] and *why (may be NULL)
- * says how it failed.
+ * commands must therefore be idempotent, unless `once` is set: then
+ * commands that may have reached the server are never sent again, and the
+ * failure is reported instead. Error replies are replies, not failures. On
+ * failure nothing is left in replies[] and *why (may be NULL) says how it
+ * failed.
  */
 dlock_status dlock_pool_pipeline(dlock_pool *p, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, redisReply **replies, int *retried, dlock_io_fail *why);
+                                 const size_t *const *lens, int once, redisReply **replies, int *retried,
+                                 dlock_io_fail *why);
 
 /* redisCommandArgv() that cannot raise SIGPIPE on a closed connection (a
  * library must not let that kill the program). */

@@ -62,13 +62,10 @@ dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys,
     return st;
 }
 
-/* EVALSHA, and EVAL with the text on NOSCRIPT; with `acks`, each is
- * followed by WAIT for the client's replica count on the same connection. */
-static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
-                              const char **args, redisReply **out, long long *acks, int *retried)
+dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
+                            const char *const *keys, int nargs, const char *const *args, int once, redisReply **out,
+                            long long *acks, int *retried)
 {
-    dlock_status ready = dlock_scripts_ensure(client);
-    if (ready != DLOCK_OK) return ready;
     const char *stack[40];
     int argc = 3 + nkeys + nargs;
     const char **argv = argc <= 40 ? stack : malloc((size_t)argc * sizeof *argv);
@@ -77,7 +74,7 @@ static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkey
     if (!argv) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     snprintf(nk, sizeof nk, "%d", nkeys);
     argv[0] = "EVALSHA";
-    argv[1] = client->sha[id];
+    argv[1] = sha;
     argv[2] = nk;
     if (nkeys) memcpy(argv + 3, keys, (size_t)nkeys * sizeof *keys);
     if (nargs) memcpy(argv + 3 + nkeys, args, (size_t)nargs * sizeof *args);
@@ -92,11 +89,12 @@ static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkey
     const char *const *argvs[2] = {argv, wait_argv};
     redisReply *r = NULL, *rep[2];
     dlock_status st;
+    if (retried) *retried = 0;
     for (int pass = 0; pass < 2; pass++) {
         /* With acks, WAIT follows on the same connection, in the same write,
          * so it waits for exactly this script's writes. */
-        st = dlock_topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL, rep, pass ? &again : retried);
-        if (pass && retried && again) *retried = 1;
+        st = dlock_topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL, once, rep, &again);
+        if (retried && again) *retried = 1;
         if (st != DLOCK_OK) break;
         r = rep[0];
         if (acks) {
@@ -107,9 +105,22 @@ static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkey
         freeReplyObject(r);
         r = NULL;
         argv[0] = "EVAL";
-        argv[1] = bodies[id];
+        argv[1] = body;
     }
     if (argv != stack) free(argv);
+    if (st == DLOCK_OK) *out = r;
+    return st;
+}
+
+/* The library's own scripts: loaded once, and an error reply is a failure
+ * with the server's message. */
+static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+                              const char **args, redisReply **out, long long *acks, int *retried)
+{
+    dlock_status st = dlock_scripts_ensure(client);
+    if (st != DLOCK_OK) return st;
+    redisReply *r;
+    st = dlock_eval_raw(client, client->sha[id], bodies[id], nkeys, keys, nargs, args, 0, &r, acks, retried);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_ERROR) {
         st = dlock_reply_error(r, "script");

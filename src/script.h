@@ -59,6 +59,17 @@ extern const char dlock_lua_id_next[];
  * unless that was done already. Thread-safe. */
 dlock_status dlock_scripts_ensure(dlock_client *client);
 
+/* EVALSHA `sha` with the given keys (which share one slot; the first
+ * routes the call) and args, and EVAL `body` when the server does not know
+ * the SHA (restart, failover, SCRIPT FLUSH, a cluster node never asked).
+ * Any reply, error replies included, comes back with DLOCK_OK. With `acks`
+ * (not NULL), WAIT for the client's replica count follows on the same
+ * connection and *acks receives its answer. `once` and *retried as for
+ * dlock_topo_pipeline(). */
+dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
+                            const char *const *keys, int nargs, const char *const *args, int once, redisReply **out,
+                            long long *acks, int *retried);
+
 /* Run a script. Only a non-error reply comes back with DLOCK_OK; an error
  * reply becomes a status with the server's message. *retried as in
  * dlock_pool_command(). */

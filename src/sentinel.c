@@ -25,7 +25,7 @@ static dlock_status ask(dlock_topo *t, dlock_pool *sp, redisReply **out)
     const char *const *argvs[1] = {argv};
     const int argc = 3;
     for (int pass = 0;; pass++) {
-        dlock_status st = dlock_pool_pipeline(sp, 1, &argc, argvs, NULL, out, NULL, NULL);
+        dlock_status st = dlock_pool_pipeline(sp, 1, &argc, argvs, NULL, 0, out, NULL, NULL);
         if (st != DLOCK_OK) return st;
         const redisReply *r = *out;
         if (pass || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOAUTH", 6) != 0 || !t->url.password ||

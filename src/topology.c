@@ -308,8 +308,8 @@ static int starts(const char *s, const char *prefix)
 }
 
 dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const int *argcs,
-                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
-                                 int *retried)
+                                 const char *const *const *argvs, const size_t *const *lens, int once,
+                                 redisReply **replies, int *retried)
 {
     if (retried) *retried = 0;
     if (n < 1 || n > MAX_PIPELINE) return dlock_fail(DLOCK_ERR_INVALID, "pipeline of %d commands", n);
@@ -344,7 +344,7 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
         }
         ask = -1;
         dlock_io_fail why;
-        st = dlock_pool_pipeline(dlock_topo_pool(t, node), n + x, ac, av, ln, rep, &again, &why);
+        st = dlock_pool_pipeline(dlock_topo_pool(t, node), n + x, ac, av, ln, once, rep, &again, &why);
         if (again && retried) *retried = 1;
         if (st != DLOCK_OK) {
             if (st != DLOCK_ERR_CONNECT) return st;
@@ -355,7 +355,7 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
             if (!key && t->url.kind == DLOCK_URL_CLUSTER) avoid_any_node(t, node);
             dlock_status why_not;
             int next = route(t, key, keylen, &why_not);
-            if (next < 0 || next == node || dlock_mono_ms() >= deadline) return st;
+            if (next < 0 || next == node || dlock_mono_ms() >= deadline || (once && why.sent)) return st;
             if (why.sent && retried) *retried = 1;
             continue;
         }
@@ -401,5 +401,5 @@ dlock_status dlock_topo_command(dlock_topo *t, const char *key, int argc, const 
     const char *const *argvs[1] = {argv};
     const size_t *const lensv[1] = {lens};
     *out = NULL;
-    return dlock_topo_pipeline(t, key, 1, &argc, argvs, lensv, out, retried);
+    return dlock_topo_pipeline(t, key, 1, &argc, argvs, lensv, 0, out, retried);
 }

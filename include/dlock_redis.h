@@ -1,0 +1,86 @@
+/*
+ * dlock_redis.h -- your own Redis commands, sent where the client's locks go.
+ *
+ * A program that keeps data next to its locks (a stock counter, an order
+ * stream) wants its commands routed the way the library routes its own: to
+ * the one server, to the master the Sentinels name, or to the Redis Cluster
+ * node serving the key's hash slot, with the same connection pool, the same
+ * handling of redirections and failovers, and the same credentials. This
+ * header gives that, in hiredis's types; include it only if your program
+ * uses hiredis itself, and build with `pkg-config --cflags --libs dlock
+ * hiredis`.
+ *
+ * The rules are the library's own: every key of one command must share a
+ * hash slot (give related keys one {hash tag}), and `key` names that slot.
+ * Calls are thread-safe; replies belong to the caller (freeReplyObject).
+ */
+#ifndef DLOCK_REDIS_H
+#define DLOCK_REDIS_H
+
+#include <hiredis/hiredis.h>
+
+#include "dlock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Flag for dlock_redis_command() and dlock_script_eval(): never send the
+ * command a second time. Without it, a command whose connection broke
+ * after it was sent (a server restart, a failover) is sent again on a new
+ * connection, which is right for idempotent commands. With it, that case
+ * fails with DLOCK_ERR_CONNECT instead, and the caller must find out
+ * whether the command ran.
+ */
+#define DLOCK_REDIS_ONCE 1
+
+/*
+ * Run one command (binary-safe argv; argvlen may be NULL for C strings) on
+ * the server that serves `key`, or on any data node when `key` is NULL.
+ * DLOCK_OK with the reply in *reply; an error reply gives DLOCK_ERR_REDIS
+ * (DLOCK_ERR_AUTH for NOAUTH/NOPERM) with the server's message in
+ * dlock_last_error(), and *reply is still set so the caller can look at it.
+ * Connection failures give DLOCK_ERR_CONNECT and *reply NULL.
+ */
+DLOCK_API dlock_status dlock_redis_command(dlock_client *client, const char *key, int flags, int argc,
+                                           const char *const *argv, const size_t *argvlen, redisReply **reply);
+
+/*
+ * A new connection of the caller's own to the server that serves `key`
+ * (NULL: any data node), with AUTH and SELECT done and, on Sentinel, the
+ * master checked: for blocking commands (XREADGROUP ... BLOCK) that must
+ * not hold one of the pool's connections. It does not follow failovers or
+ * redirections; on any error, close it and ask for a new one.
+ */
+DLOCK_API dlock_status dlock_redis_connect(dlock_client *client, const char *key, redisContext **out);
+
+/* A Lua script of the caller's, run by SHA1 (EVALSHA) and sent in full only
+ * to servers that lack it (after a restart, a failover, on a cluster node
+ * that never saw it). */
+typedef struct dlock_script dlock_script;
+
+/*
+ * Make a script from its text (copied). The text is loaded with SCRIPT
+ * LOAD at once, so a syntax error shows here (DLOCK_ERR_REDIS, with the
+ * server's message). The script may only touch keys passed to it.
+ */
+DLOCK_API dlock_status dlock_script_new(dlock_client *client, const char *text, dlock_script **out);
+
+/* Free a script made by dlock_script_new(). */
+DLOCK_API void dlock_script_free(dlock_script *script);
+
+/*
+ * Run the script with keys[0..nkeys-1] (one slot; at least one key, which
+ * routes it) and args[0..nargs-1]. Replies and errors as for
+ * dlock_redis_command(); a script that calls redis.error_reply() or fails
+ * gives DLOCK_ERR_REDIS with its message.
+ */
+DLOCK_API dlock_status dlock_script_eval(dlock_script *script, int flags, int nkeys, const char *const *keys,
+                                         int nargs, const char *const *args, redisReply **reply);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_REDIS_H */

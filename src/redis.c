@@ -1,0 +1,96 @@
+/*
+ * The public raw-command API (dlock_redis.h): a thin face on the same
+ * topology, pool and script runner the library's own primitives use, so a
+ * program's data commands get routing, failover handling and NOSCRIPT
+ * recovery without a second client of its own.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "dlock_redis.h"
+#include "util.h"
+
+struct dlock_script {
+    dlock_client *client;
+    char *text;
+    char sha[41];
+};
+
+/* An error reply is a failure with the server's message, but the caller
+ * still gets the reply: some errors (BUSYGROUP, say) are answers. */
+static dlock_status settle(redisReply *r, const char *what)
+{
+    return r->type == REDIS_REPLY_ERROR ? dlock_reply_error(r, what) : DLOCK_OK;
+}
+
+dlock_status dlock_redis_command(dlock_client *client, const char *key, int flags, int argc,
+                                 const char *const *argv, const size_t *argvlen, redisReply **reply)
+{
+    if (!reply) return dlock_fail(DLOCK_ERR_INVALID, "no reply pointer");
+    *reply = NULL;
+    if (!client || argc < 1 || !argv || !argv[0])
+        return dlock_fail(DLOCK_ERR_INVALID, "client, argc or argv missing");
+    const char *const *argvs[1] = {argv};
+    const size_t *const lens[1] = {argvlen};
+    dlock_status st =
+        dlock_topo_pipeline(client->topo, key, 1, &argc, argvs, lens, flags & DLOCK_REDIS_ONCE, reply, NULL);
+    return st == DLOCK_OK ? settle(*reply, argv[0]) : st;
+}
+
+dlock_status dlock_redis_connect(dlock_client *client, const char *key, redisContext **out)
+{
+    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
+    *out = NULL;
+    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "no client");
+    int node = dlock_topo_node_for(client->topo, key, key ? strlen(key) : 0);
+    if (node < 0) return dlock_fail(DLOCK_ERR_CONNECT, "no server known for \"%.100s\"", key ? key : "");
+    dlock_status st = dlock_topo_connect(client->topo, node, out);
+    if (st == DLOCK_ERR_CONNECT) dlock_topo_node_failed(client->topo, node);
+    return st;
+}
+
+dlock_status dlock_script_new(dlock_client *client, const char *text, dlock_script **out)
+{
+    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
+    *out = NULL;
+    if (!client || !text || !*text) return dlock_fail(DLOCK_ERR_INVALID, "client or script text missing");
+    dlock_script *s = calloc(1, sizeof *s);
+    if (!s || !(s->text = strdup(text))) {
+        free(s);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    s->client = client;
+    const char *argv[3] = {"SCRIPT", "LOAD", text};
+    redisReply *r;
+    dlock_status st = dlock_redis_command(client, NULL, 0, 3, argv, NULL, &r);
+    if (st == DLOCK_OK && (r->type != REDIS_REPLY_STRING || r->len != 40))
+        st = dlock_fail(DLOCK_ERR_REDIS, "SCRIPT LOAD: unexpected reply");
+    if (st == DLOCK_OK) memcpy(s->sha, r->str, 41);
+    if (r) freeReplyObject(r);
+    if (st != DLOCK_OK) {
+        dlock_script_free(s);
+        return st;
+    }
+    *out = s;
+    return DLOCK_OK;
+}
+
+void dlock_script_free(dlock_script *s)
+{
+    if (!s) return;
+    free(s->text);
+    free(s);
+}
+
+dlock_status dlock_script_eval(dlock_script *s, int flags, int nkeys, const char *const *keys, int nargs,
+                               const char *const *args, redisReply **reply)
+{
+    if (!reply) return dlock_fail(DLOCK_ERR_INVALID, "no reply pointer");
+    *reply = NULL;
+    if (!s || nkeys < 1 || !keys || nargs < 0 || (nargs && !args))
+        return dlock_fail(DLOCK_ERR_INVALID, "script, keys or args missing");
+    dlock_status st = dlock_eval_raw(s->client, s->sha, s->text, nkeys, keys, nargs, args,
+                                     flags & DLOCK_REDIS_ONCE, reply, NULL, NULL);
+    return st == DLOCK_OK ? settle(*reply, "script") : st;
+}

@@ -1,0 +1,205 @@
+/*
+ * The raw-command API (dlock_redis.h) against a real redis-server: commands
+ * reach the server and replies come back; error replies are failures that
+ * keep the reply; scripts survive SCRIPT FLUSH and a restart; the ONCE flag
+ * never sends a command twice when its reply was lost; a dedicated
+ * connection carries the URL's database.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "dlock_redis.h"
+#include "harness.h"
+
+static th_redis server;
+
+static int setup(void **state)
+{
+    (void)state;
+    return th_redis_start(&server, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    th_redis_stop(&server);
+    return 0;
+}
+
+static long long get_int(const char *key)
+{
+    redisReply *r = th_redis_cmd(&server, "GET %s", key);
+    assert_non_null(r);
+    long long v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+static void commands_reach_the_server_and_replies_come_back(void **state)
+{
+    (void)state;
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(server.url, NULL, &c), DLOCK_OK);
+    const char *set[3] = {"SET", "api:{k}", "41"};
+    const char *incr[2] = {"INCR", "api:{k}"};
+    redisReply *r;
+    assert_int_equal(dlock_redis_command(c, "api:{k}", 0, 3, set, NULL, &r), DLOCK_OK);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    assert_int_equal(dlock_redis_command(c, "api:{k}", 0, 2, incr, NULL, &r), DLOCK_OK);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(r->integer, 42);
+    freeReplyObject(r);
+    assert_int_equal(get_int("api:{k}"), 42);
+    /* Binary-safe arguments: a value with a NUL inside. */
+    const char *bin[3] = {"SET", "api:{bin}", "a\0b"};
+    const size_t lens[3] = {3, 9, 3};
+    assert_int_equal(dlock_redis_command(c, "api:{bin}", 0, 3, bin, lens, &r), DLOCK_OK);
+    freeReplyObject(r);
+    redisReply *g = th_redis_cmd(&server, "STRLEN api:{bin}");
+    assert_int_equal(g->integer, 3);
+    freeReplyObject(g);
+    dlock_client_free(c);
+}
+
+/* An error reply is DLOCK_ERR_REDIS with the server's words, and the reply
+ * is still handed over; bad arguments are refused before any I/O. */
+static void error_replies_are_failures_that_keep_the_reply(void **state)
+{
+    (void)state;
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(server.url, NULL, &c), DLOCK_OK);
+    const char *set[3] = {"SET", "api:{text}", "abc"};
+    const char *incr[2] = {"INCR", "api:{text}"};
+    redisReply *r;
+    assert_int_equal(dlock_redis_command(c, "api:{text}", 0, 3, set, NULL, &r), DLOCK_OK);
+    freeReplyObject(r);
+    assert_int_equal(dlock_redis_command(c, "api:{text}", 0, 2, incr, NULL, &r), DLOCK_ERR_REDIS);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(dlock_last_error(), "not an integer"));
+    freeReplyObject(r);
+    r = (redisReply *)&r;
+    assert_int_equal(dlock_redis_command(c, "k", 0, 0, incr, NULL, &r), DLOCK_ERR_INVALID);
+    assert_null(r);
+    assert_int_equal(dlock_redis_command(NULL, "k", 0, 2, incr, NULL, &r), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_redis_command(c, "k", 0, 2, incr, NULL, NULL), DLOCK_ERR_INVALID);
+    dlock_client_free(c);
+}
+
+/* A script is loaded once and run by SHA; after SCRIPT FLUSH and after a
+ * restart without persistence it still runs (sent in full once more). A
+ * syntax error shows when the script is made. */
+static void scripts_survive_script_flush_and_restart(void **state)
+{
+    (void)state;
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(server.url, NULL, &c), DLOCK_OK);
+    dlock_script *s, *bad = (dlock_script *)&bad;
+    assert_int_equal(dlock_script_new(c, "this is not lua", &bad), DLOCK_ERR_REDIS);
+    assert_null(bad);
+    assert_non_null(strstr(dlock_last_error(), "SCRIPT"));
+    assert_int_equal(dlock_script_new(c, "return redis.call('INCRBY', KEYS[1], ARGV[1])", &s), DLOCK_OK);
+    const char *keys[1] = {"api:{n}"}, *args[1] = {"5"};
+    redisReply *r;
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) {
+            redisReply *f = th_redis_cmd(&server, "SCRIPT FLUSH");
+            freeReplyObject(f);
+        } else if (round == 2) {
+            assert_int_equal(th_redis_restart(&server), 0);
+        }
+        assert_int_equal(dlock_script_eval(s, 0, 1, keys, 1, args, &r), DLOCK_OK);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        assert_int_equal(r->integer, round == 2 ? 5 : 5 * (round + 1));
+        freeReplyObject(r);
+    }
+    /* A failing script is a failure with its message. */
+    dlock_script *e;
+    assert_int_equal(dlock_script_new(c, "return redis.error_reply('sold out')", &e), DLOCK_OK);
+    assert_int_equal(dlock_script_eval(e, 0, 1, keys, 0, NULL, &r), DLOCK_ERR_REDIS);
+    assert_non_null(strstr(dlock_last_error(), "sold out"));
+    freeReplyObject(r);
+    assert_int_equal(dlock_script_eval(e, 0, 0, keys, 0, NULL, &r), DLOCK_ERR_INVALID);
+    dlock_script_free(e);
+    dlock_script_free(s);
+    dlock_client_free(c);
+}
+
+/* Over TCP, a command written to a connection whose server has died is
+ * accepted by the kernel and its reply never comes: it may have run. With
+ * DLOCK_REDIS_ONCE that is an error and the command is not sent again;
+ * without it, the command is resent on a new connection. (The restarted
+ * server is empty, so the counter shows how many INCRs ran on it.) */
+static void once_never_resends_a_command_whose_reply_was_lost(void **state)
+{
+    (void)state;
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(server.tcp_url, NULL, &c), DLOCK_OK);
+    const char *incr[2] = {"INCR", "api:{once}"};
+    redisReply *r;
+    assert_int_equal(dlock_redis_command(c, "api:{once}", 0, 2, incr, NULL, &r), DLOCK_OK); /* pool a connection */
+    freeReplyObject(r);
+    assert_int_equal(th_redis_restart(&server), 0);
+    assert_int_equal(dlock_redis_command(c, "api:{once}", DLOCK_REDIS_ONCE, 2, incr, NULL, &r), DLOCK_ERR_CONNECT);
+    assert_null(r);
+    assert_int_equal(get_int("api:{once}"), -1); /* it did not run on the new server */
+
+    assert_int_equal(dlock_redis_command(c, "api:{once}", DLOCK_REDIS_ONCE, 2, incr, NULL, &r), DLOCK_OK);
+    freeReplyObject(r);
+    assert_int_equal(th_redis_restart(&server), 0);
+    assert_int_equal(dlock_redis_command(c, "api:{once}", 0, 2, incr, NULL, &r), DLOCK_OK);
+    assert_int_equal(r->integer, 1); /* resent on a fresh connection, ran once there */
+    freeReplyObject(r);
+    dlock_client_free(c);
+}
+
+/* A dedicated connection has the URL's database selected and is the
+ * caller's alone (a blocking command on it does not hold up the pool). */
+static void dedicated_connections_carry_the_database(void **state)
+{
+    (void)state;
+    char url[300];
+    snprintf(url, sizeof url, "%s?db=3", server.url);
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(url, NULL, &c), DLOCK_OK);
+    redisContext *own;
+    assert_int_equal(dlock_redis_connect(c, "api:{q}", &own), DLOCK_OK);
+    redisReply *r = redisCommand(own, "RPUSH api:{q} x");
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = redisCommand(own, "BLPOP api:{q} 1");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    r = redisCommand(own, "SET api:{db} here");
+    freeReplyObject(r);
+    redisFree(own);
+    redisReply *g = th_redis_cmd(&server, "EXISTS api:{db}");
+    assert_int_equal(g->integer, 0); /* not in db 0 */
+    freeReplyObject(g);
+    const char *get[2] = {"GET", "api:{db}"};
+    assert_int_equal(dlock_redis_command(c, "api:{db}", 0, 2, get, NULL, &r), DLOCK_OK);
+    assert_string_equal(r->str, "here");
+    freeReplyObject(r);
+    dlock_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(commands_reach_the_server_and_replies_come_back),
+        cmocka_unit_test(error_replies_are_failures_that_keep_the_reply),
+        cmocka_unit_test(scripts_survive_script_flush_and_restart),
+        cmocka_unit_test(once_never_resends_a_command_whose_reply_was_lost),
+        cmocka_unit_test(dedicated_connections_carry_the_database),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
