@@ -78,14 +78,6 @@ static const char *reply_text(redisReply *r)
     return buf;
 }
 
-static int replica_of(th_topology *t, int master_port)
-{
-    for (int i = 0; i < t->n; i++)
-        if (t->node[i].role == TH_REPLICA && t->node[i].master_port == master_port)
-            return t->node[i].port;
-    return -1;
-}
-
 /* A live master other than `not`. */
 static int other_master(th_topology *t, int not)
 {
@@ -128,7 +120,7 @@ static void cluster_starts_with_three_masters_each_with_an_attached_replica(void
         freeReplyObject(r);
         if (nd->role == TH_MASTER) {
             masters++;
-            int rep = replica_of(&cl, nd->port);
+            int rep = th_topology_replica_of(&cl, nd->port);
             assert_true(rep > 0);
             th_node *rn = th_topology_node(&cl, rep);
             assert_false(seen[rn - cl.node]);
@@ -198,6 +190,21 @@ static void key_slots_and_owners_agree_with_the_servers(void **state)
     assert_int_equal(th_key_slot("foo{bar}{zap}", 13), th_key_slot("bar", 3));
     assert_int_equal(th_key_slot("foo{{bar}}zap", 13), th_key_slot("{bar", 4));
     assert_int_equal(th_key_slot("foo{}{bar}", 10), (int)(th_crc16("foo{}{bar}", 10) & 16383));
+}
+
+/* After the previous test wrote keys on every master. */
+static void flushall_leaves_every_node_empty(void **state)
+{
+    (void)state;
+    long long total = 0;
+    for (int i = 0; i < cl.n; i++) {
+        redisReply *r = th_node_cmd(&cl, cl.node[i].port, "DBSIZE");
+        total += reply_int(r);
+    }
+    assert_true(total > 0);
+    assert_int_equal(th_topology_flushall(&cl), 0);
+    for (int i = 0; i < cl.n; i++)
+        assert_int_equal(reply_int(th_node_cmd(&cl, cl.node[i].port, "DBSIZE")), 0);
 }
 
 /* Step by step with traffic in between: moved keys are answered with ASK
@@ -284,7 +291,7 @@ static void owner_and_heir(const char *key, int *victim, int *heir)
 {
     th_topology_refresh(&cl);
     *victim = th_cluster_key_owner(&cl, key);
-    *heir = replica_of(&cl, *victim);
+    *heir = th_topology_replica_of(&cl, *victim);
     assert_true(*victim > 0 && *heir > 0);
 }
 
@@ -368,7 +375,7 @@ static void killing_the_sentinel_master_promotes_the_replica(void **state)
 {
     (void)state;
     int master = th_sentinel_master_port(&se);
-    int replica = replica_of(&se, master);
+    int replica = th_topology_replica_of(&se, master);
     assert_true(master > 0 && replica > 0);
     set_replicated(&se, "sentinel-k", "before");
 
@@ -391,7 +398,7 @@ static void pausing_the_sentinel_master_promotes_the_replica(void **state)
 {
     (void)state;
     int master = th_sentinel_master_port(&se);
-    int replica = replica_of(&se, master);
+    int replica = th_topology_replica_of(&se, master);
     assert_true(master > 0 && replica > 0);
     long long t0 = th_now_ms();
     assert_int_equal(th_sentinel_pause_master(&se), master);
@@ -401,10 +408,14 @@ static void pausing_the_sentinel_master_promotes_the_replica(void **state)
 }
 
 /* A paused node too: stop continues it before SIGTERM, SIGKILLs what
- * lingers, and the directory goes. */
+ * lingers, and the directory goes; a forked child still holding a copy of
+ * the guardian's pipe does not hold the stop up. */
 static void stopping_ends_every_process_and_removes_the_directory(void **state)
 {
     (void)state;
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) { pause(); _exit(0); }
     th_topology *all[] = {&cl, &se};
     for (int k = 0; k < 2; k++) {
         th_topology *t = all[k];
@@ -421,6 +432,8 @@ static void stopping_ends_every_process_and_removes_the_directory(void **state)
         struct stat st;
         assert_int_not_equal(stat(dir, &st), 0);
     }
+    kill(holder, SIGKILL);
+    assert_int_equal(waitpid(holder, NULL, 0), holder);
 }
 
 /* The guardian: a test process SIGKILLed with a topology running (no
@@ -472,6 +485,7 @@ int main(void)
         cmocka_unit_test(crc16_gives_the_xmodem_check_value),
         cmocka_unit_test(cluster_starts_with_three_masters_each_with_an_attached_replica),
         cmocka_unit_test(key_slots_and_owners_agree_with_the_servers),
+        cmocka_unit_test(flushall_leaves_every_node_empty),
         cmocka_unit_test(slot_migration_moves_the_keys_and_every_node_names_the_new_owner),
         cmocka_unit_test(killing_a_cluster_master_promotes_its_replica),
         cmocka_unit_test(pausing_a_cluster_master_promotes_its_replica_and_resuming_demotes_it),

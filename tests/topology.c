@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -102,14 +104,16 @@ static int run_script(const th_topology *t, const th_topology_opts *o,
 }
 
 /* The guardian: `sh` in its own session (so a signal to the test's process
- * group spares it) blocked reading a pipe only we can write to. Whenever
- * the write end closes (th_topology_stop, exit, crash, SIGKILL) it stops
- * every process under the topology's directory and removes it. It starts
- * before the topology does, so even a start that dies halfway is undone. */
+ * group spares it) blocked reading a pipe only we can write to. When a
+ * line arrives (th_topology_stop) or the write end closes (exit, crash,
+ * SIGKILL) it stops every process under the topology's directory and
+ * removes it. The explicit line matters when the test forked children that
+ * still hold a copy of the write end. It starts before the topology does,
+ * so even a start that dies halfway is undone. */
 static int guardian_start(th_topology *t)
 {
     static const char prog[] =
-        "cat >/dev/null; \"$0\" stop \"$1\"; "
+        "read -r _; \"$0\" stop \"$1\"; "
         "[ -n \"${DLOCK_KEEP_TOPOLOGY:-}\" ] || rm -rf \"$1\"";
     char *argv[] = {"/bin/sh", "-c", (char *)prog, (char *)script_path(), t->dir, NULL};
     int pfd[2];
@@ -190,9 +194,26 @@ int th_sentinel_start(th_topology *t, const th_topology_opts *opts)
     return topology_start(t, opts, 0);
 }
 
+/* Tell the guardian to stop now. If it is gone the write would raise
+ * SIGPIPE, which must not kill the test: block it for this thread and
+ * discard one that became pending. */
+static void guardian_poke(int fd)
+{
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    if (write(fd, "\n", 1) != 1) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 void th_topology_stop(th_topology *t)
 {
     if (t->guardian_fd >= 0) {
+        guardian_poke(t->guardian_fd);
         close(t->guardian_fd);
         t->guardian_fd = -1;
     }
@@ -312,6 +333,48 @@ int th_topology_masters(th_topology *t, int *ports, int max)
     for (int i = 0; i < t->n && n < max; i++)
         if (t->node[i].pid > 0 && t->node[i].role == TH_MASTER) ports[n++] = t->node[i].port;
     return n;
+}
+
+int th_topology_replica_of(th_topology *t, int master_port)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->node[i].pid > 0 && t->node[i].role == TH_REPLICA &&
+            t->node[i].master_port == master_port)
+            return t->node[i].port;
+    return -1;
+}
+
+static long long dbsize(const th_topology *t, int port)
+{
+    redisReply *r = th_node_cmd(t, port, "DBSIZE");
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r) freeReplyObject(r);
+    return n;
+}
+
+/* Replicas are waited for, not flushed: they refuse writes, and a test
+ * reading from one right after must not see the old keys. */
+int th_topology_flushall(th_topology *t)
+{
+    th_topology_refresh(t);
+    for (int i = 0; i < t->n; i++) {
+        th_node *nd = &t->node[i];
+        if (nd->pid <= 0 || nd->paused || nd->role != TH_MASTER) continue;
+        redisReply *r = th_node_cmd(t, nd->port, "FLUSHALL");
+        int ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r) freeReplyObject(r);
+        if (!ok) return -1;
+    }
+    long long end = th_now_ms() + 5000;
+    for (int i = 0; i < t->n; i++) {
+        th_node *nd = &t->node[i];
+        if (nd->pid <= 0 || nd->paused || nd->role != TH_REPLICA) continue;
+        while (dbsize(t, nd->port) != 0) {
+            if (th_now_ms() > end) return -1;
+            usleep(10000);
+        }
+    }
+    return 0;
 }
 
 int th_node_kill(th_topology *t, int port)

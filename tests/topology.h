@@ -86,6 +86,14 @@ int th_topology_masters(th_topology *t, int *ports, int max);
  * daemons, not the test's children, so this reads /proc. */
 int th_pid_alive(pid_t pid);
 
+/* The port of a live replica of `master_port` (per the table), or -1. */
+int th_topology_replica_of(th_topology *t, int master_port);
+
+/* FLUSHALL on every live, unpaused master, then wait (5 s at most) until
+ * every live replica is empty too: a clean slate between tests that share
+ * one topology. */
+int th_topology_flushall(th_topology *t);
+
 /* SIGKILL the node and wait until it is gone. */
 int th_node_kill(th_topology *t, int port);
 
