@@ -309,7 +309,7 @@ cluster_start() {
     addrs=""
     for p in $ports; do addrs="$addrs 127.0.0.1:$p"; done
     # shellcheck disable=SC2086
-    if ! redis-cli --no-auth-warning --cluster create $addrs \
+    if ! timeout "$WAIT_S" redis-cli --no-auth-warning --cluster create $addrs \
             --cluster-replicas 1 --cluster-yes >"$dir/cluster-create.log" 2>&1; then
         die "redis-cli --cluster create failed, see $dir/cluster-create.log"
     fi
