@@ -187,22 +187,26 @@ EOF
 }
 
 # Start one node from the config already in its directory (daemonized; it
-# writes its own pidfile), and wait until it answers PING. Fails fast when
-# its log says the port was taken.
-launch() {
-    local d="$1" port="$2" cli _
+# writes its own pidfile).
+spawn() {
+    local d="$1"
     rm -f "$d/redis.pid"
     if [ -f "$d/sentinel.conf" ]; then
         if command -v redis-sentinel >/dev/null 2>&1; then
-            redis-sentinel "$d/sentinel.conf" >/dev/null 2>&1 || return 1
+            redis-sentinel "$d/sentinel.conf" >/dev/null 2>&1
         else
-            redis-server "$d/sentinel.conf" --sentinel >/dev/null 2>&1 || return 1
+            redis-server "$d/sentinel.conf" --sentinel >/dev/null 2>&1
         fi
-        cli=scli
     else
-        redis-server "$d/redis.conf" >/dev/null 2>&1 || return 1
-        cli=rcli
+        redis-server "$d/redis.conf" >/dev/null 2>&1
     fi
+}
+
+# Wait until a spawned node answers PING; fail fast when its log says the
+# port was taken.
+wait_up() {
+    local d="$1" port="$2" cli=rcli _
+    [ -f "$d/sentinel.conf" ] && cli=scli
     for _ in $(seq 100); do
         if [ -s "$d/redis.pid" ] && [ "$($cli "$port" PING)" = PONG ]; then
             return 0
@@ -215,23 +219,29 @@ launch() {
     return 1
 }
 
-# Start every node of PORTS under DIR with the given config writer; on any
-# failure stop what was started, remove the node directories and fail.
+launch() {
+    spawn "$1" && wait_up "$1" "$2"
+}
+
+# Start every node of PORTS under DIR with the given config writer, all at
+# once, then wait for each; on any failure stop what was started, remove
+# the node directories and fail.
 launch_all() {
-    local dir="$1" writer="$2" port p
+    local dir="$1" writer="$2" port p ok=1
     shift 2
     for port in "$@"; do
         mkdir -p "$dir/$port"
         $writer "$dir/$port" "$port"
+        spawn "$dir/$port" || ok=""
     done
-    for port in "$@"; do
-        if ! launch "$dir/$port" "$port"; then
-            # shellcheck disable=SC2046
-            stop_pids $(pids_under "$dir")
-            for p in "$@"; do rm -rf "${dir:?}/$p"; done
-            return 1
-        fi
-    done
+    if [ -n "$ok" ]; then
+        for port in "$@"; do wait_up "$dir/$port" "$port" || { ok=""; break; }; done
+    fi
+    [ -n "$ok" ] && return 0
+    # shellcheck disable=SC2046
+    stop_pids $(pids_under "$dir")
+    for p in "$@"; do rm -rf "${dir:?}/$p"; done
+    return 1
 }
 
 # Repeat until the command succeeds or DLOCK_TOPOLOGY_WAIT_S passes.
