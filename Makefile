@@ -1,12 +1,13 @@
 # Convenience front end over CMake. `make` builds, `make test` runs the whole
-# suite twice (plain, then ASan+UBSan), `make demo` runs the main job.
+# suite twice (plain, then ASan+UBSan), `make demo` runs the main job,
+# `make cluster` starts a Redis Cluster and a Sentinel setup to try.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan test test-plain test-asan demo bench install clean
+.PHONY: all deps build build-asan test test-plain test-asan demo bench cluster install clean
 
 all: build
 
@@ -39,6 +40,17 @@ demo: build
 
 bench: build
 	bench/run.sh $(BUILD)
+
+# Both topologies of scripts/redis-topology.sh in one temp dir, left running
+# for the user; a failed start stops whatever it had started.
+cluster: deps
+	@d=$$(mktemp -d "$${TMPDIR:-/tmp}/dlock-topology-XXXXXX") && \
+	if scripts/redis-topology.sh cluster start "$$d/cluster" && \
+	   scripts/redis-topology.sh sentinel start "$$d/sentinel"; then \
+	  echo "Running under $$d (logs and configs in one directory per port)."; \
+	  echo "Roles now:  scripts/redis-topology.sh status $$d/cluster  (or $$d/sentinel)"; \
+	  echo "Stop both:  scripts/redis-topology.sh clean $$d"; \
+	else scripts/redis-topology.sh stop "$$d"; rm -rf "$$d"; exit 1; fi
 
 install: build
 	cmake --install $(BUILD)

@@ -155,15 +155,20 @@ redisContext *th_redis_connect(const th_redis *r)
     return c;
 }
 
+redisReply *th_vcmd_once(redisContext *c, const char *fmt, va_list ap)
+{
+    if (!c) return NULL;
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisFree(c);
+    return rep;
+}
+
 redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...)
 {
-    redisContext *c = th_redis_connect(r);
-    if (!c) return NULL;
     va_list ap;
     va_start(ap, fmt);
-    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisReply *rep = th_vcmd_once(th_redis_connect(r), fmt, ap);
     va_end(ap);
-    redisFree(c);
     return rep;
 }
 

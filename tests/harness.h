@@ -6,6 +6,7 @@
 #ifndef DLOCK_TEST_HARNESS_H
 #define DLOCK_TEST_HARNESS_H
 
+#include <stdarg.h>
 #include <sys/types.h>
 #include <hiredis/hiredis.h>
 
@@ -41,6 +42,10 @@ redisContext *th_redis_connect(const th_redis *r);
 /* Run one command on a fresh connection; returns the reply (free it with
  * freeReplyObject) or NULL. */
 redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...);
+
+/* Run one command on connection `c` (may be NULL: returns NULL) and free
+ * the connection: the body of every one-shot command helper. */
+redisReply *th_vcmd_once(redisContext *c, const char *fmt, va_list ap);
 
 /* Monotonic milliseconds. */
 long long th_now_ms(void);

@@ -1,0 +1,76 @@
+/* Redis Sentinel helpers for the suites: who the master is, killing or
+ * pausing it, waiting for the failover; see topology.h. */
+#include "topology.h"
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* One Sentinel's answer for the master's port; -1 when it gives none. */
+static int asked_master_port(th_topology *t, int sentinel_port)
+{
+    redisReply *r = th_node_cmd(t, sentinel_port, "SENTINEL GET-MASTER-ADDR-BY-NAME %s",
+                                TH_SENTINEL_MASTER_NAME);
+    int port = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+        port = atoi(r->element[1]->str);
+    if (r) freeReplyObject(r);
+    return port;
+}
+
+static int is_live_sentinel(const th_node *nd)
+{
+    return nd->role == TH_SENTINEL && nd->pid > 0 && !nd->paused;
+}
+
+int th_sentinel_master_port(th_topology *t)
+{
+    for (int i = 0; i < t->n; i++) {
+        if (!is_live_sentinel(&t->node[i])) continue;
+        int port = asked_master_port(t, t->node[i].port);
+        if (port > 0) return port;
+    }
+    return -1;
+}
+
+int th_sentinel_kill_master(th_topology *t)
+{
+    int port = th_sentinel_master_port(t);
+    return port > 0 && th_node_kill(t, port) == 0 ? port : -1;
+}
+
+int th_sentinel_pause_master(th_topology *t)
+{
+    int port = th_sentinel_master_port(t);
+    return port > 0 && th_node_pause(t, port) == 0 ? port : -1;
+}
+
+/* Every live Sentinel's answer, when they all give the same one. */
+static int agreed_master_port(th_topology *t)
+{
+    int agreed = -1;
+    for (int i = 0; i < t->n; i++) {
+        if (!is_live_sentinel(&t->node[i])) continue;
+        int port = asked_master_port(t, t->node[i].port);
+        if (port <= 0 || (agreed > 0 && port != agreed)) return -1;
+        agreed = port;
+    }
+    return agreed;
+}
+
+int th_sentinel_wait_failover(th_topology *t, int old_master_port, int timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    do {
+        int port = agreed_master_port(t);
+        if (port > 0 && port != old_master_port &&
+            th_node_wait_role(t, port, TH_MASTER, 0) == 0) {
+            th_topology_refresh(t);
+            return port;
+        }
+        usleep(50000);
+    } while (th_now_ms() < end);
+    return -1;
+}
