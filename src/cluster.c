@@ -50,7 +50,7 @@ dlock_status dlock_cluster_lookup(dlock_topo *t)
     const int argc = 2;
     uint16_t *map = malloc(DLOCK_SLOTS * sizeof *map);
     if (!map) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    dlock_status st = dlock_fail(DLOCK_ERR_CONNECT, "no cluster node known");
+    dlock_status st = DLOCK_ERR_CONNECT; /* every failure below sets the message */
     int n = atomic_load(&t->n_nodes), start = t->any_node >= 0 ? t->any_node : 0;
     for (int k = 0; k < n; k++) {
         dlock_pool *p = dlock_topo_pool(t, (start + k) % n);

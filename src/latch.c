@@ -105,7 +105,7 @@ dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
     int64_t deadline = dlock_deadline(wait_ms);
     long retry = -1;
     int result = latch_try(l, &retry);
-    if (result == DLOCK_BUSY && wait_ms != 0)
+    if (dlock_should_wait(result, wait_ms))
         result = dlock_wait_for(l->client, l->channel, deadline, latch_try, l, retry);
     if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;

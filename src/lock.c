@@ -300,7 +300,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     int result = try_acquire(l, h, lease, wait_ms != 0, &pttl);
     struct attempt a = {l, h, lease, result == REPLICA_SHORT};
     if (result == REPLICA_SHORT) result = DLOCK_BUSY;
-    if (result == DLOCK_BUSY && wait_ms != 0) {
+    if (dlock_should_wait(result, wait_ms)) {
         result = dlock_wait_for(l->client, l->fair ? h->wake_channel : l->channel, deadline,
                                 try_again, &a, pttl);
         if (result != DLOCK_OK && l->fair) {

@@ -150,7 +150,7 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
     int64_t started = dlock_mono_ms();
     long retry = -1;
     int result = psem_try(pm, &retry);
-    if (result == DLOCK_BUSY && wait_ms != 0)
+    if (dlock_should_wait(result, wait_ms))
         result = dlock_wait_for(p->client, p->channel, deadline, psem_try, pm, retry);
     if (result != DLOCK_OK) {
         free(pm);

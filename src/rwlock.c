@@ -193,7 +193,7 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     long retry = -1;
     long before = h->count;
     int result = rw_try(&a, &retry);
-    if (result == DLOCK_BUSY && wait_ms != 0)
+    if (dlock_should_wait(result, wait_ms))
         result = dlock_wait_for(rw->client, rw->channel, deadline, rw_try, &a, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);

@@ -93,7 +93,7 @@ dlock_status dlock_semaphore_acquire(dlock_semaphore *s, long permits, long wait
     int64_t deadline = dlock_deadline(wait_ms);
     long retry = -1;
     int result = sem_try(&a, &retry);
-    if (result == DLOCK_BUSY && wait_ms != 0)
+    if (dlock_should_wait(result, wait_ms))
         result = dlock_wait_for(s->client, s->channel, deadline, sem_try, &a, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");

@@ -40,7 +40,7 @@ static dlock_status ask(dlock_topo *t, dlock_pool *sp, redisReply **out)
 
 dlock_status dlock_sentinel_lookup(dlock_topo *t)
 {
-    dlock_status st = dlock_fail(DLOCK_ERR_CONNECT, "no Sentinel listed");
+    dlock_status st = DLOCK_ERR_CONNECT; /* the URL lists at least one; each failure sets the message */
     for (size_t k = 0; k < t->n_sentinels; k++) {
         size_t i = (t->sentinel_first + k) % t->n_sentinels;
         dlock_pool *sp = &t->sentinels[i];

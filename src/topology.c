@@ -157,6 +157,10 @@ static dlock_status look_up(dlock_topo *t)
         t->looked_up_ms = dlock_mono_ms();
         t->last_lookup = st;
         if (st == DLOCK_OK) atomic_store(&t->stale, 0);
+        else snprintf(t->last_lookup_msg, sizeof t->last_lookup_msg, "%s", dlock_last_error());
+    } else if (st != DLOCK_OK) {
+        /* Another thread just failed to look it up: tell its reason. */
+        dlock_fail(st, "%s", t->last_lookup_msg);
     }
     pthread_mutex_unlock(&t->mu);
     return st;
@@ -316,9 +320,11 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
     size_t keylen = key ? strlen(key) : 0;
     int64_t deadline = dlock_mono_ms() + t->cfg.command_timeout_ms;
     static const char *const asking[1] = {"ASKING"};
-    int ask = -1;
-    for (int hops = 0;; hops++) {
+    int ask = -1, hops = 0;
+    for (;;) {
         dlock_status st;
+        /* Only redirections count: waits (TRYAGAIN through a whole slot
+         * migration, CLUSTERDOWN through a failover) end at the deadline. */
         if (hops > MAX_HOPS) return dlock_fail(DLOCK_ERR_REDIS, "%s: too many redirections", argvs[0][0]);
         int node = ask >= 0 ? ask : route(t, key, keylen, &st);
         if (node < 0) {
@@ -357,6 +363,7 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
             int next = route(t, key, keylen, &why_not);
             if (next < 0 || next == node || dlock_mono_ms() >= deadline || (once && why.sent)) return st;
             if (why.sent && retried) *retried = 1;
+            hops++;
             continue;
         }
         if (x) freeReplyObject(rep[0]);
@@ -385,6 +392,11 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
             return DLOCK_OK; /* an error the caller must see */
         }
         if (target < 0 && wait_ms == 0) return DLOCK_OK; /* a redirection we cannot parse: show it */
+        /* MOVED changes the map; a loop of them is a broken cluster. ASK
+         * does not count: mid-migration the importing node answers
+         * TRYAGAIN until the last key moved, and every retry starts with
+         * the source's ASK again, for as long as the migration lasts. */
+        if (target >= 0 && ask < 0) hops++;
         if (wait_ms && !pause_until(deadline, wait_ms)) {
             /* Out of time: report the condition itself. */
             st = dlock_fail(DLOCK_ERR_CONNECT, "%s: server busy or failing over (%.60s)", argvs[0][0], r->str);

@@ -28,6 +28,7 @@ typedef struct dlock_topo {
     atomic_int stale;                   /* look the topology up again before next use */
     int64_t looked_up_ms;               /* under mu: when it was last looked up */
     dlock_status last_lookup;           /* under mu: how that went */
+    char last_lookup_msg[256];          /* under mu: and why, when it failed */
     /* One server or Sentinel: the node commands go to (-1: not known yet). */
     atomic_int master;
     /* Sentinel: a pool per Sentinel, and which answered last. */

@@ -17,6 +17,17 @@
 typedef int (*dlock_try_fn)(void *ctx, long *retry_ms);
 
 /*
+ * Whether a first attempt that came to `result` should go on to
+ * dlock_wait_for(): when the caller is willing to wait, a server that cannot
+ * be reached right now (restarting, failing over) is waited for like a
+ * busy lock, until the caller's deadline.
+ */
+static inline int dlock_should_wait(int result, long wait_ms)
+{
+    return (result == DLOCK_BUSY || result == DLOCK_ERR_CONNECT) && wait_ms != 0;
+}
+
+/*
  * Wait on `channel` and call `try` until it succeeds, fails hard, or
  * `deadline_ms` (-1: none) passes (then DLOCK_BUSY). The caller has already
  * made one attempt, which said DLOCK_BUSY with `retry_ms`. Connection

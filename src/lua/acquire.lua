@@ -6,15 +6,19 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  holds the caller believes it has (0 for a first acquisition)
 --
--- Returns {1, token} when newly acquired, {2, token, count} on re-entry,
+-- Returns {1, token} when newly granted, {2, token, count} on re-entry,
 -- {0, pttl} when another owner holds it (pttl bounds the caller's sleep).
 --
 -- Why ARGV[3]: a client that lost the reply to an earlier attempt cannot
--- know whether that attempt ran. Telling the script how many holds the
--- caller really has makes a resend harmless: an owner match with zero
--- believed holds is that lost attempt, adopted (same token, count 1), not a
--- re-entry that would leave the count one too high and the lock stuck until
--- its lease ends.
+-- know whether that attempt ran, and after a failover a replica may bring
+-- back a hold of ours that we had already released (the release had not
+-- reached it). Either way the server says "yours" while the caller knows of
+-- no hold. That hold's token was never seen by the caller, or has since
+-- been passed by others' tokens that the replica never heard of, so it is
+-- granted afresh with a new token (count 1), never adopted with its old
+-- one: tokens stay strictly rising, and a resend cannot leave the count one
+-- too high. Only a caller that knows it holds the lock (ARGV[3] > 0)
+-- re-enters with the same token.
 --
 -- Fencing tokens: max(last + 1, server time in microseconds). The counter
 -- alone would restart at 1 after a restart without persistence, or go back
@@ -25,19 +29,16 @@
 -- microseconds since 1970.
 
 local owner = redis.call('HGET', KEYS[1], 'owner')
+local mine = tonumber(ARGV[3])
 
-if owner == ARGV[1] then
-    local count = tonumber(ARGV[3]) + 1
+if owner == ARGV[1] and mine > 0 then
+    local count = mine + 1
     redis.call('HSET', KEYS[1], 'count', count)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    local token = tonumber(redis.call('HGET', KEYS[1], 'token'))
-    if count == 1 then
-        return {1, token}
-    end
-    return {2, token, count}
+    return {2, tonumber(redis.call('HGET', KEYS[1], 'token')), count}
 end
 
-if owner then
+if owner and owner ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[1])}
 end
 

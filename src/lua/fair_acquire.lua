@@ -26,16 +26,31 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me, timeout = ARGV[1], tonumber(ARGV[4])
 
+local function grant()
+    local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
+    local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if micros > token then
+        token = micros
+    end
+    redis.call('SET', KEYS[2], string.format('%.0f', token))
+    redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', string.format('%.0f', token))
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, token}
+end
+
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == me then
-    local count = tonumber(ARGV[3]) + 1
-    redis.call('HSET', KEYS[1], 'count', count)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    local token = tonumber(redis.call('HGET', KEYS[1], 'token'))
-    if count == 1 then
-        return {1, token}
+    local mine = tonumber(ARGV[3])
+    if mine > 0 then
+        redis.call('HSET', KEYS[1], 'count', mine + 1)
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        return {2, tonumber(redis.call('HGET', KEYS[1], 'token')), mine + 1}
     end
-    return {2, token, count}
+    -- Ours on the server, unknown to the caller (see acquire.lua): a new
+    -- token, and no queue to wait in for a lock we hold already.
+    redis.call('LREM', KEYS[3], 0, me)
+    redis.call('ZREM', KEYS[4], me)
+    return grant()
 end
 
 -- Drop dead waiters from the head; the first live one (or us) stays.
@@ -54,15 +69,7 @@ if not owner and (not head or head == me) then
         redis.call('LPOP', KEYS[3])
         redis.call('ZREM', KEYS[4], me)
     end
-    local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-    local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if micros > token then
-        token = micros
-    end
-    redis.call('SET', KEYS[2], string.format('%.0f', token))
-    redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', string.format('%.0f', token))
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, token}
+    return grant()
 end
 
 local sleep = math.floor(timeout / 2)

@@ -60,12 +60,15 @@ if ARGV[4] == 'read' then
     return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
 end
 
-if writer == owner then
+-- A write hold of ours that the caller does not know of (mine == 0: a lost
+-- reply, or a released hold brought back by a failover) is granted afresh
+-- below with a new token, as in acquire.lua.
+if writer == owner and mine > 0 then
     redis.call('HSET', KEYS[1], 'wcount', mine + 1)
     stretch_ttl()
     return {1, tonumber(redis.call('HGET', KEYS[1], 'token'))}
 end
-if writer then
+if writer and writer ~= owner then
     return {0, redis.call('PTTL', KEYS[1])}
 end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. owner) == 1 then
