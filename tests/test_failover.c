@@ -1,0 +1,558 @@
+/*
+ * Failovers and slot migrations under load, on real Redis Cluster and
+ * Sentinel topologies (scripts/redis-topology.sh through topology.h).
+ *
+ * A load of worker threads takes and releases locks on many names while a
+ * master is killed, or while a lock's slot is migrated. For every grant we
+ * check, outside Redis, whether another thread was already inside that
+ * name's critical section (a double grant), and whether its fencing token
+ * rose above the name's previous one. Each case prints one JSON line with
+ * what it measured (recovery time, failed calls, double grants); the
+ * numbers are recorded in docs/TOPOLOGIES.md.
+ *
+ * What is asserted is what the library promises (ARCHITECTURE.md):
+ *  - the lock is usable again after a failover, with no help from the
+ *    caller beyond its normal wait;
+ *  - fencing tokens keep rising across it, for every name;
+ *  - with replica-safe acquire (replica_acks = 1) no lock is ever granted
+ *    twice, because every grant reached the replica that gets promoted;
+ *  - a watchdog-held lock outlives a failover, renewed on the new master;
+ *  - a slot migration is invisible to callers: no error, no double grant;
+ *  - on Sentinel, a killed master that comes back (still believing it is a
+ *    master, with old data) is never used;
+ *  - a hold of ours that a failover brings back after we released it is
+ *    granted afresh, with a token above every one issued meanwhile.
+ * Without replica_acks a double grant is possible (asynchronous
+ * replication); it is measured and printed, not asserted away.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dlock.h"
+#include "harness.h"
+#include "topology.h"
+
+#define WORKERS 8
+#define NAMES 16
+#define FAILOVER_BOUND_MS 30000
+
+static const th_topology_opts opts = {.node_timeout_ms = 1000, .down_after_ms = 1000, .failover_timeout_ms = 3000};
+
+/* ------------------------------------------------------------------------ */
+/* The load                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct load {
+    dlock_client *client;
+    dlock_lock *lock[NAMES];
+    char name[NAMES][32];
+    int watched[NAMES];          /* names served by the node we will kill (all on Sentinel) */
+    atomic_int inside[NAMES];    /* threads inside the name's critical section */
+    pthread_mutex_t mu[NAMES];
+    uint64_t last_token[NAMES];
+    long lease_ms, wait_ms;
+    atomic_int stop;
+    atomic_llong kill_ms;        /* when the master was killed (0: not yet) */
+    atomic_llong recovered_ms;   /* first grant on a watched name after that */
+    atomic_long granted, failed, double_grants, token_regressions, release_failed, release_lost;
+    pthread_mutex_t err_mu;
+    char first_error[256];       /* the first failure's message, for the report */
+    pthread_t th[WORKERS];
+} load;
+
+static void note_error(load *L, const char *what)
+{
+    pthread_mutex_lock(&L->err_mu);
+    if (!L->first_error[0]) snprintf(L->first_error, sizeof L->first_error, "%s: %s", what, dlock_last_error());
+    pthread_mutex_unlock(&L->err_mu);
+}
+
+/* Release as a careful caller does: a release that failed for want of a
+ * server leaves the hold in place, so it is tried again until the server
+ * answers (released, or found lost). */
+static void release(load *L, int n)
+{
+    long long t0 = th_now_ms();
+    for (int tries = 0;; tries++) {
+        dlock_status st = dlock_lock_release(L->lock[n]);
+        if (st == DLOCK_OK) return;
+        if (st == DLOCK_ERR_NOT_OWNER || st == DLOCK_ERR_LOST) {
+            atomic_fetch_add(&L->release_lost, 1);
+            return;
+        }
+        if (tries == 0) {
+            atomic_fetch_add(&L->release_failed, 1);
+            note_error(L, "release");
+        }
+        if (th_now_ms() - t0 > 20000) fail_msg("release kept failing: %s", dlock_last_error());
+        struct timespec pause = {0, 50000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
+static void *worker(void *arg)
+{
+    load *L = arg;
+    unsigned seed = (unsigned)(uintptr_t)pthread_self();
+    while (!atomic_load(&L->stop)) {
+        int n = (int)(rand_r(&seed) % NAMES);
+        uint64_t token = 0;
+        long long began = th_now_ms();
+        dlock_status st = dlock_lock_acquire(L->lock[n], L->wait_ms, L->lease_ms, &token);
+        if (st != DLOCK_OK) {
+            atomic_fetch_add(&L->failed, 1);
+            note_error(L, "acquire");
+            continue;
+        }
+        atomic_fetch_add(&L->granted, 1);
+        /* Recovered: a grant on a name of the dead master, asked for after
+         * it was dead, so it can only have come from its successor. */
+        long long killed = atomic_load(&L->kill_ms);
+        if (killed && began >= killed && L->watched[n] && atomic_load(&L->recovered_ms) == 0)
+            atomic_store(&L->recovered_ms, th_now_ms());
+        if (atomic_fetch_add(&L->inside[n], 1) != 0) atomic_fetch_add(&L->double_grants, 1);
+        pthread_mutex_lock(&L->mu[n]);
+        if (token <= L->last_token[n]) atomic_fetch_add(&L->token_regressions, 1);
+        if (token > L->last_token[n]) L->last_token[n] = token;
+        pthread_mutex_unlock(&L->mu[n]);
+        struct timespec hold = {0, 1000000};
+        nanosleep(&hold, NULL);
+        atomic_fetch_sub(&L->inside[n], 1);
+        release(L, n);
+    }
+    return NULL;
+}
+
+static void load_start(load *L, const char *url, int replica_acks, const char *prefix)
+{
+    memset(L, 0, sizeof *L);
+    dlock_options o = {0};
+    o.replica_acks = replica_acks;
+    o.replica_timeout_ms = replica_acks ? 500 : 0;
+    assert_int_equal(dlock_client_new(url, &o, &L->client), DLOCK_OK);
+    L->lease_ms = 5000;
+    L->wait_ms = 10000;
+    pthread_mutex_init(&L->err_mu, NULL);
+    for (int i = 0; i < NAMES; i++) {
+        snprintf(L->name[i], sizeof L->name[i], "%s-%d", prefix, i);
+        assert_int_equal(dlock_lock_new(L->client, L->name[i], &L->lock[i]), DLOCK_OK);
+        pthread_mutex_init(&L->mu[i], NULL);
+    }
+    for (int i = 0; i < WORKERS; i++) assert_int_equal(pthread_create(&L->th[i], NULL, worker, L), 0);
+}
+
+static void load_stop(load *L)
+{
+    atomic_store(&L->stop, 1);
+    for (int i = 0; i < WORKERS; i++) pthread_join(L->th[i], NULL);
+    for (int i = 0; i < NAMES; i++) {
+        dlock_lock_free(L->lock[i]);
+        pthread_mutex_destroy(&L->mu[i]);
+    }
+    pthread_mutex_destroy(&L->err_mu);
+    dlock_client_free(L->client);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static long long granted_now(load *L)
+{
+    return atomic_load(&L->granted);
+}
+
+/* Grants keep coming after the failover: wait (bounded) for `more`. */
+static void expect_progress(load *L, long more, long within_ms)
+{
+    long long from = granted_now(L), t0 = th_now_ms();
+    while (granted_now(L) < from + more && th_now_ms() - t0 < within_ms) sleep_ms(20);
+    assert_true(granted_now(L) >= from + more);
+}
+
+static void report(const char *topology, const char *event, int replica_acks, load *L, long long kill_ms,
+                   long long restored_ms)
+{
+    long long rec = atomic_load(&L->recovered_ms);
+    printf("{\"case\":\"%s-%s\",\"replica_acks\":%d,\"failover_ms\":%lld,\"recovery_ms\":%lld,"
+           "\"granted\":%ld,\"failed\":%ld,\"double_grants\":%ld,\"token_regressions\":%ld,"
+           "\"releases_found_lost\":%ld,\"releases_retried\":%ld,\"first_error\":\"%s\"}\n",
+           topology, event, replica_acks, restored_ms - kill_ms, rec ? rec - kill_ms : -1,
+           atomic_load(&L->granted), atomic_load(&L->failed), atomic_load(&L->double_grants),
+           atomic_load(&L->token_regressions), atomic_load(&L->release_lost), atomic_load(&L->release_failed),
+           L->first_error);
+    fflush(stdout);
+}
+
+/* What every failover case asserts. */
+static void expect_safe_recovery(load *L, int replica_acks)
+{
+    assert_int_equal(atomic_load(&L->token_regressions), 0);
+    assert_true(atomic_load(&L->recovered_ms) > 0);
+    if (replica_acks) assert_int_equal(atomic_load(&L->double_grants), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cluster                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void cluster_failover(int replica_acks)
+{
+    th_topology t;
+    assert_int_equal(th_cluster_start(&t, &opts), 0);
+    load L;
+    load_start(&L, t.url, replica_acks, replica_acks ? "cfa" : "cf");
+    char key[64];
+    snprintf(key, sizeof key, "dlock:{%s}", L.name[0]);
+    int victim = th_cluster_key_owner(&t, key);
+    assert_true(victim > 0);
+    int watched = 0;
+    for (int i = 0; i < NAMES; i++) {
+        snprintf(key, sizeof key, "dlock:{%s}", L.name[i]);
+        L.watched[i] = th_cluster_key_owner(&t, key) == victim;
+        watched += L.watched[i];
+    }
+    assert_true(watched > 0);
+    expect_progress(&L, 200, 10000);
+
+    assert_int_equal(th_node_kill(&t, victim), 0);
+    long long kill_ms = th_now_ms();
+    atomic_store(&L.kill_ms, kill_ms);
+    int promoted = th_cluster_wait_failover(&t, victim, FAILOVER_BOUND_MS);
+    long long restored_ms = th_now_ms();
+    assert_true(promoted > 0);
+    if (replica_acks) {
+        /* The promoted master has no replica: replica-safe acquire refuses
+         * every lock there (safety first) until one is back. */
+        assert_int_equal(th_node_restart(&t, victim), 0);
+        assert_int_equal(th_node_wait_role(&t, victim, TH_REPLICA, FAILOVER_BOUND_MS), 0);
+    }
+    expect_progress(&L, 200, 15000);
+    long long t0 = th_now_ms();
+    while (atomic_load(&L.recovered_ms) == 0 && th_now_ms() - t0 < 15000) sleep_ms(20);
+    load_stop(&L);
+    report("cluster", "master-killed", replica_acks, &L, kill_ms, restored_ms);
+    expect_safe_recovery(&L, replica_acks);
+    th_cluster_stop(&t);
+}
+
+static void cluster_failover_keeps_locks_usable_and_fenced(void **state)
+{
+    (void)state;
+    cluster_failover(0);
+}
+
+static void cluster_failover_with_replica_acks_never_grants_twice(void **state)
+{
+    (void)state;
+    cluster_failover(1);
+}
+
+/* Move the slot of one busy lock to another master, a key at a time with
+ * pauses, while workers contend for that lock (so waiters are subscribed
+ * to its channel on the old node) and for others. No caller may see an
+ * error, and nobody may be granted a lock twice. */
+static void cluster_slot_migration_is_invisible_to_callers(void **state)
+{
+    (void)state;
+    th_topology t;
+    assert_int_equal(th_cluster_start(&t, &opts), 0);
+    load L;
+    load_start(&L, t.url, 0, "mig");
+    L.wait_ms = 20000;
+    expect_progress(&L, 200, 10000);
+    char key[64];
+    snprintf(key, sizeof key, "dlock:{%s}", L.name[3]);
+    int slot = th_key_slot(key, strlen(key));
+    int from = th_cluster_slot_owner(&t, slot), masters[3], to = -1;
+    int nm = th_topology_masters(&t, masters, 3);
+    for (int i = 0; i < nm; i++)
+        if (masters[i] != from) to = masters[i];
+    assert_true(from > 0 && to > 0);
+    for (int round = 0; round < 2; round++) {
+        th_migration m;
+        assert_int_equal(th_migration_begin(&m, &t, slot, to), 0);
+        sleep_ms(150);
+        int moved;
+        while ((moved = th_migration_step(&m, 1)) > 0) sleep_ms(150);
+        assert_int_equal(moved, 0);
+        sleep_ms(150);
+        assert_int_equal(th_migration_finish(&m), 0);
+        expect_progress(&L, 100, 10000);
+        int back = to;
+        to = from;
+        from = back; /* and back again */
+    }
+    load_stop(&L);
+    printf("{\"case\":\"cluster-slot-migrated-twice\",\"granted\":%ld,\"failed\":%ld,\"double_grants\":%ld,"
+           "\"releases_found_lost\":%ld,\"releases_retried\":%ld,\"first_error\":\"%s\"}\n",
+           atomic_load(&L.granted), atomic_load(&L.failed), atomic_load(&L.double_grants),
+           atomic_load(&L.release_lost), atomic_load(&L.release_failed), L.first_error);
+    assert_int_equal(atomic_load(&L.failed), 0);
+    assert_int_equal(atomic_load(&L.release_failed), 0);
+    assert_int_equal(atomic_load(&L.release_lost), 0);
+    assert_int_equal(atomic_load(&L.double_grants), 0);
+    assert_int_equal(atomic_load(&L.token_regressions), 0);
+    th_cluster_stop(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sentinel                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void sentinel_failover(int replica_acks)
+{
+    th_topology t;
+    assert_int_equal(th_sentinel_start(&t, &opts), 0);
+    load L;
+    load_start(&L, t.url, replica_acks, replica_acks ? "sfa" : "sf");
+    for (int i = 0; i < NAMES; i++) L.watched[i] = 1;
+    expect_progress(&L, 200, 10000);
+    int old = th_sentinel_kill_master(&t);
+    assert_true(old > 0);
+    long long kill_ms = th_now_ms();
+    atomic_store(&L.kill_ms, kill_ms);
+    int promoted = th_sentinel_wait_failover(&t, old, FAILOVER_BOUND_MS);
+    long long restored_ms = th_now_ms();
+    assert_true(promoted > 0 && promoted != old);
+    if (replica_acks) {
+        /* As on the cluster: no replica, no replica-safe grant. The old
+         * master returns as a master and is demoted by the Sentinels. */
+        assert_int_equal(th_node_restart(&t, old), 0);
+        assert_int_equal(th_node_wait_role(&t, old, TH_REPLICA, FAILOVER_BOUND_MS), 0);
+    }
+    expect_progress(&L, 200, 15000);
+    load_stop(&L);
+    report("sentinel", "master-killed", replica_acks, &L, kill_ms, restored_ms);
+    expect_safe_recovery(&L, replica_acks);
+    th_sentinel_stop(&t);
+}
+
+static void sentinel_failover_keeps_locks_usable_and_fenced(void **state)
+{
+    (void)state;
+    sentinel_failover(0);
+}
+
+static void sentinel_failover_with_replica_acks_never_grants_twice(void **state)
+{
+    (void)state;
+    sentinel_failover(1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Watchdog and the returning master                                         */
+/* ------------------------------------------------------------------------ */
+
+static int lost_calls;
+static void on_lost(dlock_lock *l, uint64_t token, void *arg)
+{
+    (void)l, (void)token, (void)arg;
+    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static long long pttl_on(th_topology *t, int port, const char *key)
+{
+    redisReply *r = th_node_cmd(t, port, "PTTL %s", key);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -3;
+    if (r) freeReplyObject(r);
+    return v;
+}
+
+/* A lock held with the watchdog (a 3 s lease) while its master is killed:
+ * with replica-safe acquire the promoted replica has it, the watchdog's
+ * renewals fail over to it, and the hold is never reported lost. */
+static void watchdog_hold_survives_a_failover(int cluster)
+{
+    th_topology t;
+    assert_int_equal(cluster ? th_cluster_start(&t, &opts) : th_sentinel_start(&t, &opts), 0);
+    dlock_options o = {0};
+    o.replica_acks = 1;
+    o.replica_timeout_ms = 500;
+    o.watchdog_lease_ms = 3000;
+    dlock_client *c;
+    dlock_lock *l;
+    assert_int_equal(dlock_client_new(t.url, &o, &c), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "wd-failover", &l), DLOCK_OK);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    lost_calls = 0;
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    int victim = cluster ? th_cluster_key_owner(&t, "dlock:{wd-failover}") : th_sentinel_master_port(&t);
+    assert_true(victim > 0);
+    assert_int_equal(th_node_kill(&t, victim), 0);
+    int promoted = cluster ? th_cluster_wait_failover(&t, victim, FAILOVER_BOUND_MS)
+                           : th_sentinel_wait_failover(&t, victim, FAILOVER_BOUND_MS);
+    assert_true(promoted > 0);
+    /* Two leases on: had renewal stopped, the key would be gone. */
+    sleep_ms(6000);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+    assert_int_equal(dlock_lock_lost(l), 0);
+    long long ttl = pttl_on(&t, promoted, "dlock:{wd-failover}");
+    assert_true(ttl > 0 && ttl <= 3000);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(pttl_on(&t, promoted, "dlock:{wd-failover}"), -2);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_topology_stop(&t);
+}
+
+static void cluster_watchdog_hold_survives_a_failover(void **state)
+{
+    (void)state;
+    watchdog_hold_survives_a_failover(1);
+}
+
+static void sentinel_watchdog_hold_survives_a_failover(void **state)
+{
+    (void)state;
+    watchdog_hold_survives_a_failover(0);
+}
+
+/* A killed Sentinel master restarted from its config comes back as a
+ * master, with its old data, until the Sentinels demote it (about 10 s).
+ * A client made in that window must take its locks on the real master:
+ * the Sentinels name it, and ROLE is checked on every connection. */
+static void sentinel_client_never_uses_a_returning_old_master(void **state)
+{
+    (void)state;
+    th_topology t;
+    assert_int_equal(th_sentinel_start(&t, &opts), 0);
+    int old = th_sentinel_kill_master(&t);
+    assert_true(old > 0);
+    int promoted = th_sentinel_wait_failover(&t, old, FAILOVER_BOUND_MS);
+    assert_true(promoted > 0);
+    assert_int_equal(th_node_restart(&t, old), 0);
+    assert_int_equal(th_node_wait_role(&t, old, TH_MASTER, 5000), 0); /* the stale master is up */
+    dlock_client *c;
+    dlock_lock *l;
+    assert_int_equal(dlock_client_new(t.url, NULL, &c), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "returning", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 10000, NULL), DLOCK_OK);
+    assert_true(pttl_on(&t, promoted, "dlock:{returning}") > 0);
+    redisReply *r = th_node_cmd(&t, old, "ROLE");
+    int still_master = r && r->type == REDIS_REPLY_ARRAY && strcmp(r->element[0]->str, "master") == 0;
+    if (r) freeReplyObject(r);
+    /* If the old master was demoted meanwhile it may have the key by
+     * replication; while it is still a master, it must not have it. */
+    if (still_master) assert_int_equal(pttl_on(&t, old, "dlock:{returning}"), -2);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_topology_stop(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A released hold brought back by a failover                                */
+/* ------------------------------------------------------------------------ */
+
+/* The state a failover can leave, made by hand on one server so the case
+ * runs every time: we held NAME with token t1 and released it, but the
+ * replica that became master never saw the release; meanwhile another
+ * owner took NAME with a higher token t2, which the replica never saw
+ * either, except that the fencing counter did reach it. The server now
+ * says "yours" to a caller that knows of no hold. Handing back t1 would
+ * break the fencing promise (t1 < t2), so a new, higher token is due. */
+static void resurrected_hold_gets_a_new_token(int kind)
+{
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(r.url, NULL, &c), DLOCK_OK);
+    const char *name = kind == 2 ? "resurrect-rw" : kind == 1 ? "resurrect-fair" : "resurrect";
+    const char *hash = kind == 2 ? "dlock:{resurrect-rw}:rw" : kind == 1 ? "dlock:{resurrect-fair}" : "dlock:{resurrect}";
+    const char *fence = kind == 2 ? "dlock:{resurrect-rw}:rw:fence"
+                                  : kind == 1 ? "dlock:{resurrect-fair}:fence" : "dlock:{resurrect}:fence";
+    const char *owner_field = kind == 2 ? "writer" : "owner";
+    dlock_lock *l = NULL;
+    dlock_rwlock *rw = NULL;
+    uint64_t t1 = 0, t3 = 0;
+    if (kind == 2) {
+        assert_int_equal(dlock_rwlock_new(c, name, &rw), DLOCK_OK);
+        assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 10000, &t1), DLOCK_OK);
+    } else {
+        assert_int_equal(kind ? dlock_lock_new_fair(c, name, &l) : dlock_lock_new(c, name, &l), DLOCK_OK);
+        assert_int_equal(dlock_lock_acquire(l, 0, 10000, &t1), DLOCK_OK);
+    }
+    redisReply *o = th_redis_cmd(&r, "HGET %s %s", hash, owner_field);
+    assert_true(o && o->type == REDIS_REPLY_STRING);
+    char owner[128];
+    snprintf(owner, sizeof owner, "%s", o->str);
+    freeReplyObject(o);
+    assert_int_equal(kind == 2 ? dlock_rwlock_release(rw, DLOCK_WRITE) : dlock_lock_release(l), DLOCK_OK);
+
+    /* The failover's leftovers: our hold back, the counter moved on. */
+    uint64_t t2 = t1 + 1000000000ULL; /* another owner's token, 1000 s "later" */
+    redisReply *x = th_redis_cmd(&r, "SET %s %llu", fence, (unsigned long long)t2);
+    freeReplyObject(x);
+    if (kind == 2)
+        x = th_redis_cmd(&r, "HSET %s writer %s wcount 1 token %llu", hash, owner, (unsigned long long)t1);
+    else
+        x = th_redis_cmd(&r, "HSET %s owner %s count 1 token %llu", hash, owner, (unsigned long long)t1);
+    freeReplyObject(x);
+    x = th_redis_cmd(&r, "PEXPIRE %s 10000", hash);
+    freeReplyObject(x);
+
+    if (kind == 2) assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 10000, &t3), DLOCK_OK);
+    else assert_int_equal(dlock_lock_acquire(l, 0, 10000, &t3), DLOCK_OK);
+    if (t3 <= t2) fail_msg("token %llu handed out after %llu was issued", (unsigned long long)t3, (unsigned long long)t2);
+    /* One hold, released by one release. */
+    assert_int_equal(kind == 2 ? dlock_rwlock_release(rw, DLOCK_WRITE) : dlock_lock_release(l), DLOCK_OK);
+    x = th_redis_cmd(&r, "EXISTS %s", hash);
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+    if (rw) dlock_rwlock_free(rw);
+    if (l) dlock_lock_free(l);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
+static void resurrected_hold_of_a_lock_gets_a_new_token(void **state)
+{
+    (void)state;
+    resurrected_hold_gets_a_new_token(0);
+}
+
+static void resurrected_hold_of_a_fair_lock_gets_a_new_token(void **state)
+{
+    (void)state;
+    resurrected_hold_gets_a_new_token(1);
+}
+
+static void resurrected_write_hold_gets_a_new_token(void **state)
+{
+    (void)state;
+    resurrected_hold_gets_a_new_token(2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(resurrected_hold_of_a_lock_gets_a_new_token),
+        cmocka_unit_test(resurrected_hold_of_a_fair_lock_gets_a_new_token),
+        cmocka_unit_test(resurrected_write_hold_gets_a_new_token),
+        cmocka_unit_test(cluster_failover_keeps_locks_usable_and_fenced),
+        cmocka_unit_test(cluster_failover_with_replica_acks_never_grants_twice),
+        cmocka_unit_test(cluster_slot_migration_is_invisible_to_callers),
+        cmocka_unit_test(cluster_watchdog_hold_survives_a_failover),
+        cmocka_unit_test(sentinel_failover_keeps_locks_usable_and_fenced),
+        cmocka_unit_test(sentinel_failover_with_replica_acks_never_grants_twice),
+        cmocka_unit_test(sentinel_watchdog_hold_survives_a_failover),
+        cmocka_unit_test(sentinel_client_never_uses_a_returning_old_master),
+    };
+    /* DLOCK_TEST_FILTER=cluster_slot* runs only the matching cases. */
+    if (getenv("DLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DLOCK_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
