@@ -1,9 +1,10 @@
 /*
- * The raw-command API (dlock_redis.h) against a real redis-server: commands
- * reach the server and replies come back; error replies are failures that
- * keep the reply; scripts survive SCRIPT FLUSH and a restart; the ONCE flag
+ * The raw-command API (dlock_redis.h) against real servers (one server,
+ * Sentinel or Cluster: see target.h): commands reach the server serving
+ * their key and replies come back; error replies are failures that keep
+ * the reply; scripts survive SCRIPT FLUSH and a restart; the ONCE flag
  * never sends a command twice when its reply was lost; a dedicated
- * connection carries the URL's database.
+ * connection reaches the key's server and carries the URL's database.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,26 +18,26 @@
 
 #include "dlock.h"
 #include "dlock_redis.h"
-#include "harness.h"
+#include "target.h"
 
-static th_redis server;
+static th_target server;
 
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&server, NULL);
+    return th_target_start(&server, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&server);
+    th_target_stop(&server);
     return 0;
 }
 
 static long long get_int(const char *key)
 {
-    redisReply *r = th_redis_cmd(&server, "GET %s", key);
+    redisReply *r = th_target_cmd(&server, key, "GET %s", key);
     assert_non_null(r);
     long long v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
     freeReplyObject(r);
@@ -64,7 +65,7 @@ static void commands_reach_the_server_and_replies_come_back(void **state)
     const size_t lens[3] = {3, 9, 3};
     assert_int_equal(dlock_redis_command(c, "api:{bin}", 0, 3, bin, lens, &r), DLOCK_OK);
     freeReplyObject(r);
-    redisReply *g = th_redis_cmd(&server, "STRLEN api:{bin}");
+    redisReply *g = th_target_cmd(&server, "api:{bin}", "STRLEN api:{bin}");
     assert_int_equal(g->integer, 3);
     freeReplyObject(g);
     dlock_client_free(c);
@@ -112,10 +113,11 @@ static void scripts_survive_script_flush_and_restart(void **state)
     redisReply *r;
     for (int round = 0; round < 3; round++) {
         if (round == 1) {
-            redisReply *f = th_redis_cmd(&server, "SCRIPT FLUSH");
+            redisReply *f = th_target_cmd(&server, keys[0], "SCRIPT FLUSH");
             freeReplyObject(f);
         } else if (round == 2) {
-            assert_int_equal(th_redis_restart(&server), 0);
+            if (server.kind != TH_TARGET_SINGLE) break; /* a restart without persistence: one server only */
+            assert_int_equal(th_redis_restart(&server.single), 0);
         }
         assert_int_equal(dlock_script_eval(s, 0, 1, keys, 1, args, &r), DLOCK_OK);
         assert_int_equal(r->type, REDIS_REPLY_INTEGER);
@@ -142,33 +144,37 @@ static void scripts_survive_script_flush_and_restart(void **state)
 static void once_never_resends_a_command_whose_reply_was_lost(void **state)
 {
     (void)state;
+    th_target_require_single(&server);
     dlock_client *c;
-    assert_int_equal(dlock_client_new(server.tcp_url, NULL, &c), DLOCK_OK);
+    assert_int_equal(dlock_client_new(server.single.tcp_url, NULL, &c), DLOCK_OK);
     const char *incr[2] = {"INCR", "api:{once}"};
     redisReply *r;
     assert_int_equal(dlock_redis_command(c, "api:{once}", 0, 2, incr, NULL, &r), DLOCK_OK); /* pool a connection */
     freeReplyObject(r);
-    assert_int_equal(th_redis_restart(&server), 0);
+    assert_int_equal(th_redis_restart(&server.single), 0);
     assert_int_equal(dlock_redis_command(c, "api:{once}", DLOCK_REDIS_ONCE, 2, incr, NULL, &r), DLOCK_ERR_CONNECT);
     assert_null(r);
     assert_int_equal(get_int("api:{once}"), -1); /* it did not run on the new server */
 
     assert_int_equal(dlock_redis_command(c, "api:{once}", DLOCK_REDIS_ONCE, 2, incr, NULL, &r), DLOCK_OK);
     freeReplyObject(r);
-    assert_int_equal(th_redis_restart(&server), 0);
+    assert_int_equal(th_redis_restart(&server.single), 0);
     assert_int_equal(dlock_redis_command(c, "api:{once}", 0, 2, incr, NULL, &r), DLOCK_OK);
     assert_int_equal(r->integer, 1); /* resent on a fresh connection, ran once there */
     freeReplyObject(r);
     dlock_client_free(c);
 }
 
-/* A dedicated connection has the URL's database selected and is the
- * caller's alone (a blocking command on it does not hold up the pool). */
-static void dedicated_connections_carry_the_database(void **state)
+/* A dedicated connection reaches the server of its key, has the URL's
+ * database selected (where there are databases) and is the caller's alone
+ * (a blocking command on it does not hold up the pool). */
+static void dedicated_connections_reach_the_key_and_its_database(void **state)
 {
     (void)state;
-    char url[300];
-    snprintf(url, sizeof url, "%s?db=3", server.url);
+    char url[600];
+    int db = server.kind == TH_TARGET_CLUSTER ? 0 : 3;
+    if (db) snprintf(url, sizeof url, "%s?db=%d", server.url, db);
+    else snprintf(url, sizeof url, "%s", server.url);
     dlock_client *c;
     assert_int_equal(dlock_client_new(url, NULL, &c), DLOCK_OK);
     redisContext *own;
@@ -179,14 +185,14 @@ static void dedicated_connections_carry_the_database(void **state)
     r = redisCommand(own, "BLPOP api:{q} 1");
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     freeReplyObject(r);
-    r = redisCommand(own, "SET api:{db} here");
+    r = redisCommand(own, "SET api:{q}:db here");
     freeReplyObject(r);
     redisFree(own);
-    redisReply *g = th_redis_cmd(&server, "EXISTS api:{db}");
-    assert_int_equal(g->integer, 0); /* not in db 0 */
+    redisReply *g = th_target_cmd(&server, "api:{q}:db", "EXISTS api:{q}:db");
+    assert_int_equal(g->integer, db ? 0 : 1); /* in db 3, not 0, where there are databases */
     freeReplyObject(g);
-    const char *get[2] = {"GET", "api:{db}"};
-    assert_int_equal(dlock_redis_command(c, "api:{db}", 0, 2, get, NULL, &r), DLOCK_OK);
+    const char *get[2] = {"GET", "api:{q}:db"};
+    assert_int_equal(dlock_redis_command(c, "api:{q}:db", 0, 2, get, NULL, &r), DLOCK_OK);
     assert_string_equal(r->str, "here");
     freeReplyObject(r);
     dlock_client_free(c);
@@ -199,7 +205,7 @@ int main(void)
         cmocka_unit_test(error_replies_are_failures_that_keep_the_reply),
         cmocka_unit_test(scripts_survive_script_flush_and_restart),
         cmocka_unit_test(once_never_resends_a_command_whose_reply_was_lost),
-        cmocka_unit_test(dedicated_connections_carry_the_database),
+        cmocka_unit_test(dedicated_connections_reach_the_key_and_its_database),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,103 @@
+/*
+ * One suite, three deployments: the thin layer that lets a suite name the
+ * server it means ("the master serving this key") instead of a server, so
+ * the same assertions run on one redis-server, on Sentinel and on Cluster.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "target.h"
+
+/* Failovers are not what these suites test; the timings only need to be
+ * quick enough for the suites that do trigger one. */
+static const th_topology_opts topo_opts = {.node_timeout_ms = 1000, .down_after_ms = 1000, .failover_timeout_ms = 3000};
+
+int th_target_start(th_target *t, const char *extra_conf)
+{
+    memset(t, 0, sizeof *t);
+    const char *want = getenv("DLOCK_TEST_TARGET");
+    if (!want || !*want || strcmp(want, "single") == 0) {
+        t->kind = TH_TARGET_SINGLE;
+        t->name = "single";
+        if (th_redis_start(&t->single, extra_conf) != 0) return -1;
+        snprintf(t->url, sizeof t->url, "%s", t->single.url);
+        return 0;
+    }
+    int cluster = strcmp(want, "cluster") == 0;
+    if (!cluster && strcmp(want, "sentinel") != 0) {
+        fprintf(stderr, "DLOCK_TEST_TARGET must be single, sentinel or cluster, not \"%s\"\n", want);
+        return -1;
+    }
+    t->kind = cluster ? TH_TARGET_CLUSTER : TH_TARGET_SENTINEL;
+    t->name = cluster ? "cluster" : "sentinel";
+    if ((cluster ? th_cluster_start(&t->topo, &topo_opts) : th_sentinel_start(&t->topo, &topo_opts)) != 0) return -1;
+    snprintf(t->url, sizeof t->url, "%s", t->topo.url);
+    return 0;
+}
+
+void th_target_stop(th_target *t)
+{
+    if (t->kind == TH_TARGET_SINGLE) th_redis_stop(&t->single);
+    else th_topology_stop(&t->topo);
+}
+
+int th_target_master_port(th_target *t, const char *key)
+{
+    switch (t->kind) {
+    case TH_TARGET_SINGLE: return t->single.port;
+    case TH_TARGET_SENTINEL: return th_sentinel_master_port(&t->topo);
+    case TH_TARGET_CLUSTER: break;
+    }
+    if (key) return th_cluster_key_owner(&t->topo, key);
+    int ports[1];
+    return th_topology_masters(&t->topo, ports, 1) == 1 ? ports[0] : -1;
+}
+
+redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...)
+{
+    redisContext *c;
+    if (t->kind == TH_TARGET_SINGLE) {
+        c = th_redis_connect(&t->single);
+    } else {
+        int port = th_target_master_port(t, key);
+        c = port > 0 ? th_node_connect(&t->topo, port) : NULL;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = th_vcmd_once(c, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+int th_target_pause(th_target *t, const char *key)
+{
+    if (t->kind == TH_TARGET_SINGLE) {
+        th_redis_pause(&t->single);
+        return 0;
+    }
+    return th_node_pause(&t->topo, th_target_master_port(t, key));
+}
+
+int th_target_resume(th_target *t, const char *key)
+{
+    if (t->kind == TH_TARGET_SINGLE) {
+        th_redis_resume(&t->single);
+        return 0;
+    }
+    /* The paused node cannot be asked who serves the key: resume them all. */
+    for (int i = 0; i < t->topo.n; i++)
+        if (t->topo.node[i].paused && th_node_resume(&t->topo, t->topo.node[i].port) != 0) return -1;
+    (void)key;
+    return 0;
+}
+
+int th_target_flush(th_target *t)
+{
+    if (t->kind != TH_TARGET_SINGLE) return th_topology_flushall(&t->topo);
+    redisReply *r = th_redis_cmd(&t->single, "FLUSHALL");
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r) freeReplyObject(r);
+    return ok ? 0 : -1;
+}

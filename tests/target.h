@@ -1,0 +1,62 @@
+/*
+ * The deployment a suite runs against, so that one suite proves the same
+ * behaviour on one server, on Sentinel and on Cluster. DLOCK_TEST_TARGET
+ * picks it: "single" (the default: one redis-server from harness.h),
+ * "sentinel" or "cluster" (the topologies of topology.h). ctest runs each
+ * such suite once per target (tests/CMakeLists.txt).
+ *
+ * A suite talks to the servers only through these calls: commands go to
+ * the master serving a key, so assertions about keys hold on every target.
+ * Cases that need one server's particulars (a restart without
+ * persistence, ACL users, databases, a TCP-only trick) call
+ * th_target_require_single() first and are skipped elsewhere.
+ */
+#ifndef DLOCK_TEST_TARGET_H
+#define DLOCK_TEST_TARGET_H
+
+#include <hiredis/hiredis.h>
+
+#include "harness.h"
+#include "topology.h"
+
+typedef enum th_target_kind { TH_TARGET_SINGLE = 0, TH_TARGET_SENTINEL, TH_TARGET_CLUSTER } th_target_kind;
+
+typedef struct th_target {
+    th_target_kind kind;
+    const char *name;      /* "single", "sentinel" or "cluster" */
+    char url[512];         /* what clients connect to */
+    th_redis single;       /* TH_TARGET_SINGLE */
+    th_topology topo;      /* otherwise */
+} th_target;
+
+/* Start the target DLOCK_TEST_TARGET names; `extra_conf` (may be NULL)
+ * goes to a single server's config only. Returns 0 on success. */
+int th_target_start(th_target *t, const char *extra_conf);
+void th_target_stop(th_target *t);
+
+/* One command on the master serving `key` (any master when NULL). Free
+ * the reply with freeReplyObject(); NULL when unreachable. */
+redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...);
+
+/* The port of the master serving `key` (0 for a single server on its unix
+ * socket is never returned: single servers answer their TCP port). */
+int th_target_master_port(th_target *t, const char *key);
+
+/* SIGSTOP / SIGCONT the master serving `key`. */
+int th_target_pause(th_target *t, const char *key);
+int th_target_resume(th_target *t, const char *key);
+
+/* Empty every master (and wait for replicas): a clean slate between cases
+ * that share one target. */
+int th_target_flush(th_target *t);
+
+/* Skip the calling cmocka test unless the target is a single server. */
+#define th_target_require_single(t)                                                                 \
+    do {                                                                                            \
+        if ((t)->kind != TH_TARGET_SINGLE) {                                                        \
+            print_message("skipped on %s: needs a single server\n", (t)->name);                     \
+            skip();                                                                                 \
+        }                                                                                           \
+    } while (0)
+
+#endif
