@@ -148,9 +148,8 @@ floor_run() {
     $on_client redis-benchmark -s "$sock" -c 8 -P 1 -n "$floor_n" -r 100000000 -q --csv "$@" |
         awk -F'","' 'END { print $2, $5, $7 }'
 }
-best_acq="0 0 0"
-best_rel="0 0 0"
-floor_load=0
+best_acq="0 0 0 0"
+best_rel="0 0 0 0"
 floor_rounds=0
 # One round of the floor: acquire, then release; keeps the best of each.
 floor_round() {
@@ -163,9 +162,9 @@ floor_round() {
         "$owner" 10000 1 publish)
     o=$(load_end)
     echo "bench: floor round $floor_rounds: acquire $a, release $l (rps p50_ms p99_ms), outside load $o %" >&2
-    best_acq=$(echo "$best_acq $a" | awk '{ if ($4 > $1) print $4, $5, $6; else print $1, $2, $3 }')
-    best_rel=$(echo "$best_rel $l" | awk '{ if ($4 > $1) print $4, $5, $6; else print $1, $2, $3 }')
-    if [ "$o" -gt "$floor_load" ]; then floor_load=$o; fi
+    # Each best keeps the outside load of its round as a 4th field.
+    best_acq=$(echo "$best_acq $a $o" | awk '{ if ($5 > $1) print $5, $6, $7, $8; else print $1, $2, $3, $4 }')
+    best_rel=$(echo "$best_rel $l $o" | awk '{ if ($5 > $1) print $5, $6, $7, $8; else print $1, $2, $3, $4 }')
     redis-cli -s "$sock" FLUSHALL >/dev/null
 }
 echo "bench: floor: $floor_n acquire + $floor_n release requests per round, -c 8" >&2
@@ -175,15 +174,16 @@ while [ $r -lt "$rounds" ]; do
     floor_round
 done
 
-# The floor's JSON line from the best rounds so far.
+# The floor's JSON line from the best rounds so far; its outside load is
+# the higher of the two best rounds' loads.
 floor_line() {
-    echo "$best_acq $best_rel $floor_n $floor_load" | awk '{
-        pair = 1 / (1 / $1 + 1 / $4)
-        printf "{\"lib\":\"redis-benchmark\",\"mode\":\"floor\",\"workers\":8,\"ops\":%d,", $7
-        printf "\"seconds\":%.3f,\"ops_per_s\":%.1f,", $7 / pair, pair
-        printf "\"p50_us\":%.1f,\"p99_us\":%.1f,", ($2 + $5) * 1000, ($3 + $6) * 1000
-        printf "\"acquire_ops_per_s\":%.1f,\"release_ops_per_s\":%.1f,", $1, $4
-        printf "\"outside_cpu_pct\":%d}\n", $8 }'
+    echo "$best_acq $best_rel $floor_n" | awk '{
+        pair = 1 / (1 / $1 + 1 / $5)
+        printf "{\"lib\":\"redis-benchmark\",\"mode\":\"floor\",\"workers\":8,\"ops\":%d,", $9
+        printf "\"seconds\":%.3f,\"ops_per_s\":%.1f,", $9 / pair, pair
+        printf "\"p50_us\":%.1f,\"p99_us\":%.1f,", ($2 + $6) * 1000, ($3 + $7) * 1000
+        printf "\"acquire_ops_per_s\":%.1f,\"release_ops_per_s\":%.1f,", $1, $5
+        printf "\"outside_cpu_pct\":%d}\n", ($4 > $8 ? $4 : $8) }'
 }
 
 # ---- the cases ----------------------------------------------------------
