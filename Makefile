@@ -38,7 +38,9 @@ test: test-plain test-asan
 demo: build
 	demo/run.sh $(BUILD)
 
-bench: build
+# The benchmark needs only dlock-bench (and the library), not the whole tree.
+bench: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/run.sh $(BUILD)
 
 # Both topologies of scripts/redis-topology.sh in one temp dir, left running

@@ -1,53 +1,80 @@
 /*
- * dlock-bench: lock+release pairs per second, and their latency, through
+ * dlock-bench: acquire+release pairs per second, and their latency, through
  * libdlock's public API.
  *
- *   dlock-bench -u URL --mode uncontended|contended --workers N [--seconds S] [-v]
+ *   dlock-bench -u URL --mode MODE --workers N [--seconds S] [--permits P]
+ *               [--read-percent R] [-v]
  *
  * What it measures. N worker threads share ONE dlock_client (the library's
  * intended use: one client per process, its connection pool serving every
  * thread). Each worker loops over
  *
- *     t0 = now; dlock_lock_acquire(lock, DLOCK_WAIT_FOREVER, 10000 ms, &token);
- *     dlock_lock_release(lock); latency = now - t0
+ *     t0 = now; acquire(..., DLOCK_WAIT_FOREVER, lease 10000 ms); release();
+ *     latency = now - t0
  *
- * "uncontended": every worker has its own lock name and its own handle, so
- * each pair is exactly two EVALSHA round trips (acquire.lua, release.lua)
- * and never waits. "contended": all workers share one handle of one name,
- * so the pair includes the time spent waiting for the others (pub/sub
- * wake-up, retry). After a warm-up of 0.5 s that is not counted, every pair
- * that *completes* within the next S seconds is counted and its latency
- * goes into a per-worker log-linear histogram (64 sub-buckets per power of
- * two: under 1% error); p50/p99 are taken over the merged histograms.
+ * with, per MODE:
+ *   uncontended  dlock_lock, every worker its own name and handle: each pair
+ *                is exactly two EVALSHA round trips and never waits.
+ *   contended    dlock_lock, all workers on one handle of one name: the pair
+ *                includes the time spent waiting for the others (pub/sub
+ *                wake-up, retry).
+ *   fair         the same with dlock_lock_new_fair(): FIFO hand-off, each
+ *                release wakes only the head waiter.
+ *   rw           one dlock_rwlock; each pair takes a read hold with
+ *                probability R % (default 90), else the write hold. Reads
+ *                and writes are also counted and timed apart.
+ *   semaphore    the plain dlock_semaphore with P permits (default
+ *                max(1, N/4), so fewer permits than workers), one permit per
+ *                pair.
+ *   psem         the permit-expirable dlock_psem, P permits, each permit
+ *                with a 10 s lease (random id, sorted set of expiries).
+ * After a warm-up of 0.5 s that is not counted, every pair that *completes*
+ * within the next S seconds is counted and its latency goes into a
+ * per-worker log-linear histogram (64 sub-buckets per power of two: under
+ * 1% error); p50/p99 are taken over the merged histograms.
  *
  * One JSON line goes to stdout:
  *   {"lib":"dlock","mode":"uncontended","workers":8,"ops":..,"seconds":..,
  *    "ops_per_s":..,"p50_us":..,"p99_us":..}
- * and in contended mode also "handoff_p50_us": the median time from a
- * release (the releaser's dlock_lock_release() returning) to the next
- * acquisition by a different worker that was already waiting (its
- * dlock_lock_acquire() returning). Both ends are client-side times, so it
- * includes one reply's trip back; it is null when there was no handoff
- * (one worker).
+ * plus, by mode:
+ * - contended, fair: "handoff_p50_us", the median time from a release (the
+ *   releaser's release call returning) to the next acquisition by a
+ *   different worker that was already waiting (its acquire returning). Both
+ *   ends are client-side times, so it includes one reply's trip back; null
+ *   when there was no handoff (one worker).
+ * - rw: "read_percent", "reads", "writes", "reads_per_s", "writes_per_s",
+ *   "read_p50_us", "read_p99_us", "write_p50_us", "write_p99_us".
+ * - semaphore, psem: "kind" ("plain" or "expirable") and "permits".
+ *
+ * Every mode checks its own exclusion rule while it runs (one holder; no
+ * reader beside a writer; at most P permit holders) and fails with status
+ * 70 if it ever sees it broken. The check only sees overlaps of the
+ * holders' own windows, so it is a tripwire, not a proof (the test suite
+ * proves exclusion).
  *
  * Caveats:
- * - The lease is an explicit 10 s, not DLOCK_LEASE_WATCHDOG: this measures
- *   lock+release, not the watchdog's registration and renewal.
- * - Contended mode measures the library's barging lock: a releaser that
- *   loops straight back usually beats the waiter its release woke, whose
- *   retry is then wasted, so throughput stays below one worker's and the
- *   waiters' tail latency is long. That is the honest behaviour of the
- *   plain (non-fair) lock. -v prints how often the lock changed hands.
+ * - Leases are an explicit 10 s, not DLOCK_LEASE_WATCHDOG: this measures
+ *   acquire+release, not the watchdog's registration and renewal.
+ * - contended measures the library's barging lock: a releaser that loops
+ *   straight back usually beats the waiter its release woke, whose retry is
+ *   then wasted, so throughput stays below one worker's and the waiters'
+ *   tail latency is long. That is the honest behaviour of the plain lock;
+ *   fair is the ordered alternative. -v prints how often the lock changed
+ *   hands.
+ * - rw: readers are not held back by a waiting writer (documented in
+ *   dlock.h), so with many overlapping readers writes wait long; the write
+ *   percentiles show it. A write still waiting when the time is up is not
+ *   counted (it completes after the readers stop).
  * - Workers, the library's subscriber thread and (usually) redis-server
  *   share the same cores; with more workers than cores, scheduling delays
  *   are part of every number.
- * - Each lock leaves its "dlock:{NAME}:fence" key behind (fencing counters
- *   never expire); names carry the pid, so reruns do not collide. Run it
- *   against a scratch server.
+ * - Locks leave their fencing counters behind (they never expire) and
+ *   semaphores their permit counts; names carry the pid, so reruns do not
+ *   collide. Run it against a scratch server.
  *
  * Exit status: 0 success, 64 bad arguments, 69 the server could not be
- * reached (or refused us), 70 a lock call failed during the run or mutual
- * exclusion was seen broken.
+ * reached (or refused us), 70 a call failed during the run or exclusion was
+ * seen broken.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -79,7 +106,15 @@
 
 enum { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
 
-/* One acquisition in contended mode, kept to compute handoffs afterwards. */
+typedef enum { M_UNCONTENDED, M_CONTENDED, M_FAIR, M_RW, M_SEMAPHORE, M_PSEM, M_COUNT } bench_mode;
+static const char *const mode_names[M_COUNT] = {"uncontended", "contended", "fair", "rw", "semaphore", "psem"};
+
+/* Pairs are timed in two classes: reads and writes in rw mode; everything
+ * is class 0 elsewhere. */
+enum { CLS_READ = 0, CLS_WRITE = 1, N_CLS = 2 };
+
+/* One hold of the single lock (contended, fair), kept to compute handoffs
+ * afterwards. */
 typedef struct hold_rec {
     uint64_t gen;    /* order of this hold among all holds of the lock */
     int64_t t_start; /* acquire called */
@@ -92,21 +127,30 @@ typedef struct hold_rec {
 typedef struct worker {
     pthread_t thread;
     int index;
-    dlock_lock *lock;
-    uint64_t *hist;
-    uint64_t ops;
+    dlock_lock *lock; /* uncontended, contended, fair */
+    uint64_t *hist[N_CLS];
+    uint64_t ops[N_CLS];
+    uint64_t rng;
     hold_rec *recs;
     size_t n_recs, cap_recs;
 } worker;
+
+/* What the workers share: the mode and its one resource. */
+static bench_mode mode;
+static dlock_rwlock *rw;
+static dlock_semaphore *sem;
+static dlock_psem *psem;
+static long permits;
+static int read_percent = 90;
 
 static atomic_int phase = PHASE_WARMUP;
 static atomic_int failed;           /* a worker hit an error; details below */
 static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
 static char fail_msg[512];
 static int fail_exit;
-static atomic_uint_fast64_t hold_gen; /* contended: bumped inside the lock */
-static atomic_int inside;             /* contended: holders at this moment */
-static int contended;
+static atomic_uint_fast64_t hold_gen; /* single lock: bumped inside the lock */
+static atomic_int inside;             /* exclusive holders (or permit holders) now */
+static atomic_int readers_inside;     /* rw: read holders now */
 
 /* Monotonic nanoseconds: pairs are timed against a clock that never steps. */
 static int64_t now_ns(void)
@@ -114,6 +158,13 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Modes in which all workers take one exclusive lock, so holds are totally
+ * ordered and handoffs can be measured. */
+static int single_lock(void)
+{
+    return mode == M_CONTENDED || mode == M_FAIR;
 }
 
 /* Bucket of a latency; exact below 2*SUB ns, then relative error < 1/SUB. */
@@ -167,8 +218,8 @@ static int status_exit(dlock_status st)
     return st == DLOCK_ERR_CONNECT || st == DLOCK_ERR_AUTH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
 }
 
-/* Contended mode keeps every hold (the handoff needs the predecessor's
- * release time, which only the predecessor knows). */
+/* The single-lock modes keep every hold (the handoff needs the
+ * predecessor's release time, which only the predecessor knows). */
 static int push_rec(worker *w, const hold_rec *r)
 {
     if (w->n_recs == w->cap_recs) {
@@ -182,28 +233,93 @@ static int push_rec(worker *w, const hold_rec *r)
     return 0;
 }
 
+/* xorshift64*: each worker draws its own read/write mix without sharing a
+ * generator (rand() would serialise the threads on a hidden lock). */
+static uint64_t next_rand(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+/* Take the mode's resource for one pair; *cls is the pair's class. */
+static dlock_status take(worker *w, int *cls, dlock_permit **permit)
+{
+    uint64_t token;
+    *cls = CLS_READ;
+    switch (mode) {
+    case M_RW:
+        *cls = (int)(next_rand(&w->rng) % 100) < read_percent ? CLS_READ : CLS_WRITE;
+        return dlock_rwlock_acquire(rw, *cls == CLS_READ ? DLOCK_READ : DLOCK_WRITE, DLOCK_WAIT_FOREVER,
+                                    LEASE_MS, &token);
+    case M_SEMAPHORE: return dlock_semaphore_acquire(sem, 1, DLOCK_WAIT_FOREVER);
+    case M_PSEM: return dlock_psem_acquire(psem, DLOCK_WAIT_FOREVER, LEASE_MS, permit);
+    default: return dlock_lock_acquire(w->lock, DLOCK_WAIT_FOREVER, LEASE_MS, &token);
+    }
+}
+
+/* Give back what take() got. */
+static dlock_status give(worker *w, int cls, dlock_permit *permit)
+{
+    switch (mode) {
+    case M_RW: return dlock_rwlock_release(rw, cls == CLS_READ ? DLOCK_READ : DLOCK_WRITE);
+    case M_SEMAPHORE: return dlock_semaphore_release(sem, 1);
+    case M_PSEM: return dlock_psem_release(psem, permit);
+    default: return dlock_lock_release(w->lock);
+    }
+}
+
+/* While holding: check the mode's exclusion rule and number the hold.
+ * Counters are dropped again before release, so a correct lock never lets
+ * two windows that break the rule overlap. */
+static void check_inside(int cls, hold_rec *rec)
+{
+    switch (mode) {
+    case M_UNCONTENDED: break;
+    case M_RW:
+        if (cls == CLS_READ) {
+            atomic_fetch_add(&readers_inside, 1);
+            if (atomic_load(&inside) != 0) fail(EXIT_SOFTWARE, "%s", "read-write lock broken: reader beside a writer");
+            atomic_fetch_sub(&readers_inside, 1);
+        } else {
+            if (atomic_fetch_add(&inside, 1) != 0 || atomic_load(&readers_inside) != 0)
+                fail(EXIT_SOFTWARE, "%s", "read-write lock broken: writer beside another holder");
+            atomic_fetch_sub(&inside, 1);
+        }
+        break;
+    case M_SEMAPHORE:
+    case M_PSEM:
+        if (atomic_fetch_add(&inside, 1) >= permits)
+            fail(EXIT_SOFTWARE, "%s", "semaphore broken: more holders than permits");
+        atomic_fetch_sub(&inside, 1);
+        break;
+    default:
+        if (atomic_fetch_add(&inside, 1) != 0)
+            fail(EXIT_SOFTWARE, "%s", "mutual exclusion broken: two holders at once");
+        rec->gen = atomic_fetch_add(&hold_gen, 1) + 1;
+        atomic_fetch_sub(&inside, 1);
+        break;
+    }
+}
+
 /* The measured loop of one worker thread: acquire, release, record. */
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     while (atomic_load(&phase) != PHASE_STOP) {
         hold_rec rec = {.worker = w->index};
-        uint64_t token;
+        dlock_permit *permit = NULL;
+        int cls;
         rec.t_start = now_ns();
-        dlock_status st = dlock_lock_acquire(w->lock, DLOCK_WAIT_FOREVER, LEASE_MS, &token);
+        dlock_status st = take(w, &cls, &permit);
         if (st != DLOCK_OK) {
             fail(status_exit(st), "acquire failed: %s", dlock_last_error());
             break;
         }
         rec.t_acq = now_ns();
-        if (contended) {
-            /* Nobody else may be between acquire and release right now. */
-            if (atomic_fetch_add(&inside, 1) != 0)
-                fail(EXIT_SOFTWARE, "%s", "mutual exclusion broken: two holders at once");
-            rec.gen = atomic_fetch_add(&hold_gen, 1) + 1;
-            atomic_fetch_sub(&inside, 1);
-        }
-        st = dlock_lock_release(w->lock);
+        check_inside(cls, &rec);
+        st = give(w, cls, permit);
         if (st != DLOCK_OK) {
             fail(status_exit(st), "release failed: %s", dlock_last_error());
             break;
@@ -211,10 +327,10 @@ static void *worker_main(void *arg)
         rec.t_rel = now_ns();
         rec.measured = atomic_load(&phase) == PHASE_MEASURE;
         if (rec.measured) {
-            w->hist[hist_index((uint64_t)(rec.t_rel - rec.t_start))]++;
-            w->ops++;
+            w->hist[cls][hist_index((uint64_t)(rec.t_rel - rec.t_start))]++;
+            w->ops[cls]++;
         }
-        if (contended && push_rec(w, &rec) != 0) {
+        if (single_lock() && push_rec(w, &rec) != 0) {
             fail(EXIT_SOFTWARE, "%s", "out of memory");
             break;
         }
@@ -281,14 +397,21 @@ static double handoff_p50(worker *ws, int n, int verbose, int *err)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dlock-bench -u URL --mode uncontended|contended --workers N [--seconds S] [-v]\n"
-            "  -u URL          redis://host:port or unix:///path.sock (required)\n"
-            "  --mode M        uncontended: a lock per worker; contended: one lock for all\n"
-            "  --workers N     worker threads sharing one client, 1..%d\n"
-            "  --seconds S     measured time after a 0.5 s warm-up (default 5)\n"
-            "  -v, --verbose   contended: how often the lock changed hands, on stderr\n"
-            "Prints one JSON line: lib, mode, workers, ops, seconds, ops_per_s, p50_us, p99_us\n"
-            "(and handoff_p50_us in contended mode).\n",
+            "usage: dlock-bench -u URL --mode MODE --workers N [--seconds S] [--permits P]\n"
+            "                   [--read-percent R] [-v]\n"
+            "  -u URL             redis://host:port or unix:///path.sock (required)\n"
+            "  --mode MODE        uncontended: a lock per worker; contended: one lock for all;\n"
+            "                     fair: one fair lock for all; rw: one read-write lock, R%% reads;\n"
+            "                     semaphore: plain semaphore of P permits; psem: permit-expirable\n"
+            "                     semaphore of P permits\n"
+            "  --workers N        worker threads sharing one client, 1..%d\n"
+            "  --seconds S        measured time after a 0.5 s warm-up (default 5)\n"
+            "  --permits P        semaphore, psem: permits (default max(1, N/4))\n"
+            "  --read-percent R   rw: percentage of read holds, 0..100 (default 90)\n"
+            "  -v, --verbose      contended, fair: how often the lock changed hands, on stderr\n"
+            "Prints one JSON line: lib, mode, workers, ops, seconds, ops_per_s, p50_us, p99_us,\n"
+            "and handoff_p50_us (contended, fair), reads/writes and their rates and\n"
+            "percentiles (rw), kind and permits (semaphore, psem).\n",
             MAX_WORKERS);
 }
 
@@ -312,17 +435,80 @@ static void sleep_until(int64_t until_ns)
     }
 }
 
+/* Whole-number option in [lo, hi]; -1 when malformed. */
+static long parse_long(const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    return v;
+}
+
+/* Make the resource every worker shares, named after our pid so reruns on
+ * one server do not collide. */
+static dlock_status make_shared(dlock_client *client, dlock_lock **shared)
+{
+    char name[96];
+    dlock_status st = DLOCK_OK;
+    snprintf(name, sizeof name, "bench:%s:%ld", mode_names[mode], (long)getpid());
+    switch (mode) {
+    case M_CONTENDED: st = dlock_lock_new(client, name, shared); break;
+    case M_FAIR: st = dlock_lock_new_fair(client, name, shared); break;
+    case M_RW: st = dlock_rwlock_new(client, name, &rw); break;
+    case M_SEMAPHORE:
+        st = dlock_semaphore_new(client, name, &sem);
+        if (st == DLOCK_OK) st = dlock_semaphore_set_permits(sem, permits, NULL);
+        break;
+    case M_PSEM:
+        st = dlock_psem_new(client, name, &psem);
+        if (st == DLOCK_OK) st = dlock_psem_set_permits(psem, permits, NULL);
+        break;
+    default: break;
+    }
+    return st;
+}
+
+/* The JSON line's mode-specific fields. */
+static void print_extra(worker *ws, int n, const uint64_t *const *hist, const uint64_t *ops, double secs,
+                        int verbose, int *rc)
+{
+    if (single_lock()) {
+        int err;
+        double h = handoff_p50(ws, n, verbose, &err);
+        if (err) {
+            fprintf(stderr, "dlock-bench: out of memory\n");
+            *rc = EXIT_SOFTWARE;
+        }
+        if (h < 0) printf(",\"handoff_p50_us\":null");
+        else printf(",\"handoff_p50_us\":%.1f", h / 1e3);
+    } else if (mode == M_RW) {
+        printf(",\"read_percent\":%d,\"reads\":%" PRIu64 ",\"writes\":%" PRIu64
+               ",\"reads_per_s\":%.1f,\"writes_per_s\":%.1f",
+               read_percent, ops[CLS_READ], ops[CLS_WRITE], (double)ops[CLS_READ] / secs,
+               (double)ops[CLS_WRITE] / secs);
+        printf(",\"read_p50_us\":%.1f,\"read_p99_us\":%.1f,\"write_p50_us\":%.1f,\"write_p99_us\":%.1f",
+               hist_percentile(hist[CLS_READ], ops[CLS_READ], 0.50) / 1e3,
+               hist_percentile(hist[CLS_READ], ops[CLS_READ], 0.99) / 1e3,
+               hist_percentile(hist[CLS_WRITE], ops[CLS_WRITE], 0.50) / 1e3,
+               hist_percentile(hist[CLS_WRITE], ops[CLS_WRITE], 0.99) / 1e3);
+    } else if (mode == M_SEMAPHORE || mode == M_PSEM) {
+        printf(",\"kind\":\"%s\",\"permits\":%ld", mode == M_PSEM ? "expirable" : "plain", permits);
+    }
+}
+
 /* Parse arguments, run the workers, print the JSON line. */
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *mode = NULL;
+    const char *url = NULL, *mode_arg = NULL;
     long workers = 0;
     double seconds = 5;
     int verbose = 0;
     static const struct option longopts[] = {
-        {"url", required_argument, NULL, 'u'},  {"mode", required_argument, NULL, 'm'},
+        {"url", required_argument, NULL, 'u'},     {"mode", required_argument, NULL, 'm'},
         {"workers", required_argument, NULL, 'w'}, {"seconds", required_argument, NULL, 's'},
-        {"verbose", no_argument, NULL, 'v'},    {"help", no_argument, NULL, 'h'},
+        {"permits", required_argument, NULL, 'p'}, {"read-percent", required_argument, NULL, 'r'},
+        {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
@@ -330,11 +516,9 @@ int main(int argc, char **argv)
         char *end;
         switch (c) {
         case 'u': url = optarg; break;
-        case 'm': mode = optarg; break;
+        case 'm': mode_arg = optarg; break;
         case 'w':
-            errno = 0;
-            workers = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || workers < 1 || workers > MAX_WORKERS)
+            if ((workers = parse_long(optarg, 1, MAX_WORKERS)) < 0)
                 return bad_usage("--workers must be an integer from 1 to 1024", optarg);
             break;
         case 's':
@@ -342,6 +526,14 @@ int main(int argc, char **argv)
             seconds = strtod(optarg, &end);
             if (errno || end == optarg || *end || !(seconds > 0 && seconds <= 86400))
                 return bad_usage("--seconds must be a number above 0 (at most 86400)", optarg);
+            break;
+        case 'p':
+            if ((permits = parse_long(optarg, 1, 0x7fffffffL)) < 0)
+                return bad_usage("--permits must be an integer from 1 to 2^31-1", optarg);
+            break;
+        case 'r':
+            if ((read_percent = (int)parse_long(optarg, 0, 100)) < 0)
+                return bad_usage("--read-percent must be an integer from 0 to 100", optarg);
             break;
         case 'v': verbose = 1; break;
         case 'h': usage(stdout); return 0;
@@ -351,11 +543,12 @@ int main(int argc, char **argv)
     }
     if (optind < argc) return bad_usage("unexpected argument", argv[optind]);
     if (!url) return bad_usage("-u URL is required", NULL);
-    if (!mode) return bad_usage("--mode is required", NULL);
-    if (strcmp(mode, "contended") == 0) contended = 1;
-    else if (strcmp(mode, "uncontended") != 0)
-        return bad_usage("--mode must be uncontended or contended", mode);
+    if (!mode_arg) return bad_usage("--mode is required", NULL);
+    for (mode = 0; mode < M_COUNT && strcmp(mode_arg, mode_names[mode]) != 0; mode++) {}
+    if (mode == M_COUNT)
+        return bad_usage("--mode must be uncontended, contended, fair, rw, semaphore or psem", mode_arg);
     if (!workers) return bad_usage("--workers is required", NULL);
+    if (!permits) permits = workers / 4 > 1 ? workers / 4 : 1;
 
     /* A malformed URL is the caller's mistake; an unreachable one is not. */
     dlock_url parsed;
@@ -370,31 +563,30 @@ int main(int argc, char **argv)
 
     int n = (int)workers, rc = 0;
     worker *ws = calloc((size_t)n, sizeof *ws);
-    uint64_t *hist = calloc((size_t)(n + 1) * HIST_BUCKETS, sizeof *hist);
+    uint64_t *hist = calloc((size_t)(n + 1) * N_CLS * HIST_BUCKETS, sizeof *hist);
     dlock_lock *shared = NULL;
     if (!ws || !hist) {
         fprintf(stderr, "dlock-bench: out of memory\n");
         return EXIT_SOFTWARE;
     }
-    char name[96];
-    if (contended) {
-        snprintf(name, sizeof name, "bench:c:%ld", (long)getpid());
-        if (dlock_lock_new(client, name, &shared) != DLOCK_OK) {
-            fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
-            return EXIT_SOFTWARE;
-        }
+    st = make_shared(client, &shared);
+    if (st != DLOCK_OK) {
+        fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
+        return status_exit(st);
     }
     for (int i = 0; i < n; i++) {
         ws[i].index = i;
-        ws[i].hist = hist + (size_t)(i + 1) * HIST_BUCKETS;
-        if (contended) {
-            ws[i].lock = shared;
-        } else {
+        ws[i].rng = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
+        for (int k = 0; k < N_CLS; k++) ws[i].hist[k] = hist + ((size_t)(i + 1) * N_CLS + k) * HIST_BUCKETS;
+        if (mode == M_UNCONTENDED) {
+            char name[96];
             snprintf(name, sizeof name, "bench:u:%ld:%d", (long)getpid(), i);
             if (dlock_lock_new(client, name, &ws[i].lock) != DLOCK_OK) {
                 fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
                 return EXIT_SOFTWARE;
             }
+        } else {
+            ws[i].lock = shared;
         }
     }
 
@@ -420,35 +612,36 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlock-bench: %s\n", fail_msg);
         rc = fail_exit;
     } else {
-        uint64_t ops = 0;
-        for (int i = 0; i < n; i++) {
-            ops += ws[i].ops;
-            for (int b = 0; b < HIST_BUCKETS; b++) hist[b] += ws[i].hist[b];
+        /* Slot 0 of each class merges the workers' histograms; class 0
+         * then also takes class 1's for the all-pairs percentiles. */
+        uint64_t *merged[N_CLS], ops[N_CLS] = {0}, all[HIST_BUCKETS] = {0};
+        for (int k = 0; k < N_CLS; k++) {
+            merged[k] = hist + (size_t)k * HIST_BUCKETS;
+            for (int i = 0; i < n; i++) {
+                ops[k] += ws[i].ops[k];
+                for (int b = 0; b < HIST_BUCKETS; b++) merged[k][b] += ws[i].hist[k][b];
+            }
+            for (int b = 0; b < HIST_BUCKETS; b++) all[b] += merged[k][b];
         }
+        uint64_t total = ops[CLS_READ] + ops[CLS_WRITE];
         double secs = (double)(t_end - t_begin) / 1e9;
         printf("{\"lib\":\"dlock\",\"mode\":\"%s\",\"workers\":%d,\"ops\":%" PRIu64
                ",\"seconds\":%.3f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f",
-               contended ? "contended" : "uncontended", n, ops, secs, (double)ops / secs,
-               hist_percentile(hist, ops, 0.50) / 1e3, hist_percentile(hist, ops, 0.99) / 1e3);
-        if (contended) {
-            int err;
-            double h = handoff_p50(ws, n, verbose, &err);
-            if (err) {
-                fprintf(stderr, "dlock-bench: out of memory\n");
-                rc = EXIT_SOFTWARE;
-            }
-            if (h < 0) printf(",\"handoff_p50_us\":null");
-            else printf(",\"handoff_p50_us\":%.1f", h / 1e3);
-        }
+               mode_names[mode], n, total, secs, (double)total / secs, hist_percentile(all, total, 0.50) / 1e3,
+               hist_percentile(all, total, 0.99) / 1e3);
+        print_extra(ws, n, (const uint64_t *const *)merged, ops, secs, verbose, &rc);
         printf("}\n");
         fflush(stdout);
     }
 
     for (int i = 0; i < n; i++) {
-        if (!contended) dlock_lock_free(ws[i].lock);
+        if (mode == M_UNCONTENDED) dlock_lock_free(ws[i].lock);
         free(ws[i].recs);
     }
     dlock_lock_free(shared);
+    dlock_rwlock_free(rw);
+    dlock_semaphore_free(sem);
+    dlock_psem_free(psem);
     dlock_client_free(client);
     free(ws);
     free(hist);
