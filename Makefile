@@ -7,7 +7,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan test test-plain test-asan demo bench cluster install clean
+.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-cluster cluster install clean
 
 all: build
 
@@ -42,6 +42,11 @@ demo: build
 bench: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/run.sh $(BUILD)
+
+# Lock throughput on a 3-master cluster next to one server, same run.
+bench-cluster: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
+	bench/topology.sh $(BUILD)
 
 # Both topologies of scripts/redis-topology.sh in one temp dir, left running
 # for the user; a failed start stops whatever it had started.
