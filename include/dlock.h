@@ -313,7 +313,9 @@ DLOCK_API dlock_status dlock_id_next(dlock_client *client, const char *prefix, u
  * A counting semaphore with no owners: any process may release. Simple and
  * fast, but a holder that crashes never returns its permits; use the
  * permit-expirable semaphore (dlock_psem) when holders can die.
- * Keys: "dlock:{NAME}:sem" (permits available), channel "dlock:{NAME}:sem:ch".
+ * Keys: "dlock:{NAME}:sem" (permits available), channel "dlock:{NAME}:sem:ch",
+ * and short-lived operation records "dlock:{NAME}:op:<client id>:<thread>"
+ * that make a call resent after a lost reply take effect once.
  */
 typedef struct dlock_semaphore dlock_semaphore;
 
@@ -354,7 +356,8 @@ DLOCK_API dlock_status dlock_semaphore_available(dlock_semaphore *sem, long *ava
  * explicitly or by the client's watchdog, and released by id from any
  * process. Keys: "dlock:{NAME}:psem" (number of permits),
  * "dlock:{NAME}:psem:held" (permit id -> expiry), channel
- * "dlock:{NAME}:psem:ch".
+ * "dlock:{NAME}:psem:ch", and operation records "dlock:{NAME}:op:..."
+ * (see dlock_semaphore).
  */
 typedef struct dlock_psem dlock_psem;
 
@@ -424,7 +427,8 @@ DLOCK_API dlock_status dlock_psem_available(dlock_psem *psem, long *available);
 /*
  * Lets processes wait until others have counted down to zero, e.g. until N
  * workers are ready. Reaching zero deletes the latch and wakes every
- * waiter at once. Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch".
+ * waiter at once. Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch",
+ * and operation records "dlock:{NAME}:op:..." (see dlock_semaphore).
  */
 typedef struct dlock_latch dlock_latch;
 

@@ -42,6 +42,12 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     c->fair_waiter_timeout_ms = o.fair_waiter_timeout_ms;
     c->replica_acks = o.replica_acks;
     c->replica_timeout_ms = o.replica_timeout_ms;
+    /* An operation record must outlive every resend of its call. A resend
+     * follows the first send within one command timeout (a timed-out
+     * command is never resent) plus making a new connection (connect, then
+     * AUTH, SELECT and ROLE, each within a command timeout). A minute on
+     * top costs little: there is one record per thread and name. */
+    c->op_ttl_ms = 60000L + o.connect_timeout_ms + 4L * o.command_timeout_ms;
     /* On a cluster, PUBLISH reaches every node; SPUBLISH only the shard
      * that serves the lock, whose waiters subscribed there. */
     c->publish = c->topo->url.kind == DLOCK_URL_CLUSTER ? "spublish" : "publish";

@@ -31,6 +31,7 @@
 
 #include "client.h"
 #include "lock.h"
+#include "op.h"
 #include "util.h"
 #include "wait.h"
 #include "watchdog.h"
@@ -452,10 +453,12 @@ dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int
     if (st != DLOCK_OK) return st;
     char *key, *fence, *channel;
     if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    const char *keys[2] = {key, channel};
-    const char *args[1] = {client->publish};
+    dlock_op op;
+    dlock_op_new(client, key, &op);
+    const char *keys[3] = {key, channel, op.key};
+    const char *args[3] = {client->publish, op.seq, op.ttl};
     redisReply *r;
-    st = dlock_eval(client, DLOCK_SCRIPT_FORCE_UNLOCK, 2, keys, 1, args, &r, NULL);
+    st = dlock_eval(client, DLOCK_SCRIPT_FORCE_UNLOCK, 3, keys, 3, args, &r, NULL);
     free(key);
     free(fence);
     free(channel);

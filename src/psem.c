@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "op.h"
 #include "util.h"
 #include "wait.h"
 #include "watchdog.h"
@@ -79,10 +80,12 @@ dlock_status dlock_psem_set_permits(dlock_psem *p, long permits, int *was_set)
         return dlock_fail(DLOCK_ERR_INVALID, "permits must be 0 to %ld", PERMITS_MAX);
     char n[24];
     snprintf(n, sizeof n, "%ld", permits);
-    const char *keys[1] = {p->key};
-    const char *args[1] = {n};
+    dlock_op op;
+    dlock_op_new(p->client, p->key, &op);
+    const char *keys[2] = {p->key, op.key};
+    const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_SEM_SET, 1, keys, 1, args, &set);
+    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
@@ -204,10 +207,12 @@ void dlock_permit_free(dlock_permit *pm)
 /* Release by id; *released tells whether a live permit was removed. */
 static dlock_status release_id(dlock_psem *p, const char *id, int *released)
 {
-    const char *keys[2] = {p->held, p->channel};
-    const char *args[2] = {id, p->client->publish};
-    long long n;
-    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_PSEM_RELEASE, 2, keys, 2, args, &n);
+    dlock_op op;
+    dlock_op_new(p->client, p->held, &op);
+    const char *keys[3] = {p->held, p->channel, op.key};
+    const char *args[4] = {id, p->client->publish, op.seq, op.ttl};
+    long long n = 0;
+    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_PSEM_RELEASE, 3, keys, 4, args, &n);
     *released = n == 1;
     return st;
 }

@@ -116,7 +116,17 @@ static void rl_call_run(rl_call *c)
     } else if (c->kind == 1) {
         const char *keys[2] = {rl->key, rl->channel};
         const char *args[4] = {rl->owner, lease_s, "1", m->publish};
-        c->st = dlock_eval_int(m, DLOCK_SCRIPT_RELEASE, 2, keys, 4, args, &c->result);
+        redisReply *r;
+        int retried;
+        c->st = dlock_eval(m, DLOCK_SCRIPT_RELEASE, 2, keys, 4, args, &r, &retried);
+        if (c->st != DLOCK_OK) return;
+        if (r->type == REDIS_REPLY_INTEGER)
+            /* A resent release answers -1 when the first send released it
+             * (the count is always 1 here), as in dlock_lock_release(). */
+            c->result = r->integer < 0 && retried ? 0 : r->integer;
+        else
+            c->st = dlock_fail(DLOCK_ERR_REDIS, "release: unexpected reply");
+        freeReplyObject(r);
     } else {
         const char *keys[1] = {rl->key};
         const char *args[2] = {rl->owner, lease_s};
