@@ -56,6 +56,16 @@ typedef enum dlock_status {
 #define DLOCK_WAIT_FOREVER (-1L)
 /* Lease argument of dlock_lock_acquire(): let the watchdog renew the lock. */
 #define DLOCK_LEASE_WATCHDOG 0L
+/*
+ * The longest lease any call accepts: 2^31-1 ms, about 24.8 days. Every
+ * lease argument (locks, fair and read-write locks, permits, RedLock
+ * acquire and extend, renewals, multi-lock, the client's
+ * watchdog_lease_ms) above it is refused with DLOCK_ERR_INVALID before
+ * anything is sent, so a lease the server cannot set never leaves a hold
+ * without an expiry behind. fair_waiter_timeout_ms may be at most half of
+ * it (the queue keys live twice as long).
+ */
+#define DLOCK_LEASE_MAX_MS 2147483647L
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;

@@ -17,8 +17,10 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0 ||
         o.fair_waiter_timeout_ms < 0)
         return dlock_fail(DLOCK_ERR_INVALID, "negative timeout or lease in options");
-    if (o.watchdog_lease_ms != 0 && o.watchdog_lease_ms < 30)
-        return dlock_fail(DLOCK_ERR_INVALID, "watchdog lease must be at least 30 ms");
+    if (o.watchdog_lease_ms != 0 && (o.watchdog_lease_ms < 30 || o.watchdog_lease_ms > DLOCK_LEASE_MAX_MS))
+        return dlock_fail(DLOCK_ERR_INVALID, "watchdog lease must be 30 to %ld ms", DLOCK_LEASE_MAX_MS);
+    if (o.fair_waiter_timeout_ms > DLOCK_LEASE_MAX_MS / 2) /* queue keys live twice as long */
+        return dlock_fail(DLOCK_ERR_INVALID, "fair waiter timeout must be at most %ld ms", DLOCK_LEASE_MAX_MS / 2);
     if (!o.connect_timeout_ms) o.connect_timeout_ms = 2000;
     if (!o.command_timeout_ms) o.command_timeout_ms = 5000;
     if (!o.watchdog_lease_ms) o.watchdog_lease_ms = 30000;

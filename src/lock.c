@@ -282,8 +282,8 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 3))
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    if (bad != DLOCK_OK) return bad;
     dlock_hold *h = thread_hold(l, 1);
     if (!h) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     if (h->count > 0 && atomic_load(&h->lost))

@@ -138,8 +138,8 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
     if (!p) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 3))
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    if (bad != DLOCK_OK) return bad;
     dlock_permit *pm = calloc(1, sizeof *pm);
     if (!pm) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     pm->psem = p;
@@ -245,7 +245,8 @@ dlock_status dlock_psem_release_id(dlock_psem *p, const char *id)
 dlock_status dlock_psem_renew(dlock_psem *p, const char *id, long lease_ms)
 {
     if (!p || !id) return dlock_fail(DLOCK_ERR_INVALID, "semaphore or id is NULL");
-    if (lease_ms < 3) return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 0);
+    if (bad != DLOCK_OK) return bad;
     char lease[24];
     snprintf(lease, sizeof lease, "%ld", lease_ms);
     const char *keys[1] = {p->held};

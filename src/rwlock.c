@@ -174,8 +174,8 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock_fail(DLOCK_ERR_INVALID, "bad mode");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 3))
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    if (bad != DLOCK_OK) return bad;
     rw_thread *t = thread_record(rw, 1);
     if (!t) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     rw_hold *h = &t->hold[mode];

@@ -46,6 +46,10 @@ dlock_status dlock_check_name(const char *name);
 /* "dlock:{NAME}SUFFIX", malloc'd; NULL when out of memory. */
 char *dlock_key(const char *name, const char *suffix);
 
+/* Check a lease argument: `min_ms` to DLOCK_LEASE_MAX_MS, or
+ * DLOCK_LEASE_WATCHDOG when `watchdog_ok`. */
+dlock_status dlock_check_lease(long lease_ms, long min_ms, int watchdog_ok);
+
 /* Deadline for a wait of `wait_ms` (DLOCK_WAIT_FOREVER gives -1). */
 int64_t dlock_deadline(long wait_ms);
 

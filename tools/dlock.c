@@ -417,9 +417,9 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
            -1) {
         switch (opt) {
         case 't':
-            if (parse_number(optarg, MIN_TTL_MS, MAX_MS, &h->ttl) != 0)
+            if (parse_number(optarg, MIN_TTL_MS, DLOCK_LEASE_MAX_MS, &h->ttl) != 0)
                 return usage_error(synopsis, "bad TTL '%s': expected milliseconds from %ld to %ld", optarg,
-                                   MIN_TTL_MS, MAX_MS);
+                                   MIN_TTL_MS, DLOCK_LEASE_MAX_MS);
             break;
         case 'w':
             if (parse_number(optarg, 0, MAX_MS, &h->wait_ms) != 0)
