@@ -167,6 +167,19 @@ redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...)
     return rep;
 }
 
+long long th_redis_calls(const th_redis *r, const char *command)
+{
+    redisReply *rep = th_redis_cmd(r, "INFO commandstats");
+    if (!rep) return -1;
+    long long n = rep->type == REDIS_REPLY_STRING ? 0 : -1;
+    char pat[64];
+    snprintf(pat, sizeof pat, "cmdstat_%s:calls=", command);
+    const char *p = rep->type == REDIS_REPLY_STRING ? strstr(rep->str, pat) : NULL;
+    if (p) n = atoll(p + strlen(pat));
+    freeReplyObject(rep);
+    return n;
+}
+
 const char *th_bin(const char *name)
 {
     static __thread char path[512];

@@ -42,6 +42,11 @@ redisContext *th_redis_connect(const th_redis *r);
  * freeReplyObject) or NULL. */
 redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...);
 
+/* How many times the server has run `command` (lower case, e.g.
+ * "evalsha": every library script) since it started, from INFO
+ * commandstats; -1 when it cannot be read. */
+long long th_redis_calls(const th_redis *r, const char *command);
+
 /* Monotonic milliseconds. */
 long long th_now_ms(void);
 

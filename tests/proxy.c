@@ -18,6 +18,9 @@
 typedef struct pair {
     int cfd, ufd; /* client side, server side; -1 once closed */
     int doomed;   /* the request whose reply must be lost went through */
+    char *held;   /* a delayed request, forwarded at release_at */
+    size_t held_len;
+    long long release_at;
 } pair;
 
 struct th_proxy {
@@ -26,8 +29,9 @@ struct th_proxy {
     char upstream[192];
     pthread_t thread;
     pthread_mutex_t mu; /* guards match, armed, lost, stop */
-    char match[256];
+    char match[256], delay_match[256];
     int armed, lost, stop;
+    long delay_ms; /* > 0: a delay is armed */
     pair pairs[MAX_PAIRS]; /* the proxy thread's own, as is buf */
     int n;
     char buf[1 << 16];
@@ -66,17 +70,30 @@ static void close_pair(pair *p)
     if (p->cfd >= 0) close(p->cfd);
     if (p->ufd >= 0) close(p->ufd);
     p->cfd = p->ufd = -1;
+    free(p->held);
+    p->held = NULL;
 }
 
 /* Client bytes go to the server; the armed request dooms its connection. */
 static void from_client(th_proxy *px, pair *p, const char *buf, size_t len)
 {
+    long delay = 0;
     pthread_mutex_lock(&px->mu);
     if (px->armed && memmem(buf, len, px->match, strlen(px->match))) {
         px->armed = 0;
         p->doomed = 1;
     }
+    if (px->delay_ms > 0 && memmem(buf, len, px->delay_match, strlen(px->delay_match))) {
+        delay = px->delay_ms;
+        px->delay_ms = 0;
+    }
     pthread_mutex_unlock(&px->mu);
+    if (delay > 0 && (p->held = malloc(len)) != NULL) {
+        memcpy(p->held, buf, len);
+        p->held_len = len;
+        p->release_at = th_now_ms() + delay;
+        return;
+    }
     if (write_all(p->ufd, buf, len) != 0) close_pair(p);
 }
 
@@ -104,7 +121,27 @@ static void accept_one(th_proxy *px)
         if (ufd >= 0) close(ufd);
         return;
     }
-    px->pairs[px->n++] = (pair){cfd, ufd, 0};
+    px->pairs[px->n++] = (pair){cfd, ufd, 0, NULL, 0, 0};
+}
+
+/* Forward delayed requests that are due; the poll timeout until the next
+ * one (-1: none). */
+static int release_held(th_proxy *px)
+{
+    long long now = th_now_ms(), next = -1;
+    for (int i = 0; i < px->n; i++) {
+        pair *p = &px->pairs[i];
+        if (!p->held) continue;
+        if (p->release_at <= now) {
+            int bad = write_all(p->ufd, p->held, p->held_len);
+            free(p->held);
+            p->held = NULL;
+            if (bad) close_pair(p);
+        } else if (next < 0 || p->release_at - now < next) {
+            next = p->release_at - now;
+        }
+    }
+    return (int)next;
 }
 
 static void *proxy_main(void *arg)
@@ -112,14 +149,16 @@ static void *proxy_main(void *arg)
     th_proxy *px = arg;
     for (;;) {
         struct pollfd fds[2 + 2 * MAX_PAIRS];
+        int timeout = release_held(px);
         fds[0] = (struct pollfd){px->wake[0], POLLIN, 0};
         fds[1] = (struct pollfd){px->lfd, POLLIN, 0};
         int n = px->n;
         for (int i = 0; i < n; i++) {
-            fds[2 + 2 * i] = (struct pollfd){px->pairs[i].cfd, POLLIN, 0};
+            /* A connection with a request held back sends nothing more. */
+            fds[2 + 2 * i] = (struct pollfd){px->pairs[i].cfd, px->pairs[i].held ? 0 : POLLIN, 0};
             fds[3 + 2 * i] = (struct pollfd){px->pairs[i].ufd, POLLIN, 0};
         }
-        if (poll(fds, (nfds_t)(2 + 2 * n), -1) < 0 && errno != EINTR) break;
+        if (poll(fds, (nfds_t)(2 + 2 * n), timeout) < 0 && errno != EINTR) break;
         pthread_mutex_lock(&px->mu);
         int stop = px->stop;
         pthread_mutex_unlock(&px->mu);
@@ -127,6 +166,7 @@ static void *proxy_main(void *arg)
         for (int i = 0; i < n; i++) {
             pair *p = &px->pairs[i];
             for (int side = 0; side < 2 && p->cfd >= 0; side++) {
+                if (side == 0 && p->held) continue;
                 if (!(fds[2 + 2 * i + side].revents & (POLLIN | POLLHUP | POLLERR))) continue;
                 ssize_t r = read(side == 0 ? p->cfd : p->ufd, px->buf, sizeof px->buf);
                 if (r <= 0) close_pair(p);
@@ -185,6 +225,14 @@ void th_proxy_lose_next_reply(th_proxy *px, const char *match)
     pthread_mutex_lock(&px->mu);
     snprintf(px->match, sizeof px->match, "%s", match);
     px->armed = 1;
+    pthread_mutex_unlock(&px->mu);
+}
+
+void th_proxy_delay_next(th_proxy *px, const char *match, long ms)
+{
+    pthread_mutex_lock(&px->mu);
+    snprintf(px->delay_match, sizeof px->delay_match, "%s", match);
+    px->delay_ms = ms;
     pthread_mutex_unlock(&px->mu);
 }
 

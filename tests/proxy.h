@@ -6,7 +6,8 @@
  * server's reply is awaited (so the command surely ran) and thrown away,
  * and the connection is closed. That is the one failure a client cannot
  * tell apart from a command that never arrived, and so the one that makes
- * it resend.
+ * it resend. It can also hold one request back for a while, to open a
+ * race window deterministically.
  */
 #ifndef DLOCK_TEST_PROXY_H
 #define DLOCK_TEST_PROXY_H
@@ -24,6 +25,11 @@ const char *th_proxy_url(const th_proxy *p);
 /* Arm: lose the reply of the next request whose bytes contain `match`
  * (e.g. an object's name). One request only; later ones pass. */
 void th_proxy_lose_next_reply(th_proxy *p, const char *match);
+
+/* Arm: hold the next request whose bytes contain `match` for `ms`
+ * milliseconds before forwarding it (that connection alone waits; the
+ * others go on). One request only. */
+void th_proxy_delay_next(th_proxy *p, const char *match, long ms);
 
 /* How many replies were lost so far. */
 int th_proxy_lost(th_proxy *p);

@@ -476,6 +476,27 @@ static void test_busy_and_wait(void **state)
     assert_int_equal(wait_dlock(&holder, 10000), 0);
 }
 
+/* With a 300 ms TTL and a COMMAND that runs 1.5 s, the lock is renewed
+ * (every 100 ms) for as long as COMMAND runs: a second dlock finds it held
+ * well past several TTLs, and the first ends with COMMAND's own status,
+ * not 76. */
+static void lock_is_renewed_while_a_long_command_runs(void **state)
+{
+    (void)state;
+    char ready[256], script[512];
+    scratch_file(ready, sizeof ready, "renew.ready");
+    snprintf(script, sizeof script, "touch %s; sleep 1.5", ready);
+    proc holder;
+    START(&holder, srv.url, "lock", "-t", "300", "renewed", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    usleep(900000); /* three TTLs */
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "0", "renewed", "--", "true");
+    expect_status(&r, 75);
+    assert_int_equal(wait_dlock(&holder, 15000), 0);
+    assert_free("renewed");
+}
+
 /* The lease is deleted behind the holder's back while COMMAND runs: the
  * watchdog (renewing every TTL/3 = 200 ms) notices, COMMAND gets SIGTERM
  * at once and dlock exits 76, long before COMMAND's 20 s sleep ends. */
@@ -847,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_env_and_tokens),
         cmocka_unit_test(test_mutual_exclusion),
         cmocka_unit_test(test_busy_and_wait),
+        cmocka_unit_test(lock_is_renewed_while_a_long_command_runs),
         cmocka_unit_test(test_lease_lost),
         cmocka_unit_test(test_lost_found_at_release),
         cmocka_unit_test(test_signals_forwarded),
