@@ -40,8 +40,10 @@ demo: build
 bench: build
 	bench/run.sh $(BUILD)
 
+# --prefix: PREFIX counts even when $(BUILD) was configured earlier with
+# another one.
 install: build
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
