@@ -83,6 +83,20 @@ DLOCK_API const char *dlock_last_error(void);
 /* The library's version string, e.g. "0.1.0". */
 DLOCK_API const char *dlock_version(void);
 
+/*
+ * Check the name of a lock, semaphore or latch without touching Redis:
+ * DLOCK_OK, or DLOCK_ERR_INVALID with the reason, exactly as every
+ * dlock_*_new() would answer. A name is 1 to 512 bytes with no '{' or '}'
+ * (they would break the hash tag that keeps an object's keys in one
+ * Cluster slot) and no control characters. For tools that check their
+ * input before connecting.
+ */
+DLOCK_API dlock_status dlock_check_name(const char *name);
+
+/* The same for the prefix of dlock_id_next(): 1 to 64 characters of
+ * [A-Za-z0-9_.-]. */
+DLOCK_API dlock_status dlock_check_id_prefix(const char *prefix);
+
 /* ------------------------------------------------------------------------ */
 /* URLs                                                                      */
 /* ------------------------------------------------------------------------ */
@@ -509,6 +523,26 @@ DLOCK_API int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode);
 
 /* Register the loss callback of this handle (NULL removes it). */
 DLOCK_API void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg);
+
+/* What dlock_rwlock_inspect() reports. */
+typedef struct dlock_rwlock_info {
+    int held;            /* 1 when a writer or any reader holds it */
+    char writer[96];     /* owner string of the write hold, empty when none */
+    long write_count;    /* the writer's re-entry count, 0 when none */
+    long readers;        /* owners holding a live read hold */
+    long ttl_ms;         /* remaining lease of the longest hold, -1 when free */
+    uint64_t last_token; /* most recent write token handed out, 0 if none */
+} dlock_rwlock_info;
+
+/* Read the state of read-write lock `name` without changing it (the admin
+ * view; `dlock status` shows it next to the plain lock of that name). */
+DLOCK_API dlock_status dlock_rwlock_inspect(dlock_client *client, const char *name, dlock_rwlock_info *info);
+
+/* Delete read-write lock `name` whoever holds it (writer and readers) and
+ * wake every waiter; the holders' watchdogs report their holds lost.
+ * *was_held (if not NULL) tells whether anything was deleted. For
+ * operators, not for normal release. */
+DLOCK_API dlock_status dlock_rwlock_force_unlock(dlock_client *client, const char *name, int *was_held);
 
 /* ------------------------------------------------------------------------ */
 /* Multi-lock                                                                */

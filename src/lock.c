@@ -445,6 +445,21 @@ dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lo
     return DLOCK_OK;
 }
 
+/* Every lock kind keeps all its holds in one hash, so one script breaks
+ * any of them: delete the hash, wake its waiters with `wake`. */
+dlock_status dlock_force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
+                                     int *was_held)
+{
+    dlock_op op;
+    dlock_op_new(client, key, &op);
+    const char *keys[3] = {key, channel, op.key};
+    const char *args[4] = {client->publish, op.seq, op.ttl, wake};
+    long long deleted = 0;
+    dlock_status st = dlock_eval_int(client, DLOCK_SCRIPT_FORCE_UNLOCK, 3, keys, 4, args, &deleted);
+    if (st == DLOCK_OK && was_held) *was_held = deleted == 1;
+    return st;
+}
+
 dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int *was_held)
 {
     if (was_held) *was_held = 0;
@@ -453,17 +468,9 @@ dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int
     if (st != DLOCK_OK) return st;
     char *key, *fence, *channel;
     if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    dlock_op op;
-    dlock_op_new(client, key, &op);
-    const char *keys[3] = {key, channel, op.key};
-    const char *args[3] = {client->publish, op.seq, op.ttl};
-    redisReply *r;
-    st = dlock_eval(client, DLOCK_SCRIPT_FORCE_UNLOCK, 3, keys, 3, args, &r, NULL);
+    st = dlock_force_unlock_hash(client, key, channel, "1", was_held);
     free(key);
     free(fence);
     free(channel);
-    if (st != DLOCK_OK) return st;
-    if (was_held && r->type == REDIS_REPLY_INTEGER) *was_held = r->integer == 1;
-    freeReplyObject(r);
-    return DLOCK_OK;
+    return st;
 }

@@ -104,6 +104,8 @@ int64_t dlock_deadline(long wait_ms)
 
 #define NAME_MAX_LEN 512
 
+/* One rule for every object, public so that tools refuse a bad name
+ * before connecting rather than after. */
 dlock_status dlock_check_name(const char *name)
 {
     if (!name) return dlock_fail(DLOCK_ERR_INVALID, "name is NULL");

@@ -38,11 +38,6 @@ dlock_status dlock_random_hex(char *out, size_t nbytes);
  * (thread ids from the OS are reused; these are not). */
 unsigned long dlock_thread_number(void);
 
-/* Check an object name: 1 to 512 bytes, no '{' or '}' (they would break
- * the hash tag that keeps an object's keys in one Cluster slot), no
- * control characters. */
-dlock_status dlock_check_name(const char *name);
-
 /* "dlock:{NAME}SUFFIX", malloc'd; NULL when out of memory. */
 char *dlock_key(const char *name, const char *suffix);
 
