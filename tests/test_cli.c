@@ -937,6 +937,7 @@ static int teardown(void **state)
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
     if (system(cmd) != 0) { /* best effort */ }
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 
