@@ -256,11 +256,17 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * `wait_ms`: 0 tries once, a positive value waits up to that many
  * milliseconds, DLOCK_WAIT_FOREVER waits until it is acquired. Waiting does
  * not poll: the thread sleeps until a release is announced on the lock's
- * channel, or at most until the holder's lease would end.
+ * channel, or at most until the holder's lease would end, and never more
+ * than 2 s at a time (a safety net: a release message lost with a broken
+ * pub/sub connection costs at most that). While its subscription is not
+ * confirmed yet (the pub/sub link is being re-made) it retries every
+ * 200 ms; a fair waiter also retries every half fair_waiter_timeout_ms to
+ * keep its place.
  *
- * `lease_ms`: a positive lease makes the hold expire by itself after that
- * long; DLOCK_LEASE_WATCHDOG uses the client's watchdog lease, renewed in the
- * background until release, and reports loss through dlock_lock_lost().
+ * `lease_ms`: a positive lease (3 to DLOCK_LEASE_MAX_MS) makes the hold
+ * expire by itself after that long; DLOCK_LEASE_WATCHDOG uses the client's
+ * watchdog lease, renewed in the background until release, and reports
+ * loss through dlock_lock_lost().
  *
  * On success *token (if not NULL) receives the fencing token of this
  * acquisition: strictly greater than every token handed out before for this
