@@ -480,26 +480,26 @@ static void released_hold_is_no_longer_renewed(void **state)
     dlock_client_free(c);
 }
 
-/* The server stops answering for 700 ms, shorter than the 1500 ms lease:
- * renewals time out (200 ms command timeout) and are retried until one
- * gets through, so the hold is neither reported lost nor lets anyone
- * else in. A watchdog that gave up on the first failed renewal would
- * report it lost. */
+/* The server stops answering for 800 ms, well inside the 2000 ms lease:
+ * the renewal due at 667 ms times out (200 ms command timeout) and is
+ * retried every 200 ms until one gets through after the pause, so the
+ * hold is neither reported lost nor lets anyone else in. A watchdog that
+ * gave up on the first failed renewal would report it lost. */
 static void watchdog_rides_out_a_server_pause_shorter_than_the_lease(void **state)
 {
     (void)state;
     dlock_options o = {0};
-    o.watchdog_lease_ms = 1500;
+    o.watchdog_lease_ms = 2000;
     o.command_timeout_ms = 200;
     dlock_client *c = NULL, *other = new_client(0);
     assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
     dlock_lock *l = new_lock(c, "wd-pause"), *l2 = new_lock(other, "wd-pause");
     assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
-    usleep(400000); /* the next renewal is due at 500 ms: inside the pause */
+    usleep(500000);
     th_redis_pause(&server);
-    usleep(700000);
+    usleep(800000);
     th_redis_resume(&server);
-    usleep(1500000); /* a full lease after the pause: renewals resumed */
+    usleep(2000000); /* a full lease after the pause: renewals resumed */
     assert_int_equal(dlock_lock_lost(l), 0);
     assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
