@@ -59,8 +59,10 @@ cluster: deps
 	  echo "Stop both:  scripts/redis-topology.sh clean $$d"; \
 	else scripts/redis-topology.sh stop "$$d"; rm -rf "$$d"; exit 1; fi
 
+# --prefix: PREFIX counts even when $(BUILD) was configured earlier with
+# another one.
 install: build
-	cmake --install $(BUILD)
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

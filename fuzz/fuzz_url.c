@@ -4,12 +4,12 @@
  * not produce. Built as a libFuzzer target with clang (-DDLOCK_FUZZ=ON),
  * and replayed with generated mutations by replay.c in every test run.
  */
-#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dlock.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -32,35 +32,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st == DLOCK_OK) {
         /* Whatever is accepted must be usable as it stands. */
         if (u.kind == DLOCK_URL_TCP) {
-            assert(u.host && u.host[0]);
-            assert(u.port >= 1 && u.port <= 65535);
-            assert(!u.path);
+            FUZZ_CHECK(u.host && u.host[0]);
+            FUZZ_CHECK(u.port >= 1 && u.port <= 65535);
+            FUZZ_CHECK(!u.path);
         } else if (u.kind == DLOCK_URL_UNIX) {
-            assert(u.path && u.path[0] == '/');
-            assert(!u.host);
+            FUZZ_CHECK(u.path && u.path[0] == '/');
+            FUZZ_CHECK(!u.host);
         } else {
             /* Sentinel or Cluster: a list of usable, distinct addresses,
              * the first repeated in host and port. */
-            assert(u.kind == DLOCK_URL_SENTINEL || u.kind == DLOCK_URL_CLUSTER);
-            assert(u.n_addrs >= 1 && u.n_addrs <= 64 && u.addrs);
+            FUZZ_CHECK(u.kind == DLOCK_URL_SENTINEL || u.kind == DLOCK_URL_CLUSTER);
+            FUZZ_CHECK(u.n_addrs >= 1 && u.n_addrs <= 64 && u.addrs);
             for (size_t i = 0; i < u.n_addrs; i++) {
-                assert(u.addrs[i].host && u.addrs[i].host[0]);
-                assert(u.addrs[i].port >= 1 && u.addrs[i].port <= 65535);
+                FUZZ_CHECK(u.addrs[i].host && u.addrs[i].host[0]);
+                FUZZ_CHECK(u.addrs[i].port >= 1 && u.addrs[i].port <= 65535);
                 for (size_t j = 0; j < i; j++)
-                    assert(u.addrs[i].port != u.addrs[j].port || strcmp(u.addrs[i].host, u.addrs[j].host) != 0);
+                    FUZZ_CHECK(u.addrs[i].port != u.addrs[j].port || strcmp(u.addrs[i].host, u.addrs[j].host) != 0);
             }
-            assert(strcmp(u.host, u.addrs[0].host) == 0 && u.port == u.addrs[0].port);
-            assert(u.kind == DLOCK_URL_CLUSTER ? !u.master && u.db == 0 : u.master && u.master[0]);
-            assert(!u.path);
+            FUZZ_CHECK(strcmp(u.host, u.addrs[0].host) == 0 && u.port == u.addrs[0].port);
+            FUZZ_CHECK(u.kind == DLOCK_URL_CLUSTER ? !u.master && u.db == 0 : u.master && u.master[0]);
+            FUZZ_CHECK(!u.path);
         }
-        assert(u.db >= 0);
-        assert(!u.password || strlen(u.password) > 0);
+        FUZZ_CHECK(u.db >= 0);
+        FUZZ_CHECK(!u.password || strlen(u.password) > 0);
         dlock_url_free(&u);
     } else {
-        assert(st == DLOCK_ERR_URL);
-        assert(u.host == NULL && u.path == NULL && u.user == NULL && u.password == NULL && u.master == NULL &&
+        FUZZ_CHECK(st == DLOCK_ERR_URL);
+        FUZZ_CHECK(u.host == NULL && u.path == NULL && u.user == NULL && u.password == NULL && u.master == NULL &&
                u.addrs == NULL && u.n_addrs == 0);
-        assert(dlock_last_error()[0] != '\0');
+        FUZZ_CHECK(dlock_last_error()[0] != '\0');
     }
     free(s);
     return 0;

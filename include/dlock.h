@@ -56,6 +56,16 @@ typedef enum dlock_status {
 #define DLOCK_WAIT_FOREVER (-1L)
 /* Lease argument of dlock_lock_acquire(): let the watchdog renew the lock. */
 #define DLOCK_LEASE_WATCHDOG 0L
+/*
+ * The longest lease any call accepts: 2^31-1 ms, about 24.8 days. Every
+ * lease argument (locks, fair and read-write locks, permits, RedLock
+ * acquire and extend, renewals, multi-lock, the client's
+ * watchdog_lease_ms) above it is refused with DLOCK_ERR_INVALID before
+ * anything is sent, so a lease the server cannot set never leaves a hold
+ * without an expiry behind. fair_waiter_timeout_ms may be at most half of
+ * it (the queue keys live twice as long).
+ */
+#define DLOCK_LEASE_MAX_MS 2147483647L
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;
@@ -72,6 +82,20 @@ DLOCK_API const char *dlock_last_error(void);
 
 /* The library's version string, e.g. "0.1.0". */
 DLOCK_API const char *dlock_version(void);
+
+/*
+ * Check the name of a lock, semaphore or latch without touching Redis:
+ * DLOCK_OK, or DLOCK_ERR_INVALID with the reason, exactly as every
+ * dlock_*_new() would answer. A name is 1 to 512 bytes with no '{' or '}'
+ * (they would break the hash tag that keeps an object's keys in one
+ * Cluster slot) and no control characters. For tools that check their
+ * input before connecting.
+ */
+DLOCK_API dlock_status dlock_check_name(const char *name);
+
+/* The same for the prefix of dlock_id_next(): 1 to 64 characters of
+ * [A-Za-z0-9_.-]. */
+DLOCK_API dlock_status dlock_check_id_prefix(const char *prefix);
 
 /* ------------------------------------------------------------------------ */
 /* URLs                                                                      */
@@ -232,11 +256,17 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * `wait_ms`: 0 tries once, a positive value waits up to that many
  * milliseconds, DLOCK_WAIT_FOREVER waits until it is acquired. Waiting does
  * not poll: the thread sleeps until a release is announced on the lock's
- * channel, or at most until the holder's lease would end.
+ * channel, or at most until the holder's lease would end, and never more
+ * than 2 s at a time (a safety net: a release message lost with a broken
+ * pub/sub connection costs at most that). While its subscription is not
+ * confirmed yet (the pub/sub link is being re-made) it retries every
+ * 200 ms; a fair waiter also retries every half fair_waiter_timeout_ms to
+ * keep its place.
  *
- * `lease_ms`: a positive lease makes the hold expire by itself after that
- * long; DLOCK_LEASE_WATCHDOG uses the client's watchdog lease, renewed in the
- * background until release, and reports loss through dlock_lock_lost().
+ * `lease_ms`: a positive lease (3 to DLOCK_LEASE_MAX_MS) makes the hold
+ * expire by itself after that long; DLOCK_LEASE_WATCHDOG uses the client's
+ * watchdog lease, renewed in the background until release, and reports
+ * loss through dlock_lock_lost().
  *
  * On success *token (if not NULL) receives the fencing token of this
  * acquisition: strictly greater than every token handed out before for this
@@ -313,7 +343,9 @@ DLOCK_API dlock_status dlock_id_next(dlock_client *client, const char *prefix, u
  * A counting semaphore with no owners: any process may release. Simple and
  * fast, but a holder that crashes never returns its permits; use the
  * permit-expirable semaphore (dlock_psem) when holders can die.
- * Keys: "dlock:{NAME}:sem" (permits available), channel "dlock:{NAME}:sem:ch".
+ * Keys: "dlock:{NAME}:sem" (permits available), channel "dlock:{NAME}:sem:ch",
+ * and short-lived operation records "dlock:{NAME}:op:<client id>:<thread>"
+ * that make a call resent after a lost reply take effect once.
  */
 typedef struct dlock_semaphore dlock_semaphore;
 
@@ -354,7 +386,8 @@ DLOCK_API dlock_status dlock_semaphore_available(dlock_semaphore *sem, long *ava
  * explicitly or by the client's watchdog, and released by id from any
  * process. Keys: "dlock:{NAME}:psem" (number of permits),
  * "dlock:{NAME}:psem:held" (permit id -> expiry), channel
- * "dlock:{NAME}:psem:ch".
+ * "dlock:{NAME}:psem:ch", and operation records "dlock:{NAME}:op:..."
+ * (see dlock_semaphore).
  */
 typedef struct dlock_psem dlock_psem;
 
@@ -424,7 +457,8 @@ DLOCK_API dlock_status dlock_psem_available(dlock_psem *psem, long *available);
 /*
  * Lets processes wait until others have counted down to zero, e.g. until N
  * workers are ready. Reaching zero deletes the latch and wakes every
- * waiter at once. Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch".
+ * waiter at once. Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch",
+ * and operation records "dlock:{NAME}:op:..." (see dlock_semaphore).
  */
 typedef struct dlock_latch dlock_latch;
 
@@ -495,6 +529,26 @@ DLOCK_API int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode);
 
 /* Register the loss callback of this handle (NULL removes it). */
 DLOCK_API void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg);
+
+/* What dlock_rwlock_inspect() reports. */
+typedef struct dlock_rwlock_info {
+    int held;            /* 1 when a writer or any reader holds it */
+    char writer[96];     /* owner string of the write hold, empty when none */
+    long write_count;    /* the writer's re-entry count, 0 when none */
+    long readers;        /* owners holding a live read hold */
+    long ttl_ms;         /* remaining lease of the longest hold, -1 when free */
+    uint64_t last_token; /* most recent write token handed out, 0 if none */
+} dlock_rwlock_info;
+
+/* Read the state of read-write lock `name` without changing it (the admin
+ * view; `dlock status` shows it next to the plain lock of that name). */
+DLOCK_API dlock_status dlock_rwlock_inspect(dlock_client *client, const char *name, dlock_rwlock_info *info);
+
+/* Delete read-write lock `name` whoever holds it (writer and readers) and
+ * wake every waiter; the holders' watchdogs report their holds lost.
+ * *was_held (if not NULL) tells whether anything was deleted. For
+ * operators, not for normal release. */
+DLOCK_API dlock_status dlock_rwlock_force_unlock(dlock_client *client, const char *name, int *was_held);
 
 /* ------------------------------------------------------------------------ */
 /* Multi-lock                                                                */

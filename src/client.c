@@ -17,8 +17,10 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0 ||
         o.fair_waiter_timeout_ms < 0)
         return dlock_fail(DLOCK_ERR_INVALID, "negative timeout or lease in options");
-    if (o.watchdog_lease_ms != 0 && o.watchdog_lease_ms < 30)
-        return dlock_fail(DLOCK_ERR_INVALID, "watchdog lease must be at least 30 ms");
+    if (o.watchdog_lease_ms != 0 && (o.watchdog_lease_ms < 30 || o.watchdog_lease_ms > DLOCK_LEASE_MAX_MS))
+        return dlock_fail(DLOCK_ERR_INVALID, "watchdog lease must be 30 to %ld ms", DLOCK_LEASE_MAX_MS);
+    if (o.fair_waiter_timeout_ms > DLOCK_LEASE_MAX_MS / 2) /* queue keys live twice as long */
+        return dlock_fail(DLOCK_ERR_INVALID, "fair waiter timeout must be at most %ld ms", DLOCK_LEASE_MAX_MS / 2);
     if (!o.connect_timeout_ms) o.connect_timeout_ms = 2000;
     if (!o.command_timeout_ms) o.command_timeout_ms = 5000;
     if (!o.watchdog_lease_ms) o.watchdog_lease_ms = 30000;
@@ -42,6 +44,12 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     c->fair_waiter_timeout_ms = o.fair_waiter_timeout_ms;
     c->replica_acks = o.replica_acks;
     c->replica_timeout_ms = o.replica_timeout_ms;
+    /* An operation record must outlive every resend of its call. A resend
+     * follows the first send within one command timeout (a timed-out
+     * command is never resent) plus making a new connection (connect, then
+     * AUTH, SELECT and ROLE, each within a command timeout). A minute on
+     * top costs little: there is one record per thread and name. */
+    c->op_ttl_ms = 60000L + o.connect_timeout_ms + 4L * o.command_timeout_ms;
     /* On a cluster, PUBLISH reaches every node; SPUBLISH only the shard
      * that serves the lock, whose waiters subscribed there. */
     c->publish = c->topo->url.kind == DLOCK_URL_CLUSTER ? "spublish" : "publish";

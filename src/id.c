@@ -24,7 +24,9 @@
 #define COUNT_MAX 1000000
 #define SEQ_MAX 0xffffffffULL
 
-static dlock_status check_prefix(const char *p)
+/* The prefix becomes part of a key: only characters that can neither
+ * break the key's layout nor collide with another prefix's day key. */
+dlock_status dlock_check_id_prefix(const char *p)
 {
     if (!p) return dlock_fail(DLOCK_ERR_INVALID, "ID prefix is NULL");
     size_t len = strnlen(p, PREFIX_MAX + 1);
@@ -44,7 +46,7 @@ dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *i
     if (!client || !ids) return dlock_fail(DLOCK_ERR_INVALID, "client or ids is NULL");
     if (count == 0 || count > COUNT_MAX)
         return dlock_fail(DLOCK_ERR_INVALID, "ID count must be 1 to %d", COUNT_MAX);
-    dlock_status st = check_prefix(prefix);
+    dlock_status st = dlock_check_id_prefix(prefix);
     if (st != DLOCK_OK) return st;
 
     struct timespec ts;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "client.h"
+#include "op.h"
 #include "util.h"
 #include "wait.h"
 
@@ -54,10 +55,12 @@ dlock_status dlock_latch_set(dlock_latch *l, long count, int *was_set)
         return dlock_fail(DLOCK_ERR_INVALID, "latch count must be 1 to %ld", COUNT_MAX);
     char n[24];
     snprintf(n, sizeof n, "%ld", count);
-    const char *keys[1] = {l->key};
-    const char *args[1] = {n};
+    dlock_op op;
+    dlock_op_new(l->client, l->key, &op);
+    const char *keys[2] = {l->key, op.key};
+    const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock_eval_int(l->client, DLOCK_SCRIPT_SEM_SET, 1, keys, 1, args, &set);
+    dlock_status st = dlock_eval_int(l->client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
@@ -65,10 +68,12 @@ dlock_status dlock_latch_set(dlock_latch *l, long count, int *was_set)
 dlock_status dlock_latch_count_down(dlock_latch *l, long *remaining)
 {
     if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
-    const char *keys[2] = {l->key, l->channel};
-    const char *args[1] = {l->client->publish};
+    dlock_op op;
+    dlock_op_new(l->client, l->key, &op);
+    const char *keys[3] = {l->key, l->channel, op.key};
+    const char *args[3] = {l->client->publish, op.seq, op.ttl};
     long long left;
-    dlock_status st = dlock_eval_int(l->client, DLOCK_SCRIPT_LATCH_COUNT_DOWN, 2, keys, 1, args, &left);
+    dlock_status st = dlock_eval_int(l->client, DLOCK_SCRIPT_LATCH_COUNT_DOWN, 3, keys, 3, args, &left);
     if (st == DLOCK_OK && remaining) *remaining = (long)left;
     return st;
 }
@@ -106,7 +111,7 @@ dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
     long retry = -1;
     int result = latch_try(l, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(l->client, l->channel, deadline, latch_try, l, retry);
+        result = dlock_wait_for(l->client, l->channel, deadline, latch_try, l, result, retry);
     if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
 }

@@ -31,6 +31,7 @@
 
 #include "client.h"
 #include "lock.h"
+#include "op.h"
 #include "util.h"
 #include "wait.h"
 #include "watchdog.h"
@@ -281,8 +282,8 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 3))
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    if (bad != DLOCK_OK) return bad;
     dlock_hold *h = thread_hold(l, 1);
     if (!h) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     if (h->count > 0 && atomic_load(&h->lost))
@@ -302,7 +303,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     if (result == REPLICA_SHORT) result = DLOCK_BUSY;
     if (dlock_should_wait(result, wait_ms)) {
         result = dlock_wait_for(l->client, l->fair ? h->wake_channel : l->channel, deadline,
-                                try_again, &a, pttl);
+                                try_again, &a, result, pttl);
         if (result != DLOCK_OK && l->fair) {
             dlock_status keep = (dlock_status)result;
             char why[512];
@@ -444,6 +445,21 @@ dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lo
     return DLOCK_OK;
 }
 
+/* Every lock kind keeps all its holds in one hash, so one script breaks
+ * any of them: delete the hash, wake its waiters with `wake`. */
+dlock_status dlock_force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
+                                     int *was_held)
+{
+    dlock_op op;
+    dlock_op_new(client, key, &op);
+    const char *keys[3] = {key, channel, op.key};
+    const char *args[4] = {client->publish, op.seq, op.ttl, wake};
+    long long deleted = 0;
+    dlock_status st = dlock_eval_int(client, DLOCK_SCRIPT_FORCE_UNLOCK, 3, keys, 4, args, &deleted);
+    if (st == DLOCK_OK && was_held) *was_held = deleted == 1;
+    return st;
+}
+
 dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int *was_held)
 {
     if (was_held) *was_held = 0;
@@ -452,15 +468,9 @@ dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int
     if (st != DLOCK_OK) return st;
     char *key, *fence, *channel;
     if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    const char *keys[2] = {key, channel};
-    const char *args[1] = {client->publish};
-    redisReply *r;
-    st = dlock_eval(client, DLOCK_SCRIPT_FORCE_UNLOCK, 2, keys, 1, args, &r, NULL);
+    st = dlock_force_unlock_hash(client, key, channel, "1", was_held);
     free(key);
     free(fence);
     free(channel);
-    if (st != DLOCK_OK) return st;
-    if (was_held && r->type == REDIS_REPLY_INTEGER) *was_held = r->integer == 1;
-    freeReplyObject(r);
-    return DLOCK_OK;
+    return st;
 }

@@ -7,4 +7,10 @@
 /* The client a lock handle was made with. */
 dlock_client *dlock_lock_client(const dlock_lock *lock);
 
+/* Force unlock of one lock hash (`key`, waking waiters on `channel` with
+ * `wake`: "1" for one per process, "*" for all); shared by the plain and
+ * the read-write lock. */
+dlock_status dlock_force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
+                                     int *was_held);
+
 #endif

@@ -71,6 +71,9 @@ dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wa
     if (!locks || n == 0) return dlock_fail(DLOCK_ERR_INVALID, "multi-lock needs at least one lock");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    /* Checked here too, so a bad lease takes no lock at all. */
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    if (bad != DLOCK_OK) return bad;
     for (size_t i = 0; i < n; i++)
         if (!locks[i]) return dlock_fail(DLOCK_ERR_INVALID, "lock %zu is NULL", i);
     size_t *idx = malloc(n * sizeof *idx);

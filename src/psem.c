@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "op.h"
 #include "util.h"
 #include "wait.h"
 #include "watchdog.h"
@@ -79,10 +80,12 @@ dlock_status dlock_psem_set_permits(dlock_psem *p, long permits, int *was_set)
         return dlock_fail(DLOCK_ERR_INVALID, "permits must be 0 to %ld", PERMITS_MAX);
     char n[24];
     snprintf(n, sizeof n, "%ld", permits);
-    const char *keys[1] = {p->key};
-    const char *args[1] = {n};
+    dlock_op op;
+    dlock_op_new(p->client, p->key, &op);
+    const char *keys[2] = {p->key, op.key};
+    const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_SEM_SET, 1, keys, 1, args, &set);
+    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
@@ -135,8 +138,8 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
     if (!p) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 3))
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    if (bad != DLOCK_OK) return bad;
     dlock_permit *pm = calloc(1, sizeof *pm);
     if (!pm) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     pm->psem = p;
@@ -151,7 +154,7 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
     long retry = -1;
     int result = psem_try(pm, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(p->client, p->channel, deadline, psem_try, pm, retry);
+        result = dlock_wait_for(p->client, p->channel, deadline, psem_try, pm, result, retry);
     if (result != DLOCK_OK) {
         free(pm);
         if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");
@@ -204,10 +207,12 @@ void dlock_permit_free(dlock_permit *pm)
 /* Release by id; *released tells whether a live permit was removed. */
 static dlock_status release_id(dlock_psem *p, const char *id, int *released)
 {
-    const char *keys[2] = {p->held, p->channel};
-    const char *args[2] = {id, p->client->publish};
-    long long n;
-    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_PSEM_RELEASE, 2, keys, 2, args, &n);
+    dlock_op op;
+    dlock_op_new(p->client, p->held, &op);
+    const char *keys[3] = {p->held, p->channel, op.key};
+    const char *args[4] = {id, p->client->publish, op.seq, op.ttl};
+    long long n = 0;
+    dlock_status st = dlock_eval_int(p->client, DLOCK_SCRIPT_PSEM_RELEASE, 3, keys, 4, args, &n);
     *released = n == 1;
     return st;
 }
@@ -240,7 +245,8 @@ dlock_status dlock_psem_release_id(dlock_psem *p, const char *id)
 dlock_status dlock_psem_renew(dlock_psem *p, const char *id, long lease_ms)
 {
     if (!p || !id) return dlock_fail(DLOCK_ERR_INVALID, "semaphore or id is NULL");
-    if (lease_ms < 3) return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 0);
+    if (bad != DLOCK_OK) return bad;
     char lease[24];
     snprintf(lease, sizeof lease, "%ld", lease_ms);
     const char *keys[1] = {p->held};

@@ -116,7 +116,17 @@ static void rl_call_run(rl_call *c)
     } else if (c->kind == 1) {
         const char *keys[2] = {rl->key, rl->channel};
         const char *args[4] = {rl->owner, lease_s, "1", m->publish};
-        c->st = dlock_eval_int(m, DLOCK_SCRIPT_RELEASE, 2, keys, 4, args, &c->result);
+        redisReply *r;
+        int retried;
+        c->st = dlock_eval(m, DLOCK_SCRIPT_RELEASE, 2, keys, 4, args, &r, &retried);
+        if (c->st != DLOCK_OK) return;
+        if (r->type == REDIS_REPLY_INTEGER)
+            /* A resent release answers -1 when the first send released it
+             * (the count is always 1 here), as in dlock_lock_release(). */
+            c->result = r->integer < 0 && retried ? 0 : r->integer;
+        else
+            c->st = dlock_fail(DLOCK_ERR_REDIS, "release: unexpected reply");
+        freeReplyObject(r);
     } else {
         const char *keys[1] = {rl->key};
         const char *args[2] = {rl->owner, lease_s};
@@ -272,8 +282,8 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
     if (!rl) return dlock_fail(DLOCK_ERR_INVALID, "redlock is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 10))
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 10 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_status bad = dlock_check_lease(lease_ms, 10, 1);
+    if (bad != DLOCK_OK) return bad;
     if (rl->held) return dlock_fail(DLOCK_ERR_INVALID, "redlock '%s' is already held by this handle", rl->name);
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
     long lease = watchdog ? rl->masters[0]->watchdog_lease_ms : lease_ms;
@@ -353,7 +363,8 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
 dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validity_ms)
 {
     if (!rl) return dlock_fail(DLOCK_ERR_INVALID, "redlock is NULL");
-    if (lease_ms < 10) return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 10 ms");
+    dlock_status bad = dlock_check_lease(lease_ms, 10, 0);
+    if (bad != DLOCK_OK) return bad;
     if (!rl->held) return dlock_fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->name);
     if (atomic_load(&rl->lost)) return dlock_fail(DLOCK_ERR_LOST, "redlock '%s' was lost", rl->name);
     rl_call calls[MAX_MASTERS];

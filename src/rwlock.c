@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "lock.h"
 #include "util.h"
 #include "wait.h"
 #include "watchdog.h"
@@ -174,8 +175,8 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock_fail(DLOCK_ERR_INVALID, "bad mode");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    if (lease_ms < 0 || (lease_ms > 0 && lease_ms < 3))
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be at least 3 ms, or DLOCK_LEASE_WATCHDOG");
+    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    if (bad != DLOCK_OK) return bad;
     rw_thread *t = thread_record(rw, 1);
     if (!t) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     rw_hold *h = &t->hold[mode];
@@ -194,7 +195,7 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     long before = h->count;
     int result = rw_try(&a, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(rw->client, rw->channel, deadline, rw_try, &a, retry);
+        result = dlock_wait_for(rw->client, rw->channel, deadline, rw_try, &a, result, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);
     if (result != DLOCK_OK) return (dlock_status)result;
@@ -287,4 +288,61 @@ void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg)
     rw->fn = fn;
     rw->arg = arg;
     pthread_mutex_unlock(&rw->mu);
+}
+
+/* The admin view of a name's read-write lock, for operators and `dlock
+ * status`: one read-only script, so writer, readers and TTL agree. */
+dlock_status dlock_rwlock_inspect(dlock_client *client, const char *name, dlock_rwlock_info *info)
+{
+    if (!client || !info) return dlock_fail(DLOCK_ERR_INVALID, "client or info is NULL");
+    memset(info, 0, sizeof *info);
+    info->ttl_ms = -1;
+    dlock_status st = dlock_check_name(name);
+    if (st != DLOCK_OK) return st;
+    char *key = dlock_key(name, ":rw"), *fence = dlock_key(name, ":rw:fence");
+    if (!key || !fence) {
+        free(key);
+        free(fence);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    const char *keys[2] = {key, fence};
+    redisReply *r;
+    st = dlock_eval(client, DLOCK_SCRIPT_RW_INSPECT, 2, keys, 0, NULL, &r, NULL);
+    free(key);
+    free(fence);
+    if (st != DLOCK_OK) return st;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER ||
+        r->element[3]->type != REDIS_REPLY_INTEGER || r->element[4]->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return dlock_fail(DLOCK_ERR_REDIS, "rwlock inspect: unexpected reply");
+    }
+    snprintf(info->writer, sizeof info->writer, "%s", r->element[0]->str);
+    info->write_count = (long)r->element[1]->integer;
+    info->readers = (long)r->element[2]->integer;
+    info->held = info->writer[0] != '\0' || info->readers > 0;
+    if (info->held) info->ttl_ms = (long)r->element[3]->integer;
+    info->last_token = strtoull(r->element[4]->str, NULL, 10);
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+/* The same script as dlock_lock_force_unlock(), on the read-write lock's
+ * hash, waking every waiter: with the hash gone, all readers may go. */
+dlock_status dlock_rwlock_force_unlock(dlock_client *client, const char *name, int *was_held)
+{
+    if (was_held) *was_held = 0;
+    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
+    dlock_status st = dlock_check_name(name);
+    if (st != DLOCK_OK) return st;
+    char *key = dlock_key(name, ":rw"), *channel = dlock_key(name, ":rw:ch");
+    if (!key || !channel) {
+        free(key);
+        free(channel);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    st = dlock_force_unlock_hash(client, key, channel, "*", was_held);
+    free(key);
+    free(channel);
+    return st;
 }

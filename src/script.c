@@ -20,7 +20,7 @@ static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     dlock_lua_psem_acquire, dlock_lua_psem_release, dlock_lua_psem_renew, dlock_lua_psem_available,
     dlock_lua_latch_count_down, dlock_lua_rw_acquire, dlock_lua_rw_release, dlock_lua_rw_renew_read,
     dlock_lua_rw_renew_write, dlock_lua_fair_acquire, dlock_lua_fair_release, dlock_lua_fair_leave,
-    dlock_lua_id_next,
+    dlock_lua_id_next, dlock_lua_rw_inspect,
 };
 
 /* Why once per client and not per server start: after a restart the SHAs

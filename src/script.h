@@ -29,6 +29,7 @@ typedef enum dlock_script_id {
     DLOCK_SCRIPT_FAIR_RELEASE,
     DLOCK_SCRIPT_FAIR_LEAVE,
     DLOCK_SCRIPT_ID_NEXT,
+    DLOCK_SCRIPT_RW_INSPECT,
     DLOCK_SCRIPT_COUNT
 } dlock_script_id;
 
@@ -54,6 +55,7 @@ extern const char dlock_lua_fair_acquire[];
 extern const char dlock_lua_fair_release[];
 extern const char dlock_lua_fair_leave[];
 extern const char dlock_lua_id_next[];
+extern const char dlock_lua_rw_inspect[];
 
 /* Load every script with SCRIPT LOAD and remember its SHA1 in the client,
  * unless that was done already. Thread-safe. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "client.h"
+#include "op.h"
 #include "util.h"
 #include "wait.h"
 
@@ -54,10 +55,12 @@ dlock_status dlock_semaphore_set_permits(dlock_semaphore *s, long permits, int *
         return dlock_fail(DLOCK_ERR_INVALID, "permits must be 0 to %ld", PERMITS_MAX);
     char n[24];
     snprintf(n, sizeof n, "%ld", permits);
-    const char *keys[1] = {s->key};
-    const char *args[1] = {n};
+    dlock_op op;
+    dlock_op_new(s->client, s->key, &op);
+    const char *keys[2] = {s->key, op.key};
+    const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_SET, 1, keys, 1, args, &set);
+    dlock_status st = dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
@@ -67,14 +70,17 @@ struct sem_attempt {
     const char *n;
 };
 
-/* One try; with no lease to bound the wait, the retry bound is unknown. */
+/* One try; with no lease to bound the wait, the retry bound is unknown.
+ * Each try is its own operation: one that took nothing may run again. */
 static int sem_try(void *ctx, long *retry_ms)
 {
     struct sem_attempt *a = ctx;
-    const char *keys[1] = {a->s->key};
-    const char *args[1] = {a->n};
+    dlock_op op;
+    dlock_op_new(a->s->client, a->s->key, &op);
+    const char *keys[2] = {a->s->key, op.key};
+    const char *args[3] = {a->n, op.seq, op.ttl};
     long long got;
-    dlock_status st = dlock_eval_int(a->s->client, DLOCK_SCRIPT_SEM_ACQUIRE, 1, keys, 1, args, &got);
+    dlock_status st = dlock_eval_int(a->s->client, DLOCK_SCRIPT_SEM_ACQUIRE, 2, keys, 3, args, &got);
     if (st != DLOCK_OK) return st;
     *retry_ms = -1;
     return got == 1 ? DLOCK_OK : DLOCK_BUSY;
@@ -94,7 +100,7 @@ dlock_status dlock_semaphore_acquire(dlock_semaphore *s, long permits, long wait
     long retry = -1;
     int result = sem_try(&a, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(s->client, s->channel, deadline, sem_try, &a, retry);
+        result = dlock_wait_for(s->client, s->channel, deadline, sem_try, &a, result, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
     return (dlock_status)result;
@@ -107,10 +113,12 @@ dlock_status dlock_semaphore_release(dlock_semaphore *s, long permits)
         return dlock_fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
     char n[24];
     snprintf(n, sizeof n, "%ld", permits);
-    const char *keys[2] = {s->key, s->channel};
-    const char *args[2] = {n, s->client->publish};
+    dlock_op op;
+    dlock_op_new(s->client, s->key, &op);
+    const char *keys[3] = {s->key, s->channel, op.key};
+    const char *args[4] = {n, s->client->publish, op.seq, op.ttl};
     long long available;
-    return dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_RELEASE, 2, keys, 2, args, &available);
+    return dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_RELEASE, 3, keys, 4, args, &available);
 }
 
 dlock_status dlock_semaphore_available(dlock_semaphore *s, long *available)

@@ -84,6 +84,19 @@ unsigned long dlock_thread_number(void)
     return mine;
 }
 
+/* Why a maximum: a script sets its lease after writing the hold (PEXPIRE
+ * after HSET), and a lease the server refuses fails the script half-way
+ * with the hold written and no expiry: held forever, by an owner that was
+ * told it failed. Checking here, before any I/O, is the only safe place. */
+dlock_status dlock_check_lease(long lease_ms, long min_ms, int watchdog_ok)
+{
+    if (watchdog_ok && lease_ms == DLOCK_LEASE_WATCHDOG) return DLOCK_OK;
+    if (lease_ms < min_ms || lease_ms > DLOCK_LEASE_MAX_MS)
+        return dlock_fail(DLOCK_ERR_INVALID, "lease must be %ld to %ld ms%s", min_ms, DLOCK_LEASE_MAX_MS,
+                          watchdog_ok ? ", or DLOCK_LEASE_WATCHDOG" : "");
+    return DLOCK_OK;
+}
+
 int64_t dlock_deadline(long wait_ms)
 {
     return wait_ms < 0 ? -1 : dlock_mono_ms() + wait_ms;
@@ -91,6 +104,8 @@ int64_t dlock_deadline(long wait_ms)
 
 #define NAME_MAX_LEN 512
 
+/* One rule for every object, public so that tools refuse a bad name
+ * before connecting rather than after. */
 dlock_status dlock_check_name(const char *name)
 {
     if (!name) return dlock_fail(DLOCK_ERR_INVALID, "name is NULL");

@@ -38,13 +38,12 @@ dlock_status dlock_random_hex(char *out, size_t nbytes);
  * (thread ids from the OS are reused; these are not). */
 unsigned long dlock_thread_number(void);
 
-/* Check an object name: 1 to 512 bytes, no '{' or '}' (they would break
- * the hash tag that keeps an object's keys in one Cluster slot), no
- * control characters. */
-dlock_status dlock_check_name(const char *name);
-
 /* "dlock:{NAME}SUFFIX", malloc'd; NULL when out of memory. */
 char *dlock_key(const char *name, const char *suffix);
+
+/* Check a lease argument: `min_ms` to DLOCK_LEASE_MAX_MS, or
+ * DLOCK_LEASE_WATCHDOG when `watchdog_ok`. */
+dlock_status dlock_check_lease(long lease_ms, long min_ms, int watchdog_ok);
 
 /* Deadline for a wait of `wait_ms` (DLOCK_WAIT_FOREVER gives -1). */
 int64_t dlock_deadline(long wait_ms);

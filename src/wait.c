@@ -23,13 +23,13 @@
 #define SAFETY_NET_MS 2000
 
 int dlock_wait_for(dlock_client *client, const char *channel, int64_t deadline_ms, dlock_try_fn try,
-                   void *ctx, long retry_ms)
+                   void *ctx, int first, long retry_ms)
 {
     struct dlock_subscriber *sub = dlock_client_subscriber(client);
     if (!sub) return dlock_fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
     dlock_sub_entry *e = dlock_sub_join(sub, channel);
     if (!e) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    int result = DLOCK_BUSY;
+    int result = first;
     long backoff = 0;
     for (;;) {
         int64_t now = dlock_mono_ms();

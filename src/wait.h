@@ -29,11 +29,14 @@ static inline int dlock_should_wait(int result, long wait_ms)
 
 /*
  * Wait on `channel` and call `try` until it succeeds, fails hard, or
- * `deadline_ms` (-1: none) passes (then DLOCK_BUSY). The caller has already
- * made one attempt, which said DLOCK_BUSY with `retry_ms`. Connection
- * failures are waited out with backoff until the deadline.
+ * `deadline_ms` (-1: none) passes. The caller has already made one attempt,
+ * which came to `first` (DLOCK_BUSY with `retry_ms`, or DLOCK_ERR_CONNECT).
+ * Connection failures are waited out with backoff until the deadline. At
+ * the deadline the last attempt's result is returned: DLOCK_BUSY when the
+ * resource was taken, DLOCK_ERR_CONNECT when the server could not be
+ * reached to find out.
  */
 int dlock_wait_for(dlock_client *client, const char *channel, int64_t deadline_ms, dlock_try_fn try,
-                   void *ctx, long retry_ms);
+                   void *ctx, int first, long retry_ms);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,6 +40,92 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
+/*
+ * Every server started and not stopped yet. A test that fails an
+ * assertion leaves its function at once (cmocka longjmps out), skipping
+ * its th_redis_stop(); the registry lets the suite's teardown
+ * (th_redis_stop_all) and, failing that, an atexit handler stop such
+ * servers by PID. A program killed outright runs neither; for that each
+ * server is started with PR_SET_PDEATHSIG, so the kernel kills it when
+ * the test program dies.
+ */
+#define MAX_SERVERS 64
+static struct {
+    pid_t pid;
+    char dir[128];
+} registry[MAX_SERVERS];
+static pid_t registry_owner; /* forked test children must not stop our servers */
+
+static void registry_forget(pid_t pid)
+{
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (registry[i].pid == pid) registry[i].pid = 0;
+}
+
+static void stop_all_at_exit(void)
+{
+    if (getpid() == registry_owner) th_redis_stop_all();
+}
+
+static void registry_add(pid_t pid, const char *dir)
+{
+    if (registry_owner != getpid()) {
+        /* First server of this process. In a forked child the entries are
+         * the parent's (not ours to stop) and the atexit handler came with
+         * the fork. */
+        int inherited = registry_owner != 0;
+        memset(registry, 0, sizeof registry);
+        registry_owner = getpid();
+        if (!inherited) atexit(stop_all_at_exit);
+    }
+    registry_forget(pid);
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (registry[i].pid == 0) {
+            registry[i].pid = pid;
+            snprintf(registry[i].dir, sizeof registry[i].dir, "%s", dir);
+            return;
+        }
+    }
+}
+
+static void kill_pid_and_reap(pid_t pid, int sig)
+{
+    kill(pid, SIGCONT);
+    kill(pid, sig);
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) return;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* By shell: a server dir holds a few files, and rm -rf needs no code here. */
+void th_redis_remove_dir(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) { /* best effort */ }
+}
+
+void th_redis_stop_all(void)
+{
+    if (getpid() != registry_owner) return;
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (registry[i].pid == 0) continue;
+        kill_pid_and_reap(registry[i].pid, SIGKILL);
+        registry[i].pid = 0;
+        th_redis_remove_dir(registry[i].dir);
+    }
+}
+
+int th_stop_all_fixture(void **state)
+{
+    (void)state;
+    th_redis_stop_all();
+    return 0;
+}
+
 static int write_conf_and_spawn(th_redis *r)
 {
     char conf[256], log[256];
@@ -50,19 +137,28 @@ static int write_conf_and_spawn(th_redis *r)
                "save \"\"\nappendonly no\ndir %s\nlogfile %s\ndaemonize no\n%s",
             r->port, r->sock, r->dir, log, r->extra);
     fclose(f);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        /* Die with the test program, however it dies. (The signal follows
+         * the forking thread: servers are started from the main thread.) */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
         int devnull = open("/dev/null", O_RDWR);
         if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2); }
         execlp("redis-server", "redis-server", conf, (char *)NULL);
         _exit(127);
     }
     r->pid = pid;
+    registry_add(pid, r->dir);
     /* Wait until it answers PING on the socket, or died. */
     for (int i = 0; i < 500; i++) {
         int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) { r->pid = 0; return -1; }
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            registry_forget(pid);
+            r->pid = 0;
+            return -1;
+        }
         struct timeval tv = {0, 200000};
         redisContext *c = redisConnectUnixWithTimeout(r->sock, tv);
         if (c && !c->err) {
@@ -92,7 +188,11 @@ int th_redis_start(th_redis *r, const char *extra_conf)
         if (r->port <= 0) continue;
         snprintf(r->tcp_url, sizeof r->tcp_url, "redis://127.0.0.1:%d", r->port);
         if (write_conf_and_spawn(r) == 0) return 0;
-        if (r->pid > 0) { kill(r->pid, SIGKILL); waitpid(r->pid, NULL, 0); r->pid = 0; }
+        if (r->pid > 0) {
+            kill_pid_and_reap(r->pid, SIGKILL);
+            registry_forget(r->pid);
+            r->pid = 0;
+        }
     }
     return -1;
 }
@@ -100,24 +200,16 @@ int th_redis_start(th_redis *r, const char *extra_conf)
 static void kill_and_reap(th_redis *r, int sig)
 {
     if (r->pid <= 0) return;
-    kill(r->pid, SIGCONT);
-    kill(r->pid, sig);
-    for (int i = 0; i < 500; i++) {
-        if (waitpid(r->pid, NULL, WNOHANG) == r->pid) { r->pid = 0; return; }
-        usleep(10000);
-    }
-    kill(r->pid, SIGKILL);
-    waitpid(r->pid, NULL, 0);
+    kill_pid_and_reap(r->pid, sig);
+    registry_forget(r->pid);
     r->pid = 0;
 }
 
 void th_redis_stop(th_redis *r)
 {
-    char cmd[256];
     kill_and_reap(r, SIGTERM);
     if (r->dir[0]) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
-        if (system(cmd) != 0) { /* best effort */ }
+        th_redis_remove_dir(r->dir);
         r->dir[0] = '\0';
     }
 }
@@ -170,6 +262,19 @@ redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...)
     redisReply *rep = th_vcmd_once(th_redis_connect(r), fmt, ap);
     va_end(ap);
     return rep;
+}
+
+long long th_redis_calls(const th_redis *r, const char *command)
+{
+    redisReply *rep = th_redis_cmd(r, "INFO commandstats");
+    if (!rep) return -1;
+    long long n = rep->type == REDIS_REPLY_STRING ? 0 : -1;
+    char pat[64];
+    snprintf(pat, sizeof pat, "cmdstat_%s:calls=", command);
+    const char *p = rep->type == REDIS_REPLY_STRING ? strstr(rep->str, pat) : NULL;
+    if (p) n = atoll(p + strlen(pat));
+    freeReplyObject(rep);
+    return n;
 }
 
 const char *th_bin(const char *name)

@@ -27,6 +27,18 @@ int th_redis_start(th_redis *r, const char *extra_conf);
 /* Stop it (SIGTERM, then SIGKILL after 5 s) and remove its directory. */
 void th_redis_stop(th_redis *r);
 
+/* Stop (SIGKILL) every server this program started and has not stopped,
+ * and remove their directories: for suite teardowns, after a test that
+ * failed half-way. Also run at exit; and every server dies with the
+ * program anyway (PR_SET_PDEATHSIG). */
+void th_redis_stop_all(void);
+
+/* Remove a server's directory (after a server that died with its program). */
+void th_redis_remove_dir(const char *dir);
+
+/* th_redis_stop_all() as a cmocka setup/teardown function. */
+int th_stop_all_fixture(void **state);
+
 /* Kill it (SIGKILL) and start a fresh, empty server on the same socket and
  * port: a restart without persistence. Returns 0 on success. */
 int th_redis_restart(th_redis *r);
@@ -46,6 +58,11 @@ redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...);
 /* Run one command on connection `c` (may be NULL: returns NULL) and free
  * the connection: the body of every one-shot command helper. */
 redisReply *th_vcmd_once(redisContext *c, const char *fmt, va_list ap);
+
+/* How many times the server has run `command` (lower case, e.g.
+ * "evalsha": every library script) since it started, from INFO
+ * commandstats; -1 when it cannot be read. */
+long long th_redis_calls(const th_redis *r, const char *command);
 
 /* Monotonic milliseconds. */
 long long th_now_ms(void);

@@ -177,6 +177,43 @@ static void run_argv(run *r, const char *url_env, const char *extra_env, const c
         start_dlock((p), (url), NULL, args_);                                                      \
     } while (0)
 
+/* Start `dlock ARGS... -- sh -c "touch READY; BODY"` (DLOCK_URL: the
+ * suite's server) and wait until COMMAND runs, i.e. the hold is taken.
+ * READY is the scratch file `tag`. */
+static void start_holder(proc *p, const char *tag, const char *body, const char *const *args)
+{
+    char ready[256], script[768];
+    const char *argv[MAX_ARGS + 1];
+    size_t n = 0;
+    scratch_file(ready, sizeof ready, tag);
+    unlink(ready);
+    snprintf(script, sizeof script, "touch %s; %s", ready, body);
+    for (; args[n] && n < MAX_ARGS - 4; n++) argv[n] = args[n];
+    argv[n++] = "--";
+    argv[n++] = "sh";
+    argv[n++] = "-c";
+    argv[n++] = script;
+    argv[n] = NULL;
+    start_dlock(p, srv.url, NULL, argv);
+    assert_true(wait_for_file(ready, 10000));
+}
+#define HOLD(p, tag, body, ...)                                                                    \
+    do {                                                                                           \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
+        start_holder((p), (tag), (body), args_);                                                   \
+    } while (0)
+
+/* The one-line rule: stderr is a single line ending in a newline (so any
+ * newline in a NAME was escaped). */
+static void assert_one_line(const char *err)
+{
+    const char *nl = strchr(err, '\n');
+    if (strncmp(err, "dlock: ", 7) != 0 || !nl || nl[1] != '\0') {
+        print_error("not one 'dlock: ' line on stderr: [%s]\n", err);
+        fail();
+    }
+}
+
 /* Print what dlock said when an expectation fails, then fail. */
 static void expect_status(const run *r, int want)
 {
@@ -226,7 +263,7 @@ static int closed_port(void)
 /* ------------------------------------------------------------------------ */
 
 /* --help and --version need no Redis and succeed. */
-static void test_help_version(void **state)
+static void help_and_version_need_no_server(void **state)
 {
     (void)state;
     run r;
@@ -245,7 +282,7 @@ static void test_help_version(void **state)
 
 /* Every malformed command line is 64 with a one-line "dlock: " error,
  * before anything touches Redis or runs COMMAND. */
-static void test_usage_errors(void **state)
+static void every_usage_error_exits_64_with_one_line(void **state)
 {
     (void)state;
     char marker[256];
@@ -319,11 +356,12 @@ static void test_usage_errors(void **state)
         for (; cases[i][n]; n++) args[n] = strcmp(cases[i][n], "x") == 0 ? touch : cases[i][n];
         args[n] = NULL;
         run_argv(&r, srv.url, NULL, args);
-        if (r.status != 64 || strncmp(r.err, "dlock: ", 7) != 0) {
+        if (r.status != 64) {
             print_error("case %zu (%s %s ...): exit %d, stderr: %s\n", i, args[0],
                         args[1] ? args[1] : "", r.status, r.err);
             fail();
         }
+        assert_one_line(r.err);
     }
     /* A malformed URL in the environment is a usage error too. */
     RUN(&r, "redis://h:0", "status", "u1");
@@ -334,7 +372,7 @@ static void test_usage_errors(void **state)
 
 /* COMMAND's exit status is dlock's; a signal death is 128+N as in sh;
  * a COMMAND that cannot be executed is 127. The lock is free afterwards. */
-static void test_exit_passthrough(void **state)
+static void command_exit_status_is_passed_through(void **state)
 {
     (void)state;
     run r;
@@ -356,7 +394,7 @@ static void test_exit_passthrough(void **state)
 /* COMMAND sees DLOCK_NAME and DLOCK_TOKEN; tokens grow strictly from run
  * to run (TCP and unix URLs alike), a stale DLOCK_TOKEN from the caller is
  * replaced, and `status` reports the last token handed out. */
-static void test_env_and_tokens(void **state)
+static void command_gets_its_name_and_rising_tokens(void **state)
 {
     (void)state;
     char file[256], script[512], buf[256];
@@ -389,7 +427,7 @@ static void test_env_and_tokens(void **state)
 
 /* Concurrent dlock runs of one NAME never overlap: each COMMAND writes a
  * start and an end line around a sleep, and the file must alternate. */
-static void test_mutual_exclusion(void **state)
+static void concurrent_runs_of_one_name_never_overlap(void **state)
 {
     (void)state;
     enum { N = 5 };
@@ -424,15 +462,11 @@ static void test_mutual_exclusion(void **state)
  * about 300 ms, both with 75; `status` shows the holder; a waiter without
  * -w dies of SIGTERM like any process while it waits; SIGTERM to the
  * holding dlock reaches COMMAND and the lock is released. */
-static void test_busy_and_wait(void **state)
+static void busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder(void **state)
 {
     (void)state;
-    char ready[256], script[512];
-    scratch_file(ready, sizeof ready, "busy.ready");
-    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
     proc holder;
-    START(&holder, srv.url, "lock", "busy", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready, 10000));
+    HOLD(&holder, "busy.ready", "exec sleep 30", "lock", "busy");
 
     run r;
     RUN(&r, srv.url, "lock", "-w", "0", "busy", "--", "true");
@@ -466,20 +500,33 @@ static void test_busy_and_wait(void **state)
     assert_free("busy");
 
     /* A bounded wait that a release ends in time acquires the lock. */
-    char ready2[256];
-    scratch_file(ready2, sizeof ready2, "busy.ready2");
-    snprintf(script, sizeof script, "touch %s; sleep 0.3", ready2);
-    START(&holder, srv.url, "lock", "busy", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready2, 10000));
+    HOLD(&holder, "busy.ready2", "sleep 0.3", "lock", "busy");
     RUN(&r, srv.url, "lock", "-w", "15000", "busy", "--", "true");
     expect_status(&r, 0);
     assert_int_equal(wait_dlock(&holder, 10000), 0);
 }
 
+/* With a 300 ms TTL and a COMMAND that runs 1.5 s, the lock is renewed
+ * (every 100 ms) for as long as COMMAND runs: a second dlock finds it held
+ * well past several TTLs, and the first ends with COMMAND's own status,
+ * not 76. */
+static void lock_is_renewed_while_a_long_command_runs(void **state)
+{
+    (void)state;
+    proc holder;
+    HOLD(&holder, "renew.ready", "sleep 1.5", "lock", "-t", "300", "renewed");
+    usleep(900000); /* three TTLs */
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "0", "renewed", "--", "true");
+    expect_status(&r, 75);
+    assert_int_equal(wait_dlock(&holder, 15000), 0);
+    assert_free("renewed");
+}
+
 /* The lease is deleted behind the holder's back while COMMAND runs: the
  * watchdog (renewing every TTL/3 = 200 ms) notices, COMMAND gets SIGTERM
  * at once and dlock exits 76, long before COMMAND's 20 s sleep ends. */
-static void test_lease_lost(void **state)
+static void lost_lease_terminates_command_and_exits_76(void **state)
 {
     (void)state;
     char ready[256], term[256], script[768];
@@ -513,16 +560,14 @@ static void test_lease_lost(void **state)
 /* The lock vanishes while COMMAND runs but COMMAND ends before the
  * watchdog's next renewal (TTL 30 s): the release finds it gone, and dlock
  * still exits 76 although COMMAND itself succeeded. */
-static void test_lost_found_at_release(void **state)
+static void loss_found_at_release_exits_76(void **state)
 {
     (void)state;
-    char ready[256], go[256], script[768];
-    scratch_file(ready, sizeof ready, "late.ready");
+    char go[256], body[512];
     scratch_file(go, sizeof go, "late.go");
-    snprintf(script, sizeof script, "touch %s; while [ ! -e %s ]; do sleep 0.02; done; exit 0", ready, go);
+    snprintf(body, sizeof body, "while [ ! -e %s ]; do sleep 0.02; done; exit 0", go);
     proc holder;
-    START(&holder, srv.url, "lock", "late", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready, 10000));
+    HOLD(&holder, "late.ready", body, "lock", "late");
     redisReply *rep = th_redis_cmd(&srv, "DEL %s", "dlock:{late}");
     assert_non_null(rep);
     assert_int_equal(rep->integer, 1);
@@ -538,7 +583,7 @@ static void test_lost_found_at_release(void **state)
 
 /* SIGTERM and SIGINT sent to dlock are passed to COMMAND (which traps
  * them and exits with its own status), and the lock is released after. */
-static void test_signals_forwarded(void **state)
+static void sigterm_and_sigint_are_passed_to_command(void **state)
 {
     (void)state;
     static const int sigs[2] = {SIGTERM, SIGINT};
@@ -566,7 +611,7 @@ static void test_signals_forwarded(void **state)
 }
 
 /* COMMAND does not inherit dlock's Redis connections. */
-static void test_no_socket_leak(void **state)
+static void command_inherits_no_redis_socket(void **state)
 {
     (void)state;
     char file[256], script[512], buf[OUT_MAX];
@@ -584,7 +629,7 @@ static void test_no_socket_leak(void **state)
 }
 
 /* No server at the address: 69 for every subcommand, one error line. */
-static void test_unreachable(void **state)
+static void unreachable_server_exits_69_with_one_line(void **state)
 {
     (void)state;
     char url[64];
@@ -607,7 +652,7 @@ static void test_unreachable(void **state)
 
 /* A password-protected server: wrong or missing password is 69, the
  * right one works. */
-static void test_auth(void **state)
+static void refused_password_exits_69(void **state)
 {
     (void)state;
     th_redis pw;
@@ -637,7 +682,7 @@ static void test_auth(void **state)
 
 /* `id -n 5` prints 5 distinct decimal IDs, one per line; a second run
  * never repeats one. */
-static void test_id(void **state)
+static void id_prints_distinct_ids_one_per_line(void **state)
 {
     (void)state;
     unsigned long long seen[6];
@@ -665,7 +710,7 @@ static void test_id(void **state)
 
 /* status of a lock never taken; unlock --force breaks a live hold (the
  * holder then exits 76) and says 1 when there is nothing to break. */
-static void test_status_and_force_unlock(void **state)
+static void status_shows_the_holder_and_force_unlock_breaks_it(void **state)
 {
     (void)state;
     run r;
@@ -676,12 +721,8 @@ static void test_status_and_force_unlock(void **state)
     assert_int_equal(status_field(r.out, "ttl_ms"), -1);
     assert_int_equal(status_field(r.out, "last_token"), 0);
 
-    char ready[256], script[512];
-    scratch_file(ready, sizeof ready, "force.ready");
-    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
     proc holder;
-    START(&holder, srv.url, "lock", "-t", "600", "force", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready, 10000));
+    HOLD(&holder, "force.ready", "exec sleep 30", "lock", "-t", "600", "force");
     RUN(&r, srv.url, "status", "force");
     expect_status(&r, 0);
 
@@ -698,17 +739,81 @@ static void test_status_and_force_unlock(void **state)
     assert_non_null(strstr(r.out, "not held"));
 }
 
-/* --read holds overlap, --write excludes them and gets a fencing token,
- * --fair hands one out too. */
-static void test_read_write_and_fair_modes(void **state)
+/* A bad NAME or PREFIX is a usage error (64) before anything connects,
+ * so even with no server at the address; the message is one line, with
+ * control characters in the name escaped. */
+static void bad_name_is_a_usage_error_even_when_redis_is_down(void **state)
 {
     (void)state;
-    char ready[256], script[512], out[256];
-    scratch_file(ready, sizeof ready, "rw.ready");
-    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    const char *const cases[][8] = {
+        {"lock", "a\nb", "--", "true", NULL},
+        {"lock", "--write", "x{y}", "--", "true", NULL},
+        {"semaphore", "-p", "1", "a}", "--", "true", NULL},
+        {"latch", "a{", "--await", NULL},
+        {"status", "x{y}", NULL},
+        {"unlock", "--force", "a\tb", NULL},
+        {"id", "a b", NULL},
+        {"id", "new\nline", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run r;
+        run_argv(&r, url, NULL, cases[i]);
+        if (r.status != 64) {
+            print_error("case %zu (%s): exit %d, stderr: %s\n", i, cases[i][0], r.status, r.err);
+            fail();
+        }
+        assert_one_line(r.err);
+    }
+    run r;
+    RUN(&r, url, "lock", "a\nb", "--", "true");
+    assert_non_null(strstr(r.err, "'a\\nb'"));
+}
+
+/* `status` sees read-write holds too (a different key from the plain
+ * lock of the same name): a --write holder is shown as writer, --read
+ * holders are counted, either makes it exit 0; `unlock --force` breaks
+ * them (the writer's dlock then exits 76). */
+static void status_shows_read_and_write_holders_and_unlock_breaks_them(void **state)
+{
+    (void)state;
+    proc holder;
+    run r;
+    HOLD(&holder, "rwstat.ready", "exec sleep 30", "lock", "--write", "-t", "600", "rwstat");
+    RUN(&r, srv.url, "status", "rwstat");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "holder: -\n"));
+    assert_null(strstr(r.out, "writer: -\n"));
+    assert_non_null(strstr(r.out, "writer: "));
+    assert_int_equal(status_field(r.out, "readers"), 0);
+    assert_true(status_field(r.out, "rw_ttl_ms") > 0);
+    assert_true(status_field(r.out, "rw_last_token") > 0);
+    RUN(&r, srv.url, "unlock", "--force", "rwstat");
+    expect_status(&r, 0);
+    assert_int_equal(wait_dlock(&holder, 15000), 76);
+
+    HOLD(&holder, "rwstat.ready2", "exec sleep 30", "lock", "--read", "rwstat");
+    RUN(&r, srv.url, "status", "rwstat");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "writer: -\n"));
+    assert_int_equal(status_field(r.out, "readers"), 1);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    RUN(&r, srv.url, "status", "rwstat");
+    expect_status(&r, 1);
+    assert_int_equal(status_field(r.out, "readers"), 0);
+    assert_int_equal(status_field(r.out, "rw_ttl_ms"), -1);
+}
+
+/* --read holds overlap, --write excludes them and gets a fencing token,
+ * --fair hands one out too. */
+static void readers_share_writers_exclude_and_fair_locks_give_tokens(void **state)
+{
+    (void)state;
+    char script[512], out[256];
     proc reader;
-    START(&reader, srv.url, "lock", "--read", "rwcli", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready, 10000));
+    HOLD(&reader, "rw.ready", "exec sleep 30", "lock", "--read", "rwcli");
     run r;
     RUN(&r, srv.url, "lock", "--read", "-w", "0", "rwcli", "--", "true");
     expect_status(&r, 0);
@@ -732,18 +837,15 @@ static void test_read_write_and_fair_modes(void **state)
 /* Two permits: two holders run, a third is refused (75); COMMAND sees
  * DLOCK_PERMIT and no DLOCK_TOKEN. A SIGKILLed dlock's permit comes back
  * once its 600 ms lease runs out. */
-static void test_semaphore_command(void **state)
+static void semaphore_admits_permits_holders_and_a_killed_ones_permit_returns(void **state)
 {
     (void)state;
-    char ready[2][256], script[512], envf[256], buf[256];
+    char script[512], envf[256], buf[256];
     proc holder[2];
     for (int i = 0; i < 2; i++) {
         char n[32];
         snprintf(n, sizeof n, "sem.ready%d", i);
-        scratch_file(ready[i], sizeof ready[i], n);
-        snprintf(script, sizeof script, "touch %s; exec sleep 30", ready[i]);
-        START(&holder[i], srv.url, "semaphore", "-p", "2", "-t", "600", "semcli", "--", "sh", "-c", script);
-        assert_true(wait_for_file(ready[i], 10000));
+        HOLD(&holder[i], n, "exec sleep 30", "semaphore", "-p", "2", "-t", "600", "semcli");
     }
     run r;
     RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "0", "semcli", "--", "true");
@@ -764,7 +866,7 @@ static void test_semaphore_command(void **state)
 
 /* --set once (then 1), --await times out with 75 while the count is not
  * zero, and a waiting --await ends as soon as --count-down reaches zero. */
-static void test_latch_command(void **state)
+static void latch_sets_once_and_releases_awaiters_at_zero(void **state)
 {
     (void)state;
     run r;
@@ -791,7 +893,7 @@ static void test_latch_command(void **state)
 
 /* -u three times is RedLock: works with all masters, still works with one
  * stopped, refuses (75) with two stopped and reports 69 with none. */
-static void test_redlock_over_three_urls(void **state)
+static void redlock_over_three_urls_holds_with_a_majority_only(void **state)
 {
     (void)state;
     th_redis m[3];
@@ -835,30 +937,34 @@ static int teardown(void **state)
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
     if (system(cmd) != 0) { /* best effort */ }
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_help_version),
-        cmocka_unit_test(test_usage_errors),
-        cmocka_unit_test(test_exit_passthrough),
-        cmocka_unit_test(test_env_and_tokens),
-        cmocka_unit_test(test_mutual_exclusion),
-        cmocka_unit_test(test_busy_and_wait),
-        cmocka_unit_test(test_lease_lost),
-        cmocka_unit_test(test_lost_found_at_release),
-        cmocka_unit_test(test_signals_forwarded),
-        cmocka_unit_test(test_no_socket_leak),
-        cmocka_unit_test(test_unreachable),
-        cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_id),
-        cmocka_unit_test(test_status_and_force_unlock),
-        cmocka_unit_test(test_read_write_and_fair_modes),
-        cmocka_unit_test(test_semaphore_command),
-        cmocka_unit_test(test_latch_command),
-        cmocka_unit_test(test_redlock_over_three_urls),
+        cmocka_unit_test(help_and_version_need_no_server),
+        cmocka_unit_test(every_usage_error_exits_64_with_one_line),
+        cmocka_unit_test(command_exit_status_is_passed_through),
+        cmocka_unit_test(command_gets_its_name_and_rising_tokens),
+        cmocka_unit_test(concurrent_runs_of_one_name_never_overlap),
+        cmocka_unit_test(busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder),
+        cmocka_unit_test(lock_is_renewed_while_a_long_command_runs),
+        cmocka_unit_test(lost_lease_terminates_command_and_exits_76),
+        cmocka_unit_test(loss_found_at_release_exits_76),
+        cmocka_unit_test(sigterm_and_sigint_are_passed_to_command),
+        cmocka_unit_test(command_inherits_no_redis_socket),
+        cmocka_unit_test(unreachable_server_exits_69_with_one_line),
+        cmocka_unit_test(refused_password_exits_69),
+        cmocka_unit_test(id_prints_distinct_ids_one_per_line),
+        cmocka_unit_test(status_shows_the_holder_and_force_unlock_breaks_it),
+        cmocka_unit_test(status_shows_read_and_write_holders_and_unlock_breaks_them),
+        cmocka_unit_test(bad_name_is_a_usage_error_even_when_redis_is_down),
+        cmocka_unit_test(readers_share_writers_exclude_and_fair_locks_give_tokens),
+        cmocka_unit_test(semaphore_admits_permits_holders_and_a_killed_ones_permit_returns),
+        cmocka_unit_test(latch_sets_once_and_releases_awaiters_at_zero),
+        cmocka_unit_test(redlock_over_three_urls_holds_with_a_majority_only),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

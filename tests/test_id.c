@@ -33,6 +33,7 @@ static int teardown(void **state)
 {
     (void)state;
     th_redis_stop(&server);
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 
@@ -41,6 +42,15 @@ static dlock_client *new_client(void)
     dlock_client *c = NULL;
     assert_int_equal(dlock_client_new(server.url, NULL, &c), DLOCK_OK);
     return c;
+}
+
+/* The wall clock the library reads (time() may lag it by a tick of the
+ * coarse clock, and disagree at a second's boundary). */
+static time_t wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec;
 }
 
 /* "icr:PREFIX:YYYY:MM:DD" for the UTC date of `t`. */
@@ -88,7 +98,7 @@ static void ids_are_unique_across_processes_and_batches(void **state)
     enum { CHILDREN = 4, PER_CHILD = 2000 };
     static const size_t sizes[] = {1, 7, 250, 1, 64, 3, 128, 1, 33};
     char day_before[96], day_after[96];
-    utc_key(day_before, sizeof day_before, "uniq", time(NULL));
+    utc_key(day_before, sizeof day_before, "uniq", wall_s());
     for (int i = 0; i < CHILDREN; i++) {
         if (fork() == 0) {
             dlock_client *c = NULL;
@@ -128,7 +138,7 @@ static void ids_are_unique_across_processes_and_batches(void **state)
         assert_true(WIFEXITED(st));
         assert_int_equal(WEXITSTATUS(st), 0);
     }
-    utc_key(day_after, sizeof day_after, "uniq", time(NULL));
+    utc_key(day_after, sizeof day_after, "uniq", wall_s());
     assert_int_equal(redis_int("GET %s", "uniq-total"), CHILDREN * PER_CHILD);
     assert_int_equal(redis_int("SCARD %s", "uniq-set"), CHILDREN * PER_CHILD);
     if (strcmp(day_before, day_after) == 0)
@@ -155,10 +165,10 @@ static void id_high_half_is_seconds_since_the_epoch(void **state)
     dlock_client *c = new_client();
     uint64_t ids[5], more[2];
     long long floor_before = seq_floor_now();
-    long long before = (long long)time(NULL) - DLOCK_ID_EPOCH;
+    long long before = (long long)wall_s() - DLOCK_ID_EPOCH;
     assert_int_equal(dlock_id_next(c, "epoch", ids, 5), DLOCK_OK);
     assert_int_equal(dlock_id_next(c, "epoch", more, 2), DLOCK_OK);
-    long long after = (long long)time(NULL) - DLOCK_ID_EPOCH;
+    long long after = (long long)wall_s() - DLOCK_ID_EPOCH;
     assert_true(before > 0);
     for (int i = 0; i < 5; i++) {
         long long hi = (long long)(ids[i] >> 32);
@@ -215,7 +225,7 @@ static void id_sequence_key_carries_the_utc_date(void **state)
 {
     (void)state;
     dlock_client *c = new_client();
-    time_t now = time(NULL);
+    time_t now = wall_s();
     struct tm utc;
     gmtime_r(&now, &utc);
     char *old_tz = getenv("TZ") ? strdup(getenv("TZ")) : NULL;
@@ -226,9 +236,9 @@ static void id_sequence_key_carries_the_utc_date(void **state)
     uint64_t ids[4];
     int attempts = 0;
     do { /* retried only if UTC midnight passes during the call */
-        utc_key(key_before, sizeof key_before, "utcday", time(NULL));
+        utc_key(key_before, sizeof key_before, "utcday", wall_s());
         assert_int_equal(dlock_id_next(c, "utcday", ids, 4), DLOCK_OK);
-        now = time(NULL);
+        now = wall_s();
         utc_key(key_after, sizeof key_after, "utcday", now);
     } while (strcmp(key_before, key_after) != 0 && ++attempts < 3);
     struct tm local;
@@ -286,7 +296,7 @@ static void bad_prefixes_are_refused_and_write_nothing(void **state)
     assert_int_equal(dlock_id_next(c, long64, ids, 3), DLOCK_OK);
     assert_int_equal(redis_int("DBSIZE", NULL), keys_before + 1);
     char key[128];
-    utc_key(key, sizeof key, long64, time(NULL));
+    utc_key(key, sizeof key, long64, wall_s());
     assert_int_equal(redis_int("EXISTS %s", key), 1);
     dlock_client_free(c);
 }
@@ -315,12 +325,12 @@ static void bad_counts_are_refused_and_the_maximum_works(void **state)
 
     uint64_t *big = malloc(MAX * sizeof *big);
     assert_non_null(big);
-    time_t t0 = time(NULL);
+    time_t t0 = wall_s();
     assert_int_equal(dlock_id_next(c, "counts", big, MAX), DLOCK_OK);
     for (size_t i = 1; i < MAX; i++)
         if (big[i] != big[i - 1] + 1) fail_msg("ids %zu and %zu not consecutive", i - 1, i);
     utc_key(key, sizeof key, "counts", t0);
-    if (time(NULL) / 86400 == t0 / 86400)
+    if (wall_s() / 86400 == t0 / 86400)
         assert_int_equal(redis_int("GET %s", key), (long long)(big[MAX - 1] & 0xffffffffULL));
     free(big);
     dlock_client_free(c);
@@ -334,12 +344,12 @@ static dlock_status ids_after(dlock_client *c, const char *prefix, const char *s
     char key[96], key2[96];
     dlock_status st;
     for (int attempt = 0;; attempt++) {
-        utc_key(key, sizeof key, prefix, time(NULL));
+        utc_key(key, sizeof key, prefix, wall_s());
         redisReply *r = th_redis_cmd(&server, "SET %s %s", key, start);
         assert_non_null(r);
         freeReplyObject(r);
         st = dlock_id_next(c, prefix, ids, n);
-        utc_key(key2, sizeof key2, prefix, time(NULL));
+        utc_key(key2, sizeof key2, prefix, wall_s());
         if (strcmp(key, key2) == 0 || attempt == 2) return st;
     }
 }

@@ -29,6 +29,7 @@ static int teardown(void **state)
 {
     (void)state;
     th_redis_stop(&server);
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 

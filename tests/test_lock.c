@@ -26,6 +26,7 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "proxy.h"
 
 static th_redis server;
 
@@ -42,6 +43,7 @@ static int teardown(void **state)
 {
     (void)state;
     th_redis_stop(&server);
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 
@@ -456,6 +458,57 @@ static void watchdog_keeps_the_lock_past_its_lease(void **state)
     dlock_client_free(c);
 }
 
+/* After release the watchdog stops renewing: with a 90 ms lease it would
+ * renew every 30 ms, so 600 ms of silence from the only client proves it
+ * (one renewal already in flight at release may still land). */
+static void released_hold_is_no_longer_renewed(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(90);
+    dlock_lock *l = new_lock(c, "wd-stop");
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    long long held_from = th_redis_calls(&server, "evalsha");
+    usleep(300000);
+    long long renewals = th_redis_calls(&server, "evalsha") - held_from;
+    assert_true(renewals >= 3); /* it was renewing: the count below means something */
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    long long after_release = th_redis_calls(&server, "evalsha");
+    usleep(600000);
+    long long later = th_redis_calls(&server, "evalsha") - after_release;
+    if (later > 1) fail_msg("%lld script calls in the 600 ms after release", later);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* The server stops answering for 800 ms, well inside the 2000 ms lease:
+ * the renewal due at 667 ms times out (200 ms command timeout) and is
+ * retried every 200 ms until one gets through after the pause, so the
+ * hold is neither reported lost nor lets anyone else in. A watchdog that
+ * gave up on the first failed renewal would report it lost. */
+static void watchdog_rides_out_a_server_pause_shorter_than_the_lease(void **state)
+{
+    (void)state;
+    dlock_options o = {0};
+    o.watchdog_lease_ms = 2000;
+    o.command_timeout_ms = 200;
+    dlock_client *c = NULL, *other = new_client(0);
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    dlock_lock *l = new_lock(c, "wd-pause"), *l2 = new_lock(other, "wd-pause");
+    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    usleep(500000);
+    th_redis_pause(&server);
+    usleep(800000);
+    th_redis_resume(&server);
+    usleep(2000000); /* a full lease after the pause: renewals resumed */
+    assert_int_equal(dlock_lock_lost(l), 0);
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
 struct lost_rec {
     atomic_int calls;
     _Atomic uint64_t token;
@@ -610,6 +663,32 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The fence counter is set far ahead of the server clock (as after many
+ * acquisitions in one microsecond, or a clock that stepped back): each
+ * new token must still be the counter plus one, not the clock floor,
+ * which now lies below it. Plain and fair locks. */
+static void fencing_tokens_step_past_a_counter_ahead_of_the_clock(void **state)
+{
+    (void)state;
+    const unsigned long long ahead = 4000000000000000ULL; /* year 2096 in microseconds */
+    dlock_client *c = new_client(0);
+    for (int fair = 0; fair < 2; fair++) {
+        const char *name = fair ? "fence-ahead-fair" : "fence-ahead";
+        dlock_lock *l;
+        uint64_t t1 = 0, t2 = 0;
+        assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(c, name, &l), DLOCK_OK);
+        freeReplyObject(th_redis_cmd(&server, "SET dlock:{%s}:fence %llu", name, ahead));
+        assert_int_equal(dlock_lock_acquire(l, 0, 10000, &t1), DLOCK_OK);
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        assert_int_equal(dlock_lock_acquire(l, 0, 10000, &t2), DLOCK_OK);
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        assert_true(t1 == ahead + 1);
+        assert_true(t2 == ahead + 2);
+        dlock_lock_free(l);
+    }
+    dlock_client_free(c);
 }
 
 /* Five processes acquire 30 times each; while holding, each appends its
@@ -787,6 +866,45 @@ static void release_wakes_a_waiter_at_once(void **state)
     dlock_lock_free(l1);
     dlock_client_free(c2);
     dlock_client_free(c1);
+}
+
+/* The release comes after the waiter's failed try but before its
+ * subscription is active (the proxy holds the SUBSCRIBE back for 300 ms):
+ * the message is published to nobody. The waiter must still get the lock
+ * promptly, because it retries once its subscription is confirmed; a
+ * waiter that slept right after subscribing would miss the message and
+ * sleep until the 2 s cap (the holder's lease is 30 s). Three rounds,
+ * each on a fresh name so that each needs a fresh subscription. */
+static void release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter(void **state)
+{
+    (void)state;
+    th_proxy *px = th_proxy_start(&server);
+    assert_non_null(px);
+    dlock_client *holder = new_client(0), *c = try_client(th_proxy_url(px), 0);
+    assert_non_null(c);
+    for (int i = 0; i < 3; i++) {
+        char name[32], channel[48];
+        snprintf(name, sizeof name, "subwin-%d", i);
+        snprintf(channel, sizeof channel, "{%s}:ch", name);
+        dlock_lock *h = new_lock(holder, name), *l = new_lock(c, name);
+        assert_int_equal(dlock_lock_acquire(h, 0, 30000, NULL), DLOCK_OK);
+        th_proxy_delay_next(px, channel, 300);
+        struct waiter w = {l, 10000, 30000, 1, -100, 0, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, waiter_main, &w);
+        usleep(100000); /* the first try has failed; the SUBSCRIBE is held */
+        long long released = th_now_ms();
+        assert_int_equal(dlock_lock_release(h), DLOCK_OK);
+        pthread_join(th, NULL);
+        assert_int_equal(w.status, DLOCK_OK);
+        if (w.got_at - released >= 1000)
+            fail_msg("round %d: woken %lld ms after the release", i, w.got_at - released);
+        dlock_lock_free(l);
+        dlock_lock_free(h);
+    }
+    dlock_client_free(c);
+    dlock_client_free(holder);
+    th_proxy_stop(px);
 }
 
 /* A thread waits for a lock held with a 20 s lease when the server is
@@ -1332,12 +1450,16 @@ int main(void)
         cmocka_unit_test(expired_holder_cannot_release_the_next_owners_lock),
         cmocka_unit_test(killed_holder_lock_frees_after_its_lease_not_before),
         cmocka_unit_test(watchdog_keeps_the_lock_past_its_lease),
+        cmocka_unit_test(released_hold_is_no_longer_renewed),
+        cmocka_unit_test(watchdog_rides_out_a_server_pause_shorter_than_the_lease),
         cmocka_unit_test(deleted_lock_is_reported_lost),
         cmocka_unit_test(paused_holder_is_told_it_lost_the_lock),
         cmocka_unit_test(fencing_tokens_rise_in_acquisition_order_across_processes),
         cmocka_unit_test(fencing_tokens_rise_across_a_redis_restart),
+        cmocka_unit_test(fencing_tokens_step_past_a_counter_ahead_of_the_clock),
         cmocka_unit_test(wait_gives_up_after_its_wait_time),
         cmocka_unit_test(release_wakes_a_waiter_at_once),
+        cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(waiter_acquires_after_redis_restart),
         cmocka_unit_test(server_restart_does_not_kill_the_process_with_sigpipe),
         cmocka_unit_test(script_flush_does_not_break_the_lock),

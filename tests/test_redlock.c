@@ -36,6 +36,7 @@ static int teardown(void **state)
 {
     (void)state;
     for (int i = 0; i < N; i++) th_redis_stop(&masters[i]);
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 

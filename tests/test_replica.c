@@ -47,6 +47,7 @@ static int teardown(void **state)
     (void)state;
     th_redis_stop(&replica);
     th_redis_stop(&master);
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ static int teardown(void **state)
 {
     (void)state;
     th_redis_stop(&server);
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 
@@ -232,6 +234,174 @@ static void watchdog_renews_read_holds(void **state)
     dlock_client_free(c);
 }
 
+/* The watchdog keeps a write hold past four 300 ms leases: another
+ * client's writer cannot get in until it is released. */
+static void watchdog_renews_write_holds(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300), *c2 = new_client(0);
+    dlock_rwlock *rw, *w;
+    assert_int_equal(dlock_rwlock_new(c, "rw-wd-write", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c2, "rw-wd-write", &w), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    usleep(1200000);
+    assert_int_equal(dlock_rwlock_lost(rw, DLOCK_WRITE), 0);
+    assert_int_equal(dlock_rwlock_acquire(w, DLOCK_WRITE, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(w, DLOCK_WRITE, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(w, DLOCK_WRITE), DLOCK_OK);
+    dlock_rwlock_free(w);
+    dlock_rwlock_free(rw);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/* A read hold whose expiry has passed (as after its holder was paused
+ * past its lease) stays in the hash while another reader keeps the key
+ * alive. The watchdog must report it lost at its next renewal, never
+ * revive it: a writer may have come and gone in between. The expired
+ * state is made by moving the hold's "e:<owner>" expiry into the past
+ * (see rw_acquire.lua for the layout). */
+static void expired_read_hold_is_not_revived_while_another_reader_holds(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300), *c2 = new_client(0);
+    dlock_rwlock *rw, *keeper;
+    assert_int_equal(dlock_rwlock_new(c, "rw-revive", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c2, "rw-revive", &keeper), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(keeper, DLOCK_READ, 0, 30000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    char field[128];
+    snprintf(field, sizeof field, "e:%s:", dlock_client_id(c));
+    redisReply *r = th_redis_cmd(&server, "HGETALL dlock:{rw-revive}:rw");
+    assert_non_null(r);
+    int moved = 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        if (strncmp(r->element[i]->str, field, strlen(field)) != 0) continue;
+        freeReplyObject(th_redis_cmd(&server, "HSET dlock:{rw-revive}:rw %s 1", r->element[i]->str));
+        moved++;
+    }
+    freeReplyObject(r);
+    assert_int_equal(moved, 1);
+    long long t0 = th_now_ms();
+    while (!dlock_rwlock_lost(rw, DLOCK_READ) && th_now_ms() - t0 < 2000) usleep(10000);
+    assert_int_equal(dlock_rwlock_lost(rw, DLOCK_READ), 1);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_rwlock_release(keeper, DLOCK_READ), DLOCK_OK);
+    dlock_rwlock_free(keeper);
+    dlock_rwlock_free(rw);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/* Every write hold gets a greater token than the last, and the counter
+ * plus one when the counter is ahead of the server clock; a read hold
+ * sees the latest write token. */
+static void write_tokens_rise_with_every_write_hold(void **state)
+{
+    (void)state;
+    const unsigned long long ahead = 4000000000000000ULL;
+    dlock_client *c = new_client(0);
+    dlock_rwlock *rw;
+    uint64_t t1 = 0, t2 = 0, t3 = 0, seen = 0;
+    assert_int_equal(dlock_rwlock_new(c, "rw-tokens", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t1), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t2), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+    assert_true(t1 > 0 && t2 > t1);
+    freeReplyObject(th_redis_cmd(&server, "SET dlock:{rw-tokens}:rw:fence %llu", ahead));
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t3), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+    assert_true(t3 == ahead + 1);
+    assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 5000, &seen), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
+    assert_true(seen == t3);
+    dlock_rwlock_free(rw);
+    dlock_client_free(c);
+}
+
+/* The admin view: a free lock shows nothing; a write hold shows its
+ * owner, count and token; two readers count as two; an expired reader
+ * counts as none. */
+static void inspect_shows_the_writer_and_live_readers(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_rwlock *a, *b;
+    dlock_rwlock_info info;
+    uint64_t token = 0;
+    assert_int_equal(dlock_rwlock_new(c, "rw-inspect", &a), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c, "rw-inspect", &b), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_inspect(c, "rw-inspect", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    assert_int_equal(info.ttl_ms, -1);
+    assert_string_equal(info.writer, "");
+    assert_int_equal(dlock_rwlock_acquire(a, DLOCK_WRITE, 0, 5000, &token), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(a, DLOCK_WRITE, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_inspect(c, "rw-inspect", &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(strncmp(info.writer, dlock_client_id(c), 32), 0);
+    assert_int_equal(info.write_count, 2);
+    assert_int_equal(info.readers, 0);
+    assert_true(info.ttl_ms > 0 && info.ttl_ms <= 5000);
+    assert_true(info.last_token == token);
+    assert_int_equal(dlock_rwlock_release(a, DLOCK_WRITE), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(a, DLOCK_WRITE), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(a, DLOCK_READ, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(b, DLOCK_READ, 0, 100, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_inspect(c, "rw-inspect", &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_string_equal(info.writer, "");
+    assert_int_equal(info.readers, 2);
+    usleep(250000);
+    assert_int_equal(dlock_rwlock_inspect(c, "rw-inspect", &info), DLOCK_OK);
+    assert_int_equal(info.readers, 1);
+    assert_int_equal(dlock_rwlock_release(a, DLOCK_READ), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(b, DLOCK_READ), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_rwlock_inspect(c, "rw-inspect", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    assert_int_equal(dlock_rwlock_inspect(c, "bad{name}", &info), DLOCK_ERR_INVALID);
+    dlock_rwlock_free(b);
+    dlock_rwlock_free(a);
+    dlock_client_free(c);
+}
+
+/* Force unlock deletes the writer's hold: a waiting reader gets in at
+ * once (within 500 ms, where its sleep, bounded by the writer's 3 s lease
+ * and the 2 s cap, would last far longer without the wake-up), the
+ * writer's watchdog reports the loss at its next renewal, and a second
+ * force unlock finds nothing. */
+static void force_unlock_breaks_the_write_hold_and_wakes_readers(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(3000), *c2 = new_client(0);
+    dlock_rwlock *w, *r;
+    int was_held = -1;
+    assert_int_equal(dlock_rwlock_new(c, "rw-force", &w), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c2, "rw-force", &r), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(w, DLOCK_WRITE, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    struct reader rd = {r, 0, -100};
+    pthread_t th;
+    pthread_create(&th, NULL, read_waiter, &rd);
+    usleep(300000);
+    long long t0 = th_now_ms();
+    assert_int_equal(dlock_rwlock_force_unlock(c2, "rw-force", &was_held), DLOCK_OK);
+    assert_int_equal(was_held, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(rd.status, DLOCK_OK);
+    assert_true(rd.got_at - t0 < 500);
+    while (!dlock_rwlock_lost(w, DLOCK_WRITE) && th_now_ms() - t0 < 3000) usleep(10000);
+    assert_int_equal(dlock_rwlock_lost(w, DLOCK_WRITE), 1);
+    assert_int_equal(dlock_rwlock_release(w, DLOCK_WRITE), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_rwlock_force_unlock(c2, "rw-force", &was_held), DLOCK_OK);
+    assert_int_equal(was_held, 0);
+    dlock_rwlock_free(r);
+    dlock_rwlock_free(w);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
 static void rwlock_rejects_bad_input(void **state)
 {
     (void)state;
@@ -255,6 +425,11 @@ int main(void)
         cmocka_unit_test(crashed_reader_hold_expires),
         cmocka_unit_test(write_release_wakes_all_readers),
         cmocka_unit_test(watchdog_renews_read_holds),
+        cmocka_unit_test(watchdog_renews_write_holds),
+        cmocka_unit_test(expired_read_hold_is_not_revived_while_another_reader_holds),
+        cmocka_unit_test(write_tokens_rise_with_every_write_hold),
+        cmocka_unit_test(inspect_shows_the_writer_and_live_readers),
+        cmocka_unit_test(force_unlock_breaks_the_write_hold_and_wakes_readers),
         cmocka_unit_test(rwlock_rejects_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -33,6 +33,7 @@ static int teardown(void **state)
 {
     (void)state;
     th_redis_stop(&server);
+    th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 
@@ -288,6 +289,54 @@ static void psem_expired_permit_cannot_be_renewed(void **state)
     dlock_client_free(c);
 }
 
+/* Two permits: one held with a long lease keeps the set alive, the other
+ * is taken with a 150 ms lease and abandoned (as by a crashed holder).
+ * Once that lease has passed, its place must be free again although the
+ * set itself does not expire. */
+static void psem_expired_permit_returns_while_another_is_held(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_psem *p;
+    dlock_permit *kept, *abandoned, *again = NULL;
+    assert_int_equal(dlock_psem_new(c, "psem-reclaim", &p), DLOCK_OK);
+    assert_int_equal(dlock_psem_set_permits(p, 2, NULL), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, 30000, &kept), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, 150, &abandoned), DLOCK_OK);
+    dlock_permit_free(abandoned);
+    assert_int_equal(dlock_psem_acquire(p, 0, 5000, &again), DLOCK_ERR_TIMEOUT);
+    usleep(300000);
+    assert_int_equal(dlock_psem_acquire(p, 0, 5000, &again), DLOCK_OK);
+    assert_int_equal(dlock_psem_release(p, again), DLOCK_OK);
+    assert_int_equal(dlock_psem_release(p, kept), DLOCK_OK);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
+/* The same with an explicit renewal: a permit whose lease has passed
+ * cannot be renewed back to life, even while another permit keeps the
+ * set (and so the expired member) around. */
+static void psem_expired_permit_is_not_revived_while_another_is_held(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_psem *p;
+    dlock_permit *kept, *late;
+    long av = -1;
+    assert_int_equal(dlock_psem_new(c, "psem-revive", &p), DLOCK_OK);
+    assert_int_equal(dlock_psem_set_permits(p, 2, NULL), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, 30000, &kept), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, 100, &late), DLOCK_OK);
+    usleep(300000);
+    assert_int_equal(dlock_psem_renew(p, dlock_permit_id(late), 30000), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
+    assert_int_equal(av, 1);
+    assert_int_equal(dlock_psem_release(p, late), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_psem_release(p, kept), DLOCK_OK);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
 static volatile int lost_calls;
 
 static void on_permit_lost(dlock_permit *pm, void *arg)
@@ -335,6 +384,8 @@ int main(void)
         cmocka_unit_test(psem_permit_of_killed_holder_returns_after_its_lease),
         cmocka_unit_test(psem_release_by_id_and_renew),
         cmocka_unit_test(psem_expired_permit_cannot_be_renewed),
+        cmocka_unit_test(psem_expired_permit_returns_while_another_is_held),
+        cmocka_unit_test(psem_expired_permit_is_not_revived_while_another_is_held),
         cmocka_unit_test(psem_watchdog_renews_and_reports_loss),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

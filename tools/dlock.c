@@ -92,6 +92,38 @@ static unsigned char inherited_fd[FD_TRACK_MAX / 8];
 /* Messages and small helpers                                                */
 /* ------------------------------------------------------------------------ */
 
+/* Write `s` with control characters and backslashes escaped (\n, \t,
+ * \xNN, \\): a NAME, COMMAND or server message holding a newline or an
+ * escape sequence must not break a one-line message or the terminal. */
+static void put_escaped(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\\') fputs("\\\\", f);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc(c, f);
+    }
+}
+
+/* One message line on stderr: "dlock: " + the message, escaped, + `tail`
+ * (not escaped: our own text). */
+static void vmessage(const char *tail, const char *fmt, va_list ap)
+{
+    char *msg = NULL;
+    fputs("dlock: ", stderr);
+    if (vasprintf(&msg, fmt, ap) >= 0) {
+        put_escaped(stderr, msg);
+        free(msg);
+    } else {
+        fputs("(out of memory formatting a message)", stderr);
+    }
+    if (tail) fputs(tail, stderr);
+    fputc('\n', stderr);
+}
+
 /* Every error is one line on stderr prefixed with the program name, so that
  * cron mail and logs show what failed without a second line of context. */
 static void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -99,25 +131,42 @@ static void errorf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("dlock: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vmessage(NULL, fmt, ap);
     va_end(ap);
 }
 
-/* A usage error names the problem, then repeats the synopsis of the
- * subcommand so the fix is on screen. Returns the exit status to use. */
+/* A usage error names the problem and, on the same line, the synopsis of
+ * the subcommand, so the fix is on screen. Returns the exit status. */
 static int usage_error(const char *synopsis, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int usage_error(const char *synopsis, const char *fmt, ...)
 {
+    char tail[256];
+    snprintf(tail, sizeof tail, "; usage: %s", synopsis);
     va_list ap;
     va_start(ap, fmt);
-    fputs("dlock: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vmessage(tail, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "usage: %s\n", synopsis);
     return EXIT_USAGE;
+}
+
+/* A usage error not tied to one subcommand: the whole synopsis would be
+ * seven lines, so point at --help instead. */
+static int general_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int general_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("; see 'dlock --help'", fmt, ap);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+/* Refuse a bad NAME (or ID prefix) before connecting, so that a typo is a
+ * usage error (64) even when Redis is down, never a connection error. */
+static int check_name(const char *synopsis, const char *name, int is_prefix)
+{
+    if ((is_prefix ? dlock_check_id_prefix(name) : dlock_check_name(name)) == DLOCK_OK) return 0;
+    return usage_error(synopsis, "bad %s '%s': %s", is_prefix ? "PREFIX" : "NAME", name, dlock_last_error());
 }
 
 /* The synopsis of every subcommand: the start of --help, and what a usage
@@ -145,6 +194,7 @@ static void print_help(void)
           "  -u URL      redis://[[user]:password@]host[:port][/db] or\n"
           "              unix:///path?db=N  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"
           "              given 3 or more times: RedLock over those independent masters\n"
+          "              (twice is refused: a majority of two masters is both)\n"
           "  -t TTL_MS   lock lease, renewed every TTL/3 while COMMAND runs (default 30000)\n"
           "  -w WAIT_MS  give up after WAIT_MS (default: wait forever; 0 tries once)\n"
           "  --fair      FIFO lock; --read / --write: shared / exclusive read-write lock\n"
@@ -417,9 +467,9 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
            -1) {
         switch (opt) {
         case 't':
-            if (parse_number(optarg, MIN_TTL_MS, MAX_MS, &h->ttl) != 0)
+            if (parse_number(optarg, MIN_TTL_MS, DLOCK_LEASE_MAX_MS, &h->ttl) != 0)
                 return usage_error(synopsis, "bad TTL '%s': expected milliseconds from %ld to %ld", optarg,
-                                   MIN_TTL_MS, MAX_MS);
+                                   MIN_TTL_MS, DLOCK_LEASE_MAX_MS);
             break;
         case 'w':
             if (parse_number(optarg, 0, MAX_MS, &h->wait_ms) != 0)
@@ -441,6 +491,8 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     if (is_sem && h->permits <= 0) return usage_error(synopsis, "semaphore: -p PERMITS is required");
     if (optind >= argc) return usage_error(synopsis, "%s: missing NAME", argv[0]);
     h->name = argv[optind++];
+    int bad = check_name(synopsis, h->name, 0);
+    if (bad) return bad;
     if (optind >= argc || strcmp(argv[optind], "--") != 0)
         return usage_error(synopsis, "%s: expected '--' between NAME and COMMAND", argv[0]);
     optind++;
@@ -720,9 +772,10 @@ static int cmd_latch(const char *url, int argc, char **argv)
     if (optind >= argc) return usage_error(USAGE_LATCH, "latch: missing NAME");
     if (optind + 1 < argc) return usage_error(USAGE_LATCH, "latch: too many arguments");
     const char *name = argv[optind];
-    dlock_client *client = NULL;
-    int rc = open_client(url, NULL, &client);
+    int rc = check_name(USAGE_LATCH, name, 0);
     if (rc != 0) return rc;
+    dlock_client *client = NULL;
+    if ((rc = open_client(url, NULL, &client)) != 0) return rc;
     dlock_latch *latch = NULL;
     dlock_status st = dlock_latch_new(client, name, &latch);
     if (st == DLOCK_OK) {
@@ -781,6 +834,8 @@ static int cmd_id(const char *url, int argc, char **argv)
     if (optind >= argc) return usage_error(USAGE_ID, "id: missing PREFIX");
     if (optind + 1 < argc) return usage_error(USAGE_ID, "id: too many arguments");
     const char *prefix = argv[optind];
+    int bad = check_name(USAGE_ID, prefix, 1);
+    if (bad) return bad;
 
     uint64_t *ids = calloc((size_t)count, sizeof *ids);
     if (!ids) {
@@ -817,11 +872,14 @@ static int one_name(const char *synopsis, int argc, char **argv, int first, cons
     if (first >= argc) return usage_error(synopsis, "%s: missing NAME", argv[0]);
     if (first + 1 < argc) return usage_error(synopsis, "%s: too many arguments", argv[0]);
     *name = argv[first];
-    return 0;
+    return check_name(synopsis, *name, 0);
 }
 
 /* Show who holds NAME, for operators and for scripts (`key: value` lines,
- * exit 0 when held, 1 when free). */
+ * exit 0 when held, 1 when free). One NAME may be used as a plain or fair
+ * lock (`lock`, `lock --fair`) and as a read-write lock (`lock --read`,
+ * `--write`): they are different keys, and either kind of holder counts,
+ * so both are shown. */
 static int cmd_status(const char *url, int argc, char **argv)
 {
     const char *name;
@@ -830,16 +888,20 @@ static int cmd_status(const char *url, int argc, char **argv)
     dlock_client *client = NULL;
     if ((rc = open_client(url, NULL, &client)) != 0) return rc;
     dlock_lock_info info;
+    dlock_rwlock_info rw;
     dlock_status st = dlock_lock_inspect(client, name, &info);
+    if (st == DLOCK_OK) st = dlock_rwlock_inspect(client, name, &rw);
     if (st != DLOCK_OK) {
         errorf("cannot inspect lock '%s': %s", name, dlock_last_error());
         rc = exit_for(st);
     } else {
-        printf("holder: %s\ncount: %ld\nttl_ms: %ld\nlast_token: %llu\n",
+        printf("holder: %s\ncount: %ld\nttl_ms: %ld\nlast_token: %llu\n"
+               "writer: %s\nreaders: %ld\nrw_ttl_ms: %ld\nrw_last_token: %llu\n",
                info.held ? info.holder : "-", info.held ? info.hold_count : 0L, info.ttl_ms,
-               (unsigned long long)info.last_token);
-        fflush(stdout);
-        rc = info.held ? 0 : EXIT_NOT_HELD;
+               (unsigned long long)info.last_token, rw.writer[0] ? rw.writer : "-", rw.readers, rw.ttl_ms,
+               (unsigned long long)rw.last_token);
+        rc = info.held || rw.held ? 0 : EXIT_NOT_HELD;
+        if (fflush(stdout) != 0) rc = EXIT_SOFTWARE;
     }
     dlock_client_free(client);
     return rc;
@@ -856,15 +918,19 @@ static int cmd_unlock(const char *url, int argc, char **argv)
     if (rc != 0) return rc;
     dlock_client *client = NULL;
     if ((rc = open_client(url, NULL, &client)) != 0) return rc;
-    int was_held = 0;
-    dlock_status st = dlock_lock_force_unlock(client, name, &was_held);
+    /* Whatever `status` would show as holding NAME: the plain or fair lock
+     * and the read-write lock. */
+    int lock_held = 0, rw_held = 0;
+    dlock_status st = dlock_lock_force_unlock(client, name, &lock_held);
+    if (st == DLOCK_OK) st = dlock_rwlock_force_unlock(client, name, &rw_held);
     if (st != DLOCK_OK) {
         errorf("cannot unlock '%s': %s", name, dlock_last_error());
         rc = exit_for(st);
     } else {
-        printf(was_held ? "%s: was held, now unlocked\n" : "%s: was not held\n", name);
-        fflush(stdout);
-        rc = was_held ? 0 : EXIT_NOT_HELD;
+        put_escaped(stdout, name);
+        fputs(lock_held || rw_held ? ": was held, now unlocked\n" : ": was not held\n", stdout);
+        rc = lock_held || rw_held ? 0 : EXIT_NOT_HELD;
+        if (fflush(stdout) != 0) rc = EXIT_SOFTWARE;
     }
     dlock_client_free(client);
     return rc;
@@ -893,45 +959,26 @@ int main(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "+:u:hV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'u':
-            if (n_urls == MAX_URLS) {
-                errorf("too many -u options (at most %d)", MAX_URLS);
-                return EXIT_USAGE;
-            }
+            if (n_urls == MAX_URLS) return general_usage_error("too many -u options (at most %d)", MAX_URLS);
             urls[n_urls++] = url = optarg;
             break;
         case 'h': print_help(); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
         case 'V': printf("dlock %s\n", DLOCK_VERSION); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
-        case ':':
-            errorf("option -%c needs a value", optopt);
-            print_synopsis(stderr);
-            return EXIT_USAGE;
-        default:
-            errorf("unknown option '%s'", bad_option(argv));
-            print_synopsis(stderr);
-            return EXIT_USAGE;
+        case ':': return general_usage_error("option -%c needs a value", optopt);
+        default: return general_usage_error("unknown option '%s'", bad_option(argv));
         }
     }
-    if (optind >= argc) {
-        errorf("missing command");
-        print_synopsis(stderr);
-        return EXIT_USAGE;
-    }
+    if (optind >= argc) return general_usage_error("missing command");
     const char *cmd = argv[optind];
     int sub_argc = argc - optind;
     char **sub_argv = argv + optind;
     if (n_urls == 0) urls[n_urls++] = url;
     if (strcmp(cmd, "lock") == 0) return cmd_hold(urls, n_urls, 0, sub_argc, sub_argv);
     if (strcmp(cmd, "semaphore") == 0) return cmd_hold(urls, n_urls, 1, sub_argc, sub_argv);
-    if (n_urls > 1) {
-        errorf("%s: only `lock` takes several -u URLs (RedLock)", cmd);
-        print_synopsis(stderr);
-        return EXIT_USAGE;
-    }
+    if (n_urls > 1) return general_usage_error("%s: only `lock` takes several -u URLs (RedLock)", cmd);
     if (strcmp(cmd, "latch") == 0) return cmd_latch(url, sub_argc, sub_argv);
     if (strcmp(cmd, "id") == 0) return cmd_id(url, sub_argc, sub_argv);
     if (strcmp(cmd, "status") == 0) return cmd_status(url, sub_argc, sub_argv);
     if (strcmp(cmd, "unlock") == 0) return cmd_unlock(url, sub_argc, sub_argv);
-    errorf("unknown command '%s'", cmd);
-    print_synopsis(stderr);
-    return EXIT_USAGE;
+    return general_usage_error("unknown command '%s'", cmd);
 }

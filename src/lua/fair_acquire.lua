@@ -21,6 +21,11 @@
 -- reaches the head, and the next one is woken. So a dead waiter stalls the
 -- queue for at most the waiter timeout, and a live one must retry within
 -- it: the caller's sleeps are capped at half of it.
+--
+-- Resend safety: as in acquire.lua, the count is set from ARGV[3], so a
+-- resend of a call that took the lock takes that hold once, with a new
+-- token; one that queued the caller finds it queued (ZSCORE) and does not
+-- queue it twice, only pushes its deadline forward.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -9,7 +9,9 @@
 -- ARGV[2]  "publish" or "spublish"
 -- ARGV[3]  channel prefix "dlock:{name}:ch:"
 --
--- Returns 1 when the owner was queued, else 0.
+-- Returns 1 when the owner was queued, else 0. Resend safety: a second
+-- run finds nothing to remove and wakes nobody; only its answer differs,
+-- and nobody reads it.
 
 local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

@@ -11,6 +11,10 @@
 -- Returns -1 when not the owner (nothing changes), else the holds left.
 -- Only the head waiter is woken: the others could not take the lock
 -- anyway, so waking them would be a herd for nothing.
+--
+-- Resend safety: as in release.lua, the count is set from ARGV[3]; a
+-- resend of the last release finds another owner (or none) and returns -1,
+-- which the caller that knows it resent reads as done.
 
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1

@@ -15,6 +15,11 @@
 -- begins above every value handed out earlier that day, unless IDs were
 -- being made faster than 49,000 a second just before. The counter only
 -- ever grows, so uniqueness between hosts does not depend on their clocks.
+--
+-- Resend safety: a resend after a lost reply reserves a second batch; the
+-- first is never handed out, so the day's sequence has a gap but no ID is
+-- repeated. An operation record would cost a write per call to save a few
+-- sequence numbers in a rare failure; it is not worth it here.
 
 local n = tonumber(ARGV[1])
 local last = redis.call('INCRBY', KEYS[1], n)

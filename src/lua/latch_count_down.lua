@@ -2,11 +2,25 @@
 --
 -- KEYS[1]  "dlock:{name}:latch": the count
 -- KEYS[2]  channel "dlock:{name}:latch:ch"
+-- KEYS[3]  operation record "dlock:{name}:op:<client id>:<thread>" (src/op.c)
 -- ARGV[1]  "publish" or "spublish"
+-- ARGV[2]  this call's operation sequence number
+-- ARGV[3]  the record's lifetime in milliseconds
 --
 -- Returns the count left. Counting down a latch that is not set (never
 -- set, or already open) changes nothing and returns 0.
+--
+-- Resend safety: the same call sent again after its reply was lost finds
+-- its record and returns the first run's answer instead of counting down
+-- twice (which could open the latch one party early).
 
+local done = redis.call('GET', KEYS[3])
+if done then
+    local seq, result = string.match(done, '^(%d+):(%-?%d+)$')
+    if seq == ARGV[2] then
+        return tonumber(result)
+    end
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return 0
 end
@@ -14,6 +28,7 @@ local left = redis.call('DECR', KEYS[1])
 if left <= 0 then
     redis.call('DEL', KEYS[1])
     redis.call(ARGV[1], KEYS[2], '*')
-    return 0
+    left = 0
 end
+redis.call('SET', KEYS[3], ARGV[2] .. ':' .. left, 'PX', ARGV[3])
 return left

@@ -3,7 +3,8 @@
 -- KEYS[1]  "dlock:{name}:psem"
 -- KEYS[2]  "dlock:{name}:psem:held"
 --
--- Read-only: expired permits count as available without being removed.
+-- Read-only (so safe to resend): expired permits count as available
+-- without being removed.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -7,6 +7,7 @@
 -- Returns one integer per key: 1 renewed, 0 no longer held (it expired, so
 -- another process may hold that permit now: the caller reports it lost).
 -- An expired permit is never revived, even if no one reclaimed it yet.
+-- Resend safety: renewing twice sets the same expiry again.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -11,7 +11,9 @@
 -- expired and someone else may own the lock now), else the holds left.
 -- The count is set from ARGV[3] rather than decremented so that a resend
 -- after a lost reply cannot release twice. When the last hold goes, one
--- waiter per subscribed process is woken through the channel ("1").
+-- waiter per subscribed process is woken through the channel ("1"); a
+-- resend of that last release returns -1, which the caller that knows it
+-- resent (src/lock.c) reads as done.
 
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1

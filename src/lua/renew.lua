@@ -7,7 +7,8 @@
 -- Returns one integer per key: 1 renewed, 0 no longer owned (expired,
 -- deleted by force, or taken by another owner): the caller reports it lost.
 -- Only the owner's lock is touched, so a late renewal can never extend a
--- lock that has passed to someone else.
+-- lock that has passed to someone else. Resend safety: renewing twice
+-- sets the same lease again.
 
 local result = {}
 for i, key in ipairs(KEYS) do

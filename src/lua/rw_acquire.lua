@@ -19,6 +19,10 @@
 -- renewing; its fields are purged here once its expiry has passed, which
 -- is how a dead reader's hold ends by itself. The hash's own TTL is kept at
 -- the longest live hold, so it vanishes when the last hold ends.
+--
+-- Resend safety: the hold counts are set from ARGV[3], not incremented, so
+-- a resend after a lost reply takes the hold the first run took once
+-- instead of counting it twice (a write hold gets a new token: see below).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

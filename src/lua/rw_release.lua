@@ -12,6 +12,10 @@
 -- (expired: nothing is changed). The last write release wakes every
 -- waiter ("*": all readers may go at once); the last read release wakes
 -- one (a writer, if one waits).
+--
+-- Resend safety: counts are set from ARGV[3]; a resend of the last
+-- release finds no hold and returns -1, which the caller that knows it
+-- resent (src/rwlock.c) reads as done.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -5,7 +5,8 @@
 -- ARGV[2i]    its new lease in milliseconds
 --
 -- Returns 1 per renewed hold, 0 per hold that had expired (never revived:
--- a writer may have taken the lock since).
+-- a writer may have taken the lock since). Resend safety: renewing twice
+-- sets the same expiry again.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -6,6 +6,7 @@
 --
 -- Returns 1 per renewed hold, 0 per hold no longer owned. The TTL is only
 -- ever raised: it may also be carrying the same owner's read hold.
+-- Resend safety: renewing twice sets the same lease again.
 
 local result = {}
 for i, key in ipairs(KEYS) do
