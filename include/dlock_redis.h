@@ -36,6 +36,15 @@ extern "C" {
 #define DLOCK_REDIS_ONCE 1
 
 /*
+ * Flag: the command may keep the connection busy on the server for a
+ * while (BLPOP, XREADGROUP ... BLOCK, WAIT, a slow script). Commands of all
+ * threads normally share one pipelined connection per server, and such a
+ * command would hold up everyone's; with this flag it gets a connection of
+ * its own from the pool for the time it runs.
+ */
+#define DLOCK_REDIS_BLOCKING 2
+
+/*
  * Run one command (binary-safe argv; argvlen may be NULL for C strings) on
  * the server that serves `key`, or on any data node when `key` is NULL.
  * DLOCK_OK with the reply in *reply; an error reply gives DLOCK_ERR_REDIS

@@ -35,6 +35,7 @@ dlock_status dlock_pool_init(dlock_pool *p, const char *host, int port, const ch
         return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_init(&p->mu, NULL);
+    dlock_mux_init(&p->mux);
     return DLOCK_OK;
 }
 
@@ -42,6 +43,7 @@ void dlock_pool_destroy(dlock_pool *p)
 {
     for (size_t i = 0; i < p->n_idle; i++) redisFree(p->idle[i]);
     free(p->idle);
+    dlock_mux_destroy(&p->mux);
     free(p->host);
     free(p->path);
     pthread_mutex_destroy(&p->mu);
@@ -234,45 +236,57 @@ void dlock_pool_drop_idle(dlock_pool *p)
     for (size_t i = 0; i < p->n_idle; i++) redisFree(p->idle[i]);
     p->n_idle = 0;
     pthread_mutex_unlock(&p->mu);
+    dlock_mux_close_idle(&p->mux);
+}
+
+/* One exchange on a pooled connection of the caller's own. */
+static dlock_status exclusive_pipeline(dlock_pool *p, int n, const int *argcs, const char *const *const *argvs,
+                                       const size_t *const *lens, redisReply **replies, int *fresh,
+                                       dlock_io_fail *f)
+{
+    redisContext *c;
+    dlock_status st = pool_get(p, &c, fresh);
+    if (st != DLOCK_OK) return st;
+    pipeline(c, n, argcs, argvs, lens, replies);
+    int ok = 1;
+    for (int i = 0; i < n; i++) ok = ok && replies[i];
+    if (ok) {
+        pool_put(p, c);
+        return DLOCK_OK;
+    }
+    for (int i = 0; i < n; i++) {
+        if (replies[i]) freeReplyObject(replies[i]);
+        replies[i] = NULL;
+    }
+    f->timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+    /* Only commands that left in full may have run on the server; ones
+     * whose send failed did not, and their resend is no "maybe twice". */
+    f->sent = sdslen(c->obuf) == 0;
+    char name[300];
+    dlock_pool_name(p, name, sizeof name);
+    st = dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], name,
+                    f->timed_out ? "command timed out" : c->errstr);
+    redisFree(c);
+    return st;
 }
 
 dlock_status dlock_pool_pipeline(dlock_pool *p, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, int once, redisReply **replies, int *retried,
+                                 const size_t *const *lens, int flags, redisReply **replies, int *retried,
                                  dlock_io_fail *why)
 {
     if (retried) *retried = 0;
-    dlock_io_fail f = {0, 0};
     for (int attempt = 0;; attempt++) {
-        redisContext *c;
-        int fresh;
-        dlock_status st = pool_get(p, &c, &fresh);
-        if (st != DLOCK_OK) {
-            if (why) *why = f;
-            return st;
-        }
-        pipeline(c, n, argcs, argvs, lens, replies);
-        int ok = 1;
-        for (int i = 0; i < n; i++) ok = ok && replies[i];
-        if (ok) {
-            pool_put(p, c);
-            return DLOCK_OK;
-        }
-        for (int i = 0; i < n; i++) {
-            if (replies[i]) freeReplyObject(replies[i]);
-            replies[i] = NULL;
-        }
-        f.timed_out = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-        /* Only commands that left in full may have run on the server; ones
-         * whose send failed did not, and their resend is no "maybe twice". */
-        f.sent = f.sent || sdslen(c->obuf) == 0;
-        char name[300];
-        dlock_pool_name(p, name, sizeof name);
-        st = dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], name,
-                        f.timed_out ? "command timed out" : c->errstr);
-        redisFree(c);
+        int fresh = 0;
+        dlock_io_fail f = {0, 0};
+        dlock_status st = flags & DLOCK_IO_EXCLUSIVE
+                              ? exclusive_pipeline(p, n, argcs, argvs, lens, replies, &fresh, &f)
+                              : dlock_mux_pipeline(&p->mux, p, n, argcs, argvs, lens, replies, &fresh, &f);
+        if (st == DLOCK_OK) return DLOCK_OK;
         /* A timeout is not retried: the server is slow or stopped, and a
-         * second wait would only double the caller's delay. */
-        if (fresh || f.timed_out || attempt > 0 || (once && f.sent)) {
+         * second wait would only double the caller's delay. Nor is a
+         * failure on a connection made for this very call, nor a second
+         * one: the server is really gone. */
+        if (st != DLOCK_ERR_CONNECT || fresh || f.timed_out || attempt > 0 || ((flags & DLOCK_IO_ONCE) && f.sent)) {
             if (why) *why = f;
             return st;
         }

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "dlock.h"
+#include "mux.h"
 
 /* What every connection of a client shares, whatever server it goes to. */
 typedef struct dlock_conn_cfg {
@@ -19,12 +20,14 @@ typedef struct dlock_conn_cfg {
     int require_master;     /* refuse a server whose ROLE is not master (Sentinel) */
 } dlock_conn_cfg;
 
-/* One server and its idle connections. */
+/* One server: the connection all threads share (mux.c), and idle
+ * connections for commands that must have one to themselves. */
 typedef struct dlock_pool {
     char *host;             /* TCP host, or NULL for a unix socket */
     int port;
     char *path;             /* unix socket path, or NULL */
     const dlock_conn_cfg *cfg;
+    dlock_mux mux;
     pthread_mutex_t mu;
     redisContext **idle;    /* stack of idle connections */
     size_t n_idle, cap;
@@ -35,6 +38,11 @@ typedef struct dlock_io_fail {
     int timed_out;          /* no reply within the command timeout */
     int sent;               /* the commands left in full: they may have run */
 } dlock_io_fail;
+
+/* Flags of dlock_pool_pipeline() and dlock_topo_pipeline(). */
+#define DLOCK_IO_ONCE 1      /* never send again what may have run */
+#define DLOCK_IO_EXCLUSIVE 2 /* a connection of its own: the commands block
+                                the connection on the server (WAIT) */
 
 /* Set up a pool for host:port (host not NULL) or the unix socket `path`.
  * Strings are copied; cfg must outlive the pool. */
@@ -49,23 +57,25 @@ void dlock_pool_name(const dlock_pool *p, char *out, size_t size);
  * never return to the pool. */
 dlock_status dlock_connect(const dlock_pool *p, redisContext **out);
 
-/* Close every idle connection: after one turned out dead, or the server
- * stopped being the one we want, the others are suspect too. */
+/* Close every idle connection (and the shared one, if nothing is in flight
+ * on it): after one turned out dead, or the server stopped being the one
+ * we want, the others are suspect too. */
 void dlock_pool_drop_idle(dlock_pool *p);
 
 /*
- * Send n commands in one write on one pooled connection and read their n
- * replies into replies[]. When a pooled connection turns out dead (server
- * restarted) every idle connection is dropped and the commands are sent
- * once more on a fresh one; *retried (may be NULL) tells the caller, whose
- * commands must therefore be idempotent, unless `once` is set: then
- * commands that may have reached the server are never sent again, and the
- * failure is reported instead. Error replies are replies, not failures. On
- * failure nothing is left in replies[] and *why (may be NULL) says how it
- * failed.
+ * Send n commands, one right after the other, and read their n replies
+ * into replies[]: on the shared connection, or with DLOCK_IO_EXCLUSIVE on a
+ * pooled connection of their own. When a connection made earlier turns out
+ * dead (server restarted) every idle connection is dropped and the
+ * commands are sent once more on a fresh one; *retried (may be NULL) tells
+ * the caller, whose commands must therefore be idempotent, unless
+ * DLOCK_IO_ONCE is set: then commands that may have reached the server are
+ * never sent again, and the failure is reported instead. Error replies are
+ * replies, not failures. On failure nothing is left in replies[] and *why
+ * (may be NULL) says how it failed.
  */
 dlock_status dlock_pool_pipeline(dlock_pool *p, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, int once, redisReply **replies, int *retried,
+                                 const size_t *const *lens, int flags, redisReply **replies, int *retried,
                                  dlock_io_fail *why);
 
 /* redisCommandArgv() that cannot raise SIGPIPE on a closed connection (a

@@ -17,6 +17,12 @@ struct dlock_script {
     char sha[41];
 };
 
+/* The public flags, in the connection layer's terms. */
+static int io_flags(int flags)
+{
+    return (flags & DLOCK_REDIS_ONCE ? DLOCK_IO_ONCE : 0) | (flags & DLOCK_REDIS_BLOCKING ? DLOCK_IO_EXCLUSIVE : 0);
+}
+
 /* An error reply is a failure with the server's message, but the caller
  * still gets the reply: some errors (BUSYGROUP, say) are answers. */
 static dlock_status settle(redisReply *r, const char *what)
@@ -33,8 +39,7 @@ dlock_status dlock_redis_command(dlock_client *client, const char *key, int flag
         return dlock_fail(DLOCK_ERR_INVALID, "client, argc or argv missing");
     const char *const *argvs[1] = {argv};
     const size_t *const lens[1] = {argvlen};
-    dlock_status st =
-        dlock_topo_pipeline(client->topo, key, 1, &argc, argvs, lens, flags & DLOCK_REDIS_ONCE, reply, NULL);
+    dlock_status st = dlock_topo_pipeline(client->topo, key, 1, &argc, argvs, lens, io_flags(flags), reply, NULL);
     return st == DLOCK_OK ? settle(*reply, argv[0]) : st;
 }
 
@@ -90,7 +95,7 @@ dlock_status dlock_script_eval(dlock_script *s, int flags, int nkeys, const char
     *reply = NULL;
     if (!s || nkeys < 1 || !keys || nargs < 0 || (nargs && !args))
         return dlock_fail(DLOCK_ERR_INVALID, "script, keys or args missing");
-    dlock_status st = dlock_eval_raw(s->client, s->sha, s->text, nkeys, keys, nargs, args,
-                                     flags & DLOCK_REDIS_ONCE, reply, NULL, NULL);
+    dlock_status st =
+        dlock_eval_raw(s->client, s->sha, s->text, nkeys, keys, nargs, args, io_flags(flags), reply, NULL, NULL);
     return st == DLOCK_OK ? settle(*reply, "script") : st;
 }

@@ -63,7 +63,7 @@ dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys,
 }
 
 dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
-                            const char *const *keys, int nargs, const char *const *args, int once, redisReply **out,
+                            const char *const *keys, int nargs, const char *const *args, int flags, redisReply **out,
                             long long *acks, int *retried)
 {
     const char *stack[40];
@@ -93,7 +93,8 @@ dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *b
     for (int pass = 0; pass < 2; pass++) {
         /* With acks, WAIT follows on the same connection, in the same write,
          * so it waits for exactly this script's writes. */
-        st = dlock_topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL, once, rep, &again);
+        st = dlock_topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL,
+                                 acks ? flags | DLOCK_IO_EXCLUSIVE : flags, rep, &again);
         if (retried && again) *retried = 1;
         if (st != DLOCK_OK) break;
         r = rep[0];

@@ -66,10 +66,11 @@ dlock_status dlock_scripts_ensure(dlock_client *client);
  * the SHA (restart, failover, SCRIPT FLUSH, a cluster node never asked).
  * Any reply, error replies included, comes back with DLOCK_OK. With `acks`
  * (not NULL), WAIT for the client's replica count follows on the same
- * connection and *acks receives its answer. `once` and *retried as for
+ * connection (one of its own: WAIT blocks it) and *acks receives its
+ * answer. `flags` (DLOCK_IO_ONCE) and *retried as for
  * dlock_topo_pipeline(). */
 dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
-                            const char *const *keys, int nargs, const char *const *args, int once, redisReply **out,
+                            const char *const *keys, int nargs, const char *const *args, int flags, redisReply **out,
                             long long *acks, int *retried);
 
 /* Run a script. Only a non-error reply comes back with DLOCK_OK; an error

@@ -312,7 +312,7 @@ static int starts(const char *s, const char *prefix)
 }
 
 dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const int *argcs,
-                                 const char *const *const *argvs, const size_t *const *lens, int once,
+                                 const char *const *const *argvs, const size_t *const *lens, int flags,
                                  redisReply **replies, int *retried)
 {
     if (retried) *retried = 0;
@@ -350,7 +350,7 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
         }
         ask = -1;
         dlock_io_fail why;
-        st = dlock_pool_pipeline(dlock_topo_pool(t, node), n + x, ac, av, ln, once, rep, &again, &why);
+        st = dlock_pool_pipeline(dlock_topo_pool(t, node), n + x, ac, av, ln, flags, rep, &again, &why);
         if (again && retried) *retried = 1;
         if (st != DLOCK_OK) {
             if (st != DLOCK_ERR_CONNECT) return st;
@@ -361,7 +361,7 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
             if (!key && t->url.kind == DLOCK_URL_CLUSTER) avoid_any_node(t, node);
             dlock_status why_not;
             int next = route(t, key, keylen, &why_not);
-            if (next < 0 || next == node || dlock_mono_ms() >= deadline || (once && why.sent)) return st;
+            if (next < 0 || next == node || dlock_mono_ms() >= deadline || ((flags & DLOCK_IO_ONCE) && why.sent)) return st;
             if (why.sent && retried) *retried = 1;
             hops++;
             continue;

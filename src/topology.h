@@ -50,12 +50,12 @@ void dlock_topo_free(dlock_topo *t);
  * read their replies. Follows MOVED and ASK, waits out TRYAGAIN,
  * CLUSTERDOWN, LOADING and a failover in progress within the command
  * timeout, and after a broken connection looks the topology up again and
- * resends to the new server. `once` and *retried as for
- * dlock_pool_pipeline(): with `once`, a resend happens only when the
+ * resends to the new server. `flags` and *retried as for
+ * dlock_pool_pipeline(): with DLOCK_IO_ONCE, a resend happens only when the
  * commands surely did not reach the first server.
  */
 dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const int *argcs,
-                                 const char *const *const *argvs, const size_t *const *lens, int once,
+                                 const char *const *const *argvs, const size_t *const *lens, int flags,
                                  redisReply **replies, int *retried);
 
 /* One command; see dlock_topo_pipeline(). */

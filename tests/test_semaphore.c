@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,13 +338,13 @@ static void psem_expired_permit_is_not_revived_while_another_is_held(void **stat
     dlock_client_free(c);
 }
 
-static volatile int lost_calls;
+static atomic_int lost_calls;
 
 static void on_permit_lost(dlock_permit *pm, void *arg)
 {
     (void)pm;
     (void)arg;
-    lost_calls++;
+    atomic_fetch_add(&lost_calls, 1);
 }
 
 /* The watchdog keeps a permit with a 300 ms lease for well over a second,
@@ -367,7 +368,7 @@ static void psem_watchdog_renews_and_reports_loss(void **state)
     long long t0 = th_now_ms();
     while (!dlock_permit_lost(pm) && th_now_ms() - t0 < 3000) usleep(10000);
     assert_int_equal(dlock_permit_lost(pm), 1);
-    assert_int_equal(lost_calls, 1);
+    assert_int_equal(atomic_load(&lost_calls), 1);
     assert_int_equal(dlock_psem_release(p, pm), DLOCK_ERR_LOST);
     dlock_psem_free(p);
     dlock_client_free(c);

@@ -1,0 +1,277 @@
+/*
+ * One connection per server, shared by all the threads of a client, with
+ * their commands pipelined on it.
+ *
+ * Why: with a blocking connection per thread, every reply wakes a sleeping
+ * thread, and on a small machine that thread preempts the Redis server it
+ * shares a core with: two context switches per request on the server, and
+ * half its CPU spent on them (docs/BENCHMARKS.md measures it). When the
+ * threads share one connection, a write carries whatever commands are
+ * waiting and a read brings back whatever replies are ready, so the server
+ * sees fewer, fuller reads and writes and the clients fewer wake-ups.
+ *
+ * How, without a thread of its own: a caller appends its commands to the
+ * connection's output buffer under the mutex, and joins the queue of
+ * requests in flight, whose replies arrive in the same order. Whoever finds
+ * nobody sending sends everything buffered so far (one send, MSG_NOSIGNAL:
+ * see conn.c); whoever finds nobody reading reads, hands each reply to the
+ * request at the head of the queue, wakes its thread, and when its own
+ * replies are in passes the reading on to the oldest request still
+ * waiting. So a thread sleeps only while another does its I/O for it.
+ *
+ * A connection that fails (the server closed it, a read timed out, a reply
+ * could not be parsed) is lost for everyone on it: replies cannot be matched
+ * to requests any more. Every request in flight fails with the reason, each
+ * knowing whether its bytes had left (then it may have run), the connection
+ * is closed, and the next request makes a new one. Whether to send again is
+ * the caller's decision, as with a pooled connection (conn.c).
+ *
+ * What must not go through here: commands that block the connection on the
+ * server (WAIT, BLPOP, XREADGROUP ... BLOCK), which would hold up every
+ * other thread. The library sends WAIT on a pooled connection of its own.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <hiredis/sds.h>
+
+#include "conn.h"
+#include "mux.h"
+#include "util.h"
+
+struct mux_req {
+    int n, got;              /* replies expected, and in */
+    redisReply **replies;
+    uint64_t seq;            /* its place among the appended requests */
+    size_t end;              /* where its bytes end in the output buffer */
+    int done;                /* all replies in, or failed */
+    dlock_io_fail fail;      /* how it failed */
+    char why[200];           /* and the message, for its own thread */
+    pthread_cond_t cv;
+    struct mux_req *next;
+};
+
+void dlock_mux_init(dlock_mux *m)
+{
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    dlock_cond_init(&m->gone);
+}
+
+void dlock_mux_destroy(dlock_mux *m)
+{
+    if (m->c) redisFree(m->c);
+    pthread_cond_destroy(&m->gone);
+    pthread_mutex_destroy(&m->mu);
+}
+
+/* Close a broken connection once no thread is in send() or read() on it.
+ * Until then its descriptor stays open (shut down), so a number the kernel
+ * could hand out again is never used by a late send or read. */
+static void close_if_quiet(dlock_mux *m)
+{
+    if (m->broken && !m->flushing && !m->reading) {
+        redisFree(m->c);
+        m->c = NULL;
+        m->broken = 0;
+        pthread_cond_broadcast(&m->gone);
+    }
+}
+
+/* The connection is useless: fail every request in flight with `msg`, and
+ * close it, now or when the I/O on it returns. Called with mu held, by the
+ * thread that found out. */
+static void fail_all(dlock_mux *m, const char *msg, int timed_out)
+{
+    /* Bytes on their way out may have arrived: counted as sent, so that
+     * nothing that must not run twice is sent again. */
+    uint64_t out = m->flushing ? m->sending : m->flushed;
+    for (mux_req *r = m->head, *next; r; r = next) {
+        next = r->next;
+        for (int i = 0; i < r->got; i++) freeReplyObject(r->replies[i]);
+        r->got = 0;
+        r->done = -1;
+        r->fail.timed_out = timed_out;
+        r->fail.sent = r->seq <= out;
+        snprintf(r->why, sizeof r->why, "%s", msg);
+        r->next = NULL;
+        pthread_cond_signal(&r->cv);
+    }
+    m->head = m->tail = NULL;
+    if (m->c && !m->broken) {
+        m->broken = 1;
+        shutdown(m->c->fd, SHUT_RDWR); /* wakes a reader blocked on it */
+    }
+    close_if_quiet(m);
+}
+
+/* Send everything appended so far, unless someone else is at it. Called
+ * and returns with mu held; drops it around the send. */
+static void flush(dlock_mux *m)
+{
+    while (!m->flushing && m->c && !m->broken && sdslen(m->c->obuf) > 0) {
+        m->flushing = 1;
+        m->sending = m->appended;
+        int fd = m->c->fd;
+        sds out = m->c->obuf;
+        m->c->obuf = sdsempty();
+        pthread_mutex_unlock(&m->mu);
+        size_t len = sdslen(out), off = 0;
+        int err = 0;
+        while (off < len) {
+            ssize_t k = send(fd, out + off, len - off, MSG_NOSIGNAL);
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) {
+                err = errno;
+                break;
+            }
+            off += (size_t)k;
+        }
+        sdsfree(out);
+        pthread_mutex_lock(&m->mu);
+        m->flushing = 0;
+        if (m->broken) {
+            close_if_quiet(m); /* failed meanwhile, by a reader */
+            return;
+        }
+        if (err) {
+            char msg[160];
+            /* The requests wholly within the first `off` bytes left; a
+             * command cut short cannot run, and neither can what follows. */
+            for (mux_req *r = m->head; r && r->seq <= m->sending; r = r->next)
+                if (r->seq > m->flushed && r->end <= off) m->flushed = r->seq;
+            snprintf(msg, sizeof msg, "send: %s", strerror(err));
+            fail_all(m, msg, err == EAGAIN || err == EWOULDBLOCK);
+            return;
+        }
+        m->flushed = m->sending;
+    }
+}
+
+/* Read once for everyone and hand out the replies. Called and returns with
+ * mu held; drops it around the read. */
+static void read_some(dlock_mux *m)
+{
+    m->reading = 1;
+    int fd = m->c->fd;
+    pthread_mutex_unlock(&m->mu);
+    char buf[16384];
+    ssize_t n;
+    do {
+        n = read(fd, buf, sizeof buf);
+    } while (n < 0 && errno == EINTR);
+    int err = n < 0 ? errno : 0;
+    pthread_mutex_lock(&m->mu);
+    m->reading = 0;
+    if (m->broken) {
+        close_if_quiet(m); /* failed meanwhile, by a sender */
+        return;
+    }
+    if (n <= 0) {
+        char msg[160];
+        int timed_out = err == EAGAIN || err == EWOULDBLOCK;
+        if (n == 0) snprintf(msg, sizeof msg, "server closed the connection");
+        else if (timed_out) snprintf(msg, sizeof msg, "command timed out");
+        else snprintf(msg, sizeof msg, "read: %s", strerror(err));
+        fail_all(m, msg, timed_out);
+        return;
+    }
+    if (redisReaderFeed(m->c->reader, buf, (size_t)n) != REDIS_OK) {
+        fail_all(m, "protocol error", 0);
+        return;
+    }
+    void *reply;
+    for (;;) {
+        if (redisReaderGetReply(m->c->reader, &reply) != REDIS_OK) {
+            fail_all(m, "protocol error", 0);
+            return;
+        }
+        if (!reply) break;
+        mux_req *r = m->head;
+        if (!r) { /* a reply nobody asked for: the stream is out of step */
+            freeReplyObject(reply);
+            fail_all(m, "unexpected reply", 0);
+            return;
+        }
+        r->replies[r->got++] = reply;
+        if (r->got == r->n) {
+            r->done = 1;
+            m->head = r->next;
+            if (!m->head) m->tail = NULL;
+            r->next = NULL;
+            pthread_cond_signal(&r->cv);
+        }
+    }
+}
+
+dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const int *argcs,
+                                const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
+                                int *fresh, dlock_io_fail *why)
+{
+    mux_req me;
+    memset(&me, 0, sizeof me);
+    me.n = n;
+    me.replies = replies;
+    *fresh = 0;
+    *why = (dlock_io_fail){0, 0};
+    pthread_mutex_lock(&m->mu);
+    while (m->broken) pthread_cond_wait(&m->gone, &m->mu);
+    if (!m->c) {
+        /* Connect under the mutex: whoever else comes meanwhile needs this
+         * very connection, and would only wait for it anyway. */
+        redisContext *c;
+        dlock_status st = dlock_connect(p, &c);
+        if (st != DLOCK_OK) {
+            pthread_mutex_unlock(&m->mu);
+            return st;
+        }
+        m->c = c;
+        *fresh = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (redisAppendCommandArgv(m->c, argcs[i], (const char **)argvs[i], lens ? lens[i] : NULL) != REDIS_OK) {
+            /* Out of memory half way: the buffer now holds a partial
+             * pipeline, which nobody may send. */
+            fail_all(m, "out of memory", 0);
+            pthread_mutex_unlock(&m->mu);
+            return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        }
+    }
+    dlock_cond_init(&me.cv);
+    me.seq = ++m->appended;
+    me.end = sdslen(m->c->obuf);
+    if (m->tail) m->tail->next = &me;
+    else m->head = &me;
+    m->tail = &me;
+    flush(m);
+    while (!me.done) {
+        if (!m->reading && m->c && !m->broken) read_some(m);
+        else pthread_cond_wait(&me.cv, &m->mu);
+    }
+    /* Pass the reading on: the oldest waiter may be asleep. */
+    if (!m->reading && m->head) pthread_cond_signal(&m->head->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_cond_destroy(&me.cv);
+    if (me.done < 0) {
+        char name[300];
+        dlock_pool_name(p, name, sizeof name);
+        *why = me.fail;
+        return dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], name, me.why);
+    }
+    return DLOCK_OK;
+}
+
+void dlock_mux_close_idle(dlock_mux *m)
+{
+    pthread_mutex_lock(&m->mu);
+    if (m->c && !m->broken && !m->head && !m->flushing && !m->reading) {
+        redisFree(m->c);
+        m->c = NULL;
+    }
+    pthread_mutex_unlock(&m->mu);
+}

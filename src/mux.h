@@ -1,0 +1,48 @@
+/* One connection per server, shared by every thread of a client, with the
+ * commands of all of them pipelined on it (see mux.c). */
+#ifndef DLOCK_MUX_H
+#define DLOCK_MUX_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dlock.h"
+
+struct dlock_pool;
+struct dlock_io_fail;
+typedef struct mux_req mux_req;
+
+typedef struct dlock_mux {
+    pthread_mutex_t mu;
+    pthread_cond_t gone;     /* a broken connection was closed */
+    redisContext *c;         /* NULL while not connected */
+    int broken;              /* c failed; closed when the I/O on it returns */
+    mux_req *head, *tail;    /* in flight, oldest first: replies come in this order */
+    uint64_t appended;       /* requests appended to c->obuf so far (their seq) */
+    uint64_t flushed;        /* requests whose bytes have all been sent */
+    uint64_t sending;        /* while flushing: requests whose bytes are leaving */
+    int flushing, reading;   /* a thread is sending / reading for everyone */
+} dlock_mux;
+
+void dlock_mux_init(dlock_mux *m);
+void dlock_mux_destroy(dlock_mux *m);
+
+/*
+ * Send n commands, one after the other on the shared connection (nothing
+ * of other threads in between, so ASKING stays next to its command), and
+ * wait for their n replies. On failure every request in flight fails: the
+ * connection is closed and the next request opens a new one. *fresh tells
+ * whether this call opened the connection it failed on; *why as for
+ * dlock_pool_pipeline().
+ */
+dlock_status dlock_mux_pipeline(dlock_mux *m, const struct dlock_pool *p, int n, const int *argcs,
+                                const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
+                                int *fresh, struct dlock_io_fail *why);
+
+/* Close the connection if nothing is in flight on it (else the next
+ * failure or the server closes it): its server is no longer the one we
+ * want, or is suspect. */
+void dlock_mux_close_idle(dlock_mux *m);
+
+#endif
