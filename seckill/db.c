@@ -2,10 +2,11 @@
 #include "db.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* One URL option for every backend keeps the command line the same when
- * PostgreSQL ("postgres://...") is added next to SQLite. */
+/* One URL option for every backend keeps the command line the same for
+ * SQLite and PostgreSQL. */
 int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
 {
     if (!url || !*url) {
@@ -16,8 +17,7 @@ int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
     if (strncmp(url, "sqlite://", 9) == 0) {
         path = url + 9; /* sqlite:///abs -> /abs, sqlite://rel -> rel */
     } else if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
-        snprintf(err, errlen, "PostgreSQL is not supported yet: %s", url);
-        return -1;
+        return sk_db_open_pg(url, out, err, errlen);
     } else if (strstr(url, "://")) {
         snprintf(err, errlen, "unknown database URL scheme: %s", url);
         return -1;
@@ -27,4 +27,17 @@ int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
         return -1;
     }
     return sk_db_open_sqlite(path, out, err, errlen);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorted buyer lists let warm-up and verify test membership by binary
+ * search instead of a hash set. */
+void sk_sort_i64(int64_t *a, size_t n)
+{
+    if (n > 1) qsort(a, n, sizeof *a, cmp_i64);
 }

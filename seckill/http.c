@@ -44,6 +44,8 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, const sk_respo
     if (resp->content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
     if (resp->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    /* "busy" is an invitation to come back: say when. */
+    if (resp->status == 429) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)resp->status, r);
     MHD_destroy_response(r);
     return ret;

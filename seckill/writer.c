@@ -17,6 +17,7 @@
 #include "writer.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +61,7 @@ struct sk_writer {
     stream streams[STREAMS_MAX];
     size_t nstreams;
     redisContext *c;
-    int crash_before, crash_after;
+    int stop_before, stop_after; /* test hooks, see sk_writer_start */
     int64_t last_refresh, last_claim, last_lag;
     long backoff_ms;
 };
@@ -281,7 +282,7 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
         }
     }
     if (m > 0) {
-        if (w->crash_before) _exit(98); /* test hook: die with the batch read, not committed */
+        if (w->stop_before) raise(SIGSTOP); /* test hook: stop with the batch read, not committed */
         /* A database that fails is retried here, with the batch in hand,
          * rather than by redelivery: redeliveries are counted, and an
          * outage must not turn good orders into dead letters. */
@@ -295,7 +296,7 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
             sk_sleep_ms(pause);
             pause = pause * 2 > 5000 ? 5000 : pause * 2;
         }
-        if (w->crash_after) _exit(99); /* test hook: die committed but not acknowledged */
+        if (w->stop_after) raise(SIGSTOP); /* test hook: stop committed, not acknowledged */
         uint64_t created = 0, dup = 0, rej = 0;
         for (size_t k = 0; k < m; k++) {
             if (outcomes[k] == SK_PERSIST_CREATED) created++;
@@ -539,10 +540,12 @@ sk_writer *sk_writer_start(const sk_writer_config *cfg)
         snprintf(w->consumer, sizeof w->consumer, "%s:%ld", host, (long)getpid());
     }
     w->cfg.consumer = w->consumer;
-    const char *t = getenv("SECKILL_TEST_CRASH_BEFORE_COMMIT");
-    w->crash_before = t && *t == '1';
-    t = getenv("SECKILL_TEST_CRASH_AFTER_COMMIT");
-    w->crash_after = t && *t == '1';
+    /* Test hooks: the whole process stops itself (SIGSTOP) at the exact
+     * point a crash is most harmful, so a test can SIGKILL it there. */
+    const char *t = getenv("SECKILL_TEST_STOP_BEFORE_COMMIT");
+    w->stop_before = t && *t == '1';
+    t = getenv("SECKILL_TEST_STOP_AFTER_COMMIT");
+    w->stop_after = t && *t == '1';
     w->backoff_ms = 100;
     atomic_init(&w->stop, 0);
     atomic_init(&w->notified, 0);

@@ -42,6 +42,9 @@ redisContext *th_redis_connect(const th_redis *r);
  * freeReplyObject) or NULL. */
 redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...);
 
+/* A loopback TCP port that was free a moment ago (bind to port 0), or -1. */
+int th_free_port(void);
+
 /* Monotonic milliseconds. */
 long long th_now_ms(void);
 
