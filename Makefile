@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan test test-plain test-asan demo bench install clean
+.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-seckill install clean
 
 all: build
 
@@ -39,6 +39,9 @@ demo: build
 
 bench: build
 	bench/run.sh $(BUILD)
+
+bench-seckill: build
+	bench/seckill.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD)

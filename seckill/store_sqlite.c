@@ -46,7 +46,7 @@ static const char schema[] =
 enum {
     ST_BEGIN, ST_BEGIN_READ, ST_COMMIT, ST_ROLLBACK,
     ST_V_INSERT, ST_V_GET, ST_V_IDS, ST_V_BUYERS, ST_V_COUNTS, ST_V_TAKE,
-    ST_O_GET, ST_O_BY_USER, ST_O_INSERT, ST_R_GET, ST_R_INSERT, ST_PING,
+    ST_O_GET, ST_O_BY_USER, ST_O_INSERT, ST_O_INSERT_NEW, ST_O_DELETE, ST_R_GET, ST_R_INSERT, ST_PING,
     ST_COUNT
 };
 
@@ -68,6 +68,12 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_O_BY_USER] = "SELECT id FROM orders WHERE user_id = ?1 AND voucher_id = ?2",
     [ST_O_INSERT] = "INSERT INTO orders(id, user_id, voucher_id, fence, created_at)"
                     " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+    /* The writer's insert: an order refused before stays refused. */
+    [ST_O_INSERT_NEW] = "INSERT INTO orders(id, user_id, voucher_id, fence, created_at)"
+                        " SELECT ?1, ?2, ?3, ?4, ?5"
+                        " WHERE NOT EXISTS (SELECT 1 FROM rejected_orders WHERE id = ?1)"
+                        " ON CONFLICT DO NOTHING",
+    [ST_O_DELETE] = "DELETE FROM orders WHERE id = ?1",
     [ST_R_GET] = "SELECT user_id, voucher_id FROM rejected_orders WHERE id = ?1",
     [ST_R_INSERT] = "INSERT INTO rejected_orders(id, user_id, voucher_id, reason, created_at)"
                     " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
@@ -419,10 +425,11 @@ static int take_stock(sqconn *c, int64_t voucher_id)
     return sqlite3_changes(c->h) == 1;
 }
 
-/* Insert an order: 1 inserted, 0 conflict (id or user+voucher), -rc on error. */
-static int insert_order(sqconn *c, const sk_order *o, int64_t now)
+/* Insert an order with statement `which` (ST_O_INSERT or ST_O_INSERT_NEW):
+ * 1 inserted, 0 nothing (a conflict, or refused before), -rc on error. */
+static int insert_order(sqconn *c, int which, const sk_order *o, int64_t now)
 {
-    sqlite3_stmt *st = c->st[ST_O_INSERT];
+    sqlite3_stmt *st = c->st[which];
     sqlite3_bind_int64(st, 1, (sqlite3_int64)o->id);
     sqlite3_bind_int64(st, 2, o->user_id);
     sqlite3_bind_int64(st, 3, o->voucher_id);
@@ -464,7 +471,7 @@ static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
         else if (k == 0) r = SK_SOLD_OUT;
     }
     if (r == SK_OK) {
-        k = insert_order(c, o, now);
+        k = insert_order(c, ST_O_INSERT, o, now);
         if (k < 0) r = fail(c, -k, "order insert");
         else if (k == 0) r = SK_ALREADY;
     }
@@ -512,10 +519,38 @@ static int seen_order(sqconn *c, const sk_order *o)
     return 0;
 }
 
+/* The outcome of one order inside the writer's transaction, or -rc.
+ * Insert first (nothing happens on a conflict), then take a unit; on the
+ * common path that is two statements. A conflict is told apart afterwards:
+ * the same order again (a redelivery) or another order of this user. */
+static int persist_one(sqconn *c, const sk_order *o, int64_t now)
+{
+    int k = insert_order(c, ST_O_INSERT_NEW, o, now);
+    if (k == -SQLITE_CONSTRAINT) /* no such voucher (foreign key): it can never be persisted */
+        return (k = reject_order(c, o, "no_voucher", now)) < 0 ? k : SK_PERSIST_REJECTED;
+    if (k < 0) return k;
+    if (k == 1) {
+        k = take_stock(c, o->voucher_id);
+        if (k != 0) return k < 0 ? k : SK_PERSIST_CREATED;
+        sqlite3_stmt *st = c->st[ST_O_DELETE];
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)o->id);
+        if ((k = exec_stmt(st)) != SQLITE_OK) return -k;
+        return (k = reject_order(c, o, "sold_out", now)) < 0 ? k : SK_PERSIST_REJECTED;
+    }
+    k = seen_order(c, o);
+    if (k < 0) return k;
+    if (k == 1) return SK_PERSIST_DUPLICATE;
+    if (k == 2) {
+        fprintf(stderr, "seckill: order id %llu of user %lld already belongs to another order\n",
+                (unsigned long long)o->id, (long long)o->user_id);
+        return SK_PERSIST_REJECTED;
+    }
+    return (k = reject_order(c, o, "already_ordered", now)) < 0 ? k : SK_PERSIST_REJECTED;
+}
+
 /* One transaction per batch: a commit (and its fsync) is the expensive
- * part, and the writer acknowledges the batch only after it. Each order is
- * checked before anything is written for it, so no savepoints are needed:
- * refusals are recorded, not rolled back. */
+ * part, and the writer acknowledges the batch only after it. Refusals are
+ * recorded, not rolled back. */
 static sk_result sq_orders_persist(sk_db *db, const sk_order *orders, size_t n, int64_t now,
                                    sk_persist_outcome *outcomes)
 {
@@ -530,55 +565,9 @@ static sk_result sq_orders_persist(sk_db *db, const sk_order *orders, size_t n, 
     }
     sk_result r = SK_OK;
     for (size_t i = 0; i < n && r == SK_OK; i++) {
-        const sk_order *o = &orders[i];
-        int k = seen_order(c, o);
-        if (k < 0) {
-            r = fail(c, -k, "order lookup");
-            break;
-        }
-        if (k == 1) {
-            outcomes[i] = SK_PERSIST_DUPLICATE;
-            continue;
-        }
-        if (k == 2) {
-            fprintf(stderr, "seckill: order id %llu of user %lld already belongs to another order\n",
-                    (unsigned long long)o->id, (long long)o->user_id);
-            outcomes[i] = SK_PERSIST_REJECTED;
-            continue;
-        }
-        const char *reason = NULL;
-        k = has_order(c, o->user_id, o->voucher_id);
-        if (k < 0) {
-            r = fail(c, -k, "order lookup");
-            break;
-        }
-        if (k == 1) reason = "already_ordered";
-        if (!reason) {
-            k = take_stock(c, o->voucher_id);
-            if (k < 0) {
-                r = fail(c, -k, "stock update");
-                break;
-            }
-            if (k == 0) reason = "sold_out";
-        }
-        if (!reason) {
-            k = insert_order(c, o, now);
-            if (k < 0) {
-                r = fail(c, -k, "order insert");
-                break;
-            }
-            if (k == 0) reason = "conflict";
-        }
-        if (reason) {
-            k = reject_order(c, o, reason, now);
-            if (k < 0) {
-                r = fail(c, -k, "rejected insert");
-                break;
-            }
-            outcomes[i] = SK_PERSIST_REJECTED;
-        } else {
-            outcomes[i] = SK_PERSIST_CREATED;
-        }
+        int k = persist_one(c, &orders[i], now);
+        if (k < 0) r = fail(c, -k, "persist order");
+        else outcomes[i] = (sk_persist_outcome)k;
     }
     if (r == SK_OK) {
         rc = exec_stmt(c->st[ST_COMMIT]);

@@ -335,11 +335,11 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
     snprintf(ostr, sizeof ostr, "%llu", (unsigned long long)oid);
     snprintf(vid, sizeof vid, "%lld", (long long)voucher_id);
     snprintf(nows, sizeof nows, "%lld", (long long)now);
-    const char *args[8] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS], keys[SK_K_ORDERS],
-                           uid, ostr, vid, nows};
+    const char *args[9] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS], keys[SK_K_ORDERS],
+                           keys[SK_K_PENDING], uid, ostr, vid, nows};
     /* Not resent: if only the reply was lost the order may be in, and a
      * resend would answer already_ordered to the buyer who got it. */
-    redisReply *rep = sk_rpool_script(s->redis, &order_script, 0, 4, 4, args);
+    redisReply *rep = sk_rpool_script(s->redis, &order_script, 0, 5, 4, args);
     *not_warm = 0;
     if (!rep) return SK_UNAVAILABLE;
     sk_result r = SK_INTERNAL;
@@ -387,49 +387,74 @@ static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
         if (not_warm) return SK_BUSY;
     }
     if (r != SK_OK) return busy_if_down(r);
-    /* Only accepted orders (at most the stock) pay for this second round
-     * trip. If it is lost the order is still persisted; it is merely not
-     * visible as "pending" before the writer commits it. */
-    char key[SK_KEY_MAX], val[48];
-    sk_order_index_key(oid, key);
-    snprintf(val, sizeof val, "%lld:%lld", (long long)user_id, (long long)voucher_id);
-    redisReply *rep = sk_rpool_cmd(s->redis, 1, "SET %s %s EX 86400", key, val);
-    if (rep) freeReplyObject(rep);
     *order_id = oid;
     return SK_OK;
 }
 
-/* The database first (created or rejected is final), then the pending
- * index the order path wrote after its 201. */
+/* Vouchers whose streams may still hold orders: the writer's horizon. */
+#define PENDING_VOUCHERS 256
+#define PENDING_HORIZON_S (7 * 86400)
+
+/*
+ * Redis first, then the database. An order is in its voucher's pending
+ * hash from the moment its buyer got 201 until a writer acknowledges it,
+ * which happens only after it is committed (or dead-lettered): so it is
+ * found in one place or the other, whichever moment the two reads fall
+ * on. The order id alone does not name its voucher, so every voucher the
+ * writers follow is asked, in one pipelined round trip.
+ */
 static sk_result rs_order_get(void *ctx, uint64_t order_id, sk_order *out)
 {
     redis_strategy *s = ctx;
-    sk_result r = s->db->ops->order_get(s->db, order_id, out);
-    if (r != SK_NO_ORDER) return r;
-    char key[SK_KEY_MAX];
-    sk_order_index_key(order_id, key);
-    redisReply *rep = sk_rpool_cmd(s->redis, 1, "GET %s", key);
-    if (!rep) return SK_UNAVAILABLE;
-    r = SK_NO_ORDER;
-    if (rep->type == REDIS_REPLY_STRING) {
-        const char *colon = memchr(rep->str, ':', rep->len);
-        int64_t uid, vid;
-        if (colon && sk_parse_i64(rep->str, (size_t)(colon - rep->str), INT64_MAX, &uid) == 0 &&
-            sk_parse_i64(colon + 1, rep->len - (size_t)(colon + 1 - rep->str), INT64_MAX, &vid) == 0) {
-            out->id = order_id;
-            out->user_id = uid;
-            out->voucher_id = vid;
-            out->fence = 0;
-            out->status = SK_ORDER_PENDING;
-            r = SK_OK;
+    int64_t vids[PENDING_VOUCHERS];
+    size_t nv = 0;
+    sk_result r = s->db->ops->voucher_ids(s->db, sk_unix_now() - PENDING_HORIZON_S, vids, PENDING_VOUCHERS, &nv);
+    if (r != SK_OK) return r;
+    char (*keys)[SK_KEY_MAX] = malloc((nv ? nv : 1) * sizeof *keys);
+    const char *(*argv)[4] = malloc((nv ? nv : 1) * sizeof *argv);
+    const char *const **cmds = malloc((nv ? nv : 1) * sizeof *cmds);
+    redisReply **reps = malloc((nv ? nv : 1) * sizeof *reps);
+    char oid[24];
+    snprintf(oid, sizeof oid, "%llu", (unsigned long long)order_id);
+    int pending = 0;
+    if (!keys || !argv || !cmds || !reps) {
+        r = SK_INTERNAL;
+        goto out;
+    }
+    for (size_t i = 0; i < nv; i++) {
+        char all[SK_K_COUNT][SK_KEY_MAX];
+        sk_voucher_keys(vids[i], all);
+        memcpy(keys[i], all[SK_K_PENDING], SK_KEY_MAX);
+        argv[i][0] = "HGET";
+        argv[i][1] = keys[i];
+        argv[i][2] = oid;
+        argv[i][3] = NULL;
+        cmds[i] = argv[i];
+    }
+    if (nv && sk_rpool_pipeline(s->redis, (int)nv, cmds, reps) != 0) {
+        r = SK_UNAVAILABLE;
+        goto out;
+    }
+    for (size_t i = 0; i < nv; i++) {
+        int64_t uid;
+        if (!pending && reps[i]->type == REDIS_REPLY_STRING &&
+            sk_parse_i64(reps[i]->str, reps[i]->len, INT64_MAX, &uid) == 0) {
+            *out = (sk_order){.id = order_id, .user_id = uid, .voucher_id = vids[i], .status = SK_ORDER_PENDING};
+            pending = 1;
         }
+        freeReplyObject(reps[i]);
     }
-    freeReplyObject(rep);
-    /* The writer may have committed between the two reads. */
-    if (r == SK_OK) {
-        sk_order o2;
-        if (s->db->ops->order_get(s->db, order_id, &o2) == SK_OK) *out = o2;
-    }
+    /* Committed since, or never pending here (persisted long ago): the
+     * database has the final word. */
+    sk_order o;
+    r = s->db->ops->order_get(s->db, order_id, &o);
+    if (r == SK_OK) *out = o;
+    if (r == SK_NO_ORDER && pending) r = SK_OK;
+out:
+    free(keys);
+    free(argv);
+    free(cmds);
+    free(reps);
     return r;
 }
 

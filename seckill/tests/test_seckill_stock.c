@@ -149,6 +149,8 @@ static void flash_sale(const char *strategy)
         long long deadline = th_now_ms() + 10000, p;
         while ((p = skt_pending(&srv, s.voucher)) != 0 && th_now_ms() < deadline) usleep(20000);
         assert_int_equal(p, 0);
+        /* Acknowledged orders leave the pending hash with their XACK. */
+        assert_int_equal(skt_redis_int(&srv, "HLEN seckill:{v:%lld}:pending", s.voucher), 0);
     } else {
         snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld AND fence > 0", s.voucher);
         assert_int_equal(skt_db_int(&dir, sql), STOCK);
