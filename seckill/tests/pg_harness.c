@@ -236,6 +236,9 @@ int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap)
     PQclear(r);
     PQfinish(c);
     if (!ok) return -1;
-    int n = snprintf(url, cap, "%s&options=-csearch_path%%3D%s", base, name);
+    /* Both spellings seckill accepts, alternately: postgres:// and postgresql://. */
+    static int alternate;
+    int n = snprintf(url, cap, "%s%s&options=-csearch_path%%3D%s", alternate++ % 2 ? "postgres" : "postgresql",
+                     base + strlen("postgresql"), name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }

@@ -37,7 +37,9 @@ static th_redis srv;
 
 typedef struct sale {
     skt_dir *dir;
-    int port;
+    int ports[2];        /* one or two instances sharing Redis and the database */
+    int nports;
+    atomic_int next_port;
     long long voucher;
     atomic_int next_user;
     atomic_int created, sold_out, already, busy, other;
@@ -57,11 +59,18 @@ static void count(sale *s, int status, const char *body)
     }
 }
 
+/* Connections are spread over the instances, round robin. */
+static int pick_port(sale *s)
+{
+    return s->ports[atomic_fetch_add(&s->next_port, 1) % s->nports];
+}
+
 /* One connection, many users, one after another (keep-alive). */
 static void *buyer(void *arg)
 {
     sale *s = arg;
-    int fd = skt_connect(s->port);
+    int port = pick_port(s);
+    int fd = skt_connect(port);
     char path[96], tok[256], resp[1024];
     snprintf(path, sizeof path, "/api/vouchers/%lld/orders", s->voucher);
     pthread_barrier_wait(&s->start);
@@ -72,7 +81,7 @@ static void *buyer(void *arg)
         int st = fd >= 0 ? skt_request(fd, "POST", path, tok, NULL, resp, sizeof resp) : -1;
         if (st < 0) { /* reconnect once, then count it */
             if (fd >= 0) close(fd);
-            fd = skt_connect(s->port);
+            fd = skt_connect(port);
             st = fd >= 0 ? skt_request(fd, "POST", path, tok, NULL, resp, sizeof resp) : -1;
         }
         count(s, st, resp);
@@ -85,7 +94,7 @@ static void *buyer(void *arg)
 static void *burst(void *arg)
 {
     sale *s = arg;
-    int fd = skt_connect(s->port);
+    int fd = skt_connect(pick_port(s));
     char path[96], tok[256], resp[1024];
     snprintf(path, sizeof path, "/api/vouchers/%lld/orders", s->voucher);
     skt_token(s->dir, 4242, 0, tok, sizeof tok);
@@ -105,29 +114,35 @@ static void run_threads(sale *s, int n, void *(*fn)(void *))
     pthread_barrier_destroy(&s->start);
 }
 
-static void flash_sale(const char *strategy)
+/* The sale on `instances` servers (1 or 2) sharing one Redis and one
+ * database, as behind a load balancer. */
+static void flash_sale(const char *strategy, int instances)
 {
     /* Each test has a fresh database whose ids restart at 1: Redis too. */
     redisReply *fr = th_redis_cmd(&srv, "FLUSHALL");
     assert_non_null(fr);
     freeReplyObject(fr);
     skt_dir dir;
-    skt_serve sv;
+    skt_serve sv[2];
     assert_int_equal(skt_dir_make(&dir), 0);
     const char *extra[] = {"--threads", "8", NULL};
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, strategy, extra, NULL), 0);
-    long long now = (long long)time(NULL);
     sale s;
     memset(&s, 0, sizeof s);
     s.dir = &dir;
-    s.port = sv.port;
-    s.voucher = skt_voucher(sv.port, &dir, "flash", STOCK, now - 5, now + 3600);
+    s.nports = instances;
+    for (int i = 0; i < instances; i++) {
+        assert_int_equal(skt_serve_start(&sv[i], &dir, &srv, strategy, extra, NULL), 0);
+        s.ports[i] = sv[i].port;
+    }
+    long long now = (long long)time(NULL);
+    s.voucher = skt_voucher(sv[0].port, &dir, "flash", STOCK, now - 5, now + 3600);
     assert_true(s.voucher > 0);
 
     long long t0 = th_now_ms();
     run_threads(&s, CONNS, buyer);
     long long t1 = th_now_ms();
-    fprintf(stderr, "%s: %d users in %lld ms: %d created, %d sold out, %d other\n", strategy, USERS, t1 - t0,
+    fprintf(stderr, "%s x%d: %d users in %lld ms: %d created, %d sold out, %d other\n", strategy, instances,
+            USERS, t1 - t0,
             atomic_load(&s.created), atomic_load(&s.sold_out), atomic_load(&s.other));
     assert_int_equal(atomic_load(&s.other), 0);
     assert_int_equal(atomic_load(&s.created), STOCK);
@@ -158,10 +173,10 @@ static void flash_sale(const char *strategy)
 
     /* One user, 100 parallel requests, on a second voucher. */
     memset(&s.created, 0, sizeof s - offsetof(sale, created));
-    s.voucher = skt_voucher(sv.port, &dir, "burst", STOCK, now - 5, now + 3600);
+    s.voucher = skt_voucher(sv[0].port, &dir, "burst", STOCK, now - 5, now + 3600);
     assert_true(s.voucher > 0);
     run_threads(&s, BURST, burst);
-    fprintf(stderr, "%s: one user x %d: %d created, %d already, %d busy, %d other\n", strategy, BURST,
+    fprintf(stderr, "%s x%d: one user x %d: %d created, %d already, %d busy, %d other\n", strategy, instances, BURST,
             atomic_load(&s.created), atomic_load(&s.already), atomic_load(&s.busy), atomic_load(&s.other));
     assert_int_equal(atomic_load(&s.created), 1);
     assert_int_equal(atomic_load(&s.other), 0);
@@ -184,20 +199,34 @@ static void flash_sale(const char *strategy)
     if (rc != 0) fprintf(stderr, "%s", out);
     assert_int_equal(rc, 0);
 
-    assert_int_equal(skt_serve_stop(&sv), 0);
+    for (int i = 0; i < instances; i++) assert_int_equal(skt_serve_stop(&sv[i]), 0);
     skt_dir_remove(&dir);
 }
 
-static void test_redis_strategy(void **state)
+static void test_redis_strategy_stock_100_users_2000(void **state)
 {
     (void)state;
-    flash_sale("redis");
+    flash_sale("redis", 1);
 }
 
-static void test_lock_strategy(void **state)
+static void test_lock_strategy_stock_100_users_2000(void **state)
 {
     (void)state;
-    flash_sale("lock");
+    flash_sale("lock", 1);
+}
+
+/* Two writers share the stream; two processes share the database. */
+static void test_redis_strategy_two_instances(void **state)
+{
+    (void)state;
+    flash_sale("redis", 2);
+}
+
+/* The per-user lock and the database's row locks work across processes. */
+static void test_lock_strategy_two_instances(void **state)
+{
+    (void)state;
+    flash_sale("lock", 2);
 }
 
 /* An integer inside the JSON line `seckill load` prints last. */
@@ -328,8 +357,10 @@ int main(int argc, char **argv)
     int rc = skt_backend_init(argc, argv);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_redis_strategy, after_test),
-        cmocka_unit_test_teardown(test_lock_strategy, after_test),
+        cmocka_unit_test_teardown(test_redis_strategy_stock_100_users_2000, after_test),
+        cmocka_unit_test_teardown(test_lock_strategy_stock_100_users_2000, after_test),
+        cmocka_unit_test_teardown(test_redis_strategy_two_instances, after_test),
+        cmocka_unit_test_teardown(test_lock_strategy_two_instances, after_test),
         cmocka_unit_test_teardown(test_load_and_verify, after_test),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
