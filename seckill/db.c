@@ -2,7 +2,6 @@
 #include "db.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* One URL option for every backend keeps the command line the same for
@@ -27,17 +26,4 @@ int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
         return -1;
     }
     return sk_db_open_sqlite(path, out, err, errlen);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Sorted buyer lists let warm-up and verify test membership by binary
- * search instead of a hash set. */
-void sk_sort_i64(int64_t *a, size_t n)
-{
-    if (n > 1) qsort(a, n, sizeof *a, cmp_i64);
 }

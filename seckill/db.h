@@ -77,9 +77,6 @@ int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen);
 int sk_db_open_sqlite(const char *path, sk_db **out, char *err, size_t errlen);
 int sk_db_open_pg(const char *conninfo, sk_db **out, char *err, size_t errlen);
 
-/* Sort helper shared by the backends (voucher_state's uids). */
-void sk_sort_i64(int64_t *a, size_t n);
-
 static inline void sk_db_close(sk_db *db) { if (db) db->ops->close(db); }
 
 #endif

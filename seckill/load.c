@@ -115,6 +115,7 @@ static int conn_open(worker *w, conn *c)
     return 0;
 }
 
+/* Closed connections are reopened lazily by the next request they take. */
 static void conn_close(conn *c)
 {
     if (c->fd >= 0) close(c->fd); /* closing also removes it from epoll */
@@ -135,6 +136,8 @@ static int send_req(worker *w, conn *c)
     return sk_httpc_send_all(c->fd, buf, (size_t)n);
 }
 
+/* Record an answer (or -1) in the request's own slots: no lock, every
+ * request number belongs to one connection. */
 static void finish_req(run *r, conn *c, int status)
 {
     r->lat_ns[c->req] = sk_mono_ns() - c->t0;
@@ -263,6 +266,7 @@ typedef struct progress {
     int64_t t0;
 } progress;
 
+/* One carriage-return line, so a terminal shows a bar that moves. */
 static void draw(progress *p, int final)
 {
     long long done = atomic_load(&p->r->done), total = p->r->total;
@@ -273,6 +277,7 @@ static void draw(progress *p, int final)
             secs > 0 ? (double)done / secs : 0.0, final ? "\n" : "");
 }
 
+/* Five redraws a second are enough to watch and cost nothing. */
 static void *progress_main(void *arg)
 {
     progress *p = arg;
@@ -282,12 +287,6 @@ static void *progress_main(void *arg)
     }
     draw(p, 1);
     return NULL;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* One admin request with a JSON reply; the reply's integer `key`, or -1. */
@@ -392,6 +391,7 @@ typedef struct tally {
     long long created, already, sold_out, busy, other4xx, server, transport;
 } tally;
 
+/* The table is for people, the JSON line (always last) for scripts. */
 static void report(const run *r, const opts *o, double secs, const tally *t, long long before, long long after,
                    int ok)
 {
@@ -476,6 +476,8 @@ static int fire(run *r, const opts *o, double *secs)
     return started == nt ? 0 : -1;
 }
 
+/* Set up (voucher, stock before, tokens) outside the timed part, fire,
+ * then judge the run by its answers and the stock after. */
 int sk_cmd_load(int argc, char **argv)
 {
     opts o;
@@ -551,7 +553,7 @@ int sk_cmd_load(int argc, char **argv)
             else t.transport++;
         }
     }
-    qsort(r->lat_ns, (size_t)r->total, sizeof *r->lat_ns, cmp_i64);
+    sk_sort_i64(r->lat_ns, (size_t)r->total);
     long long after = admin_call(r, secret, slen, "GET", path, NULL, "stock");
     /* A run that "passes" must also have been correct. */
     int ok = 1;

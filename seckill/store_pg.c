@@ -121,6 +121,7 @@ static void quiet(void *arg, const char *msg)
     (void)msg;
 }
 
+/* PQfinish also frees the prepared statements, server side. */
 static void conn_free(pgconn *c)
 {
     if (!c) return;
@@ -128,6 +129,8 @@ static void conn_free(pgconn *c)
     free(c);
 }
 
+/* Prepared statements are named by their index: one name per statement
+ * on every connection. */
 static const char *stmt_name(int i)
 {
     static const char *const names[P_COUNT] = {"sk0", "sk1", "sk2", "sk3", "sk4", "sk5",
@@ -299,6 +302,7 @@ static const char *i64s(char buf[24], int64_t v)
     return buf;
 }
 
+/* Columns come back as text; every one read here is a bigint. */
 static int64_t val(const PGresult *r, int row, int col)
 {
     return strtoll(PQgetvalue(r, row, col), NULL, 10);
@@ -310,6 +314,7 @@ static int changed(const PGresult *r)
     return atoi(PQcmdTuples((PGresult *)r));
 }
 
+/* Called at shutdown, when no operation is running. */
 static void pg_close(sk_db *db)
 {
     pg_db *d = (pg_db *)db;
@@ -369,6 +374,7 @@ static sk_result read_voucher(pgconn *c, int64_t id, sk_voucher *out)
     return res;
 }
 
+/* A plain read at READ COMMITTED: it never waits for writers. */
 static sk_result pg_voucher_get(sk_db *db, int64_t id, sk_voucher *out)
 {
     pg_db *d = (pg_db *)db;

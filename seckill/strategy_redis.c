@@ -36,6 +36,7 @@ typedef struct xid {
     uint64_t ms, seq;
 } xid;
 
+/* Stream ids order by (ms, seq) as numbers, not as strings. */
 static int xid_parse(const char *s, xid *out)
 {
     char *end;
@@ -45,17 +46,20 @@ static int xid_parse(const char *s, xid *out)
     return *end ? -1 : 0;
 }
 
+/* Which of two entries came first in the stream. */
 static int xid_cmp(const xid *a, const xid *b)
 {
     if (a->ms != b->ms) return a->ms < b->ms ? -1 : 1;
     return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
+/* xid_cmp for qsort and bsearch over the pending list. */
 static int cmp_xid(const void *a, const void *b)
 {
     return xid_cmp(a, b);
 }
 
+/* Membership in a sorted buyer list, without a hash set. */
 static int has_i64(const int64_t *a, size_t n, int64_t x)
 {
     size_t lo = 0, hi = n;
@@ -74,6 +78,7 @@ typedef struct ulist {
     size_t n, cap;
 } ulist;
 
+/* Doubling growth: a stream may hold any number of pending orders. */
 static int ulist_add(ulist *l, int64_t x)
 {
     if (l->n == l->cap) {
@@ -487,6 +492,7 @@ static const sk_strategy_ops redis_ops = {
     .destroy = rs_destroy,
 };
 
+/* No I/O here: `serve` has already connected everything. */
 int sk_strategy_redis_new(sk_db *db, sk_rpool *redis, sk_orderids *ids, sk_writer *writer, int grace_s,
                           sk_strategy *out)
 {

@@ -88,15 +88,11 @@ static int read_drain(sk_rpool *p, const char *stream, drain *d)
     return 0;
 }
 
+/* Nothing in the stream that a writer has not acknowledged: an empty
+ * stream, or a group with no lag and nothing pending. */
 static int drained(const drain *d)
 {
     return d->len == 0 || (d->group && d->lag == 0 && d->pending == 0);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Every member of the buyers set, sorted; SSCAN so a big set does not
@@ -134,7 +130,7 @@ static int read_buyers(sk_rpool *p, const char *key, int64_t **out, size_t *n)
         free(a);
         return -1;
     }
-    qsort(a, len, sizeof *a, cmp_i64);
+    sk_sort_i64(a, len);
     *out = a;
     *n = len;
     return 0;
@@ -254,6 +250,8 @@ static int verify_one(sk_db *db, sk_rpool *redis, int64_t vid, int wait_s)
     return nwhy ? EXIT_CHECK : rc;
 }
 
+/* Every voucher named is checked, even after a breach, so one run reports
+ * everything wrong. */
 int sk_cmd_verify(int argc, char **argv)
 {
     static const struct option longs[] = {

@@ -22,6 +22,7 @@
 #define PG_USER "seckill"
 #define PG_DB "seckill"
 
+/* Deadlines for start-up and shutdown. */
 static long long now_ms(void)
 {
     struct timespec ts;
@@ -61,6 +62,7 @@ typedef struct runas {
     gid_t gid;
 } runas;
 
+/* PostgreSQL refuses to run as root; "nobody" exists on every Debian. */
 static int pick_user(runas *ra, char *why, size_t cap)
 {
     ra->drop = geteuid() == 0;
@@ -102,6 +104,7 @@ static pid_t spawn(const runas *ra, const char *log, int die_with_parent, char *
     _exit(127);
 }
 
+/* A server that did not start says why in its log. */
 static void tail_log(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -112,6 +115,7 @@ static void tail_log(const char *path)
     fclose(f);
 }
 
+/* The data directory is owned by nobody: rm -r as root removes it. */
 static void remove_tree(const char *dir)
 {
     char cmd[256];
@@ -119,11 +123,13 @@ static void remove_tree(const char *dir)
     if (system(cmd) != 0) { /* best effort */ }
 }
 
+/* A URI with the socket directory as host: no TCP at all. */
 void skt_pg_url(const skt_pg *pg, char *url, size_t cap)
 {
     snprintf(url, cap, "postgresql:///%s?host=%s&port=%d&user=%s", PG_DB, pg->dir, pg->port, PG_USER);
 }
 
+/* initdb, then postgres; a port taken in between is retried. */
 int skt_pg_start(skt_pg *pg, char *why, size_t cap)
 {
     memset(pg, 0, sizeof *pg);
@@ -203,6 +209,7 @@ int skt_pg_start(skt_pg *pg, char *why, size_t cap)
     return -1;
 }
 
+/* By PID, never by name: other servers on the host are not ours. */
 void skt_pg_stop(skt_pg *pg)
 {
     if (pg->pid > 0) {
@@ -224,6 +231,7 @@ void skt_pg_stop(skt_pg *pg)
     }
 }
 
+/* A schema is created in microseconds, a database in most of a second. */
 int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap)
 {
     char base[400], sql[128];

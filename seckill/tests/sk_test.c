@@ -28,6 +28,7 @@
 static int use_pg;
 static skt_pg pg;
 
+/* One program, two ctest entries: the database is its only argument. */
 int skt_backend_init(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "sqlite") != 0 && strcmp(argv[1], "postgres") != 0)) {
@@ -44,22 +45,26 @@ int skt_backend_init(int argc, char **argv)
     return 0;
 }
 
+/* A held lock would keep PostgreSQL from a fast shutdown. */
 void skt_backend_stop(void)
 {
     skt_db_release();
     if (use_pg) skt_pg_stop(&pg);
 }
 
+/* Names the cmocka group, so a report says which database failed. */
 const char *skt_backend_name(void)
 {
     return use_pg ? "postgres" : "sqlite";
 }
 
+/* For the rare test that must know. */
 int skt_is_postgres(void)
 {
     return use_pg;
 }
 
+/* A fresh database per test, so ids and counts start from zero. */
 int skt_dir_make(skt_dir *d)
 {
     static int schemas;
@@ -231,6 +236,7 @@ int skt_serve_wait(skt_serve *s, int ms)
     return -1;
 }
 
+/* WUNTRACED reports the stop, so the test kills it exactly there. */
 int skt_serve_wait_stopped(skt_serve *s, int ms)
 {
     if (s->pid <= 0) return -1;
@@ -249,6 +255,7 @@ int skt_serve_wait_stopped(skt_serve *s, int ms)
     return -1;
 }
 
+/* A real crash: no handler runs, nothing is flushed or acknowledged. */
 int skt_serve_kill(skt_serve *s)
 {
     if (s->pid <= 0) return -1;
@@ -352,6 +359,7 @@ long long skt_json_int(const char *body, const char *key)
     return x;
 }
 
+/* Notices ("relation exists") are noise in test output. */
 static void quiet(void *arg, const char *msg)
 {
     (void)arg;
@@ -372,6 +380,7 @@ static PGconn *pg_connect(const skt_dir *d)
     return c;
 }
 
+/* The same SQL works on both databases: tests stick to the common subset. */
 long long skt_db_int(const skt_dir *d, const char *sql)
 {
     long long v = -1;
@@ -400,6 +409,7 @@ long long skt_db_int(const skt_dir *d, const char *sql)
     return v;
 }
 
+/* Corrupting the database on purpose proves verify notices. */
 int skt_db_exec(const skt_dir *d, const char *sql)
 {
     if (use_pg) {
@@ -426,6 +436,7 @@ int skt_db_exec(const skt_dir *d, const char *sql)
 static sqlite3 *held_sqlite;
 static PGconn *held_pg;
 
+/* One held lock per program is all a test needs. */
 int skt_db_hold(const skt_dir *d)
 {
     skt_db_release();
@@ -450,6 +461,7 @@ int skt_db_hold(const skt_dir *d)
     return 0;
 }
 
+/* Idempotent: teardown calls it whatever the test did. */
 void skt_db_release(void)
 {
     if (held_pg) {
@@ -465,6 +477,7 @@ void skt_db_release(void)
     }
 }
 
+/* No shell: PostgreSQL URLs carry & and %, which a shell would eat. */
 int skt_run(char *out, size_t cap, const char *const *argv)
 {
     int fds[2]; /* a socket pair, so a receive timeout bounds the wait */

@@ -374,6 +374,7 @@ static void redis_down(void)
     srv.pid = 0;
 }
 
+/* A fresh, empty server on the same socket. */
 static void redis_up(void)
 {
     assert_int_equal(th_redis_restart(&srv), 0);
