@@ -144,7 +144,12 @@ static sk_result unacked_buyers(sk_rpool *redis, const char *stream, ulist *out)
     size_t npel;
     sk_result res = group_state(redis, stream, &last, &pel, &npel);
     if (res != SK_OK) return res;
+    /* Everything before the oldest pending entry, and up to the last
+     * delivered one when nothing is pending, is acknowledged: skip it. */
     char from[48] = "-";
+    if (npel) snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)pel[0].ms, (unsigned long long)pel[0].seq);
+    else if (last.ms || last.seq)
+        snprintf(from, sizeof from, "(%llu-%llu", (unsigned long long)last.ms, (unsigned long long)last.seq);
     for (int more = 1; more && res == SK_OK;) {
         redisReply *r = sk_rpool_cmd(redis, 1, "XRANGE %s %s + COUNT 1000", stream, from);
         if (!r) {
