@@ -31,6 +31,12 @@
 #    choose what runs.
 # 4. Prints one JSON line per measurement on stdout (progress on stderr)
 #    and a summary with the target: redis strategy >= 40% of the floor.
+#    Each line also has cpu_us_per_request: the CPU time (user + system)
+#    that redis-server and the client (redis-benchmark), or redis-server,
+#    `seckill serve` (HTTP threads and writer) and `seckill load`, spent per
+#    request. Outside load changes wall-clock rates a lot and CPU per
+#    request little, so on a shared machine the second ratio in the summary
+#    (floor CPU / service CPU, lowest of the rounds) is the steadier one.
 #    Status 0 even on MISS unless BENCH_STRICT=1; non-zero if a sale did not
 #    verify.
 #
@@ -113,6 +119,26 @@ e2e() {
 
 # best A B: the larger of two rates (B may be empty: a failed run).
 best() { awk -v a="$1" -v b="${2:-0}" 'BEGIN { print (b > a ? b : a) }'; }
+# least A B: the smaller of two positive numbers (0 means none yet).
+least() { awk -v a="$1" -v b="${2:-0}" 'BEGIN { print (a == 0 || (b > 0 && b < a) ? b : a) }'; }
+
+# cpu_mark: CPU seconds used so far by the waited-for children of this
+# shell (times) plus the running redis-server (/proc, clock ticks), into
+# $cpu. It must run in this shell: in a subshell (a pipeline, $(...))
+# `times` sees no children.
+cpu_mark() {
+    times >"$dir/times"
+    read -r _t <"/proc/$rpid/stat"
+    echo "$_t" >"$dir/rstat"
+    cpu=$(awk -v hz="$(getconf CLK_TCK)" 'NR == FNR && FNR == 2 { split($1, u, "m"); split($2, s, "m")
+        c = u[1] * 60 + u[2] + s[1] * 60 + s[2] } FILENAME ~ /rstat$/ { r = ($14 + $15) / hz }
+        END { printf "%.3f", c + r }' "$dir/times" "$dir/rstat")
+}
+# with_cpu LINE CPU0 CPU1 N: LINE with "cpu_us_per_request" added.
+with_cpu() {
+    _c=$(awk -v a="$2" -v b="$3" -v n="$4" 'BEGIN { printf "%.1f", (b - a) * 1e6 / n }')
+    printf '%s\n' "$1" | sed "s/^{/{\"cpu_us_per_request\":$_c,/"
+}
 
 summary=""
 for sc in $scenarios; do
@@ -125,25 +151,42 @@ for sc in $scenarios; do
     fr=0
     rr=0
     lr=0
+    fc=0
+    rc=0
+    lc=0
     round=0
     while [ $round -lt "$rounds" ]; do
         round=$((round + 1))
-        line=$(floor "$sc" "$s" "$n")
+        cpu_mark
+        c0=$cpu
+        floor "$sc" "$s" "$n" >"$dir/line"
+        cpu_mark
+        line=$(with_cpu "$(cat "$dir/line")" "$c0" "$cpu" "$n")
         echo "$line"
         fr=$(best "$fr" "$(field "$line" requests_per_s)")
-        # Not in $(...): a subshell would not see spid in the EXIT trap.
+        fc=$(least "$fc" "$(field "$line" cpu_us_per_request)")
+        # Not in $(...): a subshell would not see spid in the EXIT trap,
+        # nor would its children count in `times`.
         for strat in $strategies; do
+            cpu_mark
+            c0=$cpu
             e2e "$sc" "$strat" "$s" "$n" >"$dir/line"
-            cat "$dir/line"
-            x=$(field "$(cat "$dir/line")" requests_per_s)
-            [ "$strat" = redis ] && rr=$(best "$rr" "$x")
-            [ "$strat" = lock ] && lr=$(best "$lr" "$x")
+            cpu_mark
+            line=$(with_cpu "$(cat "$dir/line")" "$c0" "$cpu" "$n")
+            echo "$line"
+            x=$(field "$line" requests_per_s)
+            y=$(field "$line" cpu_us_per_request)
+            if [ "$strat" = redis ]; then rr=$(best "$rr" "$x"); rc=$(least "$rc" "$y"); fi
+            if [ "$strat" = lock ]; then lr=$(best "$lr" "$x"); lc=$(least "$lc" "$y"); fi
         done
     done
-    summary="$summary$(awk -v s="$sc" -v f="$fr" -v r="$rr" -v l="$lr" 'BEGIN {
+    summary="$summary$(awk -v s="$sc" -v f="$fr" -v r="$rr" -v l="$lr" -v fc="$fc" -v rc="$rc" -v lc="$lc" 'BEGIN {
         p = 100 * r / f
-        printf "  %-6s floor %9.0f req/s | redis %9.0f = %5.1f%% of floor (target >= 40%%): %s | lock %9.0f = %5.1f%%\n",
-            s, f, r, p, (p >= 40 ? "PASS" : "MISS"), l, 100 * l / f }')
+        q = rc > 0 ? 100 * fc / rc : 0
+        printf "  %-6s rate: floor %7.0f req/s, redis %7.0f = %5.1f%% (target >= 40%%): %s, lock %7.0f = %5.1f%%\n",
+            s, f, r, p, (p >= 40 ? "PASS" : "MISS"), l, 100 * l / f
+        printf "  %-6s CPU per request: floor %6.1f us, redis %6.1f us (floor/redis = %5.1f%%: %s), lock %6.1f us\n",
+            s, fc, rc, q, (q >= 40 ? "PASS" : "MISS"), lc }')
 "
 done
 echo "summary: best of $rounds rounds ($(nproc) cores, concurrency $conc, serve threads $threads; JSON lines above, grep '^{'):"
