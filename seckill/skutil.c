@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Why so strict: one id must have one spelling, so "007", "+7" and "7 "
@@ -66,4 +67,10 @@ static int cmp_i64(const void *a, const void *b)
 void sk_sort_i64(int64_t *a, size_t n)
 {
     if (n > 1) qsort(a, n, sizeof *a, cmp_i64);
+}
+
+long sk_info_uptime(const char *info)
+{
+    const char *p = info ? strstr(info, "uptime_in_seconds:") : NULL;
+    return p ? strtol(p + 18, NULL, 10) : -1;
 }

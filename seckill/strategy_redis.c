@@ -265,11 +265,7 @@ sk_result sk_redis_warm(sk_db *db, sk_rpool *redis, int64_t voucher_id)
 static long redis_uptime(sk_rpool *redis)
 {
     redisReply *r = sk_rpool_cmd(redis, 1, "INFO server");
-    long up = -1;
-    if (r && r->type == REDIS_REPLY_STRING) {
-        const char *p = strstr(r->str, "uptime_in_seconds:");
-        if (p) up = strtol(p + 18, NULL, 10);
-    }
+    long up = r && r->type == REDIS_REPLY_STRING ? sk_info_uptime(r->str) : -1;
     if (r) freeReplyObject(r);
     return up;
 }

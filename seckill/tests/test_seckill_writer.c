@@ -35,6 +35,7 @@
 
 #include "httpc.h"
 #include "sk_test.h"
+#include "skutil.h"
 
 static th_redis srv;
 
@@ -384,11 +385,7 @@ static void redis_up(void)
 static long redis_uptime_s(void)
 {
     redisReply *r = th_redis_cmd(&srv, "INFO server");
-    long up = -1;
-    if (r && r->type == REDIS_REPLY_STRING) {
-        const char *p = strstr(r->str, "uptime_in_seconds:");
-        if (p) up = strtol(p + 18, NULL, 10);
-    }
+    long up = r && r->type == REDIS_REPLY_STRING ? sk_info_uptime(r->str) : -1;
     if (r) freeReplyObject(r);
     return up;
 }
