@@ -7,7 +7,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-cluster cluster install clean
+.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-cluster bench-seckill cluster install clean
 
 all: build
 
@@ -42,6 +42,9 @@ demo: build
 bench: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/run.sh $(BUILD)
+
+bench-seckill: build
+	bench/seckill.sh $(BUILD)
 
 # Lock throughput on a 3-master cluster next to one server, same run.
 bench-cluster: deps $(BUILD)/CMakeCache.txt

@@ -57,6 +57,7 @@
 # the default setup, an experiment to show how much of the gap is CPU
 # sharing). redis-server, redis-cli and redis-benchmark are taken from PATH.
 set -eu
+. "$(dirname "$0")/../scripts/servers.sh"
 
 build=${1:-build}
 bin="$build/bench/dlock-bench"
@@ -75,39 +76,14 @@ if [ "${BENCH_PIN:-0}" = 1 ]; then
 fi
 
 [ -x "$bin" ] || { echo "bench: $bin not built (run make)" >&2; exit 1; }
-for tool in redis-server redis-cli redis-benchmark; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool not found in PATH" >&2; exit 1; }
-done
+need redis-server redis-cli redis-benchmark
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench.XXXXXX")
-pid=""
-# shellcheck disable=SC2317 # called by the trap
-cleanup() {
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+private_dir dlock-bench
 
-sock="$dir/redis.sock"
-$on_server redis-server --port 0 --unixsocket "$sock" --unixsocketperm 700 \
-    --save '' --appendonly no --dir "$dir" --logfile "$dir/redis.log" &
-pid=$!
-i=0
-until redis-cli -s "$sock" PING >/dev/null 2>&1; do
-    i=$((i + 1))
-    if [ $i -gt 100 ] || ! kill -0 "$pid" 2>/dev/null; then
-        echo "bench: redis-server did not start; its log:" >&2
-        cat "$dir/redis.log" >&2 || true
-        exit 1
-    fi
-    sleep 0.05
-done
+# shellcheck disable=SC2086
+start_redis "$dir" $on_server
 version=$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')
-echo "bench: private redis-server $version (pid $pid) on unix://$sock" >&2
-
-# One field of a flat JSON line (numbers and null only).
-field() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"; }
+echo "bench: private redis-server $version (pid $rpid) on unix://$sock" >&2
 
 # ---- outside load -------------------------------------------------------
 # Busy jiffies of the whole machine (user nice system irq softirq steal),
@@ -115,7 +91,7 @@ field() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"; }
 hz=$(getconf CLK_TCK)
 cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 our_cpu() {
-    awk '{ s += $14 + $15 } END { print s }' "/proc/$pid/stat"
+    awk '{ s += $14 + $15 } END { print s }' "/proc/$rpid/stat"
 }
 kids_cpu() { awk '{ print $16 + $17 }' "/proc/$$/stat"; }
 load_begin() { l_busy=$(cpu_busy); l_ours=$(( $(our_cpu) + $(kids_cpu) )); l_t=$(date +%s%N); }

@@ -1,36 +1,104 @@
 #!/bin/sh
-# `make demo`: the seeds' oversell problem on an embedded default. Starts a
-# private redis-server on a unix socket in a temp dir, runs dlock-oversell
-# against it (first without a lock, then with one) and stops the server by
-# PID, whatever happens.
-#   demo/run.sh BUILD_DIR [dlock-oversell options, e.g. -n 1000 -w 32]
+# `make demo`: the flash sale, on the embedded default.
+#
+#   demo/run.sh BUILD_DIR
+#
+# Act 1 (a few seconds): the seeds' problem. dlock-oversell sells a stock
+# with a read-check-deduct race, first without a lock (it oversells), then
+# under one dlock lock (exactly the stock), on a private redis-server.
+#
+# Act 2: the flash sale. For each strategy (redis, then lock) it starts
+# `seckill serve` with no --redis (so the service starts its own private
+# redis-server) and a SQLite file in a temp dir, then
+#   seckill load   --stock 1000 --users 20000 --concurrency 200
+#                  (one new voucher with 1000 units; 20000 users, all
+#                  released at once over 200 keep-alive connections)
+#   seckill verify --db ... --redis ... --voucher ID
+#                  (waits for the order stream to drain, then checks the
+#                  invariants and that Redis and the database agree)
+# and prints both runs side by side. Everything runs on loopback and unix
+# sockets; every process is stopped by PID and the temp dir removed,
+# whatever happens.
+#
+# Environment: DEMO_USERS (20000), DEMO_STOCK (1000), DEMO_CONCURRENCY (200).
+# Exit status 0 only when both sales sold exactly the stock and verified.
 set -eu
+. "$(dirname "$0")/../scripts/servers.sh"
 build=${1:-build}
-[ $# -gt 0 ] && shift
-bin="$build/demo/dlock-oversell"
-[ -x "$bin" ] || { echo "demo: $bin not built (run make)" >&2; exit 1; }
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-demo.XXXXXX")
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-redis-server --port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 700 \
-    --save '' --appendonly no --dir "$dir" --logfile "$dir/redis.log" &
-pid=$!
-i=0
-until [ -S "$dir/redis.sock" ]; do
-    i=$((i + 1))
-    if [ $i -gt 100 ] || ! kill -0 "$pid" 2>/dev/null; then
-        echo "demo: redis-server did not start; its log:" >&2
-        cat "$dir/redis.log" >&2 || true
-        exit 1
-    fi
-    sleep 0.05
+seckill="$build/seckill/seckill"
+oversell="$build/demo/dlock-oversell"
+users=${DEMO_USERS:-20000}
+stock=${DEMO_STOCK:-1000}
+conc=${DEMO_CONCURRENCY:-200}
+for b in "$seckill" "$oversell"; do
+    [ -x "$b" ] || { echo "demo: $b not built (run make)" >&2; exit 1; }
 done
-echo "demo: private redis-server (pid $pid) on unix://$dir/redis.sock"
-"$bin" -u "unix://$dir/redis.sock" "$@"
+
+private_dir dlock-demo
+
+# ---- act 1: the oversell the lock prevents --------------------------------
+echo "== act 1: the seeds' oversell, without and with a lock"
+start_redis "$dir"
+"$oversell" -u "unix://$sock" -n 200 -w 16
+kill "$rpid" 2>/dev/null || true
+wait "$rpid" 2>/dev/null || true
+rpid=""
+
+# ---- act 2: the flash sale, both strategies --------------------------------
+# sale STRATEGY: serve, load, verify; leaves $dir/STRATEGY/{load,verify}.out.
+sale() {
+    s=$1
+    d="$dir/$s"
+    mkdir -p "$d"
+    start_seckill "$d/serve" "$seckill" --db "sqlite://$d/seckill.db" --secret-file "$dir/secret" \
+        --strategy "$s"
+    redis=$(sed -n 's/.*private redis-server (pid [0-9]*) at \(unix:[^ ]*\).*/\1/p' "$d/serve.err")
+    echo
+    echo "== act 2, strategy $s: $users users at once for $stock units (seckill on :$port, Redis $redis)"
+    st=0
+    "$seckill" load --url "http://127.0.0.1:$port" --stock "$stock" --users "$users" \
+        --concurrency "$conc" --secret-file "$dir/secret" >"$d/load.out" || st=$?
+    grep -v '^{' "$d/load.out" || true
+    [ $st -eq 0 ] || echo "demo: seckill load exited $st" >&2
+    json=$(grep '^{' "$d/load.out" || true)
+    voucher=$(field "$json" voucher)
+    st=0
+    "$seckill" verify --db "sqlite://$d/seckill.db" --redis "$redis" --voucher "${voucher:-0}" \
+        --wait 60 >"$d/verify.out" || st=$?
+    echo "  verify: $(cat "$d/verify.out")"
+    echo "$st" >"$d/verify.status"
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    spid=""
+}
+
+sale redis
+sale lock
+
+# ---- side by side ------------------------------------------------------------
+row() { # LABEL FIELD [FORMAT]
+    r=$(field "$(grep '^{' "$dir/redis/load.out" || true)" "$2")
+    l=$(field "$(grep '^{' "$dir/lock/load.out" || true)" "$2")
+    printf "  %-26s %12s %12s\n" "$1" "${r:--}" "${l:--}"
+}
+orders() { sed -n 's/.*orders \([0-9]*\) (.*/\1/p' "$dir/$1/verify.out" | head -1; }
+verdict() { [ "$(cat "$dir/$1/verify.status")" = 0 ] && echo OK || echo "FAIL($(cat "$dir/$1/verify.status"))"; }
+echo
+echo "== $users users, $stock units, $conc connections, SQLite + private Redis, $(nproc) cores"
+printf "  %-26s %12s %12s\n" "" "redis" "lock"
+row "201 created" created
+row "410 sold_out" sold_out
+row "409 already_ordered" already_ordered
+row "429 busy" busy
+row "5xx" server_error
+row "transport errors" transport_error
+row "requests/s" requests_per_s
+row "latency p50 ms" p50_ms
+row "latency p99 ms" p99_ms
+row "latency p999 ms" p999_ms
+printf "  %-26s %12s %12s\n" "orders in the database" "$(orders redis)" "$(orders lock)"
+printf "  %-26s %12s %12s\n" "seckill verify" "$(verdict redis)" "$(verdict lock)"
+for s in redis lock; do
+    [ "$(cat "$dir/$s/verify.status")" = 0 ] && [ "$(orders "$s")" = "$stock" ] || exit 1
+done
+echo "Both strategies sold exactly $stock units, one per user, and the database agrees."

@@ -1,6 +1,7 @@
 /*
  * commands.h -- the subcommands other than serve and token, each in its
- * own file, and what they share with main.c.
+ * own file, and what they share with main.c: the usage text and the exit
+ * codes (documented in the usage text and docs/seckill.1).
  */
 #ifndef SECKILL_COMMANDS_H
 #define SECKILL_COMMANDS_H
@@ -8,7 +9,13 @@
 #include <stdio.h>
 
 #define DEFAULT_DB "seckill.db"
-#define EXIT_USAGE 2
+
+/* Exit codes, after sysexits.h where one fits (as the dlock CLI does). */
+#define EXIT_CHECK 1        /* verify: an invariant broke; load: the run was not correct */
+#define EXIT_USAGE 64       /* bad option or argument */
+#define EXIT_UNAVAILABLE 69 /* Redis, the database, the server or the secret file unusable */
+#define EXIT_SOFTWARE 70    /* internal error (out of memory, threads) */
+#define EXIT_TEMPFAIL 75    /* verify: the order stream did not drain within --wait */
 
 /* The usage text of every subcommand. */
 void sk_usage(FILE *f);

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* One URL option for every backend keeps the command line the same when
- * PostgreSQL ("postgres://...") is added next to SQLite. */
+/* One URL option for every backend keeps the command line the same for
+ * SQLite and PostgreSQL. */
 int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
 {
     if (!url || !*url) {
@@ -16,8 +16,7 @@ int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
     if (strncmp(url, "sqlite://", 9) == 0) {
         path = url + 9; /* sqlite:///abs -> /abs, sqlite://rel -> rel */
     } else if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
-        snprintf(err, errlen, "PostgreSQL is not supported yet: %s", url);
-        return -1;
+        return sk_db_open_pg(url, out, err, errlen);
     } else if (strstr(url, "://")) {
         snprintf(err, errlen, "unknown database URL scheme: %s", url);
         return -1;

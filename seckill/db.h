@@ -5,7 +5,9 @@
  * above do: CHECK(stock >= 0) on vouchers, UNIQUE(user_id, voucher_id) and
  * the order id as PRIMARY KEY on orders, and inserts that do nothing on a
  * conflict so a redelivered order is harmless. A backend implements
- * sk_db_ops; store_sqlite.c is the first, a libpq one can follow.
+ * sk_db_ops: store_sqlite.c (one machine, the embedded default) and
+ * store_pg.c (PostgreSQL, for several service instances on several
+ * machines).
  *
  * All functions are safe to call from many threads at once.
  */
@@ -27,16 +29,26 @@ typedef enum sk_persist_outcome {
                                  recorded in rejected_orders */
 } sk_persist_outcome;
 
+/* What the database holds for one voucher at one moment. */
+typedef struct sk_voucher_state {
+    sk_voucher v;
+    int64_t orders;    /* rows in orders */
+    int64_t users;     /* distinct users among them (the schema makes it == orders) */
+    int64_t rejected;  /* rows in rejected_orders */
+} sk_voucher_state;
+
 typedef struct sk_db_ops {
     void (*close)(sk_db *db);
     sk_result (*voucher_create)(sk_db *db, const sk_voucher *v, int64_t now, int64_t *id);
     sk_result (*voucher_get)(sk_db *db, int64_t id, sk_voucher *out);
     /* Up to `cap` ids of vouchers whose sale ended after `ended_after`, newest first. */
     sk_result (*voucher_ids)(sk_db *db, int64_t ended_after, int64_t *ids, size_t cap, size_t *n);
-    /* Every buyer of a voucher (malloc'ed array, caller frees). */
-    sk_result (*voucher_buyers)(sk_db *db, int64_t voucher_id, int64_t **uids, size_t *n);
-    /* Number of orders of a voucher. */
-    sk_result (*voucher_sold)(sk_db *db, int64_t voucher_id, int64_t *sold, int64_t *rejected);
+    /* A voucher, its order counts and (when uids is not NULL) the user of
+     * every order, all from one snapshot: warming Redis and `seckill
+     * verify` compare them with each other. *uids is malloc'ed (caller
+     * frees), sorted ascending. */
+    sk_result (*voucher_state)(sk_db *db, int64_t voucher_id, sk_voucher_state *out, int64_t **uids,
+                               size_t *n);
     /* A persisted or rejected order; SK_NO_ORDER when neither. */
     sk_result (*order_get)(sk_db *db, uint64_t id, sk_order *out);
     /* The lock strategy's whole decision in one transaction: window, one
@@ -55,13 +67,15 @@ struct sk_db {
 
 /*
  * Open the database named by `url`: "sqlite:///abs/path.db",
- * "sqlite://rel/path.db", or a plain file path. The schema is created when
+ * "sqlite://rel/path.db", a plain file path, or a libpq URI
+ * "postgres://..." / "postgresql://...". The schema is created when
  * missing. Returns 0, or -1 with a message in err[errlen].
  */
 int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen);
 
 /* Backend constructors, chosen by sk_db_open. */
 int sk_db_open_sqlite(const char *path, sk_db **out, char *err, size_t errlen);
+int sk_db_open_pg(const char *conninfo, sk_db **out, char *err, size_t errlen);
 
 static inline void sk_db_close(sk_db *db) { if (db) db->ops->close(db); }
 

@@ -44,6 +44,8 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, const sk_respo
     if (resp->content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
     if (resp->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    /* "busy" is an invitation to come back: say when. */
+    if (resp->status == 429) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)resp->status, r);
     MHD_destroy_response(r);
     return ret;
@@ -224,7 +226,10 @@ int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, c
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        /* Our requests are a few hundred bytes (a token is at most 128)
+         * and bodies are copied out in chunks; MHD clears this pool for
+         * every request, so a big one costs CPU for nothing. */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
         MHD_OPTION_END);
     if (!h->daemon) {

@@ -7,9 +7,10 @@
  *   seckill:{v:ID}:window   hash    begin, end (Unix seconds)
  *   seckill:{v:ID}:buyers   set     user ids with an order
  *   seckill:{v:ID}:orders   stream  accepted orders: order, user, voucher
+ *   seckill:{v:ID}:pending  hash    order id -> user id, for each accepted
+ *                                   order the writers have not acknowledged
+ *                                   yet (GET /api/orders answers "pending")
  *   seckill:{v:ID}:dead     stream  orders the writer gave up on
- *   seckill:order:OID       string  "UID:VID", lets GET /api/orders find a
- *                                   pending order (1 day)
  */
 #ifndef SECKILL_KEYS_H
 #define SECKILL_KEYS_H
@@ -20,18 +21,13 @@
 #define SK_KEY_MAX 64
 #define SK_GROUP "seckill-writers"
 
-enum { SK_K_STOCK, SK_K_WINDOW, SK_K_BUYERS, SK_K_ORDERS, SK_K_DEAD, SK_K_COUNT };
+enum { SK_K_STOCK, SK_K_WINDOW, SK_K_BUYERS, SK_K_ORDERS, SK_K_PENDING, SK_K_DEAD, SK_K_COUNT };
 
 static inline void sk_voucher_keys(int64_t vid, char keys[SK_K_COUNT][SK_KEY_MAX])
 {
-    static const char *const suffix[SK_K_COUNT] = {"stock", "window", "buyers", "orders", "dead"};
+    static const char *const suffix[SK_K_COUNT] = {"stock", "window", "buyers", "orders", "pending", "dead"};
     for (int i = 0; i < SK_K_COUNT; i++)
         snprintf(keys[i], SK_KEY_MAX, "seckill:{v:%lld}:%s", (long long)vid, suffix[i]);
-}
-
-static inline void sk_order_index_key(uint64_t oid, char key[SK_KEY_MAX])
-{
-    snprintf(key, SK_KEY_MAX, "seckill:order:%llu", (unsigned long long)oid);
 }
 
 #endif

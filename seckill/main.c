@@ -4,12 +4,11 @@
  *   seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]
  *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
  *   seckill token [--secret-file FILE] [--ttl S] USER_ID
- *   seckill verify [--redis URL] [--db URL] [VOUCHER_ID...]
- *   seckill load [--url URL] [--secret-file FILE] [--users N] [--connections C]
- *                [--stock S | --voucher ID] [--repeat K]
+ *   seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]
+ *                --secret-file FILE
+ *   seckill verify --db URL [--redis URL] --voucher ID
  *
- * Exit status: 0 success, 1 failure (verify: an invariant is broken),
- * 2 usage error.
+ * Exit codes: see sk_usage() below and docs/seckill.1.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -33,6 +32,7 @@
 #include "writer.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
+#define DEFAULT_WARM_GRACE_S 5
 
 /* One usage text for every subcommand: errors and --help print the same. */
 void sk_usage(FILE *f)
@@ -41,32 +41,45 @@ void sk_usage(FILE *f)
             "usage: seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]\n"
             "                     [--strategy redis|lock] [--secret-file FILE] [--threads N]\n"
             "       seckill token [--secret-file FILE] [--ttl S] USER_ID\n"
-            "       seckill verify [--redis URL] [--db URL] [VOUCHER_ID...]\n"
-            "       seckill load [--url URL] [--secret-file FILE] [--users N] [--connections C]\n"
-            "                    [--stock S | --voucher ID] [--repeat K]\n"
+            "       seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]\n"
+            "                    --secret-file FILE [--stock S] [--threads T]\n"
+            "       seckill verify --db URL [--redis URL] --voucher ID [--voucher ID...] [--wait S]\n"
+            "       seckill --help | --version\n"
             "\n"
-            "serve   run the HTTP API. Without --redis a private redis-server is started on a\n"
-            "        unix socket and stopped at exit; without --db the SQLite file %s is used.\n"
+            "serve   run the HTTP API (default %s, strategy redis). Without --redis a private\n"
+            "        redis-server is started on a unix socket and stopped at exit; without --db the\n"
+            "        SQLite file %s is used. --db takes sqlite://PATH, a file path, or\n"
+            "        postgres://USER@HOST/DB (PostgreSQL, for several instances).\n"
             "token   print a bearer token for USER_ID (0 is the admin), valid --ttl seconds\n"
             "        (default 86400), signed with the secret in --secret-file (default %s,\n"
-            "        created when missing).\n"
-            "verify  check that the database and Redis agree: no unit sold twice or lost.\n"
-            "load    run a flash sale against a server: N users (default 10000) buy one unit\n"
-            "        each over C keep-alive connections (default 32), of a new voucher with S\n"
-            "        units (default 100) or of --voucher; prints throughput and latencies and\n"
-            "        fails if more than the stock was sold.\n",
-            DEFAULT_DB, SK_DEFAULT_SECRET_FILE);
+            "        created when missing; the same default for every subcommand).\n"
+            "load    N users each send K orders (default 1) for voucher ID over C keep-alive\n"
+            "        connections, all released at once; --stock S creates a voucher with S units\n"
+            "        instead of --voucher. Prints a table and one JSON line (requests/s,\n"
+            "        outcomes, p50/p99/p999 latency); a progress bar when stderr is a terminal.\n"
+            "verify  check a voucher: orders <= initial stock, one order per user, stock + orders\n"
+            "        = initial stock; with --redis, once the order stream is drained (waiting up\n"
+            "        to --wait seconds, default 10): Redis stock and buyers equal the database's.\n"
+            "\n"
+            "exit status: 0 success; 1 a check failed (verify: an invariant is broken; load: more\n"
+            "  orders than stock or users, stock not adding up, 5xx answers, transport errors or\n"
+            "  unexpected 4xx); 64 usage error; 69 Redis, the database, the server, the listen\n"
+            "  address or the secret file could not be used; 70 internal error; 75 verify: the\n"
+            "  order stream did not drain within --wait, so Redis was not compared.\n"
+            "See seckill(1) for details and the environment variables.\n",
+            DEFAULT_LISTEN, DEFAULT_DB, SK_DEFAULT_SECRET_FILE);
 }
 
-/* Writer knobs come from the environment: deployments and tests set them
- * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES). */
+/* Tuning knobs come from the environment: deployments and tests set them
+ * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
+ * SECKILL_WARM_GRACE_S; see seckill(1)). */
 static long env_long(const char *name, long dflt)
 {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
     char *end;
     long x = strtol(v, &end, 10);
-    return *end || x <= 0 ? dflt : x;
+    return *end || x < 0 ? dflt : x;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -212,7 +225,10 @@ static int serve(int argc, char **argv)
             snprintf(err, sizeof err, "cannot start the order writer");
             goto fail;
         }
-        if (sk_strategy_redis_new(s.db, s.redis, s.ids, s.writer, &s.app.strategy) != 0) {
+        /* The embedded Redis is private to this process: no other writer
+         * can hold orders from before it started, so no grace is needed. */
+        int grace = o.redis ? (int)env_long("SECKILL_WARM_GRACE_S", DEFAULT_WARM_GRACE_S) : 0;
+        if (sk_strategy_redis_new(s.db, s.redis, s.ids, s.writer, grace, &s.app.strategy) != 0) {
             snprintf(err, sizeof err, "out of memory");
             goto fail;
         }
@@ -238,7 +254,7 @@ static int serve(int argc, char **argv)
 fail:
     fprintf(stderr, "seckill: %s\n", err);
     server_down(&s);
-    return 1;
+    return EXIT_UNAVAILABLE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -281,7 +297,7 @@ static int token(int argc, char **argv)
     char err[512];
     if (sk_secret_load(secret_file, &secret, &len, &created, err, sizeof err) != 0) {
         fprintf(stderr, "seckill: %s\n", err);
-        return 1;
+        return EXIT_UNAVAILABLE;
     }
     if (created) fprintf(stderr, "seckill: created secret file %s\n", secret_file);
     char tok[SK_TOKEN_MAX + 1];
@@ -289,7 +305,7 @@ static int token(int argc, char **argv)
     free(secret);
     if (rc != 0) {
         fprintf(stderr, "seckill: cannot make a token\n");
-        return 1;
+        return EXIT_SOFTWARE;
     }
     printf("%s\n", tok);
     return 0;

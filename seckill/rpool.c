@@ -165,6 +165,33 @@ redisReply *sk_rpool_cmd(sk_rpool *p, int resend_ok, const char *fmt, ...)
     return NULL;
 }
 
+/* One round trip for many reads (one HGET per voucher on GET /api/orders):
+ * hiredis buffers the appended commands and writes them together. */
+int sk_rpool_pipeline(sk_rpool *p, int n, const char *const *const *cmds, redisReply **out)
+{
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    redisContext *c = borrow(p);
+    if (!c) return -1;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        int argc = 0;
+        while (cmds[i][argc]) argc++;
+        if (redisAppendCommandArgv(c, argc, (const char **)cmds[i], NULL) != REDIS_OK) rc = -1;
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        void *r = NULL;
+        if (redisGetReply(c, &r) != REDIS_OK || !r) rc = -1;
+        out[i] = r;
+    }
+    if (rc != 0) {
+        for (int i = 0; i < n; i++)
+            if (out[i]) freeReplyObject(out[i]), out[i] = NULL;
+        c->err = c->err ? c->err : REDIS_ERR_OTHER; /* replies may be out of step: drop it */
+    }
+    give_back(p, c);
+    return rc;
+}
+
 /* The SHA is computed locally, so no SCRIPT LOAD round trip is needed and
  * a restarted server is handled by the same NOSCRIPT fallback. Computed
  * once per script under a lock: HTTP threads race to first use. */

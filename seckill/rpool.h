@@ -35,6 +35,14 @@ redisContext *sk_rpool_connect(sk_rpool *p, int timeout_ms);
  */
 redisReply *sk_rpool_cmd(sk_rpool *p, int resend_ok, const char *fmt, ...);
 
+/*
+ * Send `n` commands (argv form, each NULL-terminated) on one pooled
+ * connection in one write, and read their `n` replies into out[] (caller
+ * frees each). 0, or -1 when the connection failed (out[] all NULL). Read
+ * commands only: nothing is resent.
+ */
+int sk_rpool_pipeline(sk_rpool *p, int n, const char *const *const *cmds, redisReply **out);
+
 /* Run a script by EVALSHA, falling back to EVAL when the server does not
  * have it (restart, SCRIPT FLUSH). `args` holds the keys then the args. */
 redisReply *sk_rpool_script(sk_rpool *p, sk_script *s, int resend_ok, int nkeys, int nargs,

@@ -2,6 +2,8 @@
 #include "skutil.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Why so strict: one id must have one spelling, so "007", "+7" and "7 "
@@ -53,4 +55,22 @@ void sk_sleep_ms(long ms)
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+/* qsort's comparator for sk_sort_i64; written out because a - b overflows. */
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void sk_sort_i64(int64_t *a, size_t n)
+{
+    if (n > 1) qsort(a, n, sizeof *a, cmp_i64);
+}
+
+long sk_info_uptime(const char *info)
+{
+    const char *p = info ? strstr(info, "uptime_in_seconds:") : NULL;
+    return p ? strtol(p + 18, NULL, 10) : -1;
 }

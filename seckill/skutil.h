@@ -13,6 +13,14 @@
 int sk_parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out);
 int sk_parse_i64(const char *s, size_t len, int64_t max, int64_t *out);
 
+/* Sort ascending: buyer lists (binary search in warm-up and verify) and
+ * latencies (percentiles in load). */
+void sk_sort_i64(int64_t *a, size_t n);
+
+/* Redis's uptime_in_seconds from an INFO reply's text, or -1: the restart
+ * grace (strategy_redis.c) and its test read it the same way. */
+long sk_info_uptime(const char *info);
+
 /* Unix seconds, wall clock. */
 int64_t sk_unix_now(void);
 

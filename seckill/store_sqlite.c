@@ -44,28 +44,36 @@ static const char schema[] =
     "CREATE INDEX IF NOT EXISTS rejected_by_voucher ON rejected_orders(voucher_id);";
 
 enum {
-    ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
-    ST_V_INSERT, ST_V_GET, ST_V_IDS, ST_V_BUYERS, ST_V_SOLD, ST_V_TAKE,
-    ST_O_GET, ST_O_BY_USER, ST_O_INSERT, ST_R_GET, ST_R_INSERT, ST_PING,
+    ST_BEGIN, ST_BEGIN_READ, ST_COMMIT, ST_ROLLBACK,
+    ST_V_INSERT, ST_V_GET, ST_V_IDS, ST_V_BUYERS, ST_V_COUNTS, ST_V_TAKE,
+    ST_O_GET, ST_O_BY_USER, ST_O_INSERT, ST_O_INSERT_NEW, ST_O_DELETE, ST_R_GET, ST_R_INSERT, ST_PING,
     ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_BEGIN_READ] = "BEGIN",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_V_INSERT] = "INSERT INTO vouchers(title, stock, initial_stock, begin_at, end_at, created_at)"
                     " VALUES (?1, ?2, ?2, ?3, ?4, ?5)",
     [ST_V_GET] = "SELECT id, title, stock, initial_stock, begin_at, end_at FROM vouchers WHERE id = ?1",
     [ST_V_IDS] = "SELECT id FROM vouchers WHERE end_at > ?1 ORDER BY id DESC LIMIT ?2",
-    [ST_V_BUYERS] = "SELECT user_id FROM orders WHERE voucher_id = ?1",
-    [ST_V_SOLD] = "SELECT (SELECT count(*) FROM orders WHERE voucher_id = ?1),"
-                  " (SELECT count(*) FROM rejected_orders WHERE voucher_id = ?1)",
+    [ST_V_BUYERS] = "SELECT user_id FROM orders WHERE voucher_id = ?1 ORDER BY user_id",
+    [ST_V_COUNTS] = "SELECT (SELECT count(*) FROM orders WHERE voucher_id = ?1),"
+                    " (SELECT count(DISTINCT user_id) FROM orders WHERE voucher_id = ?1),"
+                    " (SELECT count(*) FROM rejected_orders WHERE voucher_id = ?1)",
     [ST_V_TAKE] = "UPDATE vouchers SET stock = stock - 1 WHERE id = ?1 AND stock > 0",
     [ST_O_GET] = "SELECT user_id, voucher_id, fence FROM orders WHERE id = ?1",
     [ST_O_BY_USER] = "SELECT id FROM orders WHERE user_id = ?1 AND voucher_id = ?2",
     [ST_O_INSERT] = "INSERT INTO orders(id, user_id, voucher_id, fence, created_at)"
                     " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+    /* The writer's insert: an order refused before stays refused. */
+    [ST_O_INSERT_NEW] = "INSERT INTO orders(id, user_id, voucher_id, fence, created_at)"
+                        " SELECT ?1, ?2, ?3, ?4, ?5"
+                        " WHERE NOT EXISTS (SELECT 1 FROM rejected_orders WHERE id = ?1)"
+                        " ON CONFLICT DO NOTHING",
+    [ST_O_DELETE] = "DELETE FROM orders WHERE id = ?1",
     [ST_R_GET] = "SELECT user_id, voucher_id FROM rejected_orders WHERE id = ?1",
     [ST_R_INSERT] = "INSERT INTO rejected_orders(id, user_id, voucher_id, reason, created_at)"
                     " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
@@ -276,13 +284,9 @@ static sk_result sq_voucher_ids(sk_db *db, int64_t ended_after, int64_t *ids, si
     return r;
 }
 
-/* Re-warming Redis must know who already bought, or a Redis restart
- * would let them buy again. */
-static sk_result sq_voucher_buyers(sk_db *db, int64_t voucher_id, int64_t **uids, size_t *n)
+/* The users of a voucher's orders, ascending, with a borrowed connection. */
+static int read_buyers(sqconn *c, int64_t voucher_id, int64_t **uids, size_t *n)
 {
-    sqlite_db *d = (sqlite_db *)db;
-    sqconn *c = borrow(d);
-    if (!c) return SK_UNAVAILABLE;
     sqlite3_stmt *st = c->st[ST_V_BUYERS];
     sqlite3_bind_int64(st, 1, voucher_id);
     size_t cap = 64, len = 0;
@@ -301,36 +305,55 @@ static sk_result sq_voucher_buyers(sk_db *db, int64_t voucher_id, int64_t **uids
         a[len++] = sqlite3_column_int64(st, 0);
     }
     finish(st);
-    sk_result r = SK_OK;
     if (rc != SQLITE_DONE) {
-        r = rc == SQLITE_NOMEM ? SK_INTERNAL : fail(c, rc, "voucher buyers");
         free(a);
-        a = NULL;
-        len = 0;
+        return rc;
     }
-    give_back(d, c);
     *uids = a;
     *n = len;
-    return r;
+    return SQLITE_OK;
 }
 
-/* For `seckill verify`: both counts in one statement, one snapshot. */
-static sk_result sq_voucher_sold(sk_db *db, int64_t voucher_id, int64_t *sold, int64_t *rejected)
+/* Why one read transaction: in WAL mode it pins one snapshot, so the
+ * stock, the counts and the buyers agree even while the writer commits.
+ * Warming Redis from a stock that already counts an order whose buyer is
+ * missing (or the reverse) would sell a unit twice or lose one. */
+static sk_result sq_voucher_state(sk_db *db, int64_t voucher_id, sk_voucher_state *out, int64_t **uids,
+                                  size_t *n)
 {
     sqlite_db *d = (sqlite_db *)db;
     sqconn *c = borrow(d);
     if (!c) return SK_UNAVAILABLE;
-    sqlite3_stmt *st = c->st[ST_V_SOLD];
-    sqlite3_bind_int64(st, 1, voucher_id);
-    int rc = sqlite3_step(st);
-    sk_result r = SK_OK;
-    if (rc == SQLITE_ROW) {
-        *sold = sqlite3_column_int64(st, 0);
-        *rejected = sqlite3_column_int64(st, 1);
-    } else {
-        r = fail(c, rc, "voucher sold");
+    if (uids) {
+        *uids = NULL;
+        *n = 0;
     }
-    finish(st);
+    int rc = exec_stmt(c->st[ST_BEGIN_READ]);
+    if (rc != SQLITE_OK) {
+        sk_result r = fail(c, rc, "begin");
+        give_back(d, c);
+        return r;
+    }
+    memset(out, 0, sizeof *out);
+    sk_result r = read_voucher(c, voucher_id, &out->v);
+    if (r == SK_OK) {
+        sqlite3_stmt *st = c->st[ST_V_COUNTS];
+        sqlite3_bind_int64(st, 1, voucher_id);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            out->orders = sqlite3_column_int64(st, 0);
+            out->users = sqlite3_column_int64(st, 1);
+            out->rejected = sqlite3_column_int64(st, 2);
+        } else {
+            r = fail(c, rc, "voucher counts");
+        }
+        finish(st);
+    }
+    if (r == SK_OK && uids) {
+        rc = read_buyers(c, voucher_id, uids, n);
+        if (rc != SQLITE_OK) r = rc == SQLITE_NOMEM ? SK_INTERNAL : fail(c, rc, "voucher buyers");
+    }
+    exec_stmt(c->st[ST_COMMIT]);
     give_back(d, c);
     return r;
 }
@@ -402,10 +425,11 @@ static int take_stock(sqconn *c, int64_t voucher_id)
     return sqlite3_changes(c->h) == 1;
 }
 
-/* Insert an order: 1 inserted, 0 conflict (id or user+voucher), -rc on error. */
-static int insert_order(sqconn *c, const sk_order *o, int64_t now)
+/* Insert an order with statement `which` (ST_O_INSERT or ST_O_INSERT_NEW):
+ * 1 inserted, 0 nothing (a conflict, or refused before), -rc on error. */
+static int insert_order(sqconn *c, int which, const sk_order *o, int64_t now)
 {
-    sqlite3_stmt *st = c->st[ST_O_INSERT];
+    sqlite3_stmt *st = c->st[which];
     sqlite3_bind_int64(st, 1, (sqlite3_int64)o->id);
     sqlite3_bind_int64(st, 2, o->user_id);
     sqlite3_bind_int64(st, 3, o->voucher_id);
@@ -447,7 +471,7 @@ static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
         else if (k == 0) r = SK_SOLD_OUT;
     }
     if (r == SK_OK) {
-        k = insert_order(c, o, now);
+        k = insert_order(c, ST_O_INSERT, o, now);
         if (k < 0) r = fail(c, -k, "order insert");
         else if (k == 0) r = SK_ALREADY;
     }
@@ -495,10 +519,38 @@ static int seen_order(sqconn *c, const sk_order *o)
     return 0;
 }
 
+/* The outcome of one order inside the writer's transaction, or -rc.
+ * Insert first (nothing happens on a conflict), then take a unit; on the
+ * common path that is two statements. A conflict is told apart afterwards:
+ * the same order again (a redelivery) or another order of this user. */
+static int persist_one(sqconn *c, const sk_order *o, int64_t now)
+{
+    int k = insert_order(c, ST_O_INSERT_NEW, o, now);
+    if (k == -SQLITE_CONSTRAINT) /* no such voucher (foreign key): it can never be persisted */
+        return (k = reject_order(c, o, "no_voucher", now)) < 0 ? k : SK_PERSIST_REJECTED;
+    if (k < 0) return k;
+    if (k == 1) {
+        k = take_stock(c, o->voucher_id);
+        if (k != 0) return k < 0 ? k : SK_PERSIST_CREATED;
+        sqlite3_stmt *st = c->st[ST_O_DELETE];
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)o->id);
+        if ((k = exec_stmt(st)) != SQLITE_OK) return -k;
+        return (k = reject_order(c, o, "sold_out", now)) < 0 ? k : SK_PERSIST_REJECTED;
+    }
+    k = seen_order(c, o);
+    if (k < 0) return k;
+    if (k == 1) return SK_PERSIST_DUPLICATE;
+    if (k == 2) {
+        fprintf(stderr, "seckill: order id %llu of user %lld already belongs to another order\n",
+                (unsigned long long)o->id, (long long)o->user_id);
+        return SK_PERSIST_REJECTED;
+    }
+    return (k = reject_order(c, o, "already_ordered", now)) < 0 ? k : SK_PERSIST_REJECTED;
+}
+
 /* One transaction per batch: a commit (and its fsync) is the expensive
- * part, and the writer acknowledges the batch only after it. Each order is
- * checked before anything is written for it, so no savepoints are needed:
- * refusals are recorded, not rolled back. */
+ * part, and the writer acknowledges the batch only after it. Refusals are
+ * recorded, not rolled back. */
 static sk_result sq_orders_persist(sk_db *db, const sk_order *orders, size_t n, int64_t now,
                                    sk_persist_outcome *outcomes)
 {
@@ -513,55 +565,9 @@ static sk_result sq_orders_persist(sk_db *db, const sk_order *orders, size_t n, 
     }
     sk_result r = SK_OK;
     for (size_t i = 0; i < n && r == SK_OK; i++) {
-        const sk_order *o = &orders[i];
-        int k = seen_order(c, o);
-        if (k < 0) {
-            r = fail(c, -k, "order lookup");
-            break;
-        }
-        if (k == 1) {
-            outcomes[i] = SK_PERSIST_DUPLICATE;
-            continue;
-        }
-        if (k == 2) {
-            fprintf(stderr, "seckill: order id %llu of user %lld already belongs to another order\n",
-                    (unsigned long long)o->id, (long long)o->user_id);
-            outcomes[i] = SK_PERSIST_REJECTED;
-            continue;
-        }
-        const char *reason = NULL;
-        k = has_order(c, o->user_id, o->voucher_id);
-        if (k < 0) {
-            r = fail(c, -k, "order lookup");
-            break;
-        }
-        if (k == 1) reason = "already_ordered";
-        if (!reason) {
-            k = take_stock(c, o->voucher_id);
-            if (k < 0) {
-                r = fail(c, -k, "stock update");
-                break;
-            }
-            if (k == 0) reason = "sold_out";
-        }
-        if (!reason) {
-            k = insert_order(c, o, now);
-            if (k < 0) {
-                r = fail(c, -k, "order insert");
-                break;
-            }
-            if (k == 0) reason = "conflict";
-        }
-        if (reason) {
-            k = reject_order(c, o, reason, now);
-            if (k < 0) {
-                r = fail(c, -k, "rejected insert");
-                break;
-            }
-            outcomes[i] = SK_PERSIST_REJECTED;
-        } else {
-            outcomes[i] = SK_PERSIST_CREATED;
-        }
+        int k = persist_one(c, &orders[i], now);
+        if (k < 0) r = fail(c, -k, "persist order");
+        else outcomes[i] = (sk_persist_outcome)k;
     }
     if (r == SK_OK) {
         rc = exec_stmt(c->st[ST_COMMIT]);
@@ -589,8 +595,7 @@ static const sk_db_ops sqlite_ops = {
     .voucher_create = sq_voucher_create,
     .voucher_get = sq_voucher_get,
     .voucher_ids = sq_voucher_ids,
-    .voucher_buyers = sq_voucher_buyers,
-    .voucher_sold = sq_voucher_sold,
+    .voucher_state = sq_voucher_state,
     .order_get = sq_order_get,
     .order_place = sq_order_place,
     .orders_persist = sq_orders_persist,

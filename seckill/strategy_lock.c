@@ -42,13 +42,15 @@ static sk_result ls_voucher_get(void *ctx, int64_t id, sk_voucher *out)
 }
 
 /* A lock not free in time means the user's other request is running:
- * 429, try again; an unreachable Redis is 503. */
+ * 429, try again. So is a Redis out of reach (restarting): the database
+ * alone decides nothing on this path, and the sale resumes by itself once
+ * Redis is back. A refused password is a configuration fault: 503. */
 static sk_result from_dlock(dlock_status st)
 {
     switch (st) {
     case DLOCK_OK: return SK_OK;
-    case DLOCK_ERR_TIMEOUT: return SK_BUSY;
-    case DLOCK_ERR_CONNECT:
+    case DLOCK_ERR_TIMEOUT:
+    case DLOCK_ERR_CONNECT: return SK_BUSY;
     case DLOCK_ERR_AUTH: return SK_UNAVAILABLE;
     default: return SK_INTERNAL;
     }
@@ -82,6 +84,7 @@ static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
     }
     sk_order o = {.user_id = user_id, .voucher_id = voucher_id, .fence = token};
     r = sk_orderids_next(s->ids, &o.id);
+    if (r == SK_UNAVAILABLE) r = SK_BUSY; /* the ids live in Redis too */
     if (r == SK_OK) r = s->db->ops->order_place(s->db, &o, now);
     /* A failed release (lease already over, Redis gone) changes nothing
      * for this order: it is committed or not by the transaction alone. */

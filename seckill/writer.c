@@ -17,6 +17,7 @@
 #include "writer.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ typedef struct entry {
     int valid;
     const char *bad;          /* why it is not valid */
     long deliveries;          /* known for redeliveries, else 0 */
+    char order_id[24];        /* the "order" field as sent, "" when absent or too long */
     sk_order order;
 } entry;
 
@@ -60,7 +62,7 @@ struct sk_writer {
     stream streams[STREAMS_MAX];
     size_t nstreams;
     redisContext *c;
-    int crash_before, crash_after;
+    int stop_before, stop_after; /* test hooks, see sk_writer_start */
     int64_t last_refresh, last_claim, last_lag;
     long backoff_ms;
 };
@@ -155,6 +157,7 @@ static int parse_entry(sk_writer *w, size_t si, const redisReply *er, entry *e)
     const redisReply *o = field(e->fields, "order"), *u = field(e->fields, "user"),
                      *v = field(e->fields, "voucher");
     e->valid = 0;
+    if (o && o->type == REDIS_REPLY_STRING && o->len < sizeof e->order_id) memcpy(e->order_id, o->str, o->len + 1);
     if (e->fields->type != REDIS_REPLY_ARRAY) e->bad = "deleted";
     else if (!o || !u || !v || o->type != REDIS_REPLY_STRING || u->type != REDIS_REPLY_STRING ||
              v->type != REDIS_REPLY_STRING)
@@ -170,8 +173,11 @@ static int parse_entry(sk_writer *w, size_t si, const redisReply *er, entry *e)
     return 0;
 }
 
-/* Acknowledge ids of one stream in one command. */
-static int ack(sk_writer *w, const stream *s, const char *const *ids, size_t n)
+/* Acknowledge entries of one stream and drop their orders from its
+ * pending hash, in one round trip (two pipelined commands): from then on
+ * GET /api/orders finds them in the database (or, dead-lettered, not at
+ * all). */
+static int ack(sk_writer *w, const stream *s, entry *const *es, size_t n)
 {
     if (n == 0) return 0;
     const char **argv = malloc((n + 3) * sizeof *argv);
@@ -179,11 +185,20 @@ static int ack(sk_writer *w, const stream *s, const char *const *ids, size_t n)
     argv[0] = "XACK";
     argv[1] = s->keys[SK_K_ORDERS];
     argv[2] = SK_GROUP;
-    for (size_t i = 0; i < n; i++) argv[3 + i] = ids[i];
-    redisReply *r = redisCommandArgv(w->c, (int)(n + 3), argv, NULL);
+    for (size_t i = 0; i < n; i++) argv[3 + i] = es[i]->id;
+    int ok = redisAppendCommandArgv(w->c, (int)(n + 3), argv, NULL) == REDIS_OK;
+    argv[0] = "HDEL";
+    argv[1] = s->keys[SK_K_PENDING];
+    for (size_t i = 0; i < n; i++) argv[2 + i] = es[i]->order_id;
+    ok = ok && redisAppendCommandArgv(w->c, (int)(n + 2), argv, NULL) == REDIS_OK;
     free(argv);
-    int ok = reply_ok(w, r, "XACK");
-    if (r) freeReplyObject(r);
+    for (int k = 0; k < 2 && ok; k++) {
+        void *r = NULL;
+        if (redisGetReply(w->c, &r) != REDIS_OK) r = NULL;
+        ok = reply_ok(w, r, k == 0 ? "XACK" : "HDEL pending");
+        if (r) freeReplyObject(r);
+    }
+    if (!ok && w->c) disconnect(w); /* a reply may be left unread */
     return ok ? 0 : -1;
 }
 
@@ -223,8 +238,7 @@ static int dead_letter(sk_writer *w, entry *e, const char *reason)
                 s->keys[SK_K_ORDERS], reason);
         sk_metrics_writer(0, 0, 0, 1, 0);
     }
-    const char *id = e->id;
-    return ack(w, s, &id, 1);
+    return ack(w, s, &e, 1);
 }
 
 /* Delivery counts of redelivered entries, from XPENDING over their range.
@@ -281,7 +295,7 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
         }
     }
     if (m > 0) {
-        if (w->crash_before) _exit(98); /* test hook: die with the batch read, not committed */
+        if (w->stop_before) raise(SIGSTOP); /* test hook: stop with the batch read, not committed */
         /* A database that fails is retried here, with the batch in hand,
          * rather than by redelivery: redeliveries are counted, and an
          * outage must not turn good orders into dead letters. */
@@ -295,7 +309,7 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
             sk_sleep_ms(pause);
             pause = pause * 2 > 5000 ? 5000 : pause * 2;
         }
-        if (w->crash_after) _exit(99); /* test hook: die committed but not acknowledged */
+        if (w->stop_after) raise(SIGSTOP); /* test hook: stop committed, not acknowledged */
         uint64_t created = 0, dup = 0, rej = 0;
         for (size_t k = 0; k < m; k++) {
             if (outcomes[k] == SK_PERSIST_CREATED) created++;
@@ -304,12 +318,12 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
         }
         sk_metrics_writer(created, dup, rej, 0, 1);
         /* Acknowledge per stream, after the commit. */
-        const char **ids = malloc(m * sizeof *ids);
+        entry **ids = malloc(m * sizeof *ids);
         if (!ids) goto out;
         for (size_t si = 0; si < w->nstreams; si++) {
             size_t k = 0;
             for (size_t j = 0; j < m; j++)
-                if (e[which[j]].stream == si) ids[k++] = e[which[j]].id;
+                if (e[which[j]].stream == si) ids[k++] = &e[which[j]];
             if (k && ack(w, &w->streams[si], ids, k) != 0) {
                 free(ids);
                 goto out;
@@ -539,10 +553,12 @@ sk_writer *sk_writer_start(const sk_writer_config *cfg)
         snprintf(w->consumer, sizeof w->consumer, "%s:%ld", host, (long)getpid());
     }
     w->cfg.consumer = w->consumer;
-    const char *t = getenv("SECKILL_TEST_CRASH_BEFORE_COMMIT");
-    w->crash_before = t && *t == '1';
-    t = getenv("SECKILL_TEST_CRASH_AFTER_COMMIT");
-    w->crash_after = t && *t == '1';
+    /* Test hooks: the whole process stops itself (SIGSTOP) at the exact
+     * point a crash is most harmful, so a test can SIGKILL it there. */
+    const char *t = getenv("SECKILL_TEST_STOP_BEFORE_COMMIT");
+    w->stop_before = t && *t == '1';
+    t = getenv("SECKILL_TEST_STOP_AFTER_COMMIT");
+    w->stop_after = t && *t == '1';
     w->backoff_ms = 100;
     atomic_init(&w->stop, 0);
     atomic_init(&w->notified, 0);

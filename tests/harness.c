@@ -23,8 +23,8 @@ long long th_now_ms(void)
 }
 
 /* Ask the kernel for a free port by binding port 0. Another process could
- * take it before redis-server binds; start() retries on that. */
-static int free_port(void)
+ * take it before the server binds; callers retry on that. */
+int th_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
@@ -184,7 +184,7 @@ int th_redis_start(th_redis *r, const char *extra_conf)
     snprintf(r->url, sizeof r->url, "unix://%s", r->sock);
     if (extra_conf) snprintf(r->extra, sizeof r->extra, "%s", extra_conf);
     for (int attempt = 0; attempt < 5; attempt++) {
-        r->port = free_port();
+        r->port = th_free_port();
         if (r->port <= 0) continue;
         snprintf(r->tcp_url, sizeof r->tcp_url, "redis://127.0.0.1:%d", r->port);
         if (write_conf_and_spawn(r) == 0) return 0;

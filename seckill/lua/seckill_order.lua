@@ -1,9 +1,11 @@
 -- Take one unit of a voucher for one user, and queue the order.
 --
--- KEYS[1]  "seckill:{v:ID}:stock"   units left (string)
--- KEYS[2]  "seckill:{v:ID}:window"  hash: begin, end (Unix seconds)
--- KEYS[3]  "seckill:{v:ID}:buyers"  set of user ids that have an order
--- KEYS[4]  "seckill:{v:ID}:orders"  stream of accepted orders
+-- KEYS[1]  "seckill:{v:ID}:stock"    units left (string)
+-- KEYS[2]  "seckill:{v:ID}:window"   hash: begin, end (Unix seconds)
+-- KEYS[3]  "seckill:{v:ID}:buyers"   set of user ids that have an order
+-- KEYS[4]  "seckill:{v:ID}:orders"   stream of accepted orders
+-- KEYS[5]  "seckill:{v:ID}:pending"  hash: order id -> user id, until a
+--                                    writer acknowledges the order
 -- ARGV[1]  user id
 -- ARGV[2]  order id (decimal)
 -- ARGV[3]  voucher id
@@ -20,7 +22,9 @@
 -- would leak a unit. And why XADD is the first write: it is the only one
 -- that can fail (out of memory); if it does, nothing has changed, while
 -- stock taken without an order message is exactly the lost sale the
--- reference designs suffer from.
+-- reference designs suffer from. The pending entry is written here, not
+-- by a second command after the answer, so an order is visible as
+-- "pending" exactly when its buyer has been told 201.
 local stock = redis.call('GET', KEYS[1])
 if not stock then return {1} end
 local w = redis.call('HMGET', KEYS[2], 'begin', 'end')
@@ -34,4 +38,5 @@ if tonumber(stock) <= 0 then return {5} end
 local id = redis.call('XADD', KEYS[4], '*', 'order', ARGV[2], 'user', ARGV[1], 'voucher', ARGV[3])
 redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[1])
 return {0, id}

@@ -1,33 +1,84 @@
 /* Helpers for the seckill suites; see sk_test.h. */
 #include "sk_test.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 
 #include "auth.h"
 #include "httpc.h"
+#include "pg_harness.h"
 
 #ifndef SECKILL_BIN
 #define SECKILL_BIN "seckill"
 #endif
 
+static int use_pg;
+static skt_pg pg;
+
+/* One program, two ctest entries: the database is its only argument. */
+int skt_backend_init(int argc, char **argv)
+{
+    if (argc != 2 || (strcmp(argv[1], "sqlite") != 0 && strcmp(argv[1], "postgres") != 0)) {
+        fprintf(stderr, "usage: %s sqlite|postgres\n", argv[0]);
+        return 64;
+    }
+    use_pg = strcmp(argv[1], "postgres") == 0;
+    if (!use_pg) return 0;
+    char why[256];
+    if (skt_pg_start(&pg, why, sizeof why) != 0) {
+        fprintf(stderr, "SKIPPED: the PostgreSQL suite needs a local PostgreSQL server: %s\n", why);
+        return 77;
+    }
+    return 0;
+}
+
+/* A held lock would keep PostgreSQL from a fast shutdown. */
+void skt_backend_stop(void)
+{
+    skt_db_release();
+    if (use_pg) skt_pg_stop(&pg);
+}
+
+/* Names the cmocka group, so a report says which database failed. */
+const char *skt_backend_name(void)
+{
+    return use_pg ? "postgres" : "sqlite";
+}
+
+/* For the rare test that must know. */
+int skt_is_postgres(void)
+{
+    return use_pg;
+}
+
+/* A fresh database per test, so ids and counts start from zero. */
 int skt_dir_make(skt_dir *d)
 {
+    static int schemas;
     memset(d, 0, sizeof *d);
     snprintf(d->path, sizeof d->path, "/tmp/seckill-test-XXXXXX");
     if (!mkdtemp(d->path)) return -1;
     snprintf(d->secret_file, sizeof d->secret_file, "%s/secret", d->path);
-    snprintf(d->db, sizeof d->db, "%s/seckill.db", d->path);
+    if (use_pg) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", ++schemas);
+        if (skt_pg_schema(&pg, name, d->db, sizeof d->db) != 0) return -1;
+    } else {
+        snprintf(d->db, sizeof d->db, "%s/seckill.db", d->path);
+    }
     static const char s[] = "test-secret-0123456789abcdef";
     memcpy(d->secret, s, sizeof s - 1);
     d->secret_len = sizeof s - 1;
@@ -185,6 +236,37 @@ int skt_serve_wait(skt_serve *s, int ms)
     return -1;
 }
 
+/* WUNTRACED reports the stop, so the test kills it exactly there. */
+int skt_serve_wait_stopped(skt_serve *s, int ms)
+{
+    if (s->pid <= 0) return -1;
+    long long deadline = now_ms() + ms;
+    do {
+        int st;
+        pid_t p = waitpid(s->pid, &st, WNOHANG | WUNTRACED);
+        if (p == s->pid && WIFSTOPPED(st)) return 0;
+        if (p == s->pid) {
+            untrack(s->pid);
+            s->pid = 0;
+            return -1;
+        }
+        usleep(5000);
+    } while (now_ms() < deadline);
+    return -1;
+}
+
+/* A real crash: no handler runs, nothing is flushed or acknowledged. */
+int skt_serve_kill(skt_serve *s)
+{
+    if (s->pid <= 0) return -1;
+    kill(s->pid, SIGKILL);
+    int st;
+    waitpid(s->pid, &st, 0);
+    untrack(s->pid);
+    s->pid = 0;
+    return decode_status(st);
+}
+
 int skt_serve_stop(skt_serve *s)
 {
     if (s->pid <= 0) return -1;
@@ -277,10 +359,42 @@ long long skt_json_int(const char *body, const char *key)
     return x;
 }
 
+/* Notices ("relation exists") are noise in test output. */
+static void quiet(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg;
+}
+
+/* One connection per call: tests read while the server writes, and a
+ * fresh connection always sees the latest commit. */
+static PGconn *pg_connect(const skt_dir *d)
+{
+    PGconn *c = PQconnectdb(d->db);
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "test: postgres: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return NULL;
+    }
+    PQsetNoticeProcessor(c, quiet, NULL);
+    return c;
+}
+
+/* The same SQL works on both databases: tests stick to the common subset. */
 long long skt_db_int(const skt_dir *d, const char *sql)
 {
-    sqlite3 *db;
     long long v = -1;
+    if (use_pg) {
+        PGconn *c = pg_connect(d);
+        if (!c) return -1;
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) >= 1 && !PQgetisnull(r, 0, 0))
+            v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        PQfinish(c);
+        return v;
+    }
+    sqlite3 *db;
     if (sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         sqlite3_close(db);
         return -1;
@@ -295,8 +409,19 @@ long long skt_db_int(const skt_dir *d, const char *sql)
     return v;
 }
 
+/* Corrupting the database on purpose proves verify notices. */
 int skt_db_exec(const skt_dir *d, const char *sql)
 {
+    if (use_pg) {
+        PGconn *c = pg_connect(d);
+        if (!c) return -1;
+        PGresult *r = PQexec(c, sql);
+        int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+        if (!ok) fprintf(stderr, "test: %s: %s", sql, PQerrorMessage(c));
+        PQclear(r);
+        PQfinish(c);
+        return ok ? 0 : -1;
+    }
     sqlite3 *db;
     if (sqlite3_open(d->db, &db) != SQLITE_OK) {
         sqlite3_close(db);
@@ -306,6 +431,92 @@ int skt_db_exec(const skt_dir *d, const char *sql)
     int rc = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
     sqlite3_close(db);
     return rc;
+}
+
+static sqlite3 *held_sqlite;
+static PGconn *held_pg;
+
+/* One held lock per program is all a test needs. */
+int skt_db_hold(const skt_dir *d)
+{
+    skt_db_release();
+    if (use_pg) {
+        held_pg = pg_connect(d);
+        if (!held_pg) return -1;
+        PGresult *r = PQexec(held_pg, "BEGIN; SELECT id FROM vouchers FOR UPDATE");
+        int ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+        PQclear(r);
+        if (!ok) skt_db_release();
+        return ok ? 0 : -1;
+    }
+    if (sqlite3_open(d->db, &held_sqlite) != SQLITE_OK) {
+        skt_db_release();
+        return -1;
+    }
+    sqlite3_busy_timeout(held_sqlite, 5000);
+    if (sqlite3_exec(held_sqlite, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        skt_db_release();
+        return -1;
+    }
+    return 0;
+}
+
+/* Idempotent: teardown calls it whatever the test did. */
+void skt_db_release(void)
+{
+    if (held_pg) {
+        PGresult *r = PQexec(held_pg, "COMMIT");
+        PQclear(r);
+        PQfinish(held_pg);
+        held_pg = NULL;
+    }
+    if (held_sqlite) {
+        sqlite3_exec(held_sqlite, "COMMIT", NULL, NULL, NULL);
+        sqlite3_close(held_sqlite);
+        held_sqlite = NULL;
+    }
+}
+
+/* No shell: PostgreSQL URLs carry & and %, which a shell would eat. */
+int skt_run(char *out, size_t cap, const char *const *argv)
+{
+    int fds[2]; /* a socket pair, so a receive timeout bounds the wait */
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    /* A hung command must fail the test, not hang the suite. */
+    struct timeval tv = {90, 0};
+    setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t len = 0;
+    char sink[4096];
+    for (;;) {
+        char *dst = out && len + 1 < cap ? out + len : sink;
+        size_t room = out && len + 1 < cap ? cap - 1 - len : sizeof sink;
+        ssize_t n = read(fds[0], dst, room);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        if (dst != sink) len += (size_t)n;
+    }
+    close(fds[0]);
+    if (out && cap) out[len] = '\0';
+    int st;
+    long long deadline = now_ms() + 90000;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (now_ms() > deadline) {
+            fprintf(stderr, "test: %s did not finish in 90 s; killed\n", argv[0]);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+    return decode_status(st);
 }
 
 long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms)

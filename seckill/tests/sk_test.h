@@ -1,7 +1,13 @@
 /*
  * Helpers for the seckill suites: run `seckill serve` as a real process
- * against a real redis-server (tests/harness.c), talk HTTP/1.1 to it over
- * plain sockets (no client library), and look into its SQLite file.
+ * against a real redis-server (tests/harness.c) and a real database, talk
+ * HTTP/1.1 to it over plain sockets (no client library), and look into the
+ * database.
+ *
+ * Every suite runs once per database: its program takes "sqlite" or
+ * "postgres" as its argument (two ctest entries), and the helpers below
+ * hide which one is in use. With "postgres" the program starts its own
+ * PostgreSQL server (pg_harness.h) and gives each test a fresh schema.
  */
 #ifndef SECKILL_TEST_H
 #define SECKILL_TEST_H
@@ -12,11 +18,24 @@
 
 #include "harness.h"
 
-/* A scratch directory with a secret file and a database path. */
+/* Pick the database from argv[1] ("sqlite" or "postgres") and start
+ * PostgreSQL when needed. 0 to go on; otherwise the exit code for main:
+ * 77 (ctest's SKIP_RETURN_CODE) with the reason printed when PostgreSQL
+ * cannot run here, 64 for a bad argument. */
+int skt_backend_init(int argc, char **argv);
+/* Stop what skt_backend_init started. */
+void skt_backend_stop(void);
+/* "sqlite" or "postgres", e.g. as the cmocka group name. */
+const char *skt_backend_name(void);
+int skt_is_postgres(void);
+
+/* A scratch directory with a secret file, and a fresh empty database:
+ * a SQLite file in the directory, or a new PostgreSQL schema. `db` is the
+ * URL to give `seckill serve --db` and `seckill verify --db`. */
 typedef struct skt_dir {
     char path[128];
     char secret_file[192];
-    char db[192];
+    char db[512];
     unsigned char secret[64];
     size_t secret_len;
 } skt_dir;
@@ -49,6 +68,13 @@ int skt_serve_stop(skt_serve *s);
 
 /* Wait up to `ms` for it to exit by itself; its exit status, or -1. */
 int skt_serve_wait(skt_serve *s, int ms);
+
+/* Wait up to `ms` for it to stop itself (SIGSTOP, the writer's test
+ * hooks); 0 once stopped, -1 if it did not (or exited). */
+int skt_serve_wait_stopped(skt_serve *s, int ms);
+
+/* SIGKILL it and reap it; returns 128 + SIGKILL. */
+int skt_serve_kill(skt_serve *s);
 
 /* SIGKILL every serve process still running (test teardown). */
 void skt_kill_all(void);
@@ -83,11 +109,23 @@ const char *skt_json_str(const char *body, const char *key);
 /* An integer value of a JSON response body, or -1. */
 long long skt_json_int(const char *body, const char *key);
 
-/* SELECT one integer from the database (a fresh read-only connection). */
+/* SELECT one integer from the database (a fresh connection); -1 when no row. */
 long long skt_db_int(const skt_dir *d, const char *sql);
 
-/* Run a statement on the database (to corrupt it on purpose). 0 on success. */
+/* Run statements on the database (to corrupt it on purpose). 0 on success. */
 int skt_db_exec(const skt_dir *d, const char *sql);
+
+/* Hold the database's write lock from another connection (SQLite: an
+ * open BEGIN IMMEDIATE; PostgreSQL: every voucher row locked FOR UPDATE,
+ * which stalls stock updates and order inserts) until skt_db_release:
+ * writers wait, readers do not. A stalled database, for real. 0 on
+ * success. */
+int skt_db_hold(const skt_dir *d);
+void skt_db_release(void);
+
+/* Run a program (no shell) and wait; its exit status (128+N if killed),
+ * its stdout in out[cap] (may be NULL). argv is NULL-terminated. */
+int skt_run(char *out, size_t cap, const char *const *argv);
 
 /* Poll `sql` until it returns `want` or `ms` pass; returns the last value. */
 long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms);

@@ -409,13 +409,17 @@ static void test_embedded_redis(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rc = skt_backend_init(argc, argv);
+    if (rc) return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_health_and_metrics), cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_vouchers),           cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_orders),             cmocka_unit_test(test_keepalive),
         cmocka_unit_test(test_embedded_redis),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
+    skt_backend_stop();
+    return rc;
 }

@@ -1,0 +1,73 @@
+# Sourced by demo/run.sh and bench/*.sh: start the private servers they
+# run against. sh functions cannot return values, so each sets variables
+# of the caller; the caller stops the processes by PID.
+
+# start_redis DIR [WRAPPER...]: a redis-server on the unix socket
+# DIR/redis.sock (no TCP port, no persistence), run under WRAPPER if given
+# (e.g. taskset -c 0). Sets rpid and sock; waits until it answers PING.
+start_redis() {
+    _dir=$1
+    shift
+    sock="$_dir/redis.sock"
+    "$@" redis-server --port 0 --unixsocket "$sock" --unixsocketperm 700 \
+        --save '' --appendonly no --dir "$_dir" --logfile "$_dir/redis.log" &
+    rpid=$!
+    _i=0
+    until redis-cli -s "$sock" PING >/dev/null 2>&1; do
+        _i=$((_i + 1))
+        if [ $_i -gt 100 ] || ! kill -0 "$rpid" 2>/dev/null; then
+            echo "redis-server did not start; its log:" >&2
+            cat "$_dir/redis.log" >&2 || true
+            return 1
+        fi
+        sleep 0.05
+    done
+}
+
+# start_seckill PREFIX SECKILL [SERVE OPTION...]: `SECKILL serve --listen
+# 127.0.0.1:0 OPTIONS`, output in PREFIX.out and PREFIX.err. Sets spid and
+# port (read from its "listening on" line).
+start_seckill() {
+    _prefix=$1
+    _bin=$2
+    shift 2
+    "$_bin" serve --listen 127.0.0.1:0 "$@" >"$_prefix.out" 2>"$_prefix.err" &
+    spid=$!
+    port=""
+    _i=0
+    while [ -z "$port" ]; do
+        _i=$((_i + 1))
+        if [ $_i -gt 300 ] || ! kill -0 "$spid" 2>/dev/null; then
+            echo "seckill serve did not start; its log:" >&2
+            cat "$_prefix.err" >&2
+            return 1
+        fi
+        sleep 0.05
+        port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$_prefix.out")
+    done
+}
+
+# field JSON NAME: one field of a flat JSON line (numbers, booleans).
+field() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"; }
+
+# private_dir NAME: a fresh temp dir in $dir; at exit, whatever happens,
+# the processes in $spid and $rpid are stopped (by PID) and it is removed.
+private_dir() {
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    rpid=""
+    spid=""
+    trap stop_servers EXIT
+    trap 'exit 130' INT TERM
+}
+
+stop_servers() {
+    for _p in $spid $rpid; do kill "$_p" 2>/dev/null || true; wait "$_p" 2>/dev/null || true; done
+    rm -rf "$dir"
+}
+
+# need TOOL...: fail with a clear message when a program is not on PATH.
+need() {
+    for _t in "$@"; do
+        command -v "$_t" >/dev/null 2>&1 || { echo "$_t not found in PATH" >&2; return 1; }
+    done
+}

@@ -1,0 +1,37 @@
+/*
+ * A real PostgreSQL server for the seckill suites, like tests/harness.c's
+ * redis-server: initdb into a private temp dir, `postgres` listening only
+ * on a unix socket in that dir (named after a free port), stopped by PID.
+ * Tests may run as root, which PostgreSQL refuses: the server then runs as
+ * the unprivileged user "nobody". Binaries come from SECKILL_PG_BINDIR or
+ * the newest /usr/lib/postgresql/N/bin (Debian's layout).
+ */
+#ifndef SECKILL_PG_HARNESS_H
+#define SECKILL_PG_HARNESS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct skt_pg {
+    pid_t pid;
+    int port;
+    char dir[128];      /* data dir, socket and logs */
+    char bindir[256];
+} skt_pg;
+
+/* Start a server. 0 on success; -1 with a reason in why[cap] (not
+ * installed, cannot drop root, did not start). */
+int skt_pg_start(skt_pg *pg, char *why, size_t cap);
+
+/* Fast shutdown (SIGINT), SIGKILL after 10 s, remove the directory. */
+void skt_pg_stop(skt_pg *pg);
+
+/* A fresh, empty schema `name` and a libpq URL whose search_path is it,
+ * so each test starts from an empty database as it does with SQLite.
+ * 0 on success. */
+int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap);
+
+/* A libpq URL of the server's main database (no search_path). */
+void skt_pg_url(const skt_pg *pg, char *url, size_t cap);
+
+#endif
