@@ -134,7 +134,7 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static void load_start(load *L, const char *url, int replica_acks, const char *prefix)
+static void load_start(load *L, const char *url, int replica_acks, const char *prefix, long wait_ms)
 {
     memset(L, 0, sizeof *L);
     dlock_options o = {0};
@@ -142,7 +142,7 @@ static void load_start(load *L, const char *url, int replica_acks, const char *p
     o.replica_timeout_ms = replica_acks ? 500 : 0;
     assert_int_equal(dlock_client_new(url, &o, &L->client), DLOCK_OK);
     L->lease_ms = 5000;
-    L->wait_ms = 10000;
+    L->wait_ms = wait_ms;
     pthread_mutex_init(&L->err_mu, NULL);
     for (int i = 0; i < NAMES; i++) {
         snprintf(L->name[i], sizeof L->name[i], "%s-%d", prefix, i);
@@ -214,7 +214,7 @@ static void cluster_failover(int replica_acks)
     th_topology t;
     assert_int_equal(th_cluster_start(&t, &opts), 0);
     load L;
-    load_start(&L, t.url, replica_acks, replica_acks ? "cfa" : "cf");
+    load_start(&L, t.url, replica_acks, replica_acks ? "cfa" : "cf", 10000);
     char key[64];
     snprintf(key, sizeof key, "dlock:{%s}", L.name[0]);
     int victim = th_cluster_key_owner(&t, key);
@@ -271,8 +271,7 @@ static void cluster_slot_migration_is_invisible_to_callers(void **state)
     th_topology t;
     assert_int_equal(th_cluster_start(&t, &opts), 0);
     load L;
-    load_start(&L, t.url, 0, "mig");
-    L.wait_ms = 20000;
+    load_start(&L, t.url, 0, "mig", 20000);
     expect_progress(&L, 200, 10000);
     char key[64];
     snprintf(key, sizeof key, "dlock:{%s}", L.name[3]);
@@ -318,7 +317,7 @@ static void sentinel_failover(int replica_acks)
     th_topology t;
     assert_int_equal(th_sentinel_start(&t, &opts), 0);
     load L;
-    load_start(&L, t.url, replica_acks, replica_acks ? "sfa" : "sf");
+    load_start(&L, t.url, replica_acks, replica_acks ? "sfa" : "sf", 10000);
     for (int i = 0; i < NAMES; i++) L.watched[i] = 1;
     expect_progress(&L, 200, 10000);
     int old = th_sentinel_kill_master(&t);
