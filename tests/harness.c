@@ -264,17 +264,21 @@ redisReply *th_redis_cmd(const th_redis *r, const char *fmt, ...)
     return rep;
 }
 
-long long th_redis_calls(const th_redis *r, const char *command)
+long long th_info_calls(redisReply *info, const char *command)
 {
-    redisReply *rep = th_redis_cmd(r, "INFO commandstats");
-    if (!rep) return -1;
-    long long n = rep->type == REDIS_REPLY_STRING ? 0 : -1;
+    if (!info) return -1;
+    long long n = info->type == REDIS_REPLY_STRING ? 0 : -1;
     char pat[64];
     snprintf(pat, sizeof pat, "cmdstat_%s:calls=", command);
-    const char *p = rep->type == REDIS_REPLY_STRING ? strstr(rep->str, pat) : NULL;
+    const char *p = info->type == REDIS_REPLY_STRING ? strstr(info->str, pat) : NULL;
     if (p) n = atoll(p + strlen(pat));
-    freeReplyObject(rep);
+    freeReplyObject(info);
     return n;
+}
+
+long long th_redis_calls(const th_redis *r, const char *command)
+{
+    return th_info_calls(th_redis_cmd(r, "INFO commandstats"), command);
 }
 
 const char *th_bin(const char *name)

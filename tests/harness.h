@@ -64,6 +64,9 @@ redisReply *th_vcmd_once(redisContext *c, const char *fmt, va_list ap);
  * commandstats; -1 when it cannot be read. */
 long long th_redis_calls(const th_redis *r, const char *command);
 
+/* The same from a reply to INFO commandstats, which it frees (NULL: -1). */
+long long th_info_calls(redisReply *info, const char *command);
+
 /* A loopback TCP port that was free a moment ago (bind to port 0), or -1. */
 int th_free_port(void);
 

@@ -34,6 +34,7 @@ int th_target_start(th_target *t, const char *extra_conf)
     t->name = cluster ? "cluster" : "sentinel";
     if ((cluster ? th_cluster_start(&t->topo, &topo_opts) : th_sentinel_start(&t->topo, &topo_opts)) != 0) return -1;
     snprintf(t->url, sizeof t->url, "%s", t->topo.url);
+    fprintf(stderr, "target: %s at %s\n", t->name, t->url);
     return 0;
 }
 
@@ -55,15 +56,50 @@ int th_target_master_port(th_target *t, const char *key)
     return th_topology_masters(&t->topo, ports, 1) == 1 ? ports[0] : -1;
 }
 
+redisContext *th_target_connect(th_target *t, const char *key)
+{
+    if (t->kind == TH_TARGET_SINGLE) return th_redis_connect(&t->single);
+    int port = th_target_master_port(t, key);
+    return port > 0 ? th_node_connect(&t->topo, port) : NULL;
+}
+
+long long th_target_calls(th_target *t, const char *command)
+{
+    if (t->kind == TH_TARGET_SINGLE) return th_redis_calls(&t->single, command);
+    int ports[TH_TOPO_MAX_NODES];
+    int n = th_topology_masters(&t->topo, ports, TH_TOPO_MAX_NODES);
+    long long sum = 0;
+    for (int i = 0; i < n; i++) {
+        long long calls = th_info_calls(th_node_cmd(&t->topo, ports[i], "INFO commandstats"), command);
+        if (calls < 0) return -1;
+        sum += calls;
+    }
+    return sum;
+}
+
+long th_target_keys(th_target *t, const char *pattern, char *first, size_t size)
+{
+    int ports[TH_TOPO_MAX_NODES], n = 1;
+    if (t->kind != TH_TARGET_SINGLE) n = th_topology_masters(&t->topo, ports, TH_TOPO_MAX_NODES);
+    long total = 0;
+    if (first && size) first[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        redisReply *r = t->kind == TH_TARGET_SINGLE ? th_redis_cmd(&t->single, "KEYS %s", pattern)
+                                                    : th_node_cmd(&t->topo, ports[i], "KEYS %s", pattern);
+        if (!r || r->type != REDIS_REPLY_ARRAY) {
+            if (r) freeReplyObject(r);
+            return -1;
+        }
+        if (first && size && !first[0] && r->elements > 0) snprintf(first, size, "%s", r->element[0]->str);
+        total += (long)r->elements;
+        freeReplyObject(r);
+    }
+    return total;
+}
+
 redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...)
 {
-    redisContext *c;
-    if (t->kind == TH_TARGET_SINGLE) {
-        c = th_redis_connect(&t->single);
-    } else {
-        int port = th_target_master_port(t, key);
-        c = port > 0 ? th_node_connect(&t->topo, port) : NULL;
-    }
+    redisContext *c = th_target_connect(t, key);
     va_list ap;
     va_start(ap, fmt);
     redisReply *r = th_vcmd_once(c, fmt, ap);

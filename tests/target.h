@@ -38,6 +38,18 @@ void th_target_stop(th_target *t);
  * the reply with freeReplyObject(); NULL when unreachable. */
 redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...);
 
+/* A connection to the master serving `key` (free with redisFree()), for
+ * tests that keep one, e.g. in a child process. NULL when unreachable. */
+redisContext *th_target_connect(th_target *t, const char *key);
+
+/* How many times the masters have run `command` (lower case, e.g.
+ * "evalsha") since they started, summed; -1 when it cannot be read. */
+long long th_target_calls(th_target *t, const char *command);
+
+/* Keys matching `pattern` on all masters together (KEYS on each); the
+ * first one found is copied to `first` (may be NULL). -1 on failure. */
+long th_target_keys(th_target *t, const char *pattern, char *first, size_t size);
+
 /* The port of the master serving `key` (0 for a single server on its unix
  * socket is never returned: single servers answer their TCP port). */
 int th_target_master_port(th_target *t, const char *key);

@@ -1,5 +1,6 @@
 /*
- * Fair lock against a real redis-server: FIFO across processes, a dead
+ * Fair lock against real servers (one server, Sentinel or
+ * Cluster: target.h): FIFO across processes, a dead
  * waiter skipped once its timeout passes, a waiter that gives up leaving
  * the queue, and a release waking only the head waiter.
  */
@@ -17,20 +18,20 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "target.h"
 
-static th_redis server;
+static th_target server;
 
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&server, NULL);
+    return th_target_start(&server, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&server);
+    th_target_stop(&server);
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
@@ -46,7 +47,9 @@ static dlock_client *new_client(long fair_timeout)
 
 static long long queue_length(const char *name)
 {
-    redisReply *r = th_redis_cmd(&server, "LLEN dlock:{%s}:q", name);
+    char key[160];
+    snprintf(key, sizeof key, "dlock:{%s}:q", name);
+    redisReply *r = th_target_cmd(&server, key, "LLEN %s", key);
     long long n = r ? r->integer : -1;
     freeReplyObject(r);
     return n;
@@ -73,8 +76,10 @@ static pid_t spawn_waiter(const char *name, int index, long fair_timeout, long w
         dlock_status st = dlock_lock_acquire(l, wait_ms, 30000, NULL);
         if (st == DLOCK_ERR_TIMEOUT) _exit(75);
         if (st != DLOCK_OK) _exit(3);
-        redisContext *rc = th_redis_connect(&server);
-        freeReplyObject(redisCommand(rc, "RPUSH order:%s %d", name, index));
+        char key[160];
+        snprintf(key, sizeof key, "order:%s", name);
+        redisContext *rc = th_target_connect(&server, key);
+        freeReplyObject(redisCommand(rc, "RPUSH %s %d", key, index));
         redisFree(rc);
         usleep(20000);
         if (dlock_lock_release(l) != DLOCK_OK) _exit(4);
@@ -108,7 +113,7 @@ static void fair_lock_grants_in_arrival_order_across_processes(void **state)
     }
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     for (int i = 0; i < WAITERS; i++) reap_ok(pids[i]);
-    redisReply *r = th_redis_cmd(&server, "LRANGE order:fifo 0 -1");
+    redisReply *r = th_target_cmd(&server, "order:fifo", "LRANGE order:fifo 0 -1");
     assert_int_equal(r->elements, WAITERS);
     for (int i = 0; i < WAITERS; i++) assert_int_equal(atoi(r->element[i]->str), i);
     freeReplyObject(r);
@@ -141,7 +146,7 @@ static void dead_fair_waiter_is_skipped_after_its_timeout(void **state)
     reap_ok(alive);
     long long took = th_now_ms() - t0;
     if (took >= 1500) fail_msg("the live waiter got the lock %lld ms after the head died", took);
-    redisReply *r = th_redis_cmd(&server, "LRANGE order:dead 0 -1");
+    redisReply *r = th_target_cmd(&server, "order:dead", "LRANGE order:dead 0 -1");
     assert_int_equal(r->elements, 1);
     assert_string_equal(r->element[0]->str, "1");
     freeReplyObject(r);
@@ -191,10 +196,10 @@ static void release_wakes_only_the_head_waiter(void **state)
         wait_queue("head", i + 1);
     }
     usleep(200000); /* every waiter is asleep now */
-    long long before = th_redis_calls(&server, "evalsha");
+    long long before = th_target_calls(&server, "evalsha");
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     for (int i = 0; i < WAITERS; i++) reap_ok(pids[i]);
-    long long used = th_redis_calls(&server, "evalsha") - before;
+    long long used = th_target_calls(&server, "evalsha") - before;
     /* Per hand-off: one release and one acquire, plus the first release.
      * A herd would add up to WAITERS-1 failed attempts per hand-off. */
     assert_true(used <= 2 * WAITERS + 2);
@@ -223,7 +228,7 @@ static void newcomer_cannot_jump_the_queue(void **state)
     kill(head, SIGCONT);
     assert_int_equal(st, DLOCK_ERR_TIMEOUT);
     reap_ok(head);
-    redisReply *r = th_redis_cmd(&server, "LRANGE order:jump 0 -1");
+    redisReply *r = th_target_cmd(&server, "order:jump", "LRANGE order:jump 0 -1");
     assert_int_equal(r->elements, 1);
     freeReplyObject(r);
     /* With the queue empty, the newcomer now gets it at once. */

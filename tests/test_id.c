@@ -1,5 +1,6 @@
 /*
- * Global IDs against a real redis-server: unique across processes and
+ * Global IDs against real servers (one server, Sentinel or
+ * Cluster: target.h): unique across processes and
  * batch sizes, the high half is the second since DLOCK_ID_EPOCH, the
  * sequence key carries the UTC date (not the local one), bad prefixes and
  * counts are refused without touching Redis, and a day's sequence that
@@ -19,20 +20,20 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "target.h"
 
-static th_redis server;
+static th_target server;
 
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&server, NULL);
+    return th_target_start(&server, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&server);
+    th_target_stop(&server);
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
@@ -61,9 +62,12 @@ static void utc_key(char *out, size_t n, const char *prefix, time_t t)
     snprintf(out, n, "icr:%s:%04d:%02d:%02d", prefix, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
 }
 
+/* A one-key command (its key the argument) answered by an integer; with no
+ * argument, "DBSIZE": keys on all masters together. */
 static long long redis_int(const char *fmt, const char *arg)
 {
-    redisReply *r = th_redis_cmd(&server, fmt, arg);
+    if (!arg) return th_target_keys(&server, "*", NULL, 0);
+    redisReply *r = th_target_cmd(&server, arg, fmt, arg);
     assert_non_null(r);
     long long v = -1;
     if (r->type == REDIS_REPLY_INTEGER) v = r->integer;
@@ -102,7 +106,7 @@ static void ids_are_unique_across_processes_and_batches(void **state)
     for (int i = 0; i < CHILDREN; i++) {
         if (fork() == 0) {
             dlock_client *c = NULL;
-            redisContext *rc = th_redis_connect(&server);
+            redisContext *rc = th_target_connect(&server, "{uniq}set");
             if (dlock_client_new(server.url, NULL, &c) != DLOCK_OK || !rc) _exit(2);
             uint64_t ids[250];
             char strs[250][24];
@@ -113,7 +117,7 @@ static void ids_are_unique_across_processes_and_batches(void **state)
                 if (n > PER_CHILD - done) n = PER_CHILD - done;
                 if (dlock_id_next(c, "uniq", ids, n) != DLOCK_OK) _exit(3);
                 argv[0] = "SADD";
-                argv[1] = "uniq-set";
+                argv[1] = "{uniq}set";
                 for (size_t j = 0; j < n; j++) {
                     if (j > 0 && ids[j] != ids[j - 1] + 1) _exit(4); /* batch not consecutive */
                     snprintf(strs[j], sizeof strs[j], "%llu", (unsigned long long)ids[j]);
@@ -122,7 +126,7 @@ static void ids_are_unique_across_processes_and_batches(void **state)
                 redisReply *r = redisCommandArgv(rc, (int)n + 2, argv, NULL);
                 if (!r || r->type != REDIS_REPLY_INTEGER) _exit(5);
                 freeReplyObject(r);
-                r = redisCommand(rc, "INCRBY uniq-total %lld", (long long)n);
+                r = redisCommand(rc, "INCRBY {uniq}total %lld", (long long)n);
                 if (!r) _exit(6);
                 freeReplyObject(r);
                 done += n;
@@ -139,8 +143,8 @@ static void ids_are_unique_across_processes_and_batches(void **state)
         assert_int_equal(WEXITSTATUS(st), 0);
     }
     utc_key(day_after, sizeof day_after, "uniq", wall_s());
-    assert_int_equal(redis_int("GET %s", "uniq-total"), CHILDREN * PER_CHILD);
-    assert_int_equal(redis_int("SCARD %s", "uniq-set"), CHILDREN * PER_CHILD);
+    assert_int_equal(redis_int("GET %s", "{uniq}total"), CHILDREN * PER_CHILD);
+    assert_int_equal(redis_int("SCARD %s", "{uniq}set"), CHILDREN * PER_CHILD);
     if (strcmp(day_before, day_after) == 0)
         assert_true(redis_int("GET %s", day_before) >= CHILDREN * PER_CHILD);
 }
@@ -202,11 +206,12 @@ static void id_high_half_is_seconds_since_the_epoch(void **state)
 static void ids_do_not_repeat_after_redis_loses_the_counter(void **state)
 {
     (void)state;
+    th_target_require_single(&server);
     enum { N = 200 };
     uint64_t a[N], b[N];
     dlock_client *c = new_client();
     assert_int_equal(dlock_id_next(c, "restart", a, N), DLOCK_OK);
-    assert_int_equal(th_redis_restart(&server), 0);
+    assert_int_equal(th_redis_restart(&server.single), 0);
     dlock_status st = dlock_id_next(c, "restart", b, N);
     if (st != DLOCK_OK) st = dlock_id_next(c, "restart", b, N); /* the pool's first try may find the old socket */
     assert_int_equal(st, DLOCK_OK);
@@ -255,12 +260,9 @@ static void id_sequence_key_carries_the_utc_date(void **state)
     assert_int_equal(redis_int("EXISTS %s", key_after), 1);
     if (attempts == 0) assert_int_equal(redis_int("GET %s", key_after), (long long)(ids[3] & 0xffffffffULL));
     assert_int_equal(redis_int("EXISTS %s", local_key), 0);
-    redisReply *r = th_redis_cmd(&server, "KEYS icr:utcday:*");
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 1);
-    assert_string_equal(r->element[0]->str, key_after);
-    freeReplyObject(r);
+    char only[96];
+    assert_int_equal(th_target_keys(&server, "icr:utcday:*", only, sizeof only), 1);
+    assert_string_equal(only, key_after);
     /* The key has the documented shape, e.g. icr:utcday:2025:03:07. */
     assert_int_equal(strlen(key_after), strlen("icr:utcday:YYYY:MM:DD"));
     dlock_client_free(c);
@@ -319,9 +321,7 @@ static void bad_counts_are_refused_and_the_maximum_works(void **state)
     assert_int_equal(dlock_id_next(c, "counts", NULL, 1), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_id_next(NULL, "counts", ids, 1), DLOCK_ERR_INVALID);
     assert_true(all_sentinel(ids, 2));
-    redisReply *r = th_redis_cmd(&server, "KEYS icr:counts:*");
-    assert_int_equal(r->elements, 0);
-    freeReplyObject(r);
+    assert_int_equal(th_target_keys(&server, "icr:counts:*", NULL, 0), 0);
 
     uint64_t *big = malloc(MAX * sizeof *big);
     assert_non_null(big);
@@ -345,7 +345,7 @@ static dlock_status ids_after(dlock_client *c, const char *prefix, const char *s
     dlock_status st;
     for (int attempt = 0;; attempt++) {
         utc_key(key, sizeof key, prefix, wall_s());
-        redisReply *r = th_redis_cmd(&server, "SET %s %s", key, start);
+        redisReply *r = th_target_cmd(&server, key, "SET %s %s", key, start);
         assert_non_null(r);
         freeReplyObject(r);
         st = dlock_id_next(c, prefix, ids, n);

@@ -1,5 +1,6 @@
 /*
- * Count-down latch against a real redis-server: set once, waiters in
+ * Count-down latch against real servers (one server, Sentinel or
+ * Cluster: target.h): set once, waiters in
  * several processes released together when the count reaches zero, and
  * timeouts honoured.
  */
@@ -15,20 +16,20 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "target.h"
 
-static th_redis server;
+static th_target server;
 
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&server, NULL);
+    return th_target_start(&server, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&server);
+    th_target_stop(&server);
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
@@ -124,7 +125,7 @@ static void latch_is_set_only_once_and_counts_down_to_zero(void **state)
     /* Counting down an open latch changes nothing. */
     assert_int_equal(dlock_latch_count_down(l, &left), DLOCK_OK);
     assert_int_equal(left, 0);
-    redisReply *r = th_redis_cmd(&server, "EXISTS dlock:{latch-once}:latch");
+    redisReply *r = th_target_cmd(&server, "dlock:{latch-once}:latch", "EXISTS dlock:{latch-once}:latch");
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
     /* Once open it may be set again. */

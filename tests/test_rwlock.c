@@ -1,5 +1,6 @@
 /*
- * Read-write lock against a real redis-server: readers overlap, writers
+ * Read-write lock against real servers (one server, Sentinel or
+ * Cluster: target.h): readers overlap, writers
  * exclude everyone (across processes), no read-to-write upgrade, the
  * writer may read, a crashed reader's hold expires, a write release wakes
  * all readers together, and the watchdog renews read holds.
@@ -19,20 +20,20 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "target.h"
 
-static th_redis server;
+static th_target server;
 
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&server, NULL);
+    return th_target_start(&server, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&server);
+    th_target_stop(&server);
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
@@ -69,17 +70,17 @@ static void readers_overlap_and_writers_exclude_everyone(void **state)
         if (fork() == 0) {
             dlock_client *c = new_client(0);
             dlock_rwlock *rw;
-            redisContext *rc = th_redis_connect(&server);
+            redisContext *rc = th_target_connect(&server, "{sb}rin");
             if (!rc || dlock_rwlock_new(c, "rw-excl", &rw)) _exit(2);
             srand((unsigned)getpid());
             for (int r = 0; r < ROUNDS; r++) {
                 int write = rand() % 4 == 0;
                 dlock_rw_mode m = write ? DLOCK_WRITE : DLOCK_READ;
                 if (dlock_rwlock_acquire(rw, m, 20000, 10000, NULL) != DLOCK_OK) _exit(3);
-                freeReplyObject(redisCommand(rc, "EVAL %s 4 rin win breach maxreaders %s", ENTER,
+                freeReplyObject(redisCommand(rc, "EVAL %s 4 {sb}rin {sb}win {sb}breach {sb}maxreaders %s", ENTER,
                                              write ? "w" : "r"));
                 usleep(2000);
-                freeReplyObject(redisCommand(rc, "DECR %s", write ? "win" : "rin"));
+                freeReplyObject(redisCommand(rc, "DECR %s", write ? "{sb}win" : "{sb}rin"));
                 if (dlock_rwlock_release(rw, m) != DLOCK_OK) _exit(4);
             }
             redisFree(rc);
@@ -94,7 +95,7 @@ static void readers_overlap_and_writers_exclude_everyone(void **state)
         assert_true(WIFEXITED(st));
         assert_int_equal(WEXITSTATUS(st), 0);
     }
-    redisReply *r = th_redis_cmd(&server, "MGET breach maxreaders win rin");
+    redisReply *r = th_target_cmd(&server, "{sb}breach", "MGET {sb}breach {sb}maxreaders {sb}win {sb}rin");
     assert_int_equal(r->element[0]->type, REDIS_REPLY_NIL); /* no breach */
     assert_true(atoi(r->element[1]->str) >= 2);             /* readers did overlap */
     assert_string_equal(r->element[2]->str, "0");
@@ -120,7 +121,7 @@ static void read_to_write_upgrade_is_refused_and_writer_may_read(void **state)
     assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
     assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
     assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_ERR_NOT_OWNER);
-    redisReply *r = th_redis_cmd(&server, "EXISTS dlock:{rw-upgrade}:rw");
+    redisReply *r = th_target_cmd(&server, "dlock:{rw-upgrade}:rw", "EXISTS dlock:{rw-upgrade}:rw");
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
     dlock_rwlock_free(rw);
@@ -273,12 +274,12 @@ static void expired_read_hold_is_not_revived_while_another_reader_holds(void **s
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
     char field[128];
     snprintf(field, sizeof field, "e:%s:", dlock_client_id(c));
-    redisReply *r = th_redis_cmd(&server, "HGETALL dlock:{rw-revive}:rw");
+    redisReply *r = th_target_cmd(&server, "dlock:{rw-revive}:rw", "HGETALL dlock:{rw-revive}:rw");
     assert_non_null(r);
     int moved = 0;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         if (strncmp(r->element[i]->str, field, strlen(field)) != 0) continue;
-        freeReplyObject(th_redis_cmd(&server, "HSET dlock:{rw-revive}:rw %s 1", r->element[i]->str));
+        freeReplyObject(th_target_cmd(&server, "dlock:{rw-revive}:rw", "HSET dlock:{rw-revive}:rw %s 1", r->element[i]->str));
         moved++;
     }
     freeReplyObject(r);
@@ -310,7 +311,7 @@ static void write_tokens_rise_with_every_write_hold(void **state)
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t2), DLOCK_OK);
     assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
     assert_true(t1 > 0 && t2 > t1);
-    freeReplyObject(th_redis_cmd(&server, "SET dlock:{rw-tokens}:rw:fence %llu", ahead));
+    freeReplyObject(th_target_cmd(&server, "dlock:{rw-tokens}:rw:fence", "SET dlock:{rw-tokens}:rw:fence %llu", ahead));
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t3), DLOCK_OK);
     assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
     assert_true(t3 == ahead + 1);

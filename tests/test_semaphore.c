@@ -1,5 +1,6 @@
 /*
- * Semaphore and permit-expirable semaphore against a real redis-server:
+ * Semaphore and permit-expirable semaphore against real servers (one server, Sentinel or
+ * Cluster: target.h):
  * never more holders than permits across processes, permits set once,
  * waiters woken by release rather than by polling, a SIGKILLed holder's
  * permit returning after its lease, watchdog renewal and loss reports.
@@ -20,20 +21,20 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "target.h"
 
-static th_redis server;
+static th_target server;
 
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&server, NULL);
+    return th_target_start(&server, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&server);
+    th_target_stop(&server);
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
@@ -63,19 +64,19 @@ static void semaphore_never_admits_more_than_its_permits(void **state)
         if (fork() == 0) {
             dlock_client *cc = client_with_lease(0);
             dlock_semaphore *ss;
-            redisContext *rc = th_redis_connect(&server);
+            redisContext *rc = th_target_connect(&server, "{sb}inside");
             if (!cc || dlock_semaphore_new(cc, "sem-excl", &ss) != DLOCK_OK || !rc) _exit(2);
             for (int r = 0; r < ROUNDS; r++) {
                 if (dlock_semaphore_acquire(ss, 1, 10000) != DLOCK_OK) _exit(3);
-                redisReply *rep = redisCommand(rc, "INCR inside");
+                redisReply *rep = redisCommand(rc, "INCR {sb}inside");
                 long long now = rep ? rep->integer : -1;
                 freeReplyObject(rep);
-                rep = redisCommand(rc, "EVAL %s 1 maxinside %lld",
+                rep = redisCommand(rc, "EVAL %s 1 {sb}maxinside %lld",
                                    "if tonumber(redis.call('GET',KEYS[1]) or '0') < tonumber(ARGV[1]) "
                                    "then redis.call('SET',KEYS[1],ARGV[1]) end", now);
                 freeReplyObject(rep);
                 usleep(500);
-                freeReplyObject(redisCommand(rc, "DECR inside"));
+                freeReplyObject(redisCommand(rc, "DECR {sb}inside"));
                 if (dlock_semaphore_release(ss, 1) != DLOCK_OK) _exit(4);
             }
             redisFree(rc);
@@ -90,13 +91,13 @@ static void semaphore_never_admits_more_than_its_permits(void **state)
         assert_true(WIFEXITED(st));
         assert_int_equal(WEXITSTATUS(st), 0);
     }
-    redisReply *r = th_redis_cmd(&server, "GET maxinside");
+    redisReply *r = th_target_cmd(&server, "{sb}maxinside", "GET {sb}maxinside");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     /* More than one at a time really happened, and never more than PERMITS. */
     assert_int_equal(atoi(r->str), PERMITS);
     freeReplyObject(r);
-    r = th_redis_cmd(&server, "GET dlock:{sem-excl}:sem");
+    r = th_target_cmd(&server, "dlock:{sem-excl}:sem", "GET dlock:{sem-excl}:sem");
     assert_string_equal(r->str, "2");
     freeReplyObject(r);
 }
@@ -364,7 +365,7 @@ static void psem_watchdog_renews_and_reports_loss(void **state)
     assert_int_equal(dlock_permit_lost(pm), 0);
     assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
     assert_int_equal(av, 0);
-    freeReplyObject(th_redis_cmd(&server, "ZREM dlock:{psem-wd}:psem:held %s", dlock_permit_id(pm)));
+    freeReplyObject(th_target_cmd(&server, "dlock:{psem-wd}:psem:held", "ZREM dlock:{psem-wd}:psem:held %s", dlock_permit_id(pm)));
     long long t0 = th_now_ms();
     while (!dlock_permit_lost(pm) && th_now_ms() - t0 < 3000) usleep(10000);
     assert_int_equal(dlock_permit_lost(pm), 1);
