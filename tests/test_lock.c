@@ -1,5 +1,6 @@
 /*
- * The reentrant lock against a real redis-server: mutual exclusion across
+ * The reentrant lock against real servers (one server, Sentinel or
+ * Cluster: target.h): mutual exclusion across
  * processes and threads, reentrancy, owner-only release, expiry of a
  * killed holder's lease, watchdog renewal, loss reports (deleted key,
  * paused holder, force unlock), fencing tokens that rise across processes
@@ -25,10 +26,10 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "target.h"
 #include "proxy.h"
 
-static th_redis server;
+static th_target server;
 
 static int setup(void **state)
 {
@@ -36,13 +37,13 @@ static int setup(void **state)
     /* SIGPIPE keeps its default action on purpose: the restart tests write
      * to connections whose server was just killed, and the library must
      * not let that kill the program. */
-    return th_redis_start(&server, NULL);
+    return th_target_start(&server, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&server);
+    th_target_stop(&server);
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
@@ -72,11 +73,12 @@ static dlock_lock *new_lock(dlock_client *c, const char *name)
     return l;
 }
 
-/* Run a command on `r` and return its integer (or number-string) reply;
- * -2 for nil. */
+/* Run `cmd` (one key, its argument) on `r`, or on the target's master
+ * serving the key when `r` is NULL, and return its integer (or
+ * number-string) reply; -2 for nil. */
 static long long redis_int_on(const th_redis *r, const char *cmd, const char *key)
 {
-    redisReply *rep = th_redis_cmd(r, cmd, key);
+    redisReply *rep = r ? th_redis_cmd(r, cmd, key) : th_target_cmd(&server, key, cmd, key);
     assert_non_null(rep);
     long long v = -1;
     if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
@@ -88,7 +90,7 @@ static long long redis_int_on(const th_redis *r, const char *cmd, const char *ke
 
 static long long redis_int(const char *cmd, const char *key)
 {
-    return redis_int_on(&server, cmd, key);
+    return redis_int_on(NULL, cmd, key);
 }
 
 /* The holder recorded in Redis belongs to client `c`:
@@ -119,8 +121,8 @@ static const char *ENTER =
 
 static int enter_critical(redisContext *rc, const char *tag)
 {
-    redisReply *r = redisCommand(rc, "EVAL %s 4 %s:inside %s:breach %s:max %s:rounds", ENTER, tag, tag, tag,
-                                 tag);
+    redisReply *r = redisCommand(rc, "EVAL %s 4 {%s}:inside {%s}:breach {%s}:max {%s}:rounds", ENTER, tag, tag,
+                                 tag, tag);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (r) freeReplyObject(r);
     return ok;
@@ -128,7 +130,7 @@ static int enter_critical(redisContext *rc, const char *tag)
 
 static int leave_critical(redisContext *rc, const char *tag)
 {
-    redisReply *r = redisCommand(rc, "DECR %s:inside", tag);
+    redisReply *r = redisCommand(rc, "DECR {%s}:inside", tag);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (r) freeReplyObject(r);
     return ok;
@@ -139,13 +141,13 @@ static int leave_critical(redisContext *rc, const char *tag)
 static void assert_exclusion_held(const char *tag, long long rounds)
 {
     char k[64];
-    snprintf(k, sizeof k, "%s:rounds", tag);
+    snprintf(k, sizeof k, "{%s}:rounds", tag);
     assert_int_equal(redis_int("GET %s", k), rounds);
-    snprintf(k, sizeof k, "%s:breach", tag);
+    snprintf(k, sizeof k, "{%s}:breach", tag);
     assert_int_equal(redis_int("GET %s", k), -2); /* nil: no breach */
-    snprintf(k, sizeof k, "%s:max", tag);
+    snprintf(k, sizeof k, "{%s}:max", tag);
     assert_int_equal(redis_int("GET %s", k), 1);
-    snprintf(k, sizeof k, "%s:inside", tag);
+    snprintf(k, sizeof k, "{%s}:inside", tag);
     assert_int_equal(redis_int("GET %s", k), 0);
 }
 
@@ -174,7 +176,7 @@ static void lock_excludes_other_processes(void **state)
         if (fork() == 0) {
             dlock_client *c = try_client(server.url, 0);
             dlock_lock *l;
-            redisContext *rc = th_redis_connect(&server);
+            redisContext *rc = th_target_connect(&server, "{excl}");
             if (!c || !rc || dlock_lock_new(c, "excl", &l)) _exit(2);
             for (int r = 0; r < ROUNDS; r++) {
                 if (dlock_lock_acquire(l, 20000, 10000, NULL) != DLOCK_OK) _exit(3);
@@ -183,7 +185,7 @@ static void lock_excludes_other_processes(void **state)
                 if (!leave_critical(rc, "excl")) _exit(5);
                 /* Counted, not fatal, so that a broken lock shows up as
                  * the breach it causes rather than as a child's exit. */
-                if (dlock_lock_release(l) != DLOCK_OK) freeReplyObject(redisCommand(rc, "INCR excl:relfail"));
+                if (dlock_lock_release(l) != DLOCK_OK) freeReplyObject(redisCommand(rc, "INCR {excl}:relfail"));
             }
             redisFree(rc);
             dlock_lock_free(l);
@@ -194,7 +196,7 @@ static void lock_excludes_other_processes(void **state)
     int status[CHILDREN];
     for (int i = 0; i < CHILDREN; i++) assert_true(wait(&status[i]) > 0);
     assert_exclusion_held("excl", CHILDREN * ROUNDS);
-    assert_int_equal(redis_int("GET %s", "excl:relfail"), -2); /* every release succeeded */
+    assert_int_equal(redis_int("GET %s", "{excl}:relfail"), -2); /* every release succeeded */
     for (int i = 0; i < CHILDREN; i++) assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
     assert_int_equal(redis_int("EXISTS %s", "dlock:{excl}"), 0);
 }
@@ -467,16 +469,16 @@ static void released_hold_is_no_longer_renewed(void **state)
     dlock_client *c = new_client(90);
     dlock_lock *l = new_lock(c, "wd-stop");
     assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
-    long long held_from = th_redis_calls(&server, "evalsha"), renewals = 0, t0 = th_now_ms();
+    long long held_from = th_target_calls(&server, "evalsha"), renewals = 0, t0 = th_now_ms();
     /* It was renewing (every 30 ms; on a loaded machine maybe slower), so
      * the count below means something. */
-    while ((renewals = th_redis_calls(&server, "evalsha") - held_from) < 3 && th_now_ms() - t0 < 5000)
+    while ((renewals = th_target_calls(&server, "evalsha") - held_from) < 3 && th_now_ms() - t0 < 5000)
         usleep(20000);
     assert_true(renewals >= 3);
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
-    long long after_release = th_redis_calls(&server, "evalsha");
+    long long after_release = th_target_calls(&server, "evalsha");
     usleep(600000);
-    long long later = th_redis_calls(&server, "evalsha") - after_release;
+    long long later = th_target_calls(&server, "evalsha") - after_release;
     if (later > 1) fail_msg("%lld script calls in the 600 ms after release", later);
     dlock_lock_free(l);
     dlock_client_free(c);
@@ -498,9 +500,9 @@ static void watchdog_rides_out_a_server_pause_shorter_than_the_lease(void **stat
     dlock_lock *l = new_lock(c, "wd-pause"), *l2 = new_lock(other, "wd-pause");
     assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
     usleep(500000);
-    th_redis_pause(&server);
+    assert_int_equal(th_target_pause(&server, "dlock:{wd-pause}"), 0);
     usleep(800000);
-    th_redis_resume(&server);
+    assert_int_equal(th_target_resume(&server, "dlock:{wd-pause}"), 0);
     usleep(2000000); /* a full lease after the pause: renewals resumed */
     assert_int_equal(dlock_lock_lost(l), 0);
     assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
@@ -681,7 +683,9 @@ static void fencing_tokens_step_past_a_counter_ahead_of_the_clock(void **state)
         dlock_lock *l;
         uint64_t t1 = 0, t2 = 0;
         assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(c, name, &l), DLOCK_OK);
-        freeReplyObject(th_redis_cmd(&server, "SET dlock:{%s}:fence %llu", name, ahead));
+        char fence[96];
+        snprintf(fence, sizeof fence, "dlock:{%s}:fence", name);
+        freeReplyObject(th_target_cmd(&server, fence, "SET %s %llu", fence, ahead));
         assert_int_equal(dlock_lock_acquire(l, 0, 10000, &t1), DLOCK_OK);
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
         assert_int_equal(dlock_lock_acquire(l, 0, 10000, &t2), DLOCK_OK);
@@ -710,12 +714,12 @@ static void fencing_tokens_rise_in_acquisition_order_across_processes(void **sta
             close(fds[0]);
             dlock_client *cc = try_client(server.url, 0);
             dlock_lock *ll;
-            redisContext *rc = th_redis_connect(&server);
+            redisContext *rc = th_target_connect(&server, "{fence}:order");
             if (!cc || !rc || dlock_lock_new(cc, "fence", &ll)) _exit(2);
             for (int r = 0; r < ROUNDS; r++) {
                 uint64_t tok = 0;
                 if (dlock_lock_acquire(ll, 20000, 10000, &tok) != DLOCK_OK) _exit(3);
-                redisReply *rep = redisCommand(rc, "RPUSH fence-order %llu", (unsigned long long)tok);
+                redisReply *rep = redisCommand(rc, "RPUSH {fence}:order %llu", (unsigned long long)tok);
                 if (!rep) _exit(4);
                 freeReplyObject(rep);
                 if (dlock_lock_release(ll) != DLOCK_OK) _exit(5);
@@ -733,7 +737,7 @@ static void fencing_tokens_rise_in_acquisition_order_across_processes(void **sta
     close(fds[0]);
     assert_int_equal(got, TOTAL * sizeof(uint64_t));
 
-    redisReply *r = th_redis_cmd(&server, "LRANGE fence-order 0 -1");
+    redisReply *r = th_target_cmd(&server, "{fence}:order", "LRANGE {fence}:order 0 -1");
     assert_non_null(r);
     assert_int_equal(r->elements, TOTAL);
     uint64_t listed[TOTAL];
@@ -762,6 +766,7 @@ static void fencing_tokens_rise_in_acquisition_order_across_processes(void **sta
 static void fencing_tokens_rise_across_a_redis_restart(void **state)
 {
     (void)state;
+    th_target_require_single(&server); /* its own server, restarted or configured */
     th_redis r;
     assert_int_equal(th_redis_start(&r, NULL), 0);
     dlock_client *c = try_client(r.url, 0);
@@ -880,7 +885,8 @@ static void release_wakes_a_waiter_at_once(void **state)
 static void release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter(void **state)
 {
     (void)state;
-    th_proxy *px = th_proxy_start(&server);
+    th_target_require_single(&server); /* the proxy fronts one server */
+    th_proxy *px = th_proxy_start(&server.single);
     assert_non_null(px);
     dlock_client *holder = new_client(0), *c = try_client(th_proxy_url(px), 0);
     assert_non_null(c);
@@ -920,6 +926,7 @@ static void release_between_a_failed_try_and_the_subscription_still_wakes_the_wa
 static void waiter_acquires_after_redis_restart(void **state)
 {
     (void)state;
+    th_target_require_single(&server); /* its own server, restarted or configured */
     th_redis r;
     assert_int_equal(th_redis_start(&r, NULL), 0);
     dlock_client *ca = try_client(r.url, 0), *cb = try_client(r.url, 0);
@@ -965,6 +972,7 @@ static void waiter_acquires_after_redis_restart(void **state)
 static void server_restart_does_not_kill_the_process_with_sigpipe(void **state)
 {
     (void)state;
+    th_target_require_single(&server); /* its own server, restarted or configured */
     th_redis r;
     int up[2], down[2];
     assert_int_equal(th_redis_start(&r, NULL), 0);
@@ -1019,7 +1027,7 @@ static void script_flush_does_not_break_the_lock(void **state)
     dlock_client *c = new_client(300);
     dlock_lock *l = new_lock(c, "flush");
     dlock_lock_info info;
-#define FLUSH() freeReplyObject(th_redis_cmd(&server, "SCRIPT FLUSH"))
+#define FLUSH() freeReplyObject(th_target_cmd(&server, "dlock:{flush}", "SCRIPT FLUSH"))
     FLUSH();
     assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
     FLUSH();
@@ -1077,6 +1085,7 @@ static void assert_client_fails(const char *url, dlock_status want)
 static void password_from_url_is_used_and_wrong_one_refused(void **state)
 {
     (void)state;
+    th_target_require_single(&server); /* its own server, restarted or configured */
     th_redis r;
     char url[512];
     assert_int_equal(th_redis_start(&r, "requirepass s3cret\n"), 0);
@@ -1104,6 +1113,7 @@ static void password_from_url_is_used_and_wrong_one_refused(void **state)
 static void acl_user_from_url_is_used(void **state)
 {
     (void)state;
+    th_target_require_single(&server); /* its own server, restarted or configured */
     th_redis r;
     char url[512];
     assert_int_equal(th_redis_start(&r, "user alice on >pw ~* &* +@all\n"
@@ -1129,7 +1139,7 @@ static void acl_user_from_url_is_used(void **state)
 
 static long long exists_in_db(int db, const char *key)
 {
-    redisContext *rc = th_redis_connect(&server);
+    redisContext *rc = th_redis_connect(&server.single);
     assert_non_null(rc);
     redisReply *r = redisCommand(rc, "SELECT %d", db);
     assert_non_null(r);
@@ -1150,8 +1160,9 @@ static long long exists_in_db(int db, const char *key)
 static void database_from_url_is_selected(void **state)
 {
     (void)state;
+    th_target_require_single(&server); /* unix ?db= and redis:// /N forms */
     char url[512];
-    snprintf(url, sizeof url, "%s?db=3", server.url);
+    snprintf(url, sizeof url, "%s?db=3", server.single.url);
     dlock_client *c = try_client(url, 0);
     assert_non_null(c);
     dlock_lock *l = new_lock(c, "dbsel");
@@ -1165,7 +1176,7 @@ static void database_from_url_is_selected(void **state)
     dlock_lock_free(l);
     dlock_client_free(c);
 
-    snprintf(url, sizeof url, "%s/5", server.tcp_url);
+    snprintf(url, sizeof url, "%s/5", server.single.tcp_url);
     c = try_client(url, 0);
     assert_non_null(c);
     l = new_lock(c, "dbsel5");
@@ -1176,7 +1187,7 @@ static void database_from_url_is_selected(void **state)
     dlock_lock_free(l);
     dlock_client_free(c);
 
-    snprintf(url, sizeof url, "%s/99", server.tcp_url); /* default: 16 databases */
+    snprintf(url, sizeof url, "%s/99", server.single.tcp_url); /* default: 16 databases */
     assert_client_fails(url, DLOCK_ERR_AUTH);
     assert_non_null(strstr(dlock_last_error(), "SELECT"));
 }
@@ -1197,7 +1208,7 @@ static void *worker_main(void *arg)
     char name[32];
     snprintf(name, sizeof name, "mt-own-%d", w->index);
     dlock_lock *own;
-    redisContext *rc = th_redis_connect(&server);
+    redisContext *rc = th_target_connect(&server, "{mt}");
     if (!rc || dlock_lock_new(w->c, name, &own) != DLOCK_OK) {
         w->failed = 1;
         if (rc) redisFree(rc);
@@ -1244,9 +1255,7 @@ static void threads_sharing_a_client_exclude_each_other(void **state)
         if (w[i].failed) fail_msg("thread %d failed at step %d", i, w[i].failed);
     assert_exclusion_held("mt", THREADS * 40);
     assert_int_equal(redis_int("EXISTS %s", "dlock:{mt-shared}"), 0);
-    redisReply *r = th_redis_cmd(&server, "KEYS dlock:{mt-own-*}");
-    assert_int_equal(r->elements, 0);
-    freeReplyObject(r);
+    assert_int_equal(th_target_keys(&server, "dlock:{mt-own-*}", NULL, 0), 0);
     dlock_lock_free(shared);
     dlock_client_free(c);
 }
@@ -1410,7 +1419,7 @@ static void bad_names_and_arguments_are_refused(void **state)
         assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
         char key[600];
         snprintf(key, sizeof key, "dlock:{%s}", good[i]);
-        redisReply *r = th_redis_cmd(&server, "EXISTS %b", key, strlen(key));
+        redisReply *r = th_target_cmd(&server, key, "EXISTS %b", key, strlen(key));
         assert_int_equal(r->integer, 1);
         freeReplyObject(r);
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
