@@ -28,14 +28,14 @@
 #include <unistd.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "target.h"
 
 #define MAX_ARGS 32
 #define OUT_MAX 8192
 /* Upper bound for any single dlock run; far above what any test needs. */
 #define RUN_TIMEOUT_MS 20000
 
-static th_redis srv;
+static th_target srv;
 static char scratch[128];   /* per-suite temp dir for COMMAND's files */
 static int run_counter;     /* makes stdout/stderr file names unique */
 
@@ -405,7 +405,7 @@ static void command_gets_its_name_and_rising_tokens(void **state)
         run r;
         const char *const args[] = {"lock", "env-lock", "--", "sh", "-c", script, NULL};
         /* Alternate transports, and pass a bogus token in from outside. */
-        run_argv(&r, i % 2 ? srv.tcp_url : srv.url, "DLOCK_TOKEN=7", args);
+        run_argv(&r, i % 2 && srv.kind == TH_TARGET_SINGLE ? srv.single.tcp_url : srv.url, "DLOCK_TOKEN=7", args);
         expect_status(&r, 0);
         slurp(file, buf, sizeof buf);
         char name[64];
@@ -539,7 +539,7 @@ static void lost_lease_terminates_command_and_exits_76(void **state)
     START(&holder, srv.url, "lock", "-t", "600", "lost", "--", "sh", "-c", script);
     assert_true(wait_for_file(ready, 10000));
 
-    redisReply *rep = th_redis_cmd(&srv, "DEL %s", "dlock:{lost}");
+    redisReply *rep = th_target_cmd(&srv, "dlock:{lost}", "DEL %s", "dlock:{lost}");
     assert_non_null(rep);
     assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
     assert_int_equal(rep->integer, 1);
@@ -568,7 +568,7 @@ static void loss_found_at_release_exits_76(void **state)
     snprintf(body, sizeof body, "while [ ! -e %s ]; do sleep 0.02; done; exit 0", go);
     proc holder;
     HOLD(&holder, "late.ready", body, "lock", "late");
-    redisReply *rep = th_redis_cmd(&srv, "DEL %s", "dlock:{late}");
+    redisReply *rep = th_target_cmd(&srv, "dlock:{late}", "DEL %s", "dlock:{late}");
     assert_non_null(rep);
     assert_int_equal(rep->integer, 1);
     freeReplyObject(rep);
@@ -618,7 +618,7 @@ static void command_inherits_no_redis_socket(void **state)
     scratch_file(file, sizeof file, "fds.txt");
     snprintf(script, sizeof script, "ls -l /proc/self/fd/ > %s", file);
     run r;
-    RUN(&r, srv.tcp_url, "lock", "fds", "--", "sh", "-c", script);
+    RUN(&r, srv.kind == TH_TARGET_SINGLE ? srv.single.tcp_url : srv.url, "lock", "fds", "--", "sh", "-c", script);
     expect_status(&r, 0);
     slurp(file, buf, sizeof buf);
     assert_non_null(strstr(buf, "total"));
@@ -927,13 +927,13 @@ static int setup(void **state)
         fprintf(stderr, "test_cli: %s is not built\n", th_bin("dlock"));
         return -1;
     }
-    return th_redis_start(&srv, NULL);
+    return th_target_start(&srv, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&srv);
+    th_target_stop(&srv);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
     if (system(cmd) != 0) { /* best effort */ }
