@@ -536,6 +536,62 @@ static void resurrected_write_hold_gets_a_new_token(void **state)
     resurrected_hold_gets_a_new_token(2);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Passwords                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The URL's password reaches every data node: each master of a cluster
+ * (locks spread over all three), and the master a Sentinel names (the
+ * Sentinels themselves have no password here, and are asked without one).
+ * A wrong password is DLOCK_ERR_AUTH, not a connection error. */
+static void topologies_with_a_password(int cluster)
+{
+    th_topology_opts o = opts;
+    o.password = "topo-pw";
+    th_topology t;
+    assert_int_equal(cluster ? th_cluster_start(&t, &o) : th_sentinel_start(&t, &o), 0);
+    const char *scheme = cluster ? "redis-cluster://" : "redis-sentinel://";
+    const char *rest = t.url + strlen(scheme);
+    char good[1024], bad[1024];
+    snprintf(good, sizeof good, "%s:topo-pw@%s", scheme, rest);
+    snprintf(bad, sizeof bad, "%s:wrong@%s", scheme, rest);
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(bad, NULL, &c), DLOCK_ERR_AUTH);
+    assert_null(c);
+    assert_int_equal(dlock_client_new(good, NULL, &c), DLOCK_OK);
+    int ports[3], seen = 0;
+    int nm = cluster ? th_topology_masters(&t, ports, 3) : 0;
+    for (int i = 0; i < 24; i++) {
+        char name[32], key[48];
+        snprintf(name, sizeof name, "pw-%d", i);
+        snprintf(key, sizeof key, "dlock:{%s}", name);
+        dlock_lock *l;
+        assert_int_equal(dlock_lock_new(c, name, &l), DLOCK_OK);
+        assert_int_equal(dlock_lock_acquire(l, 0, 10000, NULL), DLOCK_OK);
+        int port = cluster ? th_cluster_key_owner(&t, key) : th_sentinel_master_port(&t);
+        assert_true(pttl_on(&t, port, key) > 0);
+        for (int m = 0; m < nm; m++)
+            if (ports[m] == port) seen |= 1 << m;
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+    }
+    if (cluster) assert_int_equal(seen, (1 << nm) - 1); /* every master was used */
+    dlock_client_free(c);
+    th_topology_stop(&t);
+}
+
+static void cluster_with_a_password(void **state)
+{
+    (void)state;
+    topologies_with_a_password(1);
+}
+
+static void sentinel_with_a_password(void **state)
+{
+    (void)state;
+    topologies_with_a_password(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +606,8 @@ int main(void)
         cmocka_unit_test(sentinel_failover_with_replica_acks_never_grants_twice),
         cmocka_unit_test(sentinel_watchdog_hold_survives_a_failover),
         cmocka_unit_test(sentinel_client_never_uses_a_returning_old_master),
+        cmocka_unit_test(cluster_with_a_password),
+        cmocka_unit_test(sentinel_with_a_password),
     };
     /* DLOCK_TEST_FILTER=cluster_slot* runs only the matching cases. */
     if (getenv("DLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DLOCK_TEST_FILTER"));
