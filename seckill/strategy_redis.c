@@ -117,8 +117,9 @@ static sk_result rs_voucher_get(void *ctx, int64_t id, sk_voucher *out)
  * who got it. Such a request is answered 429 busy instead, and retrying
  * is safe: the script refuses a second order of the same user (409 tells
  * the buyer the first one stood), and one that never ran is simply taken
- * now. With --replica-acks the script is followed by WAIT on the same
- * connection, and an order fewer replicas acknowledged is answered 429
+ * now. With --replica-acks the script first refuses (429, nothing
+ * written) while fewer replicas are online, and is followed by WAIT on the
+ * same connection; an order fewer replicas acknowledged is answered 429
  * too: it stands if its master survives (a retry then says 409) and
  * vanishes with it otherwise (a retry then takes a fresh one).
  */
@@ -127,17 +128,18 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
 {
     char keys[SK_K_COUNT][SK_KEY_MAX];
     sk_voucher_keys(voucher_id, keys);
-    char uid[24], ostr[24], vid[24], nows[24];
+    char uid[24], ostr[24], vid[24], nows[24], want[16];
     snprintf(uid, sizeof uid, "%lld", (long long)user_id);
     snprintf(ostr, sizeof ostr, "%llu", (unsigned long long)oid);
     snprintf(vid, sizeof vid, "%lld", (long long)voucher_id);
     snprintf(nows, sizeof nows, "%lld", (long long)now);
+    snprintf(want, sizeof want, "%d", s->redis->replicas);
     const char *keyv[5] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS], keys[SK_K_ORDERS],
                            keys[SK_K_PENDING]};
-    const char *args[4] = {uid, ostr, vid, nows};
+    const char *args[5] = {uid, ostr, vid, nows, want};
     redisReply *rep = NULL;
     long long acks = -1;
-    if (s->redis->replicas > 0) sk_acked_eval(s->redis, &s->order_acked, 5, keyv, 4, args, &rep, &acks);
+    if (s->redis->replicas > 0) sk_acked_eval(s->redis, &s->order_acked, 5, keyv, 5, args, &rep, &acks);
     else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, keyv, 4, args, &rep);
     *not_warm = 0;
     if (!rep) return SK_UNAVAILABLE;
@@ -150,6 +152,7 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
         case 3: r = SK_ENDED; break;
         case 4: r = SK_ALREADY; break;
         case 5: r = SK_SOLD_OUT; break;
+        case 6: r = SK_BUSY; break; /* too few replicas online: nothing taken */
         default: break;
         }
     } else if (rep->type == REDIS_REPLY_ERROR) {

@@ -55,7 +55,7 @@ int th_target_master_port(th_target *t, const char *key)
     return th_topology_masters(&t->topo, ports, 1) == 1 ? ports[0] : -1;
 }
 
-redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...)
+redisReply *th_target_vcmd(th_target *t, const char *key, const char *fmt, va_list ap)
 {
     redisContext *c;
     if (t->kind == TH_TARGET_SINGLE) {
@@ -64,9 +64,14 @@ redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...)
         int port = th_target_master_port(t, key);
         c = port > 0 ? th_node_connect(&t->topo, port) : NULL;
     }
+    return th_vcmd_once(c, fmt, ap);
+}
+
+redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = th_vcmd_once(c, fmt, ap);
+    redisReply *r = th_target_vcmd(t, key, fmt, ap);
     va_end(ap);
     return r;
 }
