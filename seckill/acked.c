@@ -96,6 +96,15 @@ static void drop(conn *x)
     x->c = NULL;
 }
 
+void sk_acked_forget(const sk_redis *r, const char *key)
+{
+    pthread_once(&conns_once, conns_key_make);
+    conns *cs = pthread_getspecific(conns_key);
+    const char *route = r->cluster ? key : "";
+    for (int i = 0; cs && i < CONNS; i++)
+        if (cs->slot[i].c && strcmp(cs->slot[i].route, route) == 0) drop(&cs->slot[i]);
+}
+
 /* Replies that mean "not here, not now": the command did not run. */
 static int not_served_here(const redisReply *r)
 {

@@ -47,6 +47,12 @@ dlock_status sk_acked_run(const sk_redis *r, const char *key, int argc, const ch
 dlock_status sk_acked_eval(const sk_redis *r, const sk_lua *s, int nkeys, const char *const *keys, int nargs,
                            const char *const *args, redisReply **out, long long *acks);
 
+/* Close the calling thread's connection for `key`, so the next call asks
+ * the library where the key is served now: after the server said it has
+ * no replica online, which a master the Sentinels demoted while we kept
+ * a connection to it also says. */
+void sk_acked_forget(const sk_redis *r, const char *key);
+
 /* Close the calling thread's connections now (they are closed at thread
  * exit anyway). */
 void sk_acked_close(void);

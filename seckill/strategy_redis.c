@@ -152,7 +152,10 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
         case 3: r = SK_ENDED; break;
         case 4: r = SK_ALREADY; break;
         case 5: r = SK_SOLD_OUT; break;
-        case 6: r = SK_BUSY; break; /* too few replicas online: nothing taken */
+        case 6: /* too few replicas online: nothing taken */
+            r = SK_BUSY;
+            sk_acked_forget(s->redis, keys[SK_K_STOCK]);
+            break;
         default: break;
         }
     } else if (rep->type == REDIS_REPLY_ERROR) {

@@ -231,6 +231,14 @@ static long long recovery_ms(const sale *s, long long kill_ms)
     return first < 0 ? -1 : first - kill_ms;
 }
 
+/* A step of a case, logged with its time so a failure says where it
+ * happened; fails the test when `ok` is 0. */
+static void phase(const char *what, int ok)
+{
+    fprintf(stderr, "%lld ms: %s%s\n", th_now_ms() % 1000000, what, ok ? "" : ": FAILED");
+    if (!ok) fail_msg("%s failed", what);
+}
+
 /* What happens to the voucher's master and its replica mid-sale. */
 typedef enum event {
     PLAIN_KILL,       /* the master is SIGKILLed */
@@ -282,7 +290,7 @@ static void back_up_replication(int master, long long voucher)
     }
     redisFree(c);
     free(junk);
-    assert_true(replica_omem(master) >= (1 << 20));
+    phase("replication backed up", replica_omem(master) >= (1 << 20));
 }
 
 /*
@@ -318,7 +326,7 @@ static void failover_sale(event how, int replica_acks)
     sale s;
     sale_start(&s, sv.port, &dir, v);
     wait_answers(&s, STOCK / 4, 0);
-    assert_true(atomic_load(&s.created) >= STOCK / 4);
+    phase("a quarter sold", atomic_load(&s.created) >= STOCK / 4);
     long long cut_ms = 0;
     if (how == BACKLOG_THEN_KILL) {
         assert_int_equal(th_node_pause(&srv.topo, replica), 0);
@@ -326,14 +334,14 @@ static void failover_sale(event how, int replica_acks)
         cut_ms = th_now_ms();
         wait_answers(&s, CUT_ORDERS, 1);
     }
-    assert_int_equal(th_node_kill(&srv.topo, victim), 0);
+    phase("master killed", th_node_kill(&srv.topo, victim) == 0);
     long long kill_ms = th_now_ms();
-    if (how == BACKLOG_THEN_KILL) assert_int_equal(th_node_resume(&srv.topo, replica), 0);
-    assert_true(wait_failover(victim) > 0);
+    if (how == BACKLOG_THEN_KILL) phase("replica resumed", th_node_resume(&srv.topo, replica) == 0);
+    phase("successor serves", wait_failover(victim) > 0);
     long long served_ms = th_now_ms();
     if (replica_acks) {
-        assert_int_equal(th_node_restart(&srv.topo, victim), 0);
-        assert_int_equal(th_node_wait_role(&srv.topo, victim, TH_REPLICA, FAILOVER_BOUND_MS), 0);
+        phase("old master restarted", th_node_restart(&srv.topo, victim) == 0);
+        phase("old master is a replica", th_node_wait_role(&srv.topo, victim, TH_REPLICA, FAILOVER_BOUND_MS) == 0);
     }
     long long t0 = th_now_ms();
     while (!atomic_load(&s.sold_out) && atomic_load(&s.other) == 0 && th_now_ms() - t0 < SALE_BOUND_MS)
