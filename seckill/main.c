@@ -3,6 +3,7 @@
  *
  *   seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]
  *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
+ *                 [--replica-acks N]
  *   seckill token [--secret-file FILE] [--ttl S] USER_ID
  *   seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]
  *                --secret-file FILE
@@ -25,8 +26,8 @@
 #include "http.h"
 #include "keys.h"
 #include "orderid.h"
-#include "rpool.h"
 #include "seckill.h"
+#include "skredis.h"
 #include "skutil.h"
 #include "strategy.h"
 #include "writer.h"
@@ -40,16 +41,21 @@ void sk_usage(FILE *f)
     fprintf(f,
             "usage: seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]\n"
             "                     [--strategy redis|lock] [--secret-file FILE] [--threads N]\n"
+            "                     [--replica-acks N]\n"
             "       seckill token [--secret-file FILE] [--ttl S] USER_ID\n"
             "       seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]\n"
             "                    --secret-file FILE [--stock S] [--threads T]\n"
             "       seckill verify --db URL [--redis URL] --voucher ID [--voucher ID...] [--wait S]\n"
             "       seckill --help | --version\n"
             "\n"
-            "serve   run the HTTP API (default %s, strategy redis). Without --redis a private\n"
-            "        redis-server is started on a unix socket and stopped at exit; without --db the\n"
-            "        SQLite file %s is used. --db takes sqlite://PATH, a file path, or\n"
-            "        postgres://USER@HOST/DB (PostgreSQL, for several instances).\n"
+            "serve   run the HTTP API (default %s, strategy redis). --redis takes redis://,\n"
+            "        unix://, redis-sentinel://HOST:PORT[,...]/MASTER or redis-cluster://HOST:PORT[,...];\n"
+            "        without it a private redis-server is started on a unix socket and stopped at\n"
+            "        exit. Without --db the SQLite file %s is used. --db takes sqlite://PATH, a\n"
+            "        file path, or postgres://USER@HOST/DB (PostgreSQL, for several instances).\n"
+            "        --replica-acks N (redis strategy): answer 201 only once N replicas have the\n"
+            "        order, and persist only orders N replicas have (WAIT), so a failover loses\n"
+            "        no acknowledged order.\n"
             "token   print a bearer token for USER_ID (0 is the admin), valid --ttl seconds\n"
             "        (default 86400), signed with the secret in --secret-file (default %s,\n"
             "        created when missing; the same default for every subcommand).\n"
@@ -72,7 +78,7 @@ void sk_usage(FILE *f)
 
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
- * SECKILL_WARM_GRACE_S; see seckill(1)). */
+ * SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS; see seckill(1)). */
 static long env_long(const char *name, long dflt)
 {
     const char *v = getenv(name);
@@ -89,6 +95,7 @@ static long env_long(const char *name, long dflt)
 typedef struct serve_opts {
     const char *listen, *redis, *db, *strategy, *secret_file;
     int threads;
+    int replica_acks;
 } serve_opts;
 
 /* All of serve's flags are checked before anything starts, so a typo
@@ -99,11 +106,12 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"listen", required_argument, NULL, 'l'},   {"redis", required_argument, NULL, 'r'},
         {"db", required_argument, NULL, 'd'},       {"strategy", required_argument, NULL, 's'},
         {"secret-file", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"replica-acks", required_argument, NULL, 'a'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
-                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8)};
+                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -120,6 +128,13 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
                 return -1;
             }
             o->threads = (int)n;
+            break;
+        case 'a':
+            if (sk_parse_u64(optarg, strlen(optarg), 16, &n) != 0) {
+                fprintf(stderr, "seckill: --replica-acks wants 0 to 16\n");
+                return -1;
+            }
+            o->replica_acks = (int)n;
             break;
         case 'h': sk_usage(stdout); exit(0);
         default: return -1;
@@ -148,8 +163,8 @@ typedef struct server {
     unsigned char *secret;
     size_t secret_len;
     sk_db *db;
-    dlock_client *client;
-    sk_rpool *redis;
+    dlock_client *client; /* the process's one client: locks, ids and the redis strategy */
+    sk_redis redis;
     sk_orderids *ids;
     sk_writer *writer;
     sk_app app;
@@ -164,7 +179,6 @@ static void server_down(server *s)
     if (s->app.strategy.ops) s->app.strategy.ops->destroy(s->app.strategy.ctx);
     sk_writer_stop(s->writer);
     sk_orderids_free(s->ids);
-    sk_rpool_free(s->redis);
     if (s->client) dlock_client_free(s->client);
     sk_db_close(s->db);
     free(s->secret);
@@ -212,26 +226,26 @@ static int serve(int argc, char **argv)
         goto fail;
     }
     if (strcmp(o.strategy, "redis") == 0) {
-        if (sk_rpool_new(redis_url, 5000, &s.redis, err, sizeof err) != 0) goto fail;
+        if (sk_redis_init(&s.redis, s.client, redis_url, o.replica_acks,
+                          (int)env_long("SECKILL_REPLICA_TIMEOUT_MS", 100), err, sizeof err) != 0)
+            goto fail;
         sk_writer_config wc = {
             .db = s.db,
-            .redis = s.redis,
+            .redis = &s.redis,
             .consumer = getenv("SECKILL_CONSUMER"),
             .claim_idle_ms = env_long("SECKILL_CLAIM_IDLE_MS", 30000),
             .max_deliveries = (int)env_long("SECKILL_MAX_DELIVERIES", 5),
         };
         s.writer = sk_writer_start(&wc);
         if (!s.writer) {
-            snprintf(err, sizeof err, "cannot start the order writer");
+            snprintf(err, sizeof err, "cannot start the order writer: %s", dlock_last_error());
             goto fail;
         }
         /* The embedded Redis is private to this process: no other writer
          * can hold orders from before it started, so no grace is needed. */
         int grace = o.redis ? (int)env_long("SECKILL_WARM_GRACE_S", DEFAULT_WARM_GRACE_S) : 0;
-        if (sk_strategy_redis_new(s.db, s.redis, s.ids, s.writer, grace, &s.app.strategy) != 0) {
-            snprintf(err, sizeof err, "out of memory");
+        if (sk_strategy_redis_new(s.db, &s.redis, s.ids, s.writer, grace, &s.app.strategy, err, sizeof err) != 0)
             goto fail;
-        }
     } else if (sk_strategy_lock_new(s.db, s.client, s.ids, &s.app.strategy) != 0) {
         snprintf(err, sizeof err, "out of memory");
         goto fail;

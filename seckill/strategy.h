@@ -16,28 +16,21 @@
 #include "db.h"
 #include "dlock.h"
 #include "orderid.h"
-#include "rpool.h"
 #include "seckill.h"
+#include "skredis.h"
 
 struct sk_writer;
 
-/* The database stays owned by the caller; so do the pool, ids and writer.
+/* The database stays owned by the caller; so do the Redis access (whose
+ * client the lock strategy and the ids share), ids and writer.
  * `grace_s`: after a Redis restart, vouchers are re-warmed only once the
  * server has been up this many seconds (orders are answered "busy" until
  * then), so that orders a writer read before the restart have landed in
  * the database. 0 when no other process can hold such orders (the
- * embedded Redis is private to this process). */
-int sk_strategy_redis_new(sk_db *db, sk_rpool *redis, sk_orderids *ids, struct sk_writer *writer, int grace_s,
-                          sk_strategy *out);
+ * embedded Redis is private to this process). Loads the scripts; -1 with
+ * a reason in err when that fails. */
+int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, struct sk_writer *writer, int grace_s,
+                          sk_strategy *out, char *err, size_t errlen);
 int sk_strategy_lock_new(sk_db *db, dlock_client *client, sk_orderids *ids, sk_strategy *out);
-
-/* Load a voucher's stock, window and buyers into Redis, from the database
- * minus the orders its stream holds unacknowledged, unless it is warm
- * already. */
-sk_result sk_redis_warm(sk_db *db, sk_rpool *redis, int64_t voucher_id);
-
-/* The embedded scripts (generated from lua/ by cmake/embed_lua.cmake). */
-extern const char dlock_lua_seckill_order[];
-extern const char dlock_lua_seckill_warm[];
 
 #endif

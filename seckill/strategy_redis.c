@@ -5,6 +5,11 @@
  * stream into the database, which re-checks everything (its constraints
  * are the last guard). The HTTP thread never waits for the database on the
  * order path.
+ *
+ * Every command names one voucher's keys (hash tag {v:ID}), so it reaches
+ * the server holding that voucher on one server, under Sentinel and on
+ * Redis Cluster alike; the one lookup that spans vouchers (GET
+ * /api/orders) is split per voucher on a cluster.
  */
 #include "strategy.h"
 
@@ -13,258 +18,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acked.h"
 #include "keys.h"
+#include "scripts.h"
 #include "skutil.h"
+#include "warm.h"
 #include "writer.h"
-
-#define WARM_CHUNK 500
 
 typedef struct redis_strategy {
     sk_db *db;
-    sk_rpool *redis;
+    const sk_redis *redis;
     sk_orderids *ids;
     sk_writer *writer;
     int grace_s;                /* see sk_strategy_redis_new */
     pthread_mutex_t warming;    /* one warm-up per process at a time */
+    dlock_script *order, *warm, *pending;
+    sk_lua order_acked;         /* the order script again, for --replica-acks (acked.h) */
 } redis_strategy;
 
-static sk_script order_script = {dlock_lua_seckill_order, {0}};
-static sk_script warm_script = {dlock_lua_seckill_warm, {0}};
-
-/* A stream entry id "MS-SEQ" as two numbers, for ordering. */
-typedef struct xid {
-    uint64_t ms, seq;
-} xid;
-
-/* Stream ids order by (ms, seq) as numbers, not as strings. */
-static int xid_parse(const char *s, xid *out)
+/* Seconds since the server holding the voucher started (INFO server), or -1. */
+static long redis_uptime(const sk_redis *redis, const char *key)
 {
-    char *end;
-    out->ms = strtoull(s, &end, 10);
-    if (*end != '-') return -1;
-    out->seq = strtoull(end + 1, &end, 10);
-    return *end ? -1 : 0;
-}
-
-/* Which of two entries came first in the stream. */
-static int xid_cmp(const xid *a, const xid *b)
-{
-    if (a->ms != b->ms) return a->ms < b->ms ? -1 : 1;
-    return a->seq < b->seq ? -1 : a->seq > b->seq;
-}
-
-/* xid_cmp for qsort and bsearch over the pending list. */
-static int cmp_xid(const void *a, const void *b)
-{
-    return xid_cmp(a, b);
-}
-
-/* Membership in a sorted buyer list, without a hash set. */
-static int has_i64(const int64_t *a, size_t n, int64_t x)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (a[mid] == x) return 1;
-        if (a[mid] < x) lo = mid + 1;
-        else hi = mid;
-    }
-    return 0;
-}
-
-/* A growable array of user ids. */
-typedef struct ulist {
-    int64_t *a;
-    size_t n, cap;
-} ulist;
-
-/* Doubling growth: a stream may hold any number of pending orders. */
-static int ulist_add(ulist *l, int64_t x)
-{
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        int64_t *b = realloc(l->a, cap * sizeof *b);
-        if (!b) return -1;
-        l->a = b;
-        l->cap = cap;
-    }
-    l->a[l->n++] = x;
-    return 0;
-}
-
-/* What the writers' group has not acknowledged yet: entries after its
- * last-delivered id, and the ids in its pending list (sorted). No group
- * (or no stream) means nothing was ever delivered. */
-static sk_result group_state(sk_rpool *redis, const char *stream, xid *last, xid **pel, size_t *npel)
-{
-    *last = (xid){0, 0};
-    *pel = NULL;
-    *npel = 0;
-    redisReply *r = sk_rpool_cmd(redis, 1, "XINFO GROUPS %s", stream);
-    if (!r) return SK_UNAVAILABLE;
-    int have_group = 0;
-    if (r->type == REDIS_REPLY_ARRAY)
-        for (size_t g = 0; g < r->elements && !have_group; g++) {
-            const redisReply *m = r->element[g];
-            const char *name = NULL, *ld = NULL;
-            for (size_t i = 0; m->type == REDIS_REPLY_ARRAY && i + 1 < m->elements; i += 2) {
-                const redisReply *k = m->element[i], *v = m->element[i + 1];
-                if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
-                if (!strcmp(k->str, "name")) name = v->str;
-                if (!strcmp(k->str, "last-delivered-id")) ld = v->str;
-            }
-            if (name && ld && !strcmp(name, SK_GROUP) && xid_parse(ld, last) == 0) have_group = 1;
-        }
-    freeReplyObject(r);
-    if (!have_group) return SK_OK;
-    r = sk_rpool_cmd(redis, 1, "XPENDING %s %s - + %d", stream, SK_GROUP, 1000000);
-    if (!r) return SK_UNAVAILABLE;
-    sk_result res = SK_OK;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements) {
-        *pel = malloc(r->elements * sizeof **pel);
-        if (!*pel) res = SK_INTERNAL;
-        for (size_t i = 0; *pel && i < r->elements; i++) {
-            const redisReply *e = r->element[i];
-            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 && e->element[0]->type == REDIS_REPLY_STRING &&
-                xid_parse(e->element[0]->str, &(*pel)[*npel]) == 0)
-                (*npel)++;
-        }
-        if (*pel) qsort(*pel, *npel, sizeof **pel, cmp_xid);
-    }
-    freeReplyObject(r);
-    return res;
-}
-
-/* The buyers of the voucher's orders that are in its stream but not yet
- * acknowledged by a writer: accepted (their buyers were told 201) and
- * possibly not yet in the database. Read in chunks with XRANGE. */
-static sk_result unacked_buyers(sk_rpool *redis, const char *stream, ulist *out)
-{
-    xid last, *pel;
-    size_t npel;
-    sk_result res = group_state(redis, stream, &last, &pel, &npel);
-    if (res != SK_OK) return res;
-    /* Everything before the oldest pending entry, and up to the last
-     * delivered one when nothing is pending, is acknowledged: skip it. */
-    char from[48] = "-";
-    if (npel) snprintf(from, sizeof from, "%llu-%llu", (unsigned long long)pel[0].ms, (unsigned long long)pel[0].seq);
-    else if (last.ms || last.seq)
-        snprintf(from, sizeof from, "(%llu-%llu", (unsigned long long)last.ms, (unsigned long long)last.seq);
-    for (int more = 1; more && res == SK_OK;) {
-        redisReply *r = sk_rpool_cmd(redis, 1, "XRANGE %s %s + COUNT 1000", stream, from);
-        if (!r) {
-            res = SK_UNAVAILABLE;
-            break;
-        }
-        more = r->type == REDIS_REPLY_ARRAY && r->elements == 1000;
-        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && res == SK_OK; i++) {
-            const redisReply *e = r->element[i];
-            xid id;
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
-                xid_parse(e->element[0]->str, &id) != 0)
-                continue;
-            snprintf(from, sizeof from, "(%s", e->element[0]->str);
-            int unacked = xid_cmp(&id, &last) > 0 || bsearch(&id, pel, npel, sizeof *pel, cmp_xid);
-            const redisReply *f = e->element[1];
-            for (size_t j = 0; unacked && f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
-                int64_t uid;
-                if (f->element[j]->type == REDIS_REPLY_STRING && !strcmp(f->element[j]->str, "user") &&
-                    f->element[j + 1]->type == REDIS_REPLY_STRING &&
-                    sk_parse_i64(f->element[j + 1]->str, f->element[j + 1]->len, INT64_MAX, &uid) == 0 &&
-                    ulist_add(out, uid) != 0)
-                    res = SK_INTERNAL;
-            }
-        }
-        freeReplyObject(r);
-    }
-    free(pel);
-    return res;
-}
-
-/*
- * Why warm from the database, minus what the stream still holds: the
- * database is the truth for persisted orders, and the stream for accepted
- * ones that are not persisted yet. After a Redis restart without
- * persistence (or an evicted stock key) the voucher is rebuilt as
- *   stock  = database stock - buyers of unacknowledged stream orders
- *   buyers = database buyers + those buyers
- * so that a unit accepted but not yet persisted is neither sold again
- * nor lost. The stream is read first and the database second, in one
- * snapshot: an order persisted in between is then seen in the database,
- * and its buyer, already there, is not subtracted twice. Buyers go first
- * in chunks, stock last, so the voucher is "warm" only when complete.
- */
-sk_result sk_redis_warm(sk_db *db, sk_rpool *redis, int64_t voucher_id)
-{
-    char keys[SK_K_COUNT][SK_KEY_MAX];
-    sk_voucher_keys(voucher_id, keys);
-    ulist pending = {0};
-    sk_result r = unacked_buyers(redis, keys[SK_K_ORDERS], &pending);
-    sk_voucher_state st;
-    int64_t *uids = NULL;
-    size_t n = 0;
-    if (r == SK_OK) r = db->ops->voucher_state(db, voucher_id, &st, &uids, &n);
-    if (r != SK_OK) {
-        free(pending.a);
-        return r;
-    }
-    /* Buyers: the database's (sorted), then pending ones it lacks. */
-    sk_sort_i64(pending.a, pending.n);
-    int64_t stock = st.v.stock;
-    for (size_t i = 0; i < pending.n && r == SK_OK; i++) {
-        if (i > 0 && pending.a[i] == pending.a[i - 1]) continue;
-        if (has_i64(uids, n, pending.a[i])) continue;
-        stock--;
-        int64_t *b = realloc(uids, (n + 1) * sizeof *b);
-        if (!b) r = SK_INTERNAL;
-        else (uids = b)[n++] = pending.a[i];
-    }
-    free(pending.a);
-    if (stock < 0) {
-        fprintf(stderr, "seckill: voucher %lld: %lld more orders pending than units left\n",
-                (long long)voucher_id, (long long)-stock);
-        stock = 0;
-    }
-    char stocks[24], begin[24], end[24];
-    snprintf(stocks, sizeof stocks, "%lld", (long long)stock);
-    snprintf(begin, sizeof begin, "%lld", (long long)st.v.begin);
-    snprintf(end, sizeof end, "%lld", (long long)st.v.end);
-    const char *args[3 + 4 + WARM_CHUNK];
-    char (*ustr)[24] = malloc((n ? n : 1) * sizeof *ustr);
-    if (!ustr) r = SK_INTERNAL;
-    for (size_t i = 0; ustr && i < n; i++) snprintf(ustr[i], sizeof ustr[i], "%lld", (long long)uids[i]);
-    free(uids);
-    size_t done = 0;
-    while (r == SK_OK) {
-        size_t chunk = n - done > WARM_CHUNK ? WARM_CHUNK : n - done;
-        int last = done + chunk == n;
-        args[0] = keys[SK_K_STOCK];
-        args[1] = keys[SK_K_WINDOW];
-        args[2] = keys[SK_K_BUYERS];
-        args[3] = stocks;
-        args[4] = begin;
-        args[5] = end;
-        args[6] = last ? "1" : "0";
-        for (size_t i = 0; i < chunk; i++) args[7 + i] = ustr[done + i];
-        redisReply *rep = sk_rpool_script(redis, &warm_script, 1, 3, 4 + (int)chunk, args);
-        if (!rep) r = SK_UNAVAILABLE;
-        else if (rep->type != REDIS_REPLY_INTEGER) {
-            fprintf(stderr, "seckill: warm voucher %lld: %s\n", (long long)voucher_id,
-                    rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
-            r = SK_INTERNAL;
-        }
-        if (rep) freeReplyObject(rep);
-        done += chunk;
-        if (last) break;
-    }
-    free(ustr);
-    return r;
-}
-
-/* Seconds since the Redis server started (INFO server), or -1. */
-static long redis_uptime(sk_rpool *redis)
-{
-    redisReply *r = sk_rpool_cmd(redis, 1, "INFO server");
+    redisReply *r;
+    sk_redis_cmd(redis, key, 0, &r, "INFO", "server", NULL);
     long up = r && r->type == REDIS_REPLY_STRING ? sk_info_uptime(r->str) : -1;
     if (r) freeReplyObject(r);
     return up;
@@ -286,12 +62,14 @@ static sk_result warm_on_demand(redis_strategy *s, int64_t voucher_id)
     sk_result r = s->db->ops->voucher_get(s->db, voucher_id, &v);
     if (r != SK_OK) return r;
     if (s->grace_s > 0) {
-        long up = redis_uptime(s->redis);
+        char keys[SK_K_COUNT][SK_KEY_MAX];
+        sk_voucher_keys(voucher_id, keys);
+        long up = redis_uptime(s->redis, keys[SK_K_STOCK]);
         if (up < 0) return SK_BUSY;
         if (up < s->grace_s) return SK_BUSY;
     }
     if (pthread_mutex_trylock(&s->warming) != 0) return SK_BUSY;
-    r = sk_redis_warm(s->db, s->redis, voucher_id);
+    r = sk_redis_warm(s->db, s->redis, s->warm, voucher_id);
     pthread_mutex_unlock(&s->warming);
     if (r == SK_OK && s->writer) sk_writer_notify(s->writer);
     return r;
@@ -305,7 +83,7 @@ static sk_result rs_voucher_create(void *ctx, const sk_voucher *v, int64_t *id)
     redis_strategy *s = ctx;
     sk_result r = s->db->ops->voucher_create(s->db, v, sk_unix_now(), id);
     if (r != SK_OK) return r;
-    if (sk_redis_warm(s->db, s->redis, *id) != SK_OK)
+    if (sk_redis_warm(s->db, s->redis, s->warm, *id) != SK_OK)
         fprintf(stderr, "seckill: voucher %lld created but not warmed; the first order will\n",
                 (long long)*id);
     if (s->writer) sk_writer_notify(s->writer);
@@ -321,7 +99,8 @@ static sk_result rs_voucher_get(void *ctx, int64_t id, sk_voucher *out)
     if (r != SK_OK) return r;
     char keys[SK_K_COUNT][SK_KEY_MAX];
     sk_voucher_keys(id, keys);
-    redisReply *rep = sk_rpool_cmd(s->redis, 1, "GET %s", keys[SK_K_STOCK]);
+    redisReply *rep;
+    sk_redis_cmd(s->redis, keys[SK_K_STOCK], 0, &rep, "GET", keys[SK_K_STOCK], NULL);
     if (rep && rep->type == REDIS_REPLY_STRING) {
         int64_t left;
         if (sk_parse_i64(rep->str, rep->len, INT64_MAX, &left) == 0) out->stock = left;
@@ -330,34 +109,53 @@ static sk_result rs_voucher_get(void *ctx, int64_t id, sk_voucher *out)
     return SK_OK;
 }
 
-/* One script call decides; the codes are the script's (lua/seckill_order.lua). */
-static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_id, int64_t now,
-                           uint64_t oid, int *not_warm)
+/*
+ * One script call decides; the codes are the script's
+ * (lua/seckill_order.lua). It is never sent twice (DLOCK_REDIS_ONCE): if
+ * only its reply was lost (a connection broken by a failover, say), the
+ * order may be in, and a resend would answer already_ordered to the buyer
+ * who got it. Such a request is answered 429 busy instead, and retrying
+ * is safe: the script refuses a second order of the same user (409 tells
+ * the buyer the first one stood), and one that never ran is simply taken
+ * now. With --replica-acks the script first refuses (429, nothing
+ * written) while fewer replicas are online, and is followed by WAIT on the
+ * same connection; an order fewer replicas acknowledged is answered 429
+ * too: it stands if its master survives (a retry then says 409) and
+ * vanishes with it otherwise (a retry then takes a fresh one).
+ */
+static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_id, int64_t now, uint64_t oid,
+                           int *not_warm)
 {
     char keys[SK_K_COUNT][SK_KEY_MAX];
     sk_voucher_keys(voucher_id, keys);
-    char uid[24], ostr[24], vid[24], nows[24];
+    char uid[24], ostr[24], vid[24], nows[24], want[16];
     snprintf(uid, sizeof uid, "%lld", (long long)user_id);
     snprintf(ostr, sizeof ostr, "%llu", (unsigned long long)oid);
     snprintf(vid, sizeof vid, "%lld", (long long)voucher_id);
     snprintf(nows, sizeof nows, "%lld", (long long)now);
-    const char *args[9] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS], keys[SK_K_ORDERS],
-                           keys[SK_K_PENDING], uid, ostr, vid, nows};
-    /* Not resent: if only the reply was lost the order may be in, and a
-     * resend would answer already_ordered to the buyer who got it. */
-    redisReply *rep = sk_rpool_script(s->redis, &order_script, 0, 5, 4, args);
+    snprintf(want, sizeof want, "%d", s->redis->replicas);
+    const char *keyv[5] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS], keys[SK_K_ORDERS],
+                           keys[SK_K_PENDING]};
+    const char *args[5] = {uid, ostr, vid, nows, want};
+    redisReply *rep = NULL;
+    long long acks = -1;
+    if (s->redis->replicas > 0) sk_acked_eval(s->redis, &s->order_acked, 5, keyv, 5, args, &rep, &acks);
+    else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, keyv, 4, args, &rep);
     *not_warm = 0;
     if (!rep) return SK_UNAVAILABLE;
     sk_result r = SK_INTERNAL;
-    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
-        rep->element[0]->type == REDIS_REPLY_INTEGER) {
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER) {
         switch (rep->element[0]->integer) {
-        case 0: r = SK_OK; break;
+        case 0: r = s->redis->replicas > 0 && acks < s->redis->replicas ? SK_BUSY : SK_OK; break;
         case 1: *not_warm = 1; r = SK_NO_VOUCHER; break;
         case 2: r = SK_NOT_STARTED; break;
         case 3: r = SK_ENDED; break;
         case 4: r = SK_ALREADY; break;
         case 5: r = SK_SOLD_OUT; break;
+        case 6: /* too few replicas online: nothing taken */
+            r = SK_BUSY;
+            sk_acked_forget(s->redis, keys[SK_K_STOCK]);
+            break;
         default: break;
         }
     } else if (rep->type == REDIS_REPLY_ERROR) {
@@ -368,8 +166,9 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
 }
 
 /* Redis out of reach on the order path is "busy, try again" (429), not a
- * server error: the sale resumes by itself once Redis is back and the
- * voucher is warm again, and a client's retry is the right reaction. */
+ * server error: the sale resumes by itself once Redis is back (or its
+ * successor took over) and the voucher is warm again, and a client's
+ * retry is the right reaction. */
 static sk_result busy_if_down(sk_result r)
 {
     return r == SK_UNAVAILABLE ? SK_BUSY : r;
@@ -393,6 +192,7 @@ static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
         if (not_warm) return SK_BUSY;
     }
     if (r != SK_OK) return busy_if_down(r);
+    if (s->writer) sk_writer_order(s->writer, voucher_id);
     *order_id = oid;
     return SK_OK;
 }
@@ -401,85 +201,91 @@ static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
 #define PENDING_VOUCHERS 256
 #define PENDING_HORIZON_S (7 * 86400)
 
+/* The voucher (index into vids) whose pending hash holds the order, and
+ * its user; -1 when none does, -2 when Redis did not answer. One script
+ * call asks every voucher at once on one server or under Sentinel; on a
+ * cluster each voucher is in its own slot, so one call per voucher. */
+static int find_pending(redis_strategy *s, const int64_t *vids, size_t nv, const char *oid, int64_t *uid)
+{
+    char (*keys)[SK_KEY_MAX] = malloc((nv ? nv : 1) * sizeof *keys);
+    const char **keyv = malloc((nv ? nv : 1) * sizeof *keyv);
+    int found = keys && keyv ? -1 : -2;
+    for (size_t i = 0; found == -1 && i < nv; i++) {
+        char all[SK_K_COUNT][SK_KEY_MAX];
+        sk_voucher_keys(vids[i], all);
+        memcpy(keys[i], all[SK_K_PENDING], SK_KEY_MAX);
+        keyv[i] = keys[i];
+    }
+    size_t per_call = s->redis->cluster ? 1 : nv;
+    for (size_t i = 0; found == -1 && i < nv; i += per_call) {
+        size_t n = nv - i < per_call ? nv - i : per_call;
+        redisReply *rep;
+        if (dlock_script_eval(s->pending, 0, (int)n, keyv + i, 1, &oid, &rep) != DLOCK_OK) {
+            found = -2;
+        } else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+                   rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[1]->type == REDIS_REPLY_STRING &&
+                   rep->element[0]->integer >= 1 && (size_t)rep->element[0]->integer <= n &&
+                   sk_parse_i64(rep->element[1]->str, rep->element[1]->len, INT64_MAX, uid) == 0) {
+            found = (int)(i + (size_t)rep->element[0]->integer - 1);
+        }
+        if (rep) freeReplyObject(rep);
+    }
+    free(keys);
+    free(keyv);
+    return found;
+}
+
 /*
- * Redis first, then the database. An order is in its voucher's pending
- * hash from the moment its buyer got 201 until a writer acknowledges it,
- * which happens only after it is committed (or dead-lettered): so it is
- * found in one place or the other, whichever moment the two reads fall
- * on. The order id alone does not name its voucher, so every voucher the
- * writers follow is asked, in one pipelined round trip.
+ * Database, Redis, database. An order is in its voucher's pending hash
+ * from the moment its buyer got 201 until a writer acknowledges it, which
+ * happens only after it is committed (or dead-lettered). So an order the
+ * first database read misses is either still pending when Redis is read,
+ * or committed by then and found by the second database read. Persisted
+ * orders, the common case, cost one database read and no Redis at all.
+ * The order id alone does not name its voucher, so every voucher the
+ * writers follow is asked.
  */
 static sk_result rs_order_get(void *ctx, uint64_t order_id, sk_order *out)
 {
     redis_strategy *s = ctx;
+    sk_result r = s->db->ops->order_get(s->db, order_id, out);
+    if (r != SK_NO_ORDER) return r;
     int64_t vids[PENDING_VOUCHERS];
     size_t nv = 0;
-    sk_result r = s->db->ops->voucher_ids(s->db, sk_unix_now() - PENDING_HORIZON_S, vids, PENDING_VOUCHERS, &nv);
+    r = s->db->ops->voucher_ids(s->db, sk_unix_now() - PENDING_HORIZON_S, vids, PENDING_VOUCHERS, &nv);
     if (r != SK_OK) return r;
-    char (*keys)[SK_KEY_MAX] = malloc((nv ? nv : 1) * sizeof *keys);
-    const char *(*argv)[4] = malloc((nv ? nv : 1) * sizeof *argv);
-    const char *const **cmds = malloc((nv ? nv : 1) * sizeof *cmds);
-    redisReply **reps = malloc((nv ? nv : 1) * sizeof *reps);
     char oid[24];
     snprintf(oid, sizeof oid, "%llu", (unsigned long long)order_id);
-    int pending = 0;
-    if (!keys || !argv || !cmds || !reps) {
-        r = SK_INTERNAL;
-        goto out;
+    int64_t uid;
+    int at = find_pending(s, vids, nv, oid, &uid);
+    if (at == -2) return SK_UNAVAILABLE;
+    if (at >= 0) {
+        *out = (sk_order){.id = order_id, .user_id = uid, .voucher_id = vids[at], .status = SK_ORDER_PENDING};
+        return SK_OK;
     }
-    for (size_t i = 0; i < nv; i++) {
-        char all[SK_K_COUNT][SK_KEY_MAX];
-        sk_voucher_keys(vids[i], all);
-        memcpy(keys[i], all[SK_K_PENDING], SK_KEY_MAX);
-        argv[i][0] = "HGET";
-        argv[i][1] = keys[i];
-        argv[i][2] = oid;
-        argv[i][3] = NULL;
-        cmds[i] = argv[i];
-    }
-    if (nv && sk_rpool_pipeline(s->redis, (int)nv, cmds, reps) != 0) {
-        r = SK_UNAVAILABLE;
-        goto out;
-    }
-    for (size_t i = 0; i < nv; i++) {
-        int64_t uid;
-        if (!pending && reps[i]->type == REDIS_REPLY_STRING &&
-            sk_parse_i64(reps[i]->str, reps[i]->len, INT64_MAX, &uid) == 0) {
-            *out = (sk_order){.id = order_id, .user_id = uid, .voucher_id = vids[i], .status = SK_ORDER_PENDING};
-            pending = 1;
-        }
-        freeReplyObject(reps[i]);
-    }
-    /* Committed since, or never pending here (persisted long ago): the
-     * database has the final word. */
-    sk_order o;
-    r = s->db->ops->order_get(s->db, order_id, &o);
-    if (r == SK_OK) *out = o;
-    if (r == SK_NO_ORDER && pending) r = SK_OK;
-out:
-    free(keys);
-    free(argv);
-    free(cmds);
-    free(reps);
-    return r;
+    return s->db->ops->order_get(s->db, order_id, out);
 }
 
 /* Orders need Redis; the writer and GETs need the database. */
 static sk_result rs_health(void *ctx)
 {
     redis_strategy *s = ctx;
-    redisReply *rep = sk_rpool_cmd(s->redis, 1, "PING");
+    redisReply *rep;
+    sk_redis_cmd(s->redis, NULL, 0, &rep, "PING", NULL);
     int ok = rep && rep->type == REDIS_REPLY_STATUS;
     if (rep) freeReplyObject(rep);
     if (!ok) return SK_UNAVAILABLE;
     return s->db->ops->ping(s->db);
 }
 
-/* The pool, ids and writer belong to the caller. */
+/* The client, ids and writer belong to the caller. */
 static void rs_destroy(void *ctx)
 {
     redis_strategy *s = ctx;
     pthread_mutex_destroy(&s->warming);
+    dlock_script_free(s->order);
+    dlock_script_free(s->warm);
+    dlock_script_free(s->pending);
     free(s);
 }
 
@@ -493,18 +299,30 @@ static const sk_strategy_ops redis_ops = {
     .destroy = rs_destroy,
 };
 
-/* No I/O here: `serve` has already connected everything. */
-int sk_strategy_redis_new(sk_db *db, sk_rpool *redis, sk_orderids *ids, sk_writer *writer, int grace_s,
-                          sk_strategy *out)
+/* The scripts are loaded here (one SCRIPT LOAD each), so a server that
+ * refuses them fails `serve` at start rather than every order later. */
+int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk_writer *writer, int grace_s,
+                          sk_strategy *out, char *err, size_t errlen)
 {
     redis_strategy *s = calloc(1, sizeof *s);
-    if (!s) return -1;
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     s->db = db;
     s->redis = redis;
     s->ids = ids;
     s->writer = writer;
     s->grace_s = grace_s;
     pthread_mutex_init(&s->warming, NULL);
+    sk_lua_init(&s->order_acked, dlock_lua_seckill_order);
+    if (dlock_script_new(redis->client, dlock_lua_seckill_order, &s->order) != DLOCK_OK ||
+        dlock_script_new(redis->client, dlock_lua_seckill_warm, &s->warm) != DLOCK_OK ||
+        dlock_script_new(redis->client, dlock_lua_seckill_pending, &s->pending) != DLOCK_OK) {
+        snprintf(err, errlen, "loading the order scripts: %s", dlock_last_error());
+        rs_destroy(s);
+        return -1;
+    }
     out->ops = &redis_ops;
     out->ctx = s;
     return 0;

@@ -28,7 +28,7 @@
 #include "commands.h"
 #include "db.h"
 #include "keys.h"
-#include "rpool.h"
+#include "skredis.h"
 #include "skutil.h"
 
 #define VOUCHERS_MAX 256
@@ -53,10 +53,11 @@ static const redisReply *info_field(const redisReply *m, const char *name)
 /* Lag comes from XINFO GROUPS; when Redis cannot tell it (nil), the
  * group is caught up exactly when its last delivered id is the stream's
  * last id. */
-static int read_drain(sk_rpool *p, const char *stream, drain *d)
+static int read_drain(const sk_redis *p, const char *stream, drain *d)
 {
     *d = (drain){0, -1, 0, 0};
-    redisReply *r = sk_rpool_cmd(p, 1, "XLEN %s", stream);
+    redisReply *r;
+    sk_redis_cmd(p, stream, 0, &r, "XLEN", stream, NULL);
     if (!r) return -1;
     if (r->type == REDIS_REPLY_INTEGER) d->len = r->integer;
     freeReplyObject(r);
@@ -64,7 +65,7 @@ static int read_drain(sk_rpool *p, const char *stream, drain *d)
         d->lag = 0;
         return 0;
     }
-    r = sk_rpool_cmd(p, 1, "XINFO GROUPS %s", stream);
+    sk_redis_cmd(p, stream, 0, &r, "XINFO", "GROUPS", stream, NULL);
     if (!r) return -1;
     char last[48] = "";
     for (size_t g = 0; r->type == REDIS_REPLY_ARRAY && g < r->elements; g++) {
@@ -80,7 +81,7 @@ static int read_drain(sk_rpool *p, const char *stream, drain *d)
     }
     freeReplyObject(r);
     if (!d->group || d->lag >= 0) return 0;
-    r = sk_rpool_cmd(p, 1, "XINFO STREAM %s", stream);
+    sk_redis_cmd(p, stream, 0, &r, "XINFO", "STREAM", stream, NULL);
     if (!r) return -1;
     const redisReply *lg = info_field(r, "last-generated-id");
     if (lg && lg->type == REDIS_REPLY_STRING) d->lag = strcmp(lg->str, last) == 0 ? 0 : 1;
@@ -97,14 +98,15 @@ static int drained(const drain *d)
 
 /* Every member of the buyers set, sorted; SSCAN so a big set does not
  * block the server. */
-static int read_buyers(sk_rpool *p, const char *key, int64_t **out, size_t *n)
+static int read_buyers(const sk_redis *p, const char *key, int64_t **out, size_t *n)
 {
     size_t cap = 1024, len = 0;
     int64_t *a = malloc(cap * sizeof *a);
     char cursor[32] = "0";
     int rc = a ? 0 : -1;
     do {
-        redisReply *r = rc == 0 ? sk_rpool_cmd(p, 1, "SSCAN %s %s COUNT 1000", key, cursor) : NULL;
+        redisReply *r = NULL;
+        if (rc == 0) sk_redis_cmd(p, key, 0, &r, "SSCAN", key, cursor, "COUNT", "1000", NULL);
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
             if (r) freeReplyObject(r);
             rc = -1;
@@ -155,9 +157,10 @@ static size_t missing(const int64_t *a, size_t na, const int64_t *b, size_t nb)
 }
 
 /* A plain number from Redis (GET, XLEN); -1 when missing, -2 on error. */
-static long long redis_num(sk_rpool *p, const char *cmd, const char *key)
+static long long redis_num(const sk_redis *p, const char *cmd, const char *key)
 {
-    redisReply *r = sk_rpool_cmd(p, 1, "%s %s", cmd, key);
+    redisReply *r;
+    sk_redis_cmd(p, key, 0, &r, cmd, key, NULL);
     if (!r) return -2;
     long long v = -1;
     if (r->type == REDIS_REPLY_INTEGER) v = r->integer;
@@ -168,7 +171,7 @@ static long long redis_num(sk_rpool *p, const char *cmd, const char *key)
 
 /* Checks one voucher and prints one line about it (and one per breach).
  * Returns 0 OK, EXIT_CHECK, EXIT_UNAVAILABLE or EXIT_TEMPFAIL. */
-static int verify_one(sk_db *db, sk_rpool *redis, int64_t vid, int wait_s)
+static int verify_one(sk_db *db, const sk_redis *redis, int64_t vid, int wait_s)
 {
     char keys[SK_K_COUNT][SK_KEY_MAX];
     sk_voucher_keys(vid, keys);
@@ -293,20 +296,27 @@ int sk_cmd_verify(int argc, char **argv)
     }
     char err[512];
     sk_db *db = NULL;
-    sk_rpool *redis = NULL;
-    if (sk_db_open(db_url, &db, err, sizeof err) != 0 ||
-        (redis_url && sk_rpool_new(redis_url, 5000, &redis, err, sizeof err) != 0)) {
+    dlock_client *client = NULL;
+    sk_redis rd, *redis = NULL;
+    if (sk_db_open(db_url, &db, err, sizeof err) != 0) {
         fprintf(stderr, "seckill: %s\n", err);
+        return EXIT_UNAVAILABLE;
+    }
+    if (redis_url && (dlock_client_new(redis_url, NULL, &client) != DLOCK_OK ||
+                      sk_redis_init(&rd, client, redis_url, 0, 0, err, sizeof err) != 0)) {
+        fprintf(stderr, "seckill: redis %s: %s\n", redis_url, client ? err : dlock_last_error());
+        if (client) dlock_client_free(client);
         sk_db_close(db);
         return EXIT_UNAVAILABLE;
     }
+    if (client) redis = &rd;
     /* The worst outcome wins: a breach over "cannot tell". */
     int worst = 0;
     for (size_t i = 0; i < n; i++) {
         int rc = verify_one(db, redis, ids[i], (int)wait_s);
         if (rc == EXIT_CHECK || (rc && worst != EXIT_CHECK)) worst = rc;
     }
-    sk_rpool_free(redis);
+    if (client) dlock_client_free(client);
     sk_db_close(db);
     return worst;
 }

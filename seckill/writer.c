@@ -1,18 +1,22 @@
 /*
- * The order writer; see writer.h for what it guarantees. One thread, one
- * Redis connection of its own (it blocks in XREADGROUP), database
- * connections borrowed per batch.
+ * The order writer; see writer.h for what it guarantees. One thread; its
+ * Redis commands go through the process's dlock_client, each routed by
+ * the stream it names (so on a cluster each reaches the voucher's node,
+ * and failovers are followed); database connections borrowed per batch.
  *
  * The loop, each turn:
  *   - find voucher streams (from the database, every second or when told);
- *   - for a stream not yet set up since (re)connecting: create the group
+ *   - for a stream not yet set up since it last failed: create the group
  *     (from id 0, so orders added before it are not skipped) and re-read
  *     this consumer's own pending entries, which a previous run with the
- *     same name delivered but never acknowledged;
+ *     same name, or a read whose reply was lost, delivered but never
+ *     acknowledged;
  *   - every claim interval: XAUTOCLAIM entries idle for claim_idle_ms
  *     from any consumer (dead ones, or our own failed batches);
- *   - read new entries from all streams at once, blocking briefly;
- *   - persist what was read in one transaction, then XACK.
+ *   - read new entries (writer.h: how, per deployment);
+ *   - persist what was read in one transaction, then acknowledge it.
+ * A command that fails marks only its stream for setting up again, so a
+ * cluster node that is down holds up only its own vouchers.
  */
 #include "writer.h"
 
@@ -22,10 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "acked.h"
 #include "keys.h"
 #include "metrics.h"
+#include "scripts.h"
 #include "skutil.h"
 
 #define STREAMS_MAX 256           /* vouchers followed at once */
@@ -33,12 +40,14 @@
 #define REFRESH_NS 1000000000LL
 #define LAG_NS 1000000000LL
 #define CLAIM_ROUNDS 16           /* XAUTOCLAIM calls per stream per claim pass */
+#define HINTS 64                  /* vouchers with new orders, noted by HTTP threads */
 
 typedef struct stream {
     int64_t vid;
     char keys[SK_K_COUNT][SK_KEY_MAX];
     int ready;   /* the group exists, as far as we know */
-    int drained; /* own pending entries re-read since the last (re)connect or failure */
+    int drained; /* own pending entries re-read since the last failure */
+    int hot;     /* cluster: read it next turn (it had entries, or new orders) */
 } stream;
 
 /* One stream entry of a batch. */
@@ -59,42 +68,40 @@ struct sk_writer {
     pthread_t thread;
     atomic_int stop;
     atomic_int notified;
+    atomic_llong hint[HINTS];    /* voucher ids (0: none), by id modulo HINTS */
+    atomic_int sleeping;         /* the thread waits on `woken` for a hint */
+    pthread_mutex_t mu;
+    pthread_cond_t woken;
+    dlock_script *ack;
     stream streams[STREAMS_MAX];
     size_t nstreams;
-    redisContext *c;
     int stop_before, stop_after; /* test hooks, see sk_writer_start */
-    int64_t last_refresh, last_claim, last_lag;
-    long backoff_ms;
+    int64_t last_refresh, last_claim, last_lag, last_sweep;
 };
 
-/* Drop the connection and forget what it told us: after a reconnect the
- * groups may be gone (Redis restarted) and our pending list must be
- * re-read, since a batch may have been delivered but never acknowledged. */
-static void disconnect(sk_writer *w)
+/* Forget what we knew of a stream after a failure: the group may be gone
+ * (Redis restarted, a failover to a replica that never had it) and our
+ * pending list must be re-read, since entries may have been delivered to
+ * us by a read whose reply never came, or persisted but not acknowledged. */
+static void reset(stream *s)
 {
-    if (w->c) redisFree(w->c);
-    w->c = NULL;
-    for (size_t i = 0; i < w->nstreams; i++) w->streams[i].ready = w->streams[i].drained = 0;
+    s->ready = s->drained = 0;
 }
 
-/* One place to classify replies: a lost connection resets the stream
- * state, NOGROUP (Redis restarted empty) makes us re-create the groups. */
-static int reply_ok(sk_writer *w, redisReply *r, const char *what)
+/* One place to judge replies: a lost connection or NOGROUP (Redis lost
+ * the group) resets the stream (NULL: every stream), any other error is
+ * reported. The reply is freed on failure. */
+static int reply_ok(sk_writer *w, stream *s, dlock_status st, redisReply *r, const char *what)
 {
-    if (!r) {
-        fprintf(stderr, "seckill: writer: %s: connection lost\n", what);
-        disconnect(w);
-        return 0;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (strncmp(r->str, "NOGROUP", 7) == 0) {
-            for (size_t i = 0; i < w->nstreams; i++) w->streams[i].ready = w->streams[i].drained = 0;
-        } else {
-            fprintf(stderr, "seckill: writer: %s: %s\n", what, r->str);
-        }
-        return 0;
-    }
-    return 1;
+    if (st == DLOCK_OK) return 1;
+    if (r && strncmp(r->str, "NOGROUP", 7) != 0)
+        fprintf(stderr, "seckill: writer: %s: %s\n", what, r->str);
+    else if (!r)
+        fprintf(stderr, "seckill: writer: %s: %s\n", what, dlock_last_error());
+    if (r) freeReplyObject(r);
+    for (size_t i = 0; i < w->nstreams; i++)
+        if (!s || s == &w->streams[i]) reset(&w->streams[i]);
+    return 0;
 }
 
 /* Follow every voucher whose sale is running or ended recently: its
@@ -112,6 +119,7 @@ static void refresh_streams(sk_writer *w)
         stream *s = &w->streams[w->nstreams++];
         memset(s, 0, sizeof *s);
         s->vid = ids[i];
+        s->hot = 1;
         sk_voucher_keys(ids[i], s->keys);
     }
 }
@@ -120,16 +128,15 @@ static void refresh_streams(sk_writer *w)
  * delivered too; BUSYGROUP means another writer made it first. */
 static int ensure_group(sk_writer *w, stream *s)
 {
-    redisReply *r = redisCommand(w->c, "XGROUP CREATE %s %s 0 MKSTREAM", s->keys[SK_K_ORDERS], SK_GROUP);
-    if (!r) {
-        disconnect(w);
-        return -1;
-    }
-    int ok = r->type != REDIS_REPLY_ERROR || strncmp(r->str, "BUSYGROUP", 9) == 0;
-    if (!ok) fprintf(stderr, "seckill: writer: XGROUP CREATE %s: %s\n", s->keys[SK_K_ORDERS], r->str);
+    redisReply *r;
+    dlock_status st =
+        sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XGROUP", "CREATE", s->keys[SK_K_ORDERS], SK_GROUP,
+                     "0", "MKSTREAM", NULL);
+    if (st == DLOCK_ERR_REDIS && strncmp(r->str, "BUSYGROUP", 9) == 0) st = DLOCK_OK;
+    if (!reply_ok(w, s, st, r, "XGROUP CREATE")) return -1;
     freeReplyObject(r);
-    if (ok) s->ready = 1;
-    return ok ? 0 : -1;
+    s->ready = 1;
+    return 0;
 }
 
 static const redisReply *field(const redisReply *fields, const char *name)
@@ -174,41 +181,37 @@ static int parse_entry(sk_writer *w, size_t si, const redisReply *er, entry *e)
 }
 
 /* Acknowledge entries of one stream and drop their orders from its
- * pending hash, in one round trip (two pipelined commands): from then on
- * GET /api/orders finds them in the database (or, dead-lettered, not at
- * all). */
-static int ack(sk_writer *w, const stream *s, entry *const *es, size_t n)
+ * pending hash, in one script call (seckill_ack.lua): from then on GET
+ * /api/orders finds them in the database (or, dead-lettered, not at all). */
+static int ack(sk_writer *w, stream *s, entry *const *es, size_t n)
 {
     if (n == 0) return 0;
-    const char **argv = malloc((n + 3) * sizeof *argv);
-    if (!argv) return -1;
-    argv[0] = "XACK";
-    argv[1] = s->keys[SK_K_ORDERS];
-    argv[2] = SK_GROUP;
-    for (size_t i = 0; i < n; i++) argv[3 + i] = es[i]->id;
-    int ok = redisAppendCommandArgv(w->c, (int)(n + 3), argv, NULL) == REDIS_OK;
-    argv[0] = "HDEL";
-    argv[1] = s->keys[SK_K_PENDING];
-    for (size_t i = 0; i < n; i++) argv[2 + i] = es[i]->order_id;
-    ok = ok && redisAppendCommandArgv(w->c, (int)(n + 2), argv, NULL) == REDIS_OK;
-    free(argv);
-    for (int k = 0; k < 2 && ok; k++) {
-        void *r = NULL;
-        if (redisGetReply(w->c, &r) != REDIS_OK) r = NULL;
-        ok = reply_ok(w, r, k == 0 ? "XACK" : "HDEL pending");
-        if (r) freeReplyObject(r);
+    const char **args = malloc((2 + 2 * n) * sizeof *args);
+    if (!args) return -1;
+    char count[24];
+    snprintf(count, sizeof count, "%zu", n);
+    args[0] = SK_GROUP;
+    args[1] = count;
+    for (size_t i = 0; i < n; i++) {
+        args[2 + i] = es[i]->id;
+        args[2 + n + i] = es[i]->order_id;
     }
-    if (!ok && w->c) disconnect(w); /* a reply may be left unread */
-    return ok ? 0 : -1;
+    const char *keys[2] = {s->keys[SK_K_ORDERS], s->keys[SK_K_PENDING]};
+    redisReply *r;
+    dlock_status st = dlock_script_eval(w->ack, 0, 2, keys, (int)(2 + 2 * n), args, &r);
+    free(args);
+    if (!reply_ok(w, s, st, r, "acknowledge")) return -1;
+    freeReplyObject(r);
+    return 0;
 }
 
 /* Move an entry to the voucher's dead-letter stream, with its fields, why,
- * and where it came from, then acknowledge it. A crash between the two
- * writes can copy it twice; a duplicate in the dead letters is harmless,
- * a lost one is not. */
+ * and where it came from, then acknowledge it. A crash (or a resend after
+ * a lost reply) between the two writes can copy it twice; a duplicate in
+ * the dead letters is harmless, a lost one is not. */
 static int dead_letter(sk_writer *w, entry *e, const char *reason)
 {
-    const stream *s = &w->streams[e->stream];
+    stream *s = &w->streams[e->stream];
     if (e->fields && e->fields->type == REDIS_REPLY_ARRAY && e->fields->elements <= 64) {
         const char *argv[3 + 64 + 6];
         size_t lens[3 + 64 + 6];
@@ -230,10 +233,10 @@ static int dead_letter(sk_writer *w, entry *e, const char *reason)
         argv[argc] = e->id, lens[argc++] = strlen(e->id);
         argv[argc] = "deliveries", lens[argc++] = 10;
         argv[argc] = deliv, lens[argc++] = strlen(deliv);
-        redisReply *r = redisCommandArgv(w->c, argc, argv, lens);
-        int ok = reply_ok(w, r, "XADD dead letter");
-        if (r) freeReplyObject(r);
-        if (!ok) return -1;
+        redisReply *r;
+        dlock_status st = sk_redis_argv(w->cfg.redis, s->keys[SK_K_DEAD], 0, argc, argv, lens, &r);
+        if (!reply_ok(w, s, st, r, "XADD dead letter")) return -1;
+        freeReplyObject(r);
         fprintf(stderr, "seckill: writer: order entry %s of %s dead-lettered (%s)\n", e->id,
                 s->keys[SK_K_ORDERS], reason);
         sk_metrics_writer(0, 0, 0, 1, 0);
@@ -247,13 +250,13 @@ static int dead_letter(sk_writer *w, entry *e, const char *reason)
 static int fetch_deliveries(sk_writer *w, entry *e, size_t n)
 {
     if (n == 0) return 0;
-    const stream *s = &w->streams[e[0].stream];
-    redisReply *r = redisCommand(w->c, "XPENDING %s %s %s %s %d %s", s->keys[SK_K_ORDERS], SK_GROUP,
-                                 e[0].id, e[n - 1].id, (int)n, w->consumer);
-    if (!reply_ok(w, r, "XPENDING")) {
-        if (r) freeReplyObject(r);
-        return -1;
-    }
+    stream *s = &w->streams[e[0].stream];
+    char count[24];
+    snprintf(count, sizeof count, "%zu", n);
+    redisReply *r;
+    dlock_status st = sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XPENDING", s->keys[SK_K_ORDERS],
+                                   SK_GROUP, e[0].id, e[n - 1].id, count, w->consumer, NULL);
+    if (!reply_ok(w, s, st, r, "XPENDING")) return -1;
     if (r->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < r->elements; i++) {
             const redisReply *p = r->element[i];
@@ -265,6 +268,59 @@ static int fetch_deliveries(sk_writer *w, entry *e, size_t n)
         }
     freeReplyObject(r);
     return 0;
+}
+
+/*
+ * With replica acks: hold the batch until the replicas have it. Why: an
+ * order the database holds but a promoted replica never saw leaves Redis
+ * with a unit too many and a buyer forgotten, so a later 201 would turn
+ * into a refusal by the database. WAIT covers every write made before the
+ * last write on its connection, so the barrier is a write that touches the
+ * batch: XCLAIM of our own entries, JUSTID (it changes nothing but their
+ * idle time; the delivery count stays). Retried while too few replicas
+ * answer, with the batch in hand, as a database outage is; a failure of
+ * the connection gives the batch up to redelivery.
+ */
+static int replicated(sk_writer *w, entry *const *es, size_t n)
+{
+    const sk_redis *rd = w->cfg.redis;
+    stream *s = &w->streams[es[0]->stream];
+    const char **argv = malloc((n + 6) * sizeof *argv);
+    if (!argv) return -1;
+    int argc = 0;
+    argv[argc++] = "XCLAIM";
+    argv[argc++] = s->keys[SK_K_ORDERS];
+    argv[argc++] = SK_GROUP;
+    argv[argc++] = w->consumer;
+    argv[argc++] = "0";
+    for (size_t i = 0; i < n; i++) argv[argc++] = es[i]->id;
+    argv[argc++] = "JUSTID";
+    int rc = -1, told = 0;
+    while (!atomic_load(&w->stop)) {
+        redisReply *r;
+        long long acks;
+        dlock_status st = sk_acked_run(rd, s->keys[SK_K_ORDERS], argc, argv, NULL, &r, &acks);
+        if (!reply_ok(w, s, st, r, "XCLAIM before WAIT")) break;
+        freeReplyObject(r);
+        if (acks >= rd->replicas) {
+            rc = 0;
+            break;
+        }
+        if (!told++)
+            fprintf(stderr, "seckill: writer: %lld of %d replicas have %s; holding the batch\n", acks < 0 ? 0 : acks,
+                    rd->replicas, s->keys[SK_K_ORDERS]);
+    }
+    free(argv);
+    return rc;
+}
+
+/* The entries es[0..n) of one stream (index si) out of a batch. */
+static size_t of_stream(entry *e, const size_t *which, size_t m, size_t si, entry **es)
+{
+    size_t k = 0;
+    for (size_t j = 0; j < m; j++)
+        if (e[which[j]].stream == si) es[k++] = &e[which[j]];
+    return k;
 }
 
 /*
@@ -281,8 +337,9 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
     sk_order *orders = malloc(n * sizeof *orders);
     sk_persist_outcome *outcomes = malloc(n * sizeof *outcomes);
     size_t *which = malloc(n * sizeof *which);
+    entry **es = malloc(n * sizeof *es);
     int rc = -1;
-    if (!orders || !outcomes || !which) goto out;
+    if (!orders || !outcomes || !which || !es) goto out;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (!e[i].valid) {
@@ -295,6 +352,11 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
         }
     }
     if (m > 0) {
+        if (w->cfg.redis->replicas > 0)
+            for (size_t si = 0; si < w->nstreams; si++) {
+                size_t k = of_stream(e, which, m, si, es);
+                if (k && replicated(w, es, k) != 0) goto out;
+            }
         if (w->stop_before) raise(SIGSTOP); /* test hook: stop with the batch read, not committed */
         /* A database that fails is retried here, with the batch in hand,
          * rather than by redelivery: redeliveries are counted, and an
@@ -318,24 +380,17 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
         }
         sk_metrics_writer(created, dup, rej, 0, 1);
         /* Acknowledge per stream, after the commit. */
-        entry **ids = malloc(m * sizeof *ids);
-        if (!ids) goto out;
         for (size_t si = 0; si < w->nstreams; si++) {
-            size_t k = 0;
-            for (size_t j = 0; j < m; j++)
-                if (e[which[j]].stream == si) ids[k++] = &e[which[j]];
-            if (k && ack(w, &w->streams[si], ids, k) != 0) {
-                free(ids);
-                goto out;
-            }
+            size_t k = of_stream(e, which, m, si, es);
+            if (k && ack(w, &w->streams[si], es, k) != 0) goto out;
         }
-        free(ids);
     }
     rc = 0;
 out:
     free(orders);
     free(outcomes);
     free(which);
+    free(es);
     return rc;
 }
 
@@ -352,14 +407,13 @@ static void collect(sk_writer *w, size_t si, const redisReply *list, entry *e, s
 static int drain_own(sk_writer *w, size_t si, entry *e)
 {
     stream *s = &w->streams[si];
-    char from[48] = "0";
+    char from[48] = "0", count[16];
+    snprintf(count, sizeof count, "%d", w->cfg.batch);
     for (;;) {
-        redisReply *r = redisCommand(w->c, "XREADGROUP GROUP %s %s COUNT %d STREAMS %s %s", SK_GROUP,
-                                     w->consumer, w->cfg.batch, s->keys[SK_K_ORDERS], from);
-        if (!reply_ok(w, r, "XREADGROUP pending")) {
-            if (r) freeReplyObject(r);
-            return -1;
-        }
+        redisReply *r;
+        dlock_status st = sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XREADGROUP", "GROUP", SK_GROUP,
+                                       w->consumer, "COUNT", count, "STREAMS", s->keys[SK_K_ORDERS], from, NULL);
+        if (!reply_ok(w, s, st, r, "XREADGROUP pending")) return -1;
         size_t n = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_ARRAY &&
             r->element[0]->elements == 2)
@@ -367,25 +421,30 @@ static int drain_own(sk_writer *w, size_t si, entry *e)
         int rc = n ? handle(w, e, n, 1) : 0;
         if (n) snprintf(from, sizeof from, "%s", e[n - 1].id);
         freeReplyObject(r);
-        if (rc != 0) return -1;
+        if (rc != 0) {
+            reset(s);
+            return -1;
+        }
         if (n == 0) break;
     }
     s->drained = 1;
     return 0;
 }
 
-/* Take over entries idle longer than claim_idle_ms, whoever holds them. */
+/* Take over entries idle longer than claim_idle_ms, whoever holds them.
+ * Never resent: a lost reply leaves claimed entries in our pending list,
+ * which the stream's reset has us re-read. */
 static int claim_idle(sk_writer *w, size_t si, entry *e)
 {
     stream *s = &w->streams[si];
-    char cursor[48] = "0-0";
+    char cursor[48] = "0-0", idle[24], count[16];
+    snprintf(idle, sizeof idle, "%ld", w->cfg.claim_idle_ms);
+    snprintf(count, sizeof count, "%d", w->cfg.batch);
     for (int round = 0; round < CLAIM_ROUNDS; round++) {
-        redisReply *r = redisCommand(w->c, "XAUTOCLAIM %s %s %s %ld %s COUNT %d", s->keys[SK_K_ORDERS],
-                                     SK_GROUP, w->consumer, w->cfg.claim_idle_ms, cursor, w->cfg.batch);
-        if (!reply_ok(w, r, "XAUTOCLAIM")) {
-            if (r) freeReplyObject(r);
-            return -1;
-        }
+        redisReply *r;
+        dlock_status st = sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], DLOCK_REDIS_ONCE, &r, "XAUTOCLAIM",
+                                       s->keys[SK_K_ORDERS], SK_GROUP, w->consumer, idle, cursor, "COUNT", count, NULL);
+        if (!reply_ok(w, s, st, r, "XAUTOCLAIM")) return -1;
         size_t n = 0;
         int more = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_STRING) {
@@ -396,18 +455,52 @@ static int claim_idle(sk_writer *w, size_t si, entry *e)
         if (n) fprintf(stderr, "seckill: writer: claimed %zu idle orders of %s\n", n, s->keys[SK_K_ORDERS]);
         int rc = handle(w, e, n, 1);
         freeReplyObject(r);
-        if (rc != 0) return -1;
+        if (rc != 0) {
+            reset(s);
+            return -1;
+        }
         if (!more) break;
     }
     return 0;
 }
 
-/* New entries from every ready stream in one blocking read. */
-static int read_new(sk_writer *w, entry *e)
+/* The streams of an XREADGROUP reply ([[key, entries]...]) into e[*n...]. */
+static void collect_streams(sk_writer *w, const redisReply *r, entry *e, size_t cap, size_t *n)
+{
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *sr = r->element[i];
+        if (sr->type != REDIS_REPLY_ARRAY || sr->elements != 2 || sr->element[0]->type != REDIS_REPLY_STRING)
+            continue;
+        for (size_t j = 0; j < w->nstreams; j++)
+            if (strcmp(sr->element[0]->str, w->streams[j].keys[SK_K_ORDERS]) == 0)
+                collect(w, j, sr->element[1], e, cap, n);
+    }
+}
+
+/* Whether a stream takes part in reading new entries. */
+static int readable(const stream *s)
+{
+    return s->ready && s->drained;
+}
+
+/* Persist what a read brought; on failure its streams re-read their
+ * pending lists (the entries are delivered to us), counting deliveries. */
+static int persist_read(sk_writer *w, entry *e, size_t n)
+{
+    if (handle(w, e, n, 0) == 0) return 0;
+    for (size_t i = 0; i < n; i++) reset(&w->streams[e[i].stream]);
+    return -1;
+}
+
+/* One server or Sentinel: new entries from every stream in one blocking
+ * read, on a connection of its own while it blocks. Never resent: a lost
+ * reply delivered entries to us that only a re-read of our pending lists
+ * finds. */
+static int read_all(sk_writer *w, entry *e)
 {
     size_t idx[STREAMS_MAX], k = 0;
     for (size_t i = 0; i < w->nstreams; i++)
-        if (w->streams[i].ready && w->streams[i].drained) idx[k++] = i;
+        if (readable(&w->streams[i])) idx[k++] = i;
     if (k == 0) {
         sk_sleep_ms(w->cfg.block_ms);
         return 0;
@@ -428,29 +521,97 @@ static int read_new(sk_writer *w, entry *e)
     argv[argc++] = "STREAMS";
     for (size_t i = 0; i < k; i++) argv[argc++] = w->streams[idx[i]].keys[SK_K_ORDERS];
     for (size_t i = 0; i < k; i++) argv[argc++] = ">";
-    redisReply *r = redisCommandArgv(w->c, argc, argv, NULL);
-    if (!reply_ok(w, r, "XREADGROUP")) {
-        if (r) freeReplyObject(r);
-        return -1;
-    }
+    redisReply *r;
+    dlock_status st = sk_redis_argv(w->cfg.redis, argv[9], DLOCK_REDIS_BLOCKING | DLOCK_REDIS_ONCE, argc, argv,
+                                    NULL, &r);
+    if (!reply_ok(w, NULL, st, r, "XREADGROUP")) return -1;
     size_t n = 0;
-    if (r->type == REDIS_REPLY_ARRAY)
-        for (size_t i = 0; i < r->elements; i++) {
-            const redisReply *sr = r->element[i];
-            if (sr->type != REDIS_REPLY_ARRAY || sr->elements != 2 || sr->element[0]->type != REDIS_REPLY_STRING)
-                continue;
-            for (size_t j = 0; j < k; j++)
-                if (strcmp(sr->element[0]->str, w->streams[idx[j]].keys[SK_K_ORDERS]) == 0)
-                    collect(w, idx[j], sr->element[1], e, (size_t)w->cfg.batch * k, &n);
-        }
-    int rc = handle(w, e, n, 0);
+    collect_streams(w, r, e, (size_t)w->cfg.batch * k, &n);
+    int rc = persist_read(w, e, n);
     freeReplyObject(r);
-    if (rc != 0) {
-        /* Retry from our pending list, counting deliveries. */
-        for (size_t i = 0; i < w->nstreams; i++) w->streams[i].drained = 0;
-        return -1;
+    return rc;
+}
+
+/* Take the vouchers HTTP threads noted and mark their streams hot. */
+static void take_hints(sk_writer *w)
+{
+    for (int i = 0; i < HINTS; i++) {
+        int64_t vid = atomic_exchange(&w->hint[i], 0);
+        for (size_t j = 0; vid && j < w->nstreams; j++)
+            if (w->streams[j].vid == vid) w->streams[j].hot = 1;
     }
+}
+
+static int hints_pending(sk_writer *w)
+{
+    for (int i = 0; i < HINTS; i++)
+        if (atomic_load(&w->hint[i])) return 1;
     return 0;
+}
+
+/* Sleep until an HTTP thread notes an order, or `ms` pass. `sleeping` is
+ * set before hints are looked at, and sk_writer_order() stores its hint
+ * before it looks at `sleeping`, so one of the two always sees the other:
+ * no order waits out the whole sleep. */
+static void wait_for_orders(sk_writer *w, long ms)
+{
+    pthread_mutex_lock(&w->mu);
+    atomic_store(&w->sleeping, 1);
+    if (!hints_pending(w) && !atomic_load(&w->stop) && !atomic_load(&w->notified)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += ms / 1000;
+        until.tv_nsec += (ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->woken, &w->mu, &until);
+    }
+    atomic_store(&w->sleeping, 0);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Redis Cluster: no command may span slots, so each hot stream is read on
+ * its own, without blocking (COUNT bounds each read); all of them every
+ * block_ms, for orders other instances took. With nothing read, wait for
+ * the next order this process takes. */
+static int read_each(sk_writer *w, entry *e)
+{
+    int64_t now = sk_mono_ns();
+    if (now - w->last_sweep >= (int64_t)w->cfg.block_ms * 1000000LL) {
+        for (size_t i = 0; i < w->nstreams; i++) w->streams[i].hot = 1;
+        w->last_sweep = now;
+    }
+    take_hints(w);
+    redisReply *reps[STREAMS_MAX];
+    size_t nrep = 0, n = 0;
+    char count[16];
+    snprintf(count, sizeof count, "%d", w->cfg.batch);
+    int rc = 0;
+    for (size_t i = 0; i < w->nstreams; i++) {
+        stream *s = &w->streams[i];
+        if (!s->hot || !readable(s)) continue;
+        size_t before = n;
+        redisReply *r;
+        dlock_status st = sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], DLOCK_REDIS_ONCE, &r, "XREADGROUP",
+                                       "GROUP", SK_GROUP, w->consumer, "COUNT", count, "STREAMS",
+                                       s->keys[SK_K_ORDERS], ">", NULL);
+        if (!reply_ok(w, s, st, r, "XREADGROUP")) {
+            rc = -1;
+            continue;
+        }
+        collect_streams(w, r, e, (size_t)w->cfg.batch * STREAMS_MAX, &n);
+        reps[nrep++] = r;
+        s->hot = n > before; /* read it again until it has nothing new */
+    }
+    if (n && persist_read(w, e, n) != 0) rc = -1;
+    for (size_t i = 0; i < nrep; i++) freeReplyObject(reps[i]);
+    if (n == 0 && rc == 0) {
+        int64_t next = w->last_sweep + (int64_t)w->cfg.block_ms * 1000000LL - sk_mono_ns();
+        if (next > 0) wait_for_orders(w, (long)(next / 1000000LL) + 1);
+    }
+    return rc;
 }
 
 /* Sum of the group's lag and pending over all streams, for /metrics. */
@@ -458,21 +619,22 @@ static void update_lag(sk_writer *w)
 {
     long long lag = 0, pending = 0;
     for (size_t i = 0; i < w->nstreams; i++) {
-        redisReply *r = redisCommand(w->c, "XINFO GROUPS %s", w->streams[i].keys[SK_K_ORDERS]);
-        if (!r) {
-            disconnect(w);
-            return;
+        stream *s = &w->streams[i];
+        redisReply *r;
+        if (sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XINFO", "GROUPS", s->keys[SK_K_ORDERS],
+                         NULL) != DLOCK_OK) {
+            if (r) freeReplyObject(r);
+            continue;
         }
-        if (r->type == REDIS_REPLY_ARRAY)
-            for (size_t g = 0; g < r->elements; g++) {
-                const redisReply *m = r->element[g];
-                if (m->type != REDIS_REPLY_ARRAY) continue;
-                const redisReply *name = field(m, "name");
-                if (!name || name->type != REDIS_REPLY_STRING || strcmp(name->str, SK_GROUP) != 0) continue;
-                const redisReply *l = field(m, "lag"), *p = field(m, "pending");
-                if (l && l->type == REDIS_REPLY_INTEGER) lag += l->integer;
-                if (p && p->type == REDIS_REPLY_INTEGER) pending += p->integer;
-            }
+        for (size_t g = 0; r->type == REDIS_REPLY_ARRAY && g < r->elements; g++) {
+            const redisReply *m = r->element[g];
+            if (m->type != REDIS_REPLY_ARRAY) continue;
+            const redisReply *name = field(m, "name");
+            if (!name || name->type != REDIS_REPLY_STRING || strcmp(name->str, SK_GROUP) != 0) continue;
+            const redisReply *l = field(m, "lag"), *p = field(m, "pending");
+            if (l && l->type == REDIS_REPLY_INTEGER) lag += l->integer;
+            if (p && p->type == REDIS_REPLY_INTEGER) pending += p->integer;
+        }
         freeReplyObject(r);
     }
     sk_metrics_stream(lag, pending);
@@ -489,15 +651,6 @@ static void *run(void *arg)
         return NULL;
     }
     while (!atomic_load(&w->stop)) {
-        if (!w->c) {
-            w->c = sk_rpool_connect(w->cfg.redis, w->cfg.block_ms + 5000);
-            if (!w->c) {
-                sk_sleep_ms(w->backoff_ms);
-                w->backoff_ms = w->backoff_ms * 2 > 2000 ? 2000 : w->backoff_ms * 2;
-                continue;
-            }
-            w->backoff_ms = 100;
-        }
         int64_t now = sk_mono_ns();
         if (atomic_exchange(&w->notified, 0)) {
             /* A warm-up just happened: perhaps after a Redis restart that
@@ -510,25 +663,26 @@ static void *run(void *arg)
             w->last_refresh = now;
         }
         int failed = 0;
-        for (size_t i = 0; i < w->nstreams && w->c && !failed; i++) {
+        for (size_t i = 0; i < w->nstreams; i++) {
             stream *s = &w->streams[i];
             if (!s->ready && ensure_group(w, s) != 0) failed = 1;
             else if (s->ready && !s->drained && drain_own(w, i, e) != 0) failed = 1;
         }
         long claim_every = w->cfg.claim_idle_ms / 2 < 1000 ? w->cfg.claim_idle_ms / 2 : 1000;
-        if (!failed && w->c && now - w->last_claim >= (int64_t)claim_every * 1000000LL) {
-            for (size_t i = 0; i < w->nstreams && w->c && !failed; i++)
-                if (w->streams[i].ready && claim_idle(w, i, e) != 0) failed = 1;
+        if (now - w->last_claim >= (int64_t)claim_every * 1000000LL) {
+            for (size_t i = 0; i < w->nstreams; i++)
+                if (readable(&w->streams[i]) && claim_idle(w, i, e) != 0) failed = 1;
             w->last_claim = now;
         }
-        if (!failed && w->c && now - w->last_lag >= LAG_NS) {
+        if (now - w->last_lag >= LAG_NS) {
             update_lag(w);
             w->last_lag = now;
         }
-        if (!failed && w->c && read_new(w, e) != 0) failed = 1;
+        if ((w->cfg.redis->cluster ? read_each(w, e) : read_all(w, e)) != 0) failed = 1;
         if (failed) sk_sleep_ms(100);
     }
     free(e);
+    sk_acked_close();
     return NULL;
 }
 
@@ -559,20 +713,47 @@ sk_writer *sk_writer_start(const sk_writer_config *cfg)
     w->stop_before = t && *t == '1';
     t = getenv("SECKILL_TEST_STOP_AFTER_COMMIT");
     w->stop_after = t && *t == '1';
-    w->backoff_ms = 100;
     atomic_init(&w->stop, 0);
     atomic_init(&w->notified, 0);
-    if (pthread_create(&w->thread, NULL, run, w) != 0) {
-        free(w);
-        return NULL;
-    }
+    atomic_init(&w->sleeping, 0);
+    for (int i = 0; i < HINTS; i++) atomic_init(&w->hint[i], 0);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->woken, NULL);
+    if (dlock_script_new(cfg->redis->client, dlock_lua_seckill_ack, &w->ack) != DLOCK_OK) goto fail;
+    if (pthread_create(&w->thread, NULL, run, w) != 0) goto fail;
     return w;
+fail:
+    dlock_script_free(w->ack);
+    pthread_cond_destroy(&w->woken);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    return NULL;
 }
 
-/* A flag, not a wake-up: the writer looks within one BLOCK period. */
+/* Wake the thread if it waits for orders. */
+static void wake(sk_writer *w)
+{
+    if (!atomic_load(&w->sleeping)) return;
+    pthread_mutex_lock(&w->mu);
+    pthread_cond_signal(&w->woken);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A flag, not a wake-up on one server: the writer looks within one BLOCK
+ * period. */
 void sk_writer_notify(sk_writer *w)
 {
     atomic_store(&w->notified, 1);
+    wake(w);
+}
+
+/* Only a cluster writer waits for these; elsewhere the blocking read
+ * wakes up by itself. */
+void sk_writer_order(sk_writer *w, int64_t voucher_id)
+{
+    if (!w->cfg.redis->cluster) return;
+    atomic_store(&w->hint[(uint64_t)voucher_id % HINTS], voucher_id);
+    wake(w);
 }
 
 /* Entries read but not committed stay pending for the next start. */
@@ -580,7 +761,12 @@ void sk_writer_stop(sk_writer *w)
 {
     if (!w) return;
     atomic_store(&w->stop, 1);
+    pthread_mutex_lock(&w->mu);
+    pthread_cond_signal(&w->woken);
+    pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
-    if (w->c) redisFree(w->c);
+    dlock_script_free(w->ack);
+    pthread_cond_destroy(&w->woken);
+    pthread_mutex_destroy(&w->mu);
     free(w);
 }

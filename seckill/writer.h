@@ -10,18 +10,31 @@
  * insert makes every redelivery harmless. An entry delivered more than
  * max_deliveries times, or one that cannot be parsed, goes to the voucher's
  * dead-letter stream instead of blocking the rest.
+ *
+ * How it reads: on one server or under Sentinel, one XREADGROUP ... BLOCK
+ * over every followed stream. On Redis Cluster a command may not span
+ * slots, and each voucher is in its own slot: it reads stream by stream
+ * without blocking, the streams of vouchers this process just sold
+ * (sk_writer_order) at once, all of them every block_ms (orders taken by
+ * other instances, whose own writers normally read them first).
+ *
+ * With replica acks (sk_redis.replicas), a batch is committed only once
+ * that many replicas have it (acked.h), so the database never holds an
+ * order a failover can take out of Redis.
  */
 #ifndef SECKILL_WRITER_H
 #define SECKILL_WRITER_H
 
+#include <stdint.h>
+
 #include "db.h"
-#include "rpool.h"
+#include "skredis.h"
 
 typedef struct sk_writer sk_writer;
 
 typedef struct sk_writer_config {
     sk_db *db;
-    sk_rpool *redis;         /* connections are made from it; the writer keeps its own */
+    const sk_redis *redis;   /* routed commands; BLOCK reads get a connection of their own */
     const char *consumer;    /* NULL: "HOSTNAME:PID" */
     long claim_idle_ms;      /* 0: 30000 */
     int max_deliveries;      /* 0: 5 */
@@ -29,12 +42,17 @@ typedef struct sk_writer_config {
     int block_ms;            /* 0: 200, the longest a read waits for new orders */
 } sk_writer_config;
 
-/* Start the thread. NULL on failure (out of memory, thread creation). */
+/* Load its script and start the thread. NULL on failure (Redis refused
+ * the script: see dlock_last_error(); out of memory; threads). */
 sk_writer *sk_writer_start(const sk_writer_config *cfg);
 
 /* A voucher was created or warmed: look for new streams now, and re-create
  * consumer groups a restarted Redis lost. Cheap, callable from any thread. */
 void sk_writer_notify(sk_writer *w);
+
+/* An order for `voucher_id` is in its stream: on a cluster, read that
+ * stream now. Cheap (an atomic store), callable from any thread. */
+void sk_writer_order(sk_writer *w, int64_t voucher_id);
 
 /* Stop after the current batch and free everything. */
 void sk_writer_stop(sk_writer *w);

@@ -97,12 +97,17 @@ long th_target_keys(th_target *t, const char *pattern, char *first, size_t size)
     return total;
 }
 
+redisReply *th_target_vcmd(th_target *t, const char *key, const char *fmt, va_list ap)
+{
+    return th_vcmd_once(th_target_connect(t, key), fmt, ap);
+}
+
+
 redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...)
 {
-    redisContext *c = th_target_connect(t, key);
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = th_vcmd_once(c, fmt, ap);
+    redisReply *r = th_target_vcmd(t, key, fmt, ap);
     va_end(ap);
     return r;
 }

@@ -14,6 +14,7 @@
 #ifndef DLOCK_TEST_TARGET_H
 #define DLOCK_TEST_TARGET_H
 
+#include <stdarg.h>
 #include <hiredis/hiredis.h>
 
 #include "harness.h"
@@ -37,6 +38,7 @@ void th_target_stop(th_target *t);
 /* One command on the master serving `key` (any master when NULL). Free
  * the reply with freeReplyObject(); NULL when unreachable. */
 redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...);
+redisReply *th_target_vcmd(th_target *t, const char *key, const char *fmt, va_list ap);
 
 /* A connection to the master serving `key` (free with redisFree()), for
  * tests that keep one, e.g. in a child process. NULL when unreachable. */

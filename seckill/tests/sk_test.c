@@ -52,10 +52,14 @@ void skt_backend_stop(void)
     if (use_pg) skt_pg_stop(&pg);
 }
 
-/* Names the cmocka group, so a report says which database failed. */
+/* Names the cmocka group, so a report says which database and which
+ * deployment failed. */
 const char *skt_backend_name(void)
 {
-    return use_pg ? "postgres" : "sqlite";
+    static char name[64];
+    const char *t = getenv("DLOCK_TEST_TARGET");
+    snprintf(name, sizeof name, "%s@%s", use_pg ? "postgres" : "sqlite", t && *t ? t : "single");
+    return name;
 }
 
 /* For the rare test that must know. */
@@ -142,7 +146,7 @@ void skt_kill_all(void)
         }
 }
 
-int skt_serve_start(skt_serve *s, const skt_dir *d, const th_redis *r, const char *strategy,
+int skt_serve_start(skt_serve *s, const skt_dir *d, const char *redis_url, const char *strategy,
                     const char *const *extra, const char *const *env)
 {
     memset(s, 0, sizeof *s);
@@ -155,9 +159,9 @@ int skt_serve_start(skt_serve *s, const skt_dir *d, const th_redis *r, const cha
     argv[argc++] = "serve";
     argv[argc++] = "--listen";
     argv[argc++] = "127.0.0.1:0";
-    if (r) {
+    if (redis_url) {
         argv[argc++] = "--redis";
-        argv[argc++] = r->url;
+        argv[argc++] = redis_url;
     }
     argv[argc++] = "--db";
     argv[argc++] = d->db;
@@ -529,31 +533,42 @@ long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms)
     }
 }
 
-long long skt_redis_int(const th_redis *r, const char *fmt, ...)
+/* The master of a voucher's slot: one command on a fresh connection. */
+static redisReply *voucher_vcmd(th_target *t, long long voucher, const char *fmt, va_list ap)
 {
-    redisContext *c = th_redis_connect(r);
-    if (!c) return -1;
+    char key[64];
+    snprintf(key, sizeof key, "seckill:{v:%lld}:stock", voucher);
+    return th_target_vcmd(t, key, fmt, ap);
+}
+
+redisReply *skt_redis_cmd(th_target *t, long long voucher, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisReply *r = voucher_vcmd(t, voucher, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+long long skt_redis_int(th_target *t, long long voucher, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = voucher_vcmd(t, voucher, fmt, ap);
     va_end(ap);
     long long v = -1;
     if (rep && rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
     else if (rep && rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
     if (rep) freeReplyObject(rep);
-    redisFree(c);
     return v;
 }
 
-long long skt_pending(const th_redis *r, long long voucher)
+long long skt_pending(th_target *t, long long voucher)
 {
-    redisContext *c = th_redis_connect(r);
-    if (!c) return -1;
-    redisReply *rep = redisCommand(c, "XPENDING seckill:{v:%lld}:orders seckill-writers", voucher);
+    redisReply *rep = skt_redis_cmd(t, voucher, "XPENDING seckill:{v:%lld}:orders seckill-writers", voucher);
     long long v = -1;
     if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER)
         v = rep->element[0]->integer;
     if (rep) freeReplyObject(rep);
-    redisFree(c);
     return v;
 }

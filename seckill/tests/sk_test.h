@@ -8,6 +8,11 @@
  * "postgres" as its argument (two ctest entries), and the helpers below
  * hide which one is in use. With "postgres" the program starts its own
  * PostgreSQL server (pg_harness.h) and gives each test a fresh schema.
+ *
+ * And once per Redis deployment (tests/target.h: DLOCK_TEST_TARGET is
+ * single, sentinel or cluster): a suite starts its th_target, gives
+ * `seckill` its URL, and reaches a voucher's keys through the helpers
+ * below, which route by the voucher's hash tag.
  */
 #ifndef SECKILL_TEST_H
 #define SECKILL_TEST_H
@@ -17,6 +22,7 @@
 #include <sys/types.h>
 
 #include "harness.h"
+#include "target.h"
 
 /* Pick the database from argv[1] ("sqlite" or "postgres") and start
  * PostgreSQL when needed. 0 to go on; otherwise the exit code for main:
@@ -25,7 +31,8 @@
 int skt_backend_init(int argc, char **argv);
 /* Stop what skt_backend_init started. */
 void skt_backend_stop(void);
-/* "sqlite" or "postgres", e.g. as the cmocka group name. */
+/* "sqlite@single", "postgres@cluster", ...: the cmocka group name, so a
+ * report says which database and which deployment failed. */
 const char *skt_backend_name(void);
 int skt_is_postgres(void);
 
@@ -58,9 +65,10 @@ typedef struct skt_serve {
  * --secret-file F --strategy S` plus `extra` args (NULL-terminated, may be
  * NULL), with `env` ("K=V" strings, NULL-terminated, may be NULL) added to
  * the environment. Waits for the "listening" line. 0 on success. With
- * `r` NULL there is no --redis: serve starts its private redis-server.
+ * `redis_url` NULL there is no --redis: serve starts its private
+ * redis-server.
  */
-int skt_serve_start(skt_serve *s, const skt_dir *d, const th_redis *r, const char *strategy,
+int skt_serve_start(skt_serve *s, const skt_dir *d, const char *redis_url, const char *strategy,
                     const char *const *extra, const char *const *env);
 
 /* SIGTERM and wait; returns the exit status (128+N for a signal). */
@@ -130,10 +138,14 @@ int skt_run(char *out, size_t cap, const char *const *argv);
 /* Poll `sql` until it returns `want` or `ms` pass; returns the last value. */
 long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms);
 
-/* An integer reply of a Redis command, or -1. */
-long long skt_redis_int(const th_redis *r, const char *fmt, ...);
+/* A Redis command about voucher `voucher`, sent to the master holding
+ * its keys; the reply (freeReplyObject), or NULL. */
+redisReply *skt_redis_cmd(th_target *t, long long voucher, const char *fmt, ...);
+
+/* An integer (or numeric string) reply of such a command, or -1. */
+long long skt_redis_int(th_target *t, long long voucher, const char *fmt, ...);
 
 /* Pending count of the writers' group on a stream (XPENDING summary). */
-long long skt_pending(const th_redis *r, long long voucher);
+long long skt_pending(th_target *t, long long voucher);
 
 #endif

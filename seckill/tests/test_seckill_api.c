@@ -1,6 +1,6 @@
 /*
  * The HTTP API end to end, on a real `seckill serve` (redis strategy) and
- * a real redis-server: authentication (forged, expired and malformed
+ * a real redis-server, Sentinel setup or Cluster (tests/target.h): authentication (forged, expired and malformed
  * tokens are 401), every kind of malformed request (a 4xx with a JSON
  * error, and the server still answers afterwards), the voucher and order
  * routes, the sale window, keep-alive, /healthz and /metrics, and
@@ -24,7 +24,7 @@
 #include "auth.h"
 #include "sk_test.h"
 
-static th_redis srv;
+static th_target srv;
 static skt_dir dir;
 static skt_serve sv;
 static char admin[256], user1[256], user2[256];
@@ -32,9 +32,9 @@ static char admin[256], user1[256], user2[256];
 static int setup(void **state)
 {
     (void)state;
-    if (th_redis_start(&srv, NULL) != 0) return -1;
+    if (th_target_start(&srv, NULL) != 0) return -1;
     if (skt_dir_make(&dir) != 0) return -1;
-    if (skt_serve_start(&sv, &dir, &srv, "redis", NULL, NULL) != 0) return -1;
+    if (skt_serve_start(&sv, &dir, srv.url, "redis", NULL, NULL) != 0) return -1;
     skt_token(&dir, 0, 0, admin, sizeof admin);
     skt_token(&dir, 1, 0, user1, sizeof user1);
     skt_token(&dir, 2, 0, user2, sizeof user2);
@@ -47,7 +47,7 @@ static int teardown(void **state)
     int rc = skt_serve_stop(&sv);
     if (rc != 0) skt_serve_dump(&sv);
     skt_dir_remove(&dir);
-    th_redis_stop(&srv);
+    th_target_stop(&srv);
     return rc == 0 ? 0 : -1;
 }
 

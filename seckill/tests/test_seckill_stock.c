@@ -1,6 +1,7 @@
 /*
- * The flash sale itself, for both strategies and (run twice by ctest) both
- * databases: 2000 users on 32 keep-alive connections race for 100 units,
+ * The flash sale itself, for both strategies, both databases and every
+ * Redis deployment (ctest runs it per database and per target.h target):
+ * 2000 users on 32 keep-alive connections race for 100 units,
  * and exactly 100 orders exist once the writer has drained (database stock
  * 0, Redis stock 0 for the redis strategy); one user firing 100 parallel
  * requests gets exactly one order. Every request gets a definite answer
@@ -33,7 +34,7 @@
 #define CONNS 32
 #define BURST 100
 
-static th_redis srv;
+static th_target srv;
 
 typedef struct sale {
     skt_dir *dir;
@@ -119,9 +120,7 @@ static void run_threads(sale *s, int n, void *(*fn)(void *))
 static void flash_sale(const char *strategy, int instances)
 {
     /* Each test has a fresh database whose ids restart at 1: Redis too. */
-    redisReply *fr = th_redis_cmd(&srv, "FLUSHALL");
-    assert_non_null(fr);
-    freeReplyObject(fr);
+    assert_int_equal(th_target_flush(&srv), 0);
     skt_dir dir;
     skt_serve sv[2];
     assert_int_equal(skt_dir_make(&dir), 0);
@@ -131,7 +130,7 @@ static void flash_sale(const char *strategy, int instances)
     s.dir = &dir;
     s.nports = instances;
     for (int i = 0; i < instances; i++) {
-        assert_int_equal(skt_serve_start(&sv[i], &dir, &srv, strategy, extra, NULL), 0);
+        assert_int_equal(skt_serve_start(&sv[i], &dir, srv.url, strategy, extra, NULL), 0);
         s.ports[i] = sv[i].port;
     }
     long long now = (long long)time(NULL);
@@ -157,15 +156,15 @@ static void flash_sale(const char *strategy, int instances)
     assert_int_equal(skt_db_int(&dir, sql), STOCK);
     assert_int_equal(skt_db_int(&dir, "SELECT count(*) FROM rejected_orders"), 0);
     if (strcmp(strategy, "redis") == 0) {
-        assert_int_equal(skt_redis_int(&srv, "GET seckill:{v:%lld}:stock", s.voucher), 0);
-        assert_int_equal(skt_redis_int(&srv, "SCARD seckill:{v:%lld}:buyers", s.voucher), STOCK);
-        assert_int_equal(skt_redis_int(&srv, "XLEN seckill:{v:%lld}:orders", s.voucher), STOCK);
+        assert_int_equal(skt_redis_int(&srv, s.voucher, "GET seckill:{v:%lld}:stock", s.voucher), 0);
+        assert_int_equal(skt_redis_int(&srv, s.voucher, "SCARD seckill:{v:%lld}:buyers", s.voucher), STOCK);
+        assert_int_equal(skt_redis_int(&srv, s.voucher, "XLEN seckill:{v:%lld}:orders", s.voucher), STOCK);
         /* Drained: nothing left unacknowledged. */
         long long deadline = th_now_ms() + 10000, p;
         while ((p = skt_pending(&srv, s.voucher)) != 0 && th_now_ms() < deadline) usleep(20000);
         assert_int_equal(p, 0);
         /* Acknowledged orders leave the pending hash with their XACK. */
-        assert_int_equal(skt_redis_int(&srv, "HLEN seckill:{v:%lld}:pending", s.voucher), 0);
+        assert_int_equal(skt_redis_int(&srv, s.voucher, "HLEN seckill:{v:%lld}:pending", s.voucher), 0);
     } else {
         snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld AND fence > 0", s.voucher);
         assert_int_equal(skt_db_int(&dir, sql), STOCK);
@@ -258,13 +257,11 @@ static double load_json_real(const char *out, const char *key)
 static void test_load_and_verify(void **state)
 {
     (void)state;
-    redisReply *r = th_redis_cmd(&srv, "FLUSHALL");
-    assert_non_null(r);
-    freeReplyObject(r);
+    assert_int_equal(th_target_flush(&srv), 0);
     skt_dir dir;
     skt_serve sv;
     assert_int_equal(skt_dir_make(&dir), 0);
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "redis", NULL, NULL), 0);
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", NULL, NULL), 0);
     long long now = (long long)time(NULL);
     long long v = skt_voucher(sv.port, &dir, "load", 30, now - 5, now + 3600);
     assert_true(v > 0);
@@ -333,14 +330,14 @@ static void test_load_and_verify(void **state)
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&srv, NULL);
+    return th_target_start(&srv, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
     skt_kill_all();
-    th_redis_stop(&srv);
+    th_target_stop(&srv);
     return 0;
 }
 

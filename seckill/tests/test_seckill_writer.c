@@ -1,5 +1,7 @@
 /*
- * Failure and recovery with real processes, for both databases:
+ * Failure and recovery with real processes, for both databases and every
+ * Redis deployment (the two Redis restarts need a single server and are
+ * skipped elsewhere; failovers have their own suite, test_seckill_failover):
  * - the order writer killed with SIGKILL right before a batch's commit and
  *   right after it (before XACK; the process stops itself there through a
  *   test hook and the test kills it), then started again: the order
@@ -8,7 +10,8 @@
  * - poison entries (unparseable, or delivered too often) go to the
  *   dead-letter stream and do not block the rest;
  * - an order is "pending" while the database is stalled, "created" once
- *   persisted (redis strategy), "created" at once (lock strategy);
+ *   persisted (redis strategy), "created" at once (lock strategy); with
+ *   vouchers on every cluster master too;
  * - Redis restarted without persistence while an order is in flight: no
  *   oversell in the database, "busy" (429, never a 5xx) until the voucher
  *   is re-warmed, and the re-warm counts the in-flight order;
@@ -37,19 +40,19 @@
 #include "sk_test.h"
 #include "skutil.h"
 
-static th_redis srv;
+static th_target srv;
 
 static int setup(void **state)
 {
     (void)state;
-    return th_redis_start(&srv, NULL);
+    return th_target_start(&srv, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
     skt_kill_all();
-    th_redis_stop(&srv);
+    th_target_stop(&srv);
     return 0;
 }
 
@@ -57,9 +60,15 @@ static int teardown(void **state)
  * start from an empty Redis too. */
 static void flush(void)
 {
-    redisReply *r = th_redis_cmd(&srv, "FLUSHALL");
-    assert_non_null(r);
-    freeReplyObject(r);
+    assert_int_equal(th_target_flush(&srv), 0);
+}
+
+/* An empty Redis and database, and a server of `strategy` on them. */
+static void fresh_server(skt_dir *dir, skt_serve *sv, const char *strategy)
+{
+    flush();
+    assert_int_equal(skt_dir_make(dir), 0);
+    assert_int_equal(skt_serve_start(sv, dir, srv.url, strategy, NULL, NULL), 0);
 }
 
 static long long now_s(void)
@@ -162,7 +171,7 @@ static void crash_and_recover(const char *hook, int same_consumer)
     char hook_env[64];
     snprintf(hook_env, sizeof hook_env, "SECKILL_TEST_STOP_%s_COMMIT=1", hook);
     const char *env1[] = {hook_env, "SECKILL_CONSUMER=first", NULL};
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "redis", NULL, env1), 0);
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", NULL, env1), 0);
     long long v = skt_voucher(sv.port, &dir, "crash", 10, now_s() - 5, now_s() + 3600);
     assert_true(v > 0);
     int fd = send_order(sv.port, &dir, v, 7);
@@ -174,13 +183,13 @@ static void crash_and_recover(const char *hook, int same_consumer)
     int st = sk_httpc_read_response(fd, resp, sizeof resp);
     close(fd);
     assert_true(st == 201 || st == -1); /* the answer raced the stop; the stream is what counts */
-    assert_int_equal(skt_redis_int(&srv, "XLEN seckill:{v:%lld}:orders", v), 1);
+    assert_int_equal(skt_redis_int(&srv, v, "XLEN seckill:{v:%lld}:orders", v), 1);
     assert_int_equal(skt_pending(&srv, v), 1);
     assert_int_equal(count_sql(&dir, ORDERS_OF, v), strcmp(hook, "BEFORE") == 0 ? 0 : 1);
 
     const char *env2[] = {same_consumer ? "SECKILL_CONSUMER=first" : "SECKILL_CONSUMER=second",
                           "SECKILL_CLAIM_IDLE_MS=200", NULL};
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "redis", NULL, env2), 0);
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", NULL, env2), 0);
     assert_int_equal(wait_pending(v, 0), 0);
     assert_int_equal(wait_sql(&dir, ORDERS_OF, v, 1), 1);
     assert_int_equal(count_sql(&dir, "SELECT count(*) FROM rejected_orders WHERE voucher_id = %lld", v), 0);
@@ -226,11 +235,12 @@ static void test_killed_between_commit_and_ack_claimed_no_duplicate(void **state
 
 static void xadd(long long v, const char *const *fields, int n)
 {
-    redisContext *c = th_redis_connect(&srv);
-    assert_non_null(c);
-    const char *argv[16];
     char key[64];
     snprintf(key, sizeof key, "seckill:{v:%lld}:orders", v);
+    int port = th_target_master_port(&srv, key);
+    redisContext *c = srv.kind == TH_TARGET_SINGLE ? th_redis_connect(&srv.single) : th_node_connect(&srv.topo, port);
+    assert_non_null(c);
+    const char *argv[16];
     argv[0] = "XADD";
     argv[1] = key;
     argv[2] = "*";
@@ -246,7 +256,7 @@ static void xadd(long long v, const char *const *fields, int n)
 static void dead_reason(long long v, size_t index, char *out, size_t cap)
 {
     out[0] = '\0';
-    redisReply *r = th_redis_cmd(&srv, "XRANGE seckill:{v:%lld}:dead - +", v);
+    redisReply *r = skt_redis_cmd(&srv, v, "XRANGE seckill:{v:%lld}:dead - +", v);
     assert_non_null(r);
     if (r->type == REDIS_REPLY_ARRAY && index < r->elements) {
         redisReply *f = r->element[index]->element[1];
@@ -264,7 +274,7 @@ static void test_poison_messages(void **state)
     skt_serve sv;
     assert_int_equal(skt_dir_make(&dir), 0);
     const char *env[] = {"SECKILL_CLAIM_IDLE_MS=200", "SECKILL_MAX_DELIVERIES=3", NULL};
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "redis", NULL, env), 0);
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", NULL, env), 0);
     long long v = skt_voucher(sv.port, &dir, "poison", 10, now_s() - 5, now_s() + 3600);
     assert_true(v > 0);
     /* Let the writer find the stream, then stop it to stage a redelivery. */
@@ -276,27 +286,28 @@ static void test_poison_messages(void **state)
     /* Delivered 10 times already to a consumer that died. */
     const char *good1[] = {"order", "4000000001", "user", "901", "voucher", vs};
     xadd(v, good1, 6);
-    redisReply *r = th_redis_cmd(&srv, "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS "
-                                       "seckill:{v:%lld}:orders >", v);
+    redisReply *r = skt_redis_cmd(&srv, v, "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS "
+                                           "seckill:{v:%lld}:orders >", v);
     assert_non_null(r);
     freeReplyObject(r);
-    r = th_redis_cmd(&srv, "XPENDING seckill:{v:%lld}:orders seckill-writers - + 10", v);
+    r = skt_redis_cmd(&srv, v, "XPENDING seckill:{v:%lld}:orders seckill-writers - + 10", v);
     assert_non_null(r);
     assert_int_equal(r->elements, 1);
     char id[64];
     snprintf(id, sizeof id, "%s", r->element[0]->element[0]->str);
     freeReplyObject(r);
-    r = th_redis_cmd(&srv, "XCLAIM seckill:{v:%lld}:orders seckill-writers ghost 0 %s RETRYCOUNT 10", v, id);
+    r = skt_redis_cmd(&srv, v, "XCLAIM seckill:{v:%lld}:orders seckill-writers ghost 0 %s RETRYCOUNT 10", v, id);
     assert_non_null(r);
     freeReplyObject(r);
     /* Delivered once to the dead consumer: must still be persisted. */
     const char *good2[] = {"order", "4000000002", "user", "902", "voucher", vs};
     xadd(v, good2, 6);
-    r = th_redis_cmd(&srv, "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS seckill:{v:%lld}:orders >", v);
+    r = skt_redis_cmd(&srv, v, "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS seckill:{v:%lld}:orders >",
+                      v);
     assert_non_null(r);
     freeReplyObject(r);
 
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "redis", NULL, env), 0);
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", NULL, env), 0);
     /* New entries that can never be persisted. */
     const char *bad_num[] = {"order", "abc", "user", "903", "voucher", vs};
     xadd(v, bad_num, 6);
@@ -312,7 +323,7 @@ static void test_poison_messages(void **state)
     assert_int_equal(wait_pending(v, 0), 0);
     assert_int_equal(count_sql(&dir, "SELECT count(*) FROM orders WHERE id IN (4000000002, 4000000006) AND %lld = 1", 1),
                      2);
-    assert_int_equal(skt_redis_int(&srv, "XLEN seckill:{v:%lld}:dead", v), 4);
+    assert_int_equal(skt_redis_int(&srv, v, "XLEN seckill:{v:%lld}:dead", v), 4);
     char reasons[4][32];
     for (int i = 0; i < 4; i++) dead_reason(v, (size_t)i, reasons[i], sizeof reasons[i]);
     int seen_max = 0, seen_num = 0, seen_missing = 0, seen_wrong = 0;
@@ -334,11 +345,9 @@ static void test_poison_messages(void **state)
 static void test_order_pending_until_persisted(void **state)
 {
     (void)state;
-    flush();
     skt_dir dir;
     skt_serve sv;
-    assert_int_equal(skt_dir_make(&dir), 0);
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "redis", NULL, NULL), 0);
+    fresh_server(&dir, &sv, "redis");
     long long v = skt_voucher(sv.port, &dir, "pending", 3, now_s() - 5, now_s() + 3600);
     assert_true(v > 0);
     assert_int_equal(skt_db_hold(&dir), 0);
@@ -357,10 +366,70 @@ static void test_order_pending_until_persisted(void **state)
     assert_int_equal(skt_serve_stop(&sv), 0);
 
     /* The lock strategy commits before it answers: never pending. */
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "lock", NULL, NULL), 0);
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "lock", NULL, NULL), 0);
     assert_int_equal(order(sv.port, &dir, v, 12, resp, sizeof resp), 201);
     snprintf(oid, sizeof oid, "%s", skt_json_str(resp, "order_id"));
     assert_string_equal(order_status(sv.port, &dir, 12, oid), "created");
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    skt_dir_remove(&dir);
+}
+
+/* The masters serving the vouchers' keys: how many different ones among
+ * vids[0..n). */
+static int masters_of(const long long *vids, int n)
+{
+    int ports[16], k = 0;
+    for (int i = 0; i < n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "seckill:{v:%lld}:stock", vids[i]);
+        int p = th_target_master_port(&srv, key), seen = 0;
+        for (int j = 0; j < k; j++) seen |= ports[j] == p;
+        if (!seen && k < 16) ports[k++] = p;
+    }
+    return k;
+}
+
+/*
+ * Vouchers on different servers at once (on a cluster: vouchers are
+ * created until every master holds one). Orders of each are pending while
+ * the database is stalled and created once it is released: the writer
+ * reads every voucher's stream, and GET /api/orders finds every pending
+ * order, though no command may span two vouchers' slots there.
+ */
+static void test_orders_of_vouchers_on_every_master_pending_then_created(void **state)
+{
+    (void)state;
+    skt_dir dir;
+    skt_serve sv;
+    fresh_server(&dir, &sv, "redis");
+    int want = 1;
+    if (srv.kind == TH_TARGET_CLUSTER) {
+        int ports[3];
+        th_topology_refresh(&srv.topo);
+        want = th_topology_masters(&srv.topo, ports, 3);
+    }
+    long long vids[12];
+    int n = 0;
+    while (n < 12 && (n < 2 || masters_of(vids, n) < want)) {
+        vids[n] = skt_voucher(sv.port, &dir, "spread", 5, now_s() - 5, now_s() + 3600);
+        assert_true(vids[n] > 0);
+        n++;
+    }
+    assert_int_equal(masters_of(vids, n), want);
+    assert_int_equal(skt_db_hold(&dir), 0);
+    char oids[12][32], resp[1024];
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(order(sv.port, &dir, vids[i], 100 + i, resp, sizeof resp), 201);
+        snprintf(oids[i], sizeof oids[i], "%s", skt_json_str(resp, "order_id"));
+    }
+    for (int i = 0; i < n; i++) assert_string_equal(order_status(sv.port, &dir, 100 + i, oids[i]), "pending");
+    skt_db_release();
+    assert_int_equal(skt_db_wait(&dir, "SELECT count(*) FROM orders", n, 10000), n);
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(order_status(sv.port, &dir, 100 + i, oids[i]), "created");
+        assert_int_equal(wait_pending(vids[i], 0), 0);
+        assert_int_equal(verify(&dir, vids[i], "10"), 0);
+    }
     assert_int_equal(skt_serve_stop(&sv), 0);
     skt_dir_remove(&dir);
 }
@@ -369,22 +438,22 @@ static void test_order_pending_until_persisted(void **state)
  * persistence, with time in between to see what the service answers. */
 static void redis_down(void)
 {
-    assert_true(srv.pid > 0);
-    kill(srv.pid, SIGKILL);
-    waitpid(srv.pid, NULL, 0);
-    srv.pid = 0;
+    assert_true(srv.single.pid > 0);
+    kill(srv.single.pid, SIGKILL);
+    waitpid(srv.single.pid, NULL, 0);
+    srv.single.pid = 0;
 }
 
 /* A fresh, empty server on the same socket. */
 static void redis_up(void)
 {
-    assert_int_equal(th_redis_restart(&srv), 0);
+    assert_int_equal(th_redis_restart(&srv.single), 0);
 }
 
 /* Seconds since the test's redis-server started (INFO), or -1. */
 static long redis_uptime_s(void)
 {
-    redisReply *r = th_redis_cmd(&srv, "INFO server");
+    redisReply *r = th_redis_cmd(&srv.single, "INFO server");
     long up = r && r->type == REDIS_REPLY_STRING ? sk_info_uptime(r->str) : -1;
     if (r) freeReplyObject(r);
     return up;
@@ -402,7 +471,7 @@ static long long two_persisted_orders(skt_dir *dir, skt_serve *sv, const char *e
     flush();
     assert_int_equal(skt_dir_make(dir), 0);
     const char *env[] = {env1, NULL};
-    assert_int_equal(skt_serve_start(sv, dir, &srv, "redis", NULL, env), 0);
+    assert_int_equal(skt_serve_start(sv, dir, srv.url, "redis", NULL, env), 0);
     long long v = skt_voucher(sv->port, dir, "recovery", stock, now_s() - 5, now_s() + 3600);
     assert_true(v > 0);
     char resp[1024];
@@ -423,6 +492,7 @@ static long long two_persisted_orders(skt_dir *dir, skt_serve *sv, const char *e
 static void test_redis_restart_busy_until_rewarmed(void **state)
 {
     (void)state;
+    th_target_require_single(&srv); /* a restart without persistence; failovers: test_seckill_failover */
     skt_dir dir;
     skt_serve sv;
     long long v = two_persisted_orders(&dir, &sv, "SECKILL_WARM_GRACE_S=" GRACE_STR, 5);
@@ -491,7 +561,7 @@ static void test_redis_restart_busy_until_rewarmed(void **state)
     assert_int_equal(wait_pending(v, 0), 0);
     assert_int_equal(count_sql(&dir, "SELECT stock FROM vouchers WHERE id = %lld", v), 0);
     assert_int_equal(count_sql(&dir, "SELECT count(*) FROM rejected_orders WHERE voucher_id = %lld", v), 0);
-    assert_int_equal(skt_redis_int(&srv, "GET seckill:{v:%lld}:stock", v), 0);
+    assert_int_equal(skt_redis_int(&srv, v, "GET seckill:{v:%lld}:stock", v), 0);
     assert_int_equal(verify(&dir, v, "10"), 0);
     assert_int_equal(skt_http(sv.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
     assert_int_equal(skt_serve_stop(&sv), 0);
@@ -511,10 +581,10 @@ static void test_rewarm_subtracts_orders_still_in_stream(void **state)
     assert_int_equal(skt_db_hold(&dir), 0);
     assert_int_equal(order(sv.port, &dir, v, 3, resp, sizeof resp), 201);
     assert_int_equal(order(sv.port, &dir, v, 4, resp, sizeof resp), 201);
-    assert_int_equal(skt_redis_int(&srv, "DEL seckill:{v:%lld}:stock", v), 1);
+    assert_int_equal(skt_redis_int(&srv, v, "DEL seckill:{v:%lld}:stock", v), 1);
     /* Database: 8 left; stream: 2 more accepted. So 6, then user 5 takes one. */
     assert_int_equal(order(sv.port, &dir, v, 5, resp, sizeof resp), 201);
-    assert_int_equal(skt_redis_int(&srv, "GET seckill:{v:%lld}:stock", v), 5);
+    assert_int_equal(skt_redis_int(&srv, v, "GET seckill:{v:%lld}:stock", v), 5);
     assert_int_equal(order(sv.port, &dir, v, 3, resp, sizeof resp), 409);
     skt_db_release();
     assert_int_equal(wait_sql(&dir, ORDERS_OF, v, 5), 5);
@@ -562,11 +632,10 @@ static void *crowd_buyer(void *arg)
 static void test_lock_strategy_redis_restart_no_oversell(void **state)
 {
     (void)state;
-    flush();
+    th_target_require_single(&srv); /* a restart without persistence; failovers: test_seckill_failover */
     skt_dir dir;
     skt_serve sv;
-    assert_int_equal(skt_dir_make(&dir), 0);
-    assert_int_equal(skt_serve_start(&sv, &dir, &srv, "lock", NULL, NULL), 0);
+    fresh_server(&dir, &sv, "lock");
     crowd c;
     memset(&c, 0, sizeof c);
     c.port = sv.port;
@@ -601,7 +670,8 @@ static int after_test(void **state)
     (void)state;
     skt_db_release();
     skt_kill_all();
-    if (srv.pid <= 0 && th_redis_restart(&srv) != 0) return -1; /* failed while Redis was down */
+    if (srv.kind == TH_TARGET_SINGLE && srv.single.pid <= 0 && th_redis_restart(&srv.single) != 0)
+        return -1; /* failed while Redis was down */
     return 0;
 }
 
@@ -616,6 +686,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_killed_between_commit_and_ack_claimed_no_duplicate, after_test),
         cmocka_unit_test_teardown(test_poison_messages, after_test),
         cmocka_unit_test_teardown(test_order_pending_until_persisted, after_test),
+        cmocka_unit_test_teardown(test_orders_of_vouchers_on_every_master_pending_then_created, after_test),
         cmocka_unit_test_teardown(test_redis_restart_busy_until_rewarmed, after_test),
         cmocka_unit_test_teardown(test_rewarm_subtracts_orders_still_in_stream, after_test),
         cmocka_unit_test_teardown(test_lock_strategy_redis_restart_no_oversell, after_test),
