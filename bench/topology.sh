@@ -38,13 +38,14 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 # One server on a free loopback port (the cluster's nodes are on TCP too):
-# a random port, tried again if the server cannot bind it.
+# a random port, tried again if the server cannot bind it. In a session of
+# its own, like the cluster's daemonized nodes (see scripts/servers.sh).
 tries=0
 while :; do
     tries=$((tries + 1))
     [ $tries -le 20 ] || { echo "bench: no free port for redis-server" >&2; exit 1; }
     port=$(awk -v s="$$$tries" 'BEGIN { srand(s); print 20000 + int(rand() * 30000) }')
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    setsid redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
         --logfile "$dir/single.log" --daemonize no &
     single_pid=$!
     i=0
