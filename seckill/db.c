@@ -6,7 +6,7 @@
 
 /* One URL option for every backend keeps the command line the same for
  * SQLite and PostgreSQL. */
-int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
+int sk_db_open(const char *url, int flags, sk_db **out, char *err, size_t errlen)
 {
     if (!url || !*url) {
         snprintf(err, errlen, "empty database URL");
@@ -25,5 +25,5 @@ int sk_db_open(const char *url, sk_db **out, char *err, size_t errlen)
         snprintf(err, errlen, "database URL has no path: %s", url);
         return -1;
     }
-    return sk_db_open_sqlite(path, out, err, errlen);
+    return sk_db_open_sqlite(path, flags, out, err, errlen);
 }

@@ -215,7 +215,7 @@ static int serve(int argc, char **argv)
         fprintf(stderr, "seckill: started private redis-server (pid %ld) at %s\n", (long)s.embedded.pid,
                 redis_url);
     }
-    if (sk_db_open(o.db, &s.db, err, sizeof err) != 0) goto fail;
+    if (sk_db_open(o.db, 0, &s.db, err, sizeof err) != 0) goto fail;
     if (dlock_client_new(redis_url, NULL, &s.client) != DLOCK_OK) {
         snprintf(err, sizeof err, "redis %s: %s", redis_url, dlock_last_error());
         goto fail;

@@ -105,7 +105,7 @@ static void conn_free(sqconn *c)
 /* Why each connection sets its own pragmas: busy_timeout and foreign_keys
  * are per connection in SQLite, and a connection without them would fail
  * at once under contention or skip the voucher reference check. */
-static sqconn *conn_open(const char *path, int create_schema, char *err, size_t errlen)
+static sqconn *conn_open(const char *path, int create_schema, int create_file, char *err, size_t errlen)
 {
     sqconn *c = calloc(1, sizeof *c);
     if (!c) {
@@ -113,7 +113,8 @@ static sqconn *conn_open(const char *path, int create_schema, char *err, size_t 
         return NULL;
     }
     int rc = sqlite3_open_v2(path, &c->h,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+                             SQLITE_OPEN_READWRITE | (create_file ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX,
+                             NULL);
     if (rc != SQLITE_OK) {
         snprintf(err, errlen, "sqlite open %s: %s", path, c->h ? sqlite3_errmsg(c->h) : sqlite3_errstr(rc));
         conn_free(c);
@@ -152,7 +153,7 @@ static sqconn *borrow(sqlite_db *d)
     pthread_mutex_unlock(&d->mu);
     if (c) return c;
     char err[256];
-    c = conn_open(d->path, 0, err, sizeof err);
+    c = conn_open(d->path, 0, 0, err, sizeof err); /* the first one made the file */
     if (!c) fprintf(stderr, "seckill: %s\n", err);
     return c;
 }
@@ -604,7 +605,7 @@ static const sk_db_ops sqlite_ops = {
 
 /* The first connection creates the schema and switches the file to WAL
  * (a property of the file, kept across opens); it then stays in the pool. */
-int sk_db_open_sqlite(const char *path, sk_db **out, char *err, size_t errlen)
+int sk_db_open_sqlite(const char *path, int flags, sk_db **out, char *err, size_t errlen)
 {
     sqlite_db *d = calloc(1, sizeof *d);
     if (!d || !(d->path = strdup(path))) {
@@ -614,7 +615,8 @@ int sk_db_open_sqlite(const char *path, sk_db **out, char *err, size_t errlen)
     }
     d->base.ops = &sqlite_ops;
     pthread_mutex_init(&d->mu, NULL);
-    sqconn *c = conn_open(path, 1, err, errlen);
+    int existing = (flags & SK_DB_EXISTING) != 0;
+    sqconn *c = conn_open(path, !existing, !existing, err, errlen);
     if (!c) {
         pthread_mutex_destroy(&d->mu);
         free(d->path);

@@ -298,7 +298,7 @@ int sk_cmd_verify(int argc, char **argv)
     sk_db *db = NULL;
     dlock_client *client = NULL;
     sk_redis rd, *redis = NULL;
-    if (sk_db_open(db_url, &db, err, sizeof err) != 0) {
+    if (sk_db_open(db_url, SK_DB_EXISTING, &db, err, sizeof err) != 0) {
         fprintf(stderr, "seckill: %s\n", err);
         return EXIT_UNAVAILABLE;
     }

@@ -319,6 +319,13 @@ static void test_load_and_verify(void **state)
     /* Usage errors and an unreachable server have their own codes. */
     const char *no_voucher[] = {SECKILL_BIN, "verify", "--db", dir.db, NULL};
     assert_int_equal(skt_run(NULL, 0, no_voucher), 64);
+    /* A mistyped SQLite path is unreachable (69), and stays absent:
+     * verify must not make an empty database and call it consistent. */
+    char typo[256];
+    snprintf(typo, sizeof typo, "sqlite://%s/no-such.db", dir.path);
+    const char *mistyped[] = {SECKILL_BIN, "verify", "--db", typo, "--voucher", vs, NULL};
+    assert_int_equal(skt_run(NULL, 0, mistyped), 69);
+    assert_int_equal(access(typo + 9, F_OK), -1);
     const char *no_users[] = {SECKILL_BIN, "load", "--url", url, "--voucher", vs, "--concurrency", "2",
                               "--secret-file", dir.secret_file, NULL};
     assert_int_equal(skt_run(NULL, 0, no_users), 64);
