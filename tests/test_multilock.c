@@ -2,6 +2,11 @@
  * Multi-lock over locks on two real redis-servers: all or nothing when one
  * lock is busy or its server is down, no deadlock between multi-locks that
  * name the same locks in opposite orders, exclusion while held.
+ *
+ * With DLOCK_TEST_TARGET=sentinel or cluster the same cases run on one
+ * deployment instead of two servers: both "sides" are its URL, and on a
+ * cluster the two locks are named so that different masters serve them
+ * (so "a server is down" pauses one master and the other lock's is up).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,26 +22,53 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "target.h"
 
-static th_redis s1, s2;
+/* One side of a multi-lock: a server of its own, or the shared target. */
+typedef struct side {
+    th_redis r;
+    const char *url;
+} side;
+
+static side s1, s2;
+static th_target tgt;
+static int on_target; /* a Sentinel or Cluster deployment, shared by both sides */
+static char name_a[32] = "ml-a", name_b[32] = "ml-b";
 
 static int setup(void **state)
 {
     (void)state;
-    if (th_redis_start(&s1, NULL) != 0) return -1;
-    return th_redis_start(&s2, NULL);
+    if (on_target) {
+        s1.url = s2.url = tgt.url;
+        return th_target_flush(&tgt);
+    }
+    if (th_redis_start(&s1.r, NULL) != 0 || th_redis_start(&s2.r, NULL) != 0) return -1;
+    s1.url = s1.r.url;
+    s2.url = s2.r.url;
+    return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    th_redis_stop(&s1);
-    th_redis_stop(&s2);
+    if (on_target) return 0;
+    th_redis_stop(&s1.r);
+    th_redis_stop(&s2.r);
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }
 
-static dlock_client *client(const th_redis *s)
+/* Stop or continue the server that holds `name` on this side. */
+static void side_pause(side *s, const char *name, int stop)
+{
+    char key[64];
+    snprintf(key, sizeof key, "dlock:{%s}", name);
+    if (on_target) assert_int_equal(stop ? th_target_pause(&tgt, key) : th_target_resume(&tgt, key), 0);
+    else if (stop) th_redis_pause(&s->r);
+    else th_redis_resume(&s->r);
+}
+
+static dlock_client *client(const side *s)
 {
     dlock_options o = {0};
     o.command_timeout_ms = 500;
@@ -46,7 +78,7 @@ static dlock_client *client(const th_redis *s)
     return c;
 }
 
-static int held(const th_redis *s, const char *name)
+static int held(const side *s, const char *name)
 {
     dlock_client *c = client(s);
     dlock_lock_info info;
@@ -58,28 +90,28 @@ static int held(const th_redis *s, const char *name)
 /* Another client holds "ml-b" on `busy`; a multi-lock of {"ml-a" on
  * `other`, "ml-b"} waits out its 300 ms, fails, and does not keep ml-a;
  * once ml-b is free it takes both, and releases both. */
-static void assert_nothing_kept_when_busy(th_redis *other, th_redis *busy)
+static void assert_nothing_kept_when_busy(side *other, side *busy)
 {
     dlock_client *c1 = client(other), *c2 = client(busy), *holder = client(busy);
     dlock_lock *a, *b, *hb;
-    assert_int_equal(dlock_lock_new(c1, "ml-a", &a), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(c2, "ml-b", &b), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(holder, "ml-b", &hb), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c1, name_a, &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c2, name_b, &b), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(holder, name_b, &hb), DLOCK_OK);
     assert_int_equal(dlock_lock_acquire(hb, 0, 10000, NULL), DLOCK_OK);
     dlock_lock *set[2] = {b, a};
     long long t0 = th_now_ms();
     assert_int_equal(dlock_multilock_acquire(set, 2, 300, 5000, NULL), DLOCK_ERR_TIMEOUT);
     assert_true(th_now_ms() - t0 >= 290);
-    assert_int_equal(held(other, "ml-a"), 0);
+    assert_int_equal(held(other, name_a), 0);
     assert_int_equal(dlock_lock_release(hb), DLOCK_OK);
     uint64_t tokens[2] = {0, 0};
     assert_int_equal(dlock_multilock_acquire(set, 2, 1000, 5000, tokens), DLOCK_OK);
     assert_true(tokens[0] > 0 && tokens[1] > 0);
-    assert_int_equal(held(other, "ml-a"), 1);
-    assert_int_equal(held(busy, "ml-b"), 1);
+    assert_int_equal(held(other, name_a), 1);
+    assert_int_equal(held(busy, name_b), 1);
     assert_int_equal(dlock_multilock_release(set, 2), DLOCK_OK);
-    assert_int_equal(held(other, "ml-a"), 0);
-    assert_int_equal(held(busy, "ml-b"), 0);
+    assert_int_equal(held(other, name_a), 0);
+    assert_int_equal(held(busy, name_b), 0);
     dlock_lock_free(a);
     dlock_lock_free(b);
     dlock_lock_free(hb);
@@ -100,28 +132,34 @@ static void multilock_takes_nothing_when_one_lock_is_busy(void **state)
 
 /* `down` stops answering (paused past the command timeout): the
  * multi-lock reports the failure and holds nothing on `up` afterwards. */
-static void assert_nothing_kept_when_down(th_redis *up, th_redis *down)
+static void assert_nothing_kept_when_down(side *up, side *down)
 {
     dlock_client *c1 = client(up), *c2 = client(down);
     dlock_lock *a, *b;
-    assert_int_equal(dlock_lock_new(c1, "ml-a", &a), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(c2, "ml-b", &b), DLOCK_OK);
-    th_redis_pause(down);
+    assert_int_equal(dlock_lock_new(c1, name_a, &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c2, name_b, &b), DLOCK_OK);
+    side_pause(down, name_b, 1);
     dlock_lock *set[2] = {a, b};
     dlock_status st = dlock_multilock_acquire(set, 2, 500, 5000, NULL);
-    th_redis_resume(down);
+    side_pause(down, name_b, 0);
     assert_int_equal(st, DLOCK_ERR_CONNECT);
-    assert_int_equal(held(up, "ml-a"), 0);
+    assert_int_equal(held(up, name_a), 0);
     dlock_lock_free(a);
     dlock_lock_free(b);
     dlock_client_free(c1);
     dlock_client_free(c2);
 }
 
-/* Both ways round, for the same reason as above. */
+/* Both ways round, for the same reason as above. On Sentinel both locks
+ * live on the one master, and pausing it long enough to matter would start
+ * a failover: skipped there. */
 static void multilock_takes_nothing_when_a_server_is_down(void **state)
 {
     (void)state;
+    if (on_target && tgt.kind == TH_TARGET_SENTINEL) {
+        print_message("skipped on sentinel: one master serves both locks\n");
+        skip();
+    }
     assert_nothing_kept_when_down(&s1, &s2);
     assert_nothing_kept_when_down(&s2, &s1);
 }
@@ -140,7 +178,7 @@ static void *ordered_worker(void *arg)
     dlock_lock *x, *y;
     dlock_lock_new(c1, "ml-x", &x);
     dlock_lock_new(c2, "ml-y", &y);
-    redisContext *rc = th_redis_connect(&s1);
+    redisContext *rc = on_target ? th_target_connect(&tgt, "ml-inside") : th_redis_connect(&s1.r);
     dlock_lock *set[2] = {w->reverse ? y : x, w->reverse ? x : y};
     for (int i = 0; i < 40; i++) {
         if (dlock_multilock_acquire(set, 2, 8000, 10000, NULL) != DLOCK_OK) {
@@ -204,7 +242,31 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(multilock_refuses_duplicates_and_empty_sets, setup, teardown),
 };
 
+/* On a cluster, names whose locks different masters serve: the
+ * multi-lock must then span masters, as it spans servers on one. */
+static void pick_names(void)
+{
+    if (tgt.kind != TH_TARGET_CLUSTER) return;
+    for (int i = 0; i < 100; i++) {
+        char ka[64], kb[64];
+        snprintf(name_a, sizeof name_a, "ml-a%d", i);
+        snprintf(ka, sizeof ka, "dlock:{%s}", name_a);
+        snprintf(kb, sizeof kb, "dlock:{%s}", name_b);
+        if (th_target_master_port(&tgt, ka) != th_target_master_port(&tgt, kb)) return;
+    }
+    fprintf(stderr, "no name on another master than %s\n", name_b);
+    exit(1);
+}
+
 int main(void)
 {
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const char *t = getenv("DLOCK_TEST_TARGET");
+    on_target = t && *t && strcmp(t, "single") != 0;
+    if (on_target) {
+        if (th_target_start(&tgt, NULL) != 0) return 1;
+        pick_names();
+    }
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (on_target) th_target_stop(&tgt);
+    return rc;
 }
