@@ -11,8 +11,9 @@
 #    sends the very requests the library sends for one lock+release pair:
 #      EVALSHA <acquire.lua> 2 dlock:{b:R} dlock:{b:R}:fence OWNER 10000 0
 #      EVALSHA <release.lua> 2 dlock:{b:R} dlock:{b:R}:ch OWNER 10000 1 publish
-#    (KEYS/ARGV as in src/lock.c; scripts loaded from src/lua with SCRIPT
-#    LOAD). R is __rand_int__ over 10^8 values, so each acquire is a fresh,
+#    (KEYS/ARGV as in src/lock.c; scripts loaded with SCRIPT LOAD from
+#    BUILD_DIR/lua, where the build writes src/lua's scripts with their
+#    includes expanded: the very text the library sends). R is __rand_int__ over 10^8 values, so each acquire is a fresh,
 #    uncontended lock. redis-benchmark runs one command per invocation, so
 #    the two are run one after the other, BENCH_FLOOR_ROUNDS rounds (default
 #    2) before the library's cases and one more after the plain-lock cases,
@@ -76,6 +77,9 @@ if [ "${BENCH_PIN:-0}" = 1 ]; then
 fi
 
 [ -x "$bin" ] || { echo "bench: $bin not built (run make)" >&2; exit 1; }
+for script in acquire release; do
+    [ -f "$build/lua/$script.lua" ] || { echo "bench: $build/lua/$script.lua not built (run make)" >&2; exit 1; }
+done
 need redis-server redis-cli redis-benchmark
 
 private_dir dlock-bench
@@ -106,8 +110,8 @@ load_end() {
 with_load() { printf '%s\n' "$1" | sed "s/}\$/,\"outside_cpu_pct\":$2}/"; }
 
 # ---- the floor ----------------------------------------------------------
-acq_sha=$(redis-cli -s "$sock" -x SCRIPT LOAD <"$here/src/lua/acquire.lua")
-rel_sha=$(redis-cli -s "$sock" -x SCRIPT LOAD <"$here/src/lua/release.lua")
+acq_sha=$(redis-cli -s "$sock" -x SCRIPT LOAD <"$build/lua/acquire.lua")
+rel_sha=$(redis-cli -s "$sock" -x SCRIPT LOAD <"$build/lua/release.lua")
 case "$acq_sha$rel_sha" in
     *[!0-9a-f]*|"") echo "bench: SCRIPT LOAD failed: $acq_sha $rel_sha" >&2; exit 1 ;;
 esac

@@ -18,6 +18,7 @@
  * the thread's latest call, so one key per (client, thread, name) suffices
  * and the number of records does not grow with the call rate. The key has
  * the object's hash tag, so it is in KEYS and in the object's Cluster slot.
+ * The scripts' side of it is written once, in src/lua/lib/op_record.lua.
  */
 #include <stdatomic.h>
 #include <stdio.h>

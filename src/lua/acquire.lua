@@ -20,13 +20,9 @@
 -- too high. Only a caller that knows it holds the lock (ARGV[3] > 0)
 -- re-enters with the same token.
 --
--- Fencing tokens: max(last + 1, server time in microseconds). The counter
--- alone would restart at 1 after a restart without persistence, or go back
--- after a failover to a replica that missed the last INCR; flooring it at
--- the server clock keeps tokens rising across both, as long as the server
--- clock does not step back and fewer than a million acquisitions a second
--- are made on one name. Doubles hold integers exactly to 2^53, far above
--- microseconds since 1970.
+-- Fencing tokens: max(last + 1, server time in microseconds), see lib/fence.lua.
+
+--@include fence
 
 local owner = redis.call('HGET', KEYS[1], 'owner')
 local mine = tonumber(ARGV[3])
@@ -42,13 +38,7 @@ if owner and owner ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[1])}
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-if now > token then
-    token = now
-end
-redis.call('SET', KEYS[2], string.format('%.0f', token))
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', string.format('%.0f', token))
+local token, text = fence_next(KEYS[2], redis.call('TIME'))
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', text)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}

@@ -26,19 +26,18 @@
 -- resend of a call that took the lock takes that hold once, with a new
 -- token; one that queued the caller finds it queued (ZSCORE) and does not
 -- queue it twice, only pushes its deadline forward.
+--
+-- Fencing tokens as in acquire.lua, see lib/fence.lua.
+
+--@include fence
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me, timeout = ARGV[1], tonumber(ARGV[4])
 
 local function grant()
-    local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-    local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if micros > token then
-        token = micros
-    end
-    redis.call('SET', KEYS[2], string.format('%.0f', token))
-    redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', string.format('%.0f', token))
+    local token, text = fence_next(KEYS[2], t)
+    redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', text)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, token}
 end

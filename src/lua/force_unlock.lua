@@ -15,15 +15,17 @@
 --
 -- Resend safety: a resend after a lost reply would answer 0 to the call
 -- that did delete the lock, or delete the lock of a holder that took it in
--- between; the record keeps the first run's answer and does neither.
+-- between; the record keeps the first run's answer and does neither
+-- (lib/op_record.lua).
 
-local done = redis.call('GET', KEYS[3])
-if done and string.match(done, '^(%d+):') == ARGV[2] then
+--@include op_record
+
+if op_replay(KEYS[3], ARGV[2]) then
     return 1
 end
 if redis.call('DEL', KEYS[1]) == 1 then
     redis.call(ARGV[1], KEYS[2], ARGV[4])
-    redis.call('SET', KEYS[3], ARGV[2] .. ':1', 'PX', ARGV[3])
+    op_record(KEYS[3], ARGV[2], 1, ARGV[3])
     return 1
 end
 return 0

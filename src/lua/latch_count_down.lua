@@ -12,14 +12,13 @@
 --
 -- Resend safety: the same call sent again after its reply was lost finds
 -- its record and returns the first run's answer instead of counting down
--- twice (which could open the latch one party early).
+-- twice, which could open the latch one party early (lib/op_record.lua).
 
-local done = redis.call('GET', KEYS[3])
-if done then
-    local seq, result = string.match(done, '^(%d+):(%-?%d+)$')
-    if seq == ARGV[2] then
-        return tonumber(result)
-    end
+--@include op_record
+
+local recorded = op_replay(KEYS[3], ARGV[2])
+if recorded then
+    return recorded
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return 0
@@ -30,5 +29,5 @@ if left <= 0 then
     redis.call(ARGV[1], KEYS[2], '*')
     left = 0
 end
-redis.call('SET', KEYS[3], ARGV[2] .. ':' .. left, 'PX', ARGV[3])
+op_record(KEYS[3], ARGV[2], left, ARGV[3])
 return left

@@ -15,10 +15,12 @@
 --
 -- Resend safety: removing a permit twice cannot return two places, but a
 -- resend after a lost reply would find the permit gone and tell the
--- releaser it had expired; the record keeps the first run's answer.
+-- releaser it had expired; the record keeps the first run's answer
+-- (lib/op_record.lua).
 
-local done = redis.call('GET', KEYS[3])
-if done and string.match(done, '^(%d+):') == ARGV[3] then
+--@include op_record
+
+if op_replay(KEYS[3], ARGV[3]) then
     return 1
 end
 local t = redis.call('TIME')
@@ -32,5 +34,5 @@ redis.call(ARGV[2], KEYS[2], '1')
 if expiry <= now then
     return 0
 end
-redis.call('SET', KEYS[3], ARGV[3] .. ':1', 'PX', ARGV[4])
+op_record(KEYS[3], ARGV[3], 1, ARGV[4])
 return 1

@@ -23,6 +23,10 @@
 -- Resend safety: the hold counts are set from ARGV[3], not incremented, so
 -- a resend after a lost reply takes the hold the first run took once
 -- instead of counting it twice (a write hold gets a new token: see below).
+--
+-- Fencing tokens (write holds only) as in acquire.lua, see lib/fence.lua.
+
+--@include fence
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -81,12 +85,7 @@ end
 if readers > 0 then
     return {0, soonest - now}
 end
-local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if micros > token then
-    token = micros
-end
-redis.call('SET', KEYS[2], string.format('%.0f', token))
-redis.call('HSET', KEYS[1], 'writer', owner, 'wcount', 1, 'token', string.format('%.0f', token))
+local token, text = fence_next(KEYS[2], t)
+redis.call('HSET', KEYS[1], 'writer', owner, 'wcount', 1, 'token', text)
 stretch_ttl()
 return {1, token}

@@ -13,17 +13,18 @@
 -- Resend safety: a run that took permits records it; the same call sent
 -- again after its reply was lost finds the record and answers 1 without
 -- taking more. A run that took nothing records nothing: running it again
--- is harmless.
+-- is harmless (lib/op_record.lua).
 
-local done = redis.call('GET', KEYS[2])
-if done and string.match(done, '^(%d+):') == ARGV[2] then
+--@include op_record
+
+if op_replay(KEYS[2], ARGV[2]) then
     return 1
 end
 local available = tonumber(redis.call('GET', KEYS[1])) or 0
 local wanted = tonumber(ARGV[1])
 if available >= wanted then
     redis.call('DECRBY', KEYS[1], wanted)
-    redis.call('SET', KEYS[2], ARGV[2] .. ':1', 'PX', ARGV[3])
+    op_record(KEYS[2], ARGV[2], 1, ARGV[3])
     return 1
 end
 return 0

@@ -14,16 +14,15 @@
 --
 -- Resend safety: the same call sent again after its reply was lost finds
 -- its record and returns the first run's answer without adding permits a
--- second time.
+-- second time (lib/op_record.lua).
 
-local done = redis.call('GET', KEYS[3])
-if done then
-    local seq, result = string.match(done, '^(%d+):(%-?%d+)$')
-    if seq == ARGV[3] then
-        return tonumber(result)
-    end
+--@include op_record
+
+local recorded = op_replay(KEYS[3], ARGV[3])
+if recorded then
+    return recorded
 end
 local available = redis.call('INCRBY', KEYS[1], ARGV[1])
 redis.call(ARGV[2], KEYS[2], ARGV[1])
-redis.call('SET', KEYS[3], ARGV[3] .. ':' .. available, 'PX', ARGV[4])
+op_record(KEYS[3], ARGV[3], available, ARGV[4])
 return available

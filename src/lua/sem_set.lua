@@ -12,14 +12,15 @@
 --
 -- Resend safety: SET NX never sets twice, but a resend after a lost reply
 -- would answer 0 to the caller that did set it; the record keeps the
--- first run's answer.
+-- first run's answer (lib/op_record.lua).
 
-local done = redis.call('GET', KEYS[2])
-if done and string.match(done, '^(%d+):') == ARGV[2] then
+--@include op_record
+
+if op_replay(KEYS[2], ARGV[2]) then
     return 1
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
-    redis.call('SET', KEYS[2], ARGV[2] .. ':1', 'PX', ARGV[3])
+    op_record(KEYS[2], ARGV[2], 1, ARGV[3])
     return 1
 end
 return 0
