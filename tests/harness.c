@@ -226,6 +226,15 @@ int th_redis_restart(th_redis *r)
     return -1;
 }
 
+int th_redis_restart_wiped(th_redis *r, const char *key)
+{
+    if (th_redis_restart(r) != 0) return -1;
+    redisReply *e = th_redis_cmd(r, "EXISTS %s", key);
+    int gone = e && e->type == REDIS_REPLY_INTEGER && e->integer == 0;
+    if (e) freeReplyObject(e);
+    return gone ? 0 : -1;
+}
+
 void th_redis_pause(th_redis *r) { if (r->pid > 0) kill(r->pid, SIGSTOP); }
 void th_redis_resume(th_redis *r) { if (r->pid > 0) kill(r->pid, SIGCONT); }
 

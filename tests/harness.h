@@ -43,6 +43,10 @@ int th_stop_all_fixture(void **state);
  * port: a restart without persistence. Returns 0 on success. */
 int th_redis_restart(th_redis *r);
 
+/* th_redis_restart, then 0 only if `key` is gone: proof that a test's
+ * state did not survive (a test about what a restart wipes). */
+int th_redis_restart_wiped(th_redis *r, const char *key);
+
 /* SIGSTOP / SIGCONT the server. */
 void th_redis_pause(th_redis *r);
 void th_redis_resume(th_redis *r);

@@ -36,14 +36,17 @@ static int teardown(void **state)
     return 0;
 }
 
-static dlock_client *new_client(long fair_timeout)
+/* A client of `url` (a server of the test's own) with fair_waiter_timeout_ms. */
+static dlock_client *client_of(const char *url, long fair_timeout)
 {
     dlock_options o = {0};
     o.fair_waiter_timeout_ms = fair_timeout;
     dlock_client *c = NULL;
-    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    assert_int_equal(dlock_client_new(url, &o, &c), DLOCK_OK);
     return c;
 }
+
+static dlock_client *new_client(long fair_timeout) { return client_of(server.url, fair_timeout); }
 
 static long long queue_length(const char *name)
 {
@@ -263,9 +266,36 @@ static void fair_lock_is_reentrant_with_rising_tokens(void **state)
     dlock_client_free(c);
 }
 
+/* Tokens come from a counter floored at the server's clock
+ * (src/lua/lib/fence.lua): a restart without persistence wipes the
+ * counter, and the next token must still be above every earlier one. */
+static void fair_tokens_rise_across_a_redis_restart(void **state)
+{
+    (void)state;
+    th_target_require_single(&server); /* its own server, restarted */
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c = client_of(r.url, 0);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "fair-restart", &l), DLOCK_OK);
+    uint64_t before = 0, after = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_lock_acquire(l, 0, 5000, &before), DLOCK_OK);
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    }
+    assert_int_equal(th_redis_restart_wiped(&r, "dlock:{fair-restart}:fence"), 0);
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, &after), DLOCK_OK);
+    assert_true(after > before);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fair_tokens_rise_across_a_redis_restart),
         cmocka_unit_test(fair_lock_grants_in_arrival_order_across_processes),
         cmocka_unit_test(dead_fair_waiter_is_skipped_after_its_timeout),
         cmocka_unit_test(waiter_that_gives_up_leaves_the_queue),

@@ -38,14 +38,17 @@ static int teardown(void **state)
     return 0;
 }
 
-static dlock_client *new_client(long watchdog_lease)
+/* A client of `url` (a server of the test's own) with watchdog_lease_ms. */
+static dlock_client *client_of(const char *url, long watchdog_lease)
 {
     dlock_options o = {0};
     o.watchdog_lease_ms = watchdog_lease;
     dlock_client *c = NULL;
-    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    assert_int_equal(dlock_client_new(url, &o, &c), DLOCK_OK);
     return c;
 }
+
+static dlock_client *new_client(long watchdog_lease) { return client_of(server.url, watchdog_lease); }
 
 /* Atomically record the state seen on entering a critical section: a
  * writer must find nobody inside; a reader must find no writer. Any breach
@@ -418,9 +421,40 @@ static void rwlock_rejects_bad_input(void **state)
     dlock_client_free(c);
 }
 
+/* Write tokens come from a counter floored at the server's clock
+ * (src/lua/lib/fence.lua): a restart without persistence wipes the
+ * counter, and the next write token must still be above every earlier
+ * one; a reader then sees that new write's token as its version. */
+static void write_tokens_rise_across_a_redis_restart(void **state)
+{
+    (void)state;
+    th_target_require_single(&server); /* its own server, restarted */
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c = client_of(r.url, 0);
+    dlock_rwlock *rw;
+    assert_int_equal(dlock_rwlock_new(c, "rw-restart", &rw), DLOCK_OK);
+    uint64_t last_write = 0, t = 0;
+    for (int round = 0; round < 4; round++) {
+        if (round == 2) assert_int_equal(th_redis_restart_wiped(&r, "dlock:{rw-restart}:rw:fence"), 0);
+        assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t), DLOCK_OK);
+        if (t <= last_write) fail_msg("round %d: write token %llu <= %llu", round, (unsigned long long)t,
+                                      (unsigned long long)last_write);
+        last_write = t;
+        assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+        assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 5000, &t), DLOCK_OK);
+        assert_true(t == last_write);
+        assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
+    }
+    dlock_rwlock_free(rw);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(write_tokens_rise_across_a_redis_restart),
         cmocka_unit_test(readers_overlap_and_writers_exclude_everyone),
         cmocka_unit_test(read_to_write_upgrade_is_refused_and_writer_may_read),
         cmocka_unit_test(crashed_reader_hold_expires),
