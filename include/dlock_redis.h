@@ -88,6 +88,35 @@ DLOCK_API void dlock_script_free(dlock_script *script);
 DLOCK_API dlock_status dlock_script_eval(dlock_script *script, int flags, int nkeys, const char *const *keys,
                                          int nargs, const char *const *args, redisReply **reply);
 
+/*
+ * What an asynchronous call ends with: `status` and the reply as
+ * dlock_script_eval() would give them (DLOCK_OK with the reply; an error
+ * reply gives DLOCK_ERR_REDIS and the reply; a failure gives its status and
+ * NULL). The callback owns the reply (freeReplyObject). dlock_last_error()
+ * called inside it gives the failure's message.
+ */
+typedef void dlock_redis_callback(dlock_status status, redisReply *reply, void *arg);
+
+/*
+ * dlock_script_eval() without waiting: the call is appended to the shared
+ * connection of the server that serves keys[0] and this returns at once;
+ * cb(status, reply, arg) runs exactly once later, on a thread of the
+ * library (never inside this call, never with a library lock held), so
+ * many calls can be in flight from one thread. Routing, NOSCRIPT,
+ * redirections and failovers are handled as for the synchronous call, and
+ * DLOCK_REDIS_ONCE keeps its meaning: a call whose reply was lost after it
+ * may have reached the server ends with DLOCK_ERR_CONNECT and is never
+ * sent again. Keys and args are copied; the script must outlive its calls.
+ * A status other than DLOCK_OK means nothing was sent and cb will not run.
+ * dlock_client_free() waits for every call in flight (at most about the
+ * connect timeout plus twice the command timeout); do not call it from a
+ * callback, and calls submitted once it has begun are refused. Callbacks
+ * should be short: they run on the threads that read every caller's replies.
+ */
+DLOCK_API dlock_status dlock_script_eval_async(dlock_script *script, int flags, int nkeys, const char *const *keys,
+                                               int nargs, const char *const *args, dlock_redis_callback *cb,
+                                               void *arg);
+
 #ifdef __cplusplus
 }
 #endif

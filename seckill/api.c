@@ -291,12 +291,10 @@ static void voucher_get(sk_app *app, int64_t id, sk_response *resp)
                          (json_int_t)v.stock, "begin", (json_int_t)v.begin, "end", (json_int_t)v.end));
 }
 
-/* The hot path: one strategy call; the order id goes out as a decimal
- * string because 64-bit ids do not survive JavaScript numbers. */
-static void order_create(sk_app *app, int64_t uid, int64_t vid, sk_response *resp)
+/* The order id goes out as a decimal string because 64-bit ids do not
+ * survive JavaScript numbers. Shared by both paths so they answer alike. */
+static void order_reply(sk_response *resp, sk_result r, uint64_t oid)
 {
-    uint64_t oid = 0;
-    sk_result r = app->strategy.ops->order_create(app->strategy.ctx, uid, vid, app_now(app), &oid);
     sk_metrics_order(r);
     if (r != SK_OK) {
         result_error(resp, r);
@@ -305,6 +303,55 @@ static void order_create(sk_app *app, int64_t uid, int64_t vid, sk_response *res
     char s[24];
     snprintf(s, sizeof s, "%llu", (unsigned long long)oid);
     json_reply(resp, 201, json_pack("{ss}", "order_id", s));
+}
+
+/* The hot path: one strategy call. */
+static void order_create(sk_app *app, int64_t uid, int64_t vid, sk_response *resp)
+{
+    uint64_t oid = 0;
+    sk_result r = app->strategy.ops->order_create(app->strategy.ctx, uid, vid, app_now(app), &oid);
+    order_reply(resp, r, oid);
+}
+
+/* Where an asynchronous order's answer goes. */
+typedef struct pending_order {
+    sk_api_done *done;
+    void *arg;
+} pending_order;
+
+/* The strategy decided, on another thread: the same answer as
+ * order_create() gives, handed to the HTTP layer. */
+static void order_decided(void *arg, sk_result r, uint64_t oid)
+{
+    pending_order *p = arg;
+    sk_api_done *done = p->done;
+    void *darg = p->arg;
+    free(p);
+    sk_response resp;
+    memset(&resp, 0, sizeof resp);
+    resp.route = SK_ROUTE_ORDER_CREATE;
+    order_reply(&resp, r, oid);
+    done(darg, &resp);
+}
+
+/* The hot path without waiting, where the strategy can: 1 when the answer
+ * will come through done(), 0 when *resp holds it now. */
+static int order_create_async(sk_app *app, int64_t uid, int64_t vid, sk_response *resp, sk_api_done *done,
+                              void *arg)
+{
+    pending_order *p = malloc(sizeof *p);
+    if (!p) {
+        order_create(app, uid, vid, resp);
+        return 0;
+    }
+    *p = (pending_order){done, arg};
+    sk_result r = SK_INTERNAL;
+    uint64_t oid = 0;
+    if (app->strategy.ops->order_create_async(app->strategy.ctx, uid, vid, app_now(app), order_decided, p, &r, &oid))
+        return 1;
+    free(p);
+    order_reply(resp, r, oid);
+    return 0;
 }
 
 /* Someone else's order is reported as missing, not forbidden: order ids
@@ -353,52 +400,68 @@ static void metrics(sk_response *resp)
 
 /* Checks run cheapest first and in a fixed order (route, method, token,
  * id, body), so a request is refused for the first thing wrong with it and
- * nothing reaches a strategy unauthenticated or unparsed. */
-void sk_api_handle(sk_app *app, const sk_request *req, sk_response *resp)
+ * nothing reaches a strategy unauthenticated or unparsed. With `done`, an
+ * order may be answered later (returns 1); see sk_api_handle_async(). */
+static int handle(sk_app *app, const sk_request *req, sk_response *resp, sk_api_done *done, void *arg)
 {
     memset(resp, 0, sizeof *resp);
     resp->route = SK_ROUTE_OTHER;
     route rt;
     if (!req->path || !req->method || !match(req->path, &rt)) {
         error(resp, 404, "not_found");
-        return;
+        return 0;
     }
     resp->route = rt.route;
     int head = strcmp(req->method, "HEAD") == 0 && strcmp(rt.method, "GET") == 0;
     if (strcmp(req->method, rt.method) != 0 && !head) {
         error(resp, 405, "method_not_allowed");
         resp->allow = rt.method;
-        return;
+        return 0;
     }
     if (rt.route == SK_ROUTE_HEALTHZ) {
         health(app, resp);
-        return;
+        return 0;
     }
     if (rt.route == SK_ROUTE_METRICS) {
         metrics(resp);
-        return;
+        return 0;
     }
     int64_t uid = -1;
     if (rt.route != SK_ROUTE_VOUCHER_GET &&
         sk_auth_header(app->secret, app->secret_len, req->authorization, app_now(app), &uid) != 0) {
         error(resp, 401, "unauthorized");
-        return;
+        return 0;
     }
     if (rt.route == SK_ROUTE_VOUCHER_CREATE) {
         voucher_create(app, req, resp, uid);
-        return;
+        return 0;
     }
     uint64_t id;
     if (sk_parse_u64(rt.id, rt.id_len, INT64_MAX, &id) != 0) {
         error(resp, 400, "bad_id");
-        return;
+        return 0;
     }
     switch (rt.route) {
     case SK_ROUTE_VOUCHER_GET: voucher_get(app, (int64_t)id, resp); break;
-    case SK_ROUTE_ORDER_CREATE: order_create(app, uid, (int64_t)id, resp); break;
+    case SK_ROUTE_ORDER_CREATE:
+        if (done && app->strategy.ops->order_create_async)
+            return order_create_async(app, uid, (int64_t)id, resp, done, arg);
+        order_create(app, uid, (int64_t)id, resp);
+        break;
     case SK_ROUTE_ORDER_GET: order_get(app, uid, id, resp); break;
     default: error(resp, 404, "not_found"); break;
     }
+    return 0;
+}
+
+void sk_api_handle(sk_app *app, const sk_request *req, sk_response *resp)
+{
+    handle(app, req, resp, NULL, NULL);
+}
+
+int sk_api_handle_async(sk_app *app, const sk_request *req, sk_response *resp, sk_api_done *done, void *arg)
+{
+    return handle(app, req, resp, done, arg);
 }
 
 /* Bodies are malloc'ed by whoever built them (jansson or us); one free. */

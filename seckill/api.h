@@ -33,6 +33,16 @@ typedef struct sk_response {
  * error when anything is wrong); never fails. */
 void sk_api_handle(sk_app *app, const sk_request *req, sk_response *resp);
 
+/* Where an answer given later goes: `resp` is the callee's to send and
+ * free. Runs on a thread of the strategy's or the library's. */
+typedef void sk_api_done(void *arg, sk_response *resp);
+
+/* sk_api_handle(), except that an order on a strategy that can decide
+ * without waiting (the redis strategy without --replica-acks) returns 1
+ * at once and is answered through done(arg, resp) on another thread,
+ * possibly before this returns. 0: *resp holds the answer now. */
+int sk_api_handle_async(sk_app *app, const sk_request *req, sk_response *resp, sk_api_done *done, void *arg);
+
 void sk_response_free(sk_response *resp);
 
 /* Check a voucher creation body. 0 and *out filled, or -1 and *code set

@@ -6,11 +6,13 @@
 #include "http.h"
 
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -22,6 +24,11 @@ struct sk_http {
     struct MHD_Daemon *daemon;
     sk_app *app;
     int port;
+    /* Requests answered later (suspended, see on_request): guarded by mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t idle;    /* pending reached 0 while stopping */
+    int pending;            /* handed to api.c, answer not yet handed back */
+    int stopping;           /* sk_http_stop began: answer every request now */
 };
 
 /* Per-request state, from the first callback to the completion notice. */
@@ -31,6 +38,13 @@ typedef struct reqctx {
     size_t len;
     int too_large;
     int answered;
+    /* An answer that comes later (under h->mu until it is ready). */
+    sk_http *h;
+    struct MHD_Connection *conn;
+    int async;              /* api.c will answer through on_answer */
+    int suspended;          /* ... and the connection waits for it */
+    int ready;              /* ... and resp holds it */
+    sk_response resp;
 } reqctx;
 
 /* MHD copies the body, so the caller frees its buffer at once; no-store
@@ -61,6 +75,41 @@ static enum MHD_Result reject_early(struct MHD_Connection *conn, reqctx *ctx, sk
     ctx->answered = 1;
     sk_metrics_request(route, 413, sk_mono_ns() - ctx->start_ns);
     return send_response(conn, &resp);
+}
+
+/* Send an answer, count it, free its body. */
+static enum MHD_Result answer(struct MHD_Connection *conn, reqctx *ctx, sk_response *resp)
+{
+    ctx->answered = 1;
+    enum MHD_Result ret = send_response(conn, resp);
+    sk_metrics_request(resp->route, resp->status, sk_mono_ns() - ctx->start_ns);
+    sk_response_free(resp);
+    return ret;
+}
+
+/* api.c's answer to a request it took asynchronously, on a library or
+ * strategy thread: keep it, and resume the connection if it waits, so MHD
+ * calls on_request again on its own thread to send it. The connection is
+ * resumed outside the mutex (MHD takes its own), and counted done only
+ * after that, so that sk_http_stop() never stops MHD with a connection
+ * still suspended. */
+static void on_answer(void *arg, sk_response *resp)
+{
+    reqctx *ctx = arg;
+    sk_http *h = ctx->h;
+    struct MHD_Connection *conn = ctx->conn;
+    pthread_mutex_lock(&h->mu);
+    ctx->resp = *resp;
+    ctx->ready = 1;
+    int resume = ctx->suspended;
+    pthread_mutex_unlock(&h->mu);
+    /* ctx may be gone from here on when not suspended (answered and
+     * completed by MHD's thread); a suspended connection stays until
+     * resumed. */
+    if (resume) MHD_resume_connection(conn);
+    pthread_mutex_lock(&h->mu);
+    if (--h->pending == 0 && h->stopping) pthread_cond_broadcast(&h->idle);
+    pthread_mutex_unlock(&h->mu);
 }
 
 /*
@@ -111,6 +160,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (ctx->async) {
+        /* Resumed: the answer came in meanwhile. */
+        pthread_mutex_lock(&h->mu);
+        int ready = ctx->ready;
+        pthread_mutex_unlock(&h->mu);
+        if (!ready) return MHD_YES; /* cannot happen: resumed only once ready */
+        return answer(conn, ctx, &ctx->resp);
+    }
     sk_request req = {
         .method = method,
         .path = url,
@@ -120,12 +177,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         .body_too_large = ctx->too_large,
     };
     sk_response resp;
-    sk_api_handle(h->app, &req, &resp);
-    ctx->answered = 1;
-    enum MHD_Result ret = send_response(conn, &resp);
-    sk_metrics_request(resp.route, resp.status, sk_mono_ns() - ctx->start_ns);
-    sk_response_free(&resp);
-    return ret;
+    ctx->h = h;
+    ctx->conn = conn;
+    pthread_mutex_lock(&h->mu);
+    int may_wait = !h->stopping;
+    if (may_wait) h->pending++;
+    pthread_mutex_unlock(&h->mu);
+    if (!may_wait) {
+        sk_api_handle(h->app, &req, &resp);
+        return answer(conn, ctx, &resp);
+    }
+    if (!sk_api_handle_async(h->app, &req, &resp, on_answer, ctx)) {
+        pthread_mutex_lock(&h->mu);
+        h->pending--;
+        pthread_mutex_unlock(&h->mu);
+        return answer(conn, ctx, &resp);
+    }
+    /* The answer comes on another thread; until then this connection
+     * leaves the event loop, and this thread serves others. It may have
+     * come already, before the connection could be suspended. */
+    pthread_mutex_lock(&h->mu);
+    ctx->async = 1;
+    int ready = ctx->ready;
+    if (!ready) {
+        MHD_suspend_connection(conn);
+        ctx->suspended = 1;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return ready ? answer(conn, ctx, &ctx->resp) : MHD_YES;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -136,6 +215,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     reqctx *ctx = *con_cls;
     if (!ctx) return;
+    sk_response_free(&ctx->resp); /* an answer the client left before */
     free(ctx->body);
     free(ctx);
     *con_cls = NULL;
@@ -215,7 +295,12 @@ int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, c
         return -1;
     }
     h->app = app;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->idle, NULL);
+    /* Suspend and resume: orders are answered when their script's reply
+     * comes back, without a thread waiting for each (api.c, sk_api_handle_async). */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
+                         MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
     if (v6) flags |= MHD_USE_IPv6;
     h->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, h,
@@ -234,6 +319,8 @@ int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, c
         MHD_OPTION_END);
     if (!h->daemon) {
         snprintf(err, errlen, "cannot listen on %s (in use, or not an address of this host)", listen);
+        pthread_cond_destroy(&h->idle);
+        pthread_mutex_destroy(&h->mu);
         free(h);
         return -1;
     }
@@ -249,11 +336,23 @@ int sk_http_port(sk_http *h)
     return h->port;
 }
 
-/* MHD_stop_daemon waits for handlers in flight, so the strategy and the
- * database can be torn down right after. */
+/* Stop accepting; wait for the orders being decided to be answered (each
+ * within the library's timeouts) and their connections resumed, since MHD
+ * must not be stopped with one suspended; new requests on open
+ * connections meanwhile are answered synchronously. MHD_stop_daemon waits
+ * for handlers in flight, so the strategy and the database can be torn
+ * down right after. */
 void sk_http_stop(sk_http *h)
 {
     if (!h) return;
+    MHD_socket lsock = MHD_quiesce_daemon(h->daemon);
+    pthread_mutex_lock(&h->mu);
+    h->stopping = 1;
+    while (h->pending > 0) pthread_cond_wait(&h->idle, &h->mu);
+    pthread_mutex_unlock(&h->mu);
     MHD_stop_daemon(h->daemon);
+    if (lsock != MHD_INVALID_SOCKET) close(lsock);
+    pthread_cond_destroy(&h->idle);
+    pthread_mutex_destroy(&h->mu);
     free(h);
 }

@@ -70,6 +70,9 @@ typedef struct sk_app sk_app;
  * decided. `now` is Unix seconds, passed in so that all checks of one
  * request agree on the time.
  */
+/* How an order decided without waiting ends (order_create_async). */
+typedef void sk_order_done(void *arg, sk_result r, uint64_t order_id);
+
 typedef struct sk_strategy_ops {
     const char *name;
     sk_result (*voucher_create)(void *ctx, const sk_voucher *v, int64_t *id);
@@ -80,6 +83,12 @@ typedef struct sk_strategy_ops {
     /* SK_OK when every backend answers. */
     sk_result (*health)(void *ctx);
     void (*destroy)(void *ctx);
+    /* Optional (NULL: order_create only). The same decision without making
+     * the caller wait: 1 when the outcome will be passed to done(arg, ...)
+     * on another thread, possibly before this returns; 0 when it is known
+     * already, in *r and *order_id. */
+    int (*order_create_async)(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now, sk_order_done *done,
+                              void *arg, sk_result *r, uint64_t *order_id);
 } sk_strategy_ops;
 
 typedef struct sk_strategy {

@@ -32,6 +32,13 @@ typedef struct redis_strategy {
     sk_writer *writer;
     int grace_s;                /* see sk_strategy_redis_new */
     pthread_mutex_t warming;    /* one warm-up per process at a time */
+    /* Asynchronous orders that found their voucher cold, for the warm-up
+     * thread (started on first need). */
+    pthread_mutex_t wq_mu;
+    pthread_cond_t wq_cv;
+    struct async_order *wq_head, *wq_tail;
+    int wq_started, wq_stop;
+    pthread_t wq_thread;
     dlock_script *order, *warm, *pending;
     sk_lua order_acked;         /* the order script again, for --replica-acks (acked.h) */
 } redis_strategy;
@@ -109,9 +116,64 @@ static sk_result rs_voucher_get(void *ctx, int64_t id, sk_voucher *out)
     return SK_OK;
 }
 
+/* The order script's keys and arguments for one order. */
+typedef struct order_args {
+    char keys[SK_K_COUNT][SK_KEY_MAX];
+    char uid[24], ostr[24], vid[24], nows[24], want[16];
+    const char *keyv[5];
+    const char *args[5];
+} order_args;
+
+/* Spelled once, so the synchronous and the asynchronous path send the very
+ * same script call. */
+static void order_args_fill(order_args *a, const redis_strategy *s, int64_t user_id, int64_t voucher_id,
+                            int64_t now, uint64_t oid)
+{
+    sk_voucher_keys(voucher_id, a->keys);
+    snprintf(a->uid, sizeof a->uid, "%lld", (long long)user_id);
+    snprintf(a->ostr, sizeof a->ostr, "%llu", (unsigned long long)oid);
+    snprintf(a->vid, sizeof a->vid, "%lld", (long long)voucher_id);
+    snprintf(a->nows, sizeof a->nows, "%lld", (long long)now);
+    snprintf(a->want, sizeof a->want, "%d", s->redis->replicas);
+    const char *keyv[5] = {a->keys[SK_K_STOCK], a->keys[SK_K_WINDOW], a->keys[SK_K_BUYERS], a->keys[SK_K_ORDERS],
+                           a->keys[SK_K_PENDING]};
+    const char *args[5] = {a->uid, a->ostr, a->vid, a->nows, a->want};
+    memcpy(a->keyv, keyv, sizeof keyv);
+    memcpy(a->args, args, sizeof args);
+}
+
+/* The script's reply (consumed; NULL when none came) as an outcome; the
+ * codes are the script's (lua/seckill_order.lua). `acks` and `stock_key`
+ * matter with --replica-acks only. */
+static sk_result order_outcome(redis_strategy *s, redisReply *rep, long long acks, const char *stock_key,
+                               int *not_warm)
+{
+    *not_warm = 0;
+    if (!rep) return SK_UNAVAILABLE;
+    sk_result r = SK_INTERNAL;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER) {
+        switch (rep->element[0]->integer) {
+        case 0: r = s->redis->replicas > 0 && acks < s->redis->replicas ? SK_BUSY : SK_OK; break;
+        case 1: *not_warm = 1; r = SK_NO_VOUCHER; break;
+        case 2: r = SK_NOT_STARTED; break;
+        case 3: r = SK_ENDED; break;
+        case 4: r = SK_ALREADY; break;
+        case 5: r = SK_SOLD_OUT; break;
+        case 6: /* too few replicas online: nothing taken */
+            r = SK_BUSY;
+            if (stock_key) sk_acked_forget(s->redis, stock_key);
+            break;
+        default: break;
+        }
+    } else if (rep->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "seckill: order script: %s\n", rep->str);
+    }
+    freeReplyObject(rep);
+    return r;
+}
+
 /*
- * One script call decides; the codes are the script's
- * (lua/seckill_order.lua). It is never sent twice (DLOCK_REDIS_ONCE): if
+ * One script call decides. It is never sent twice (DLOCK_REDIS_ONCE): if
  * only its reply was lost (a connection broken by a failover, say), the
  * order may be in, and a resend would answer already_ordered to the buyer
  * who got it. Such a request is answered 429 busy instead, and retrying
@@ -126,43 +188,13 @@ static sk_result rs_voucher_get(void *ctx, int64_t id, sk_voucher *out)
 static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_id, int64_t now, uint64_t oid,
                            int *not_warm)
 {
-    char keys[SK_K_COUNT][SK_KEY_MAX];
-    sk_voucher_keys(voucher_id, keys);
-    char uid[24], ostr[24], vid[24], nows[24], want[16];
-    snprintf(uid, sizeof uid, "%lld", (long long)user_id);
-    snprintf(ostr, sizeof ostr, "%llu", (unsigned long long)oid);
-    snprintf(vid, sizeof vid, "%lld", (long long)voucher_id);
-    snprintf(nows, sizeof nows, "%lld", (long long)now);
-    snprintf(want, sizeof want, "%d", s->redis->replicas);
-    const char *keyv[5] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS], keys[SK_K_ORDERS],
-                           keys[SK_K_PENDING]};
-    const char *args[5] = {uid, ostr, vid, nows, want};
+    order_args a;
+    order_args_fill(&a, s, user_id, voucher_id, now, oid);
     redisReply *rep = NULL;
     long long acks = -1;
-    if (s->redis->replicas > 0) sk_acked_eval(s->redis, &s->order_acked, 5, keyv, 5, args, &rep, &acks);
-    else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, keyv, 4, args, &rep);
-    *not_warm = 0;
-    if (!rep) return SK_UNAVAILABLE;
-    sk_result r = SK_INTERNAL;
-    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER) {
-        switch (rep->element[0]->integer) {
-        case 0: r = s->redis->replicas > 0 && acks < s->redis->replicas ? SK_BUSY : SK_OK; break;
-        case 1: *not_warm = 1; r = SK_NO_VOUCHER; break;
-        case 2: r = SK_NOT_STARTED; break;
-        case 3: r = SK_ENDED; break;
-        case 4: r = SK_ALREADY; break;
-        case 5: r = SK_SOLD_OUT; break;
-        case 6: /* too few replicas online: nothing taken */
-            r = SK_BUSY;
-            sk_acked_forget(s->redis, keys[SK_K_STOCK]);
-            break;
-        default: break;
-        }
-    } else if (rep->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "seckill: order script: %s\n", rep->str);
-    }
-    freeReplyObject(rep);
-    return r;
+    if (s->redis->replicas > 0) sk_acked_eval(s->redis, &s->order_acked, 5, a.keyv, 5, a.args, &rep, &acks);
+    else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 4, a.args, &rep);
+    return order_outcome(s, rep, acks, a.keys[SK_K_STOCK], not_warm);
 }
 
 /* Redis out of reach on the order path is "busy, try again" (429), not a
@@ -195,6 +227,133 @@ static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
     if (s->writer) sk_writer_order(s->writer, voucher_id);
     *order_id = oid;
     return SK_OK;
+}
+
+/* An order decided asynchronously, from its script call to its answer. */
+typedef struct async_order {
+    redis_strategy *s;
+    int64_t user_id, voucher_id, now;
+    uint64_t oid;
+    sk_order_done *done;
+    void *arg;
+    struct async_order *next;   /* in the warm-up queue */
+} async_order;
+
+/* The end of an asynchronous order: the same outcome, writer notice and
+ * answer as rs_order_create() gives. */
+static void async_finish(async_order *o, sk_result r)
+{
+    r = busy_if_down(r);
+    if (r == SK_OK && o->s->writer) sk_writer_order(o->s->writer, o->voucher_id);
+    sk_order_done *done = o->done;
+    void *arg = o->arg;
+    uint64_t oid = o->oid;
+    free(o);
+    done(arg, r, r == SK_OK ? oid : 0);
+}
+
+/* The rare order that found its voucher cold, on the warm-up thread: warm
+ * it (database reads, a script) and run the order once more, synchronously,
+ * as rs_order_create() does. */
+static void async_warm_and_retry(async_order *o)
+{
+    sk_result r = warm_on_demand(o->s, o->voucher_id);
+    if (r == SK_OK) {
+        int not_warm;
+        r = run_order(o->s, o->user_id, o->voucher_id, o->now, o->oid, &not_warm);
+        if (not_warm) r = SK_BUSY;
+    }
+    async_finish(o, r);
+}
+
+/* Why a thread of its own: warming blocks on the database and Redis, and
+ * the library's thread that hands replies back must not wait for that. */
+static void *warmer_main(void *arg)
+{
+    redis_strategy *s = arg;
+    pthread_mutex_lock(&s->wq_mu);
+    for (;;) {
+        while (!s->wq_head && !s->wq_stop) pthread_cond_wait(&s->wq_cv, &s->wq_mu);
+        async_order *o = s->wq_head;
+        if (!o) break;
+        s->wq_head = o->next;
+        if (!s->wq_head) s->wq_tail = NULL;
+        pthread_mutex_unlock(&s->wq_mu);
+        async_warm_and_retry(o);
+        pthread_mutex_lock(&s->wq_mu);
+    }
+    pthread_mutex_unlock(&s->wq_mu);
+    return NULL;
+}
+
+/* Queue a cold voucher's order for the warm-up thread (started on first
+ * need); "busy" when no thread can be had. */
+static void warm_later(async_order *o)
+{
+    redis_strategy *s = o->s;
+    pthread_mutex_lock(&s->wq_mu);
+    if (!s->wq_started && !s->wq_stop && pthread_create(&s->wq_thread, NULL, warmer_main, s) == 0)
+        s->wq_started = 1;
+    if (!s->wq_started || s->wq_stop) {
+        pthread_mutex_unlock(&s->wq_mu);
+        async_finish(o, SK_BUSY);
+        return;
+    }
+    o->next = NULL;
+    if (s->wq_tail) s->wq_tail->next = o;
+    else s->wq_head = o;
+    s->wq_tail = o;
+    pthread_cond_signal(&s->wq_cv);
+    pthread_mutex_unlock(&s->wq_mu);
+}
+
+/* The script's answer, on a library thread. */
+static void async_answered(dlock_status st, redisReply *rep, void *arg)
+{
+    (void)st; /* the reply says it all: NULL is "no answer" */
+    async_order *o = arg;
+    int not_warm;
+    sk_result r = order_outcome(o->s, rep, -1, NULL, &not_warm);
+    if (not_warm) warm_later(o);
+    else async_finish(o, r);
+}
+
+/*
+ * rs_order_create() without waiting for Redis: the order id is taken here
+ * (it is local almost always), the script is submitted asynchronously
+ * with the same keys, arguments and DLOCK_REDIS_ONCE, and its reply is
+ * mapped on the library's thread exactly as run_order() maps it. With
+ * --replica-acks the order stays synchronous (its WAIT holds a connection
+ * of its own anyway).
+ */
+static int rs_order_create_async(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now, sk_order_done *done,
+                                 void *arg, sk_result *r, uint64_t *order_id)
+{
+    redis_strategy *s = ctx;
+    if (s->redis->replicas > 0) {
+        *r = rs_order_create(ctx, user_id, voucher_id, now, order_id);
+        return 0;
+    }
+    uint64_t oid;
+    *r = sk_orderids_next(s->ids, &oid);
+    if (*r != SK_OK) {
+        *r = busy_if_down(*r);
+        return 0;
+    }
+    async_order *o = malloc(sizeof *o);
+    if (!o) {
+        *r = SK_INTERNAL;
+        return 0;
+    }
+    *o = (async_order){s, user_id, voucher_id, now, oid, done, arg, NULL};
+    order_args a;
+    order_args_fill(&a, s, user_id, voucher_id, now, oid);
+    if (dlock_script_eval_async(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 4, a.args, async_answered, o) != DLOCK_OK) {
+        free(o);
+        *r = SK_BUSY; /* not sent: Redis out of reach, as run_order() says */
+        return 0;
+    }
+    return 1;
 }
 
 /* Vouchers whose streams may still hold orders: the writer's horizon. */
@@ -282,6 +441,16 @@ static sk_result rs_health(void *ctx)
 static void rs_destroy(void *ctx)
 {
     redis_strategy *s = ctx;
+    /* The HTTP server is stopped: every asynchronous order has been
+     * answered, so the warm-up queue is empty. */
+    pthread_mutex_lock(&s->wq_mu);
+    s->wq_stop = 1;
+    pthread_cond_signal(&s->wq_cv);
+    int started = s->wq_started;
+    pthread_mutex_unlock(&s->wq_mu);
+    if (started) pthread_join(s->wq_thread, NULL);
+    pthread_cond_destroy(&s->wq_cv);
+    pthread_mutex_destroy(&s->wq_mu);
     pthread_mutex_destroy(&s->warming);
     dlock_script_free(s->order);
     dlock_script_free(s->warm);
@@ -297,6 +466,7 @@ static const sk_strategy_ops redis_ops = {
     .order_get = rs_order_get,
     .health = rs_health,
     .destroy = rs_destroy,
+    .order_create_async = rs_order_create_async,
 };
 
 /* The scripts are loaded here (one SCRIPT LOAD each), so a server that
@@ -315,6 +485,8 @@ int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk
     s->writer = writer;
     s->grace_s = grace_s;
     pthread_mutex_init(&s->warming, NULL);
+    pthread_mutex_init(&s->wq_mu, NULL);
+    pthread_cond_init(&s->wq_cv, NULL);
     sk_lua_init(&s->order_acked, dlock_lua_seckill_order);
     if (dlock_script_new(redis->client, dlock_lua_seckill_order, &s->order) != DLOCK_OK ||
         dlock_script_new(redis->client, dlock_lua_seckill_warm, &s->warm) != DLOCK_OK ||

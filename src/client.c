@@ -35,8 +35,10 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
 
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_async_init(&c->async);
     dlock_status st = dlock_topo_new(url, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
     if (st != DLOCK_OK) {
+        dlock_async_shutdown(&c->async);
         free(c);
         return st;
     }
@@ -70,6 +72,8 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
 void dlock_client_free(dlock_client *c)
 {
     if (!c) return;
+    /* Asynchronous calls first: their callbacks may still use the client. */
+    dlock_async_shutdown(&c->async);
     dlock_watchdog_stop(c->wd);
     dlock_subscriber_stop(c->sub);
     dlock_topo_free(c->topo);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "async.h"
 #include "script.h"
 #include "topology.h"
 
@@ -26,6 +27,7 @@ struct dlock_client {
     pthread_mutex_t mu;                 /* guards the lazy start of the threads */
     struct dlock_subscriber *sub;       /* started by the first waiter */
     struct dlock_watchdog *wd;          /* started by the first renewed hold */
+    dlock_async async;                  /* asynchronous calls in flight, and the slow lane */
 };
 
 /* The subscriber and watchdog threads are started on first need, so a

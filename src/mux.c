@@ -26,6 +26,15 @@
  * is closed, and the next request makes a new one. Whether to send again is
  * the caller's decision, as with a pooled connection (conn.c).
  *
+ * Asynchronous requests (dlock_mux_submit) have no thread waiting for
+ * them. The first one starts a reader thread for the mux, which reads
+ * whenever requests are in flight and nobody else is reading (the role is
+ * the same `reading` flag, so a synchronous caller and the reader thread
+ * take turns), and runs each finished asynchronous request's completion
+ * with the mutex released. A synchronous caller that reads such a reply
+ * only queues it for the reader thread: completions never run on an
+ * application thread, nor inside the call that submitted them.
+ *
  * What must not go through here: commands that block the connection on the
  * server (WAIT, BLPOP, XREADGROUP ... BLOCK), which would hold up every
  * other thread. The library sends WAIT on a pooled connection of its own.
@@ -52,7 +61,10 @@ struct mux_req {
     int done;                /* all replies in, or failed */
     dlock_io_fail fail;      /* how it failed */
     char why[200];           /* and the message, for its own thread */
-    pthread_cond_t cv;
+    pthread_cond_t cv;       /* synchronous requests: its thread waits here */
+    dlock_mux_done *cb;      /* asynchronous requests: called when finished */
+    void *arg;
+    redisReply *one;         /* ... whose one reply lands here */
     struct mux_req *next;
 };
 
@@ -61,11 +73,22 @@ void dlock_mux_init(dlock_mux *m)
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
     dlock_cond_init(&m->gone);
+    dlock_cond_init(&m->wake);
 }
 
+/* The client waits for its asynchronous calls before it frees its pools,
+ * so the reader thread has nothing left in flight when it is told to stop. */
 void dlock_mux_destroy(dlock_mux *m)
 {
+    if (m->reader_started) {
+        pthread_mutex_lock(&m->mu);
+        m->reader_stop = 1;
+        pthread_cond_signal(&m->wake);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->reader, NULL);
+    }
     if (m->c) redisFree(m->c);
+    pthread_cond_destroy(&m->wake);
     pthread_cond_destroy(&m->gone);
     pthread_mutex_destroy(&m->mu);
 }
@@ -81,6 +104,32 @@ static void close_if_quiet(dlock_mux *m)
         m->broken = 0;
         pthread_cond_broadcast(&m->gone);
     }
+}
+
+/* A request is finished (its replies are in, or it failed): wake its
+ * thread, or queue it for the reader thread to hand back. Called with mu
+ * held, after the request left the in-flight queue. */
+static void finished(dlock_mux *m, mux_req *r)
+{
+    r->next = NULL;
+    if (!r->cb) {
+        pthread_cond_signal(&r->cv);
+        return;
+    }
+    if (m->done_tail) m->done_tail->next = r;
+    else m->done_head = r;
+    m->done_tail = r;
+    pthread_cond_signal(&m->wake);
+}
+
+/* Someone must read for the requests in flight now that the last reader
+ * is done: the oldest synchronous waiter, or the reader thread. Called
+ * with mu held. */
+static void pass_reading(dlock_mux *m)
+{
+    if (m->reading || !m->head) return;
+    if (m->head->cb) pthread_cond_signal(&m->wake);
+    else pthread_cond_signal(&m->head->cv);
 }
 
 /* The connection is useless: fail every request in flight with `msg`, and
@@ -99,8 +148,7 @@ static void fail_all(dlock_mux *m, const char *msg, int timed_out)
         r->fail.timed_out = timed_out;
         r->fail.sent = r->seq <= out;
         snprintf(r->why, sizeof r->why, "%s", msg);
-        r->next = NULL;
-        pthread_cond_signal(&r->cv);
+        finished(m, r);
     }
     m->head = m->tail = NULL;
     if (m->c && !m->broken) {
@@ -203,8 +251,7 @@ static void read_some(dlock_mux *m)
             r->done = 1;
             m->head = r->next;
             if (!m->head) m->tail = NULL;
-            r->next = NULL;
-            pthread_cond_signal(&r->cv);
+            finished(m, r);
         }
     }
 }
@@ -254,7 +301,7 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
         else pthread_cond_wait(&me.cv, &m->mu);
     }
     /* Pass the reading on: the oldest waiter may be asleep. */
-    if (!m->reading && m->head) pthread_cond_signal(&m->head->cv);
+    pass_reading(m);
     pthread_mutex_unlock(&m->mu);
     pthread_cond_destroy(&me.cv);
     if (me.done < 0) {
@@ -263,6 +310,87 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
         *why = me.fail;
         return dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], name, me.why);
     }
+    return DLOCK_OK;
+}
+
+/* Hand the finished asynchronous requests back, with mu released: a
+ * completion may submit again, or make a synchronous call. */
+static void hand_back(dlock_mux *m)
+{
+    mux_req *r = m->done_head;
+    m->done_head = m->done_tail = NULL;
+    pthread_mutex_unlock(&m->mu);
+    for (mux_req *next; r; r = next) {
+        next = r->next;
+        dlock_io_fail fail = r->fail;
+        r->cb(r->arg, r->done > 0 ? r->one : NULL, &fail, r->why);
+        free(r);
+    }
+    pthread_mutex_lock(&m->mu);
+}
+
+/* Why a thread: an asynchronous request has nobody waiting for it, so
+ * when no synchronous caller happens to be reading, somebody else must.
+ * It sleeps while nothing is in flight or another thread reads. */
+static void *reader_main(void *arg)
+{
+    dlock_mux *m = arg;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        if (m->done_head) hand_back(m);
+        else if (m->head && !m->reading && m->c && !m->broken) read_some(m);
+        else if (m->reader_stop) break;
+        else pthread_cond_wait(&m->wake, &m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+dlock_status dlock_mux_submit(dlock_mux *m, const dlock_pool *p, int argc, const char *const *argv,
+                              const size_t *lens, dlock_mux_done *done, void *arg)
+{
+    mux_req *r = calloc(1, sizeof *r);
+    if (!r) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    r->n = 1;
+    r->replies = &r->one;
+    r->cb = done;
+    r->arg = arg;
+    pthread_mutex_lock(&m->mu);
+    if (!m->reader_started) {
+        if (pthread_create(&m->reader, NULL, reader_main, m) != 0) {
+            pthread_mutex_unlock(&m->mu);
+            free(r);
+            return dlock_fail(DLOCK_ERR_SYS, "cannot start the reader thread");
+        }
+        m->reader_started = 1;
+    }
+    while (m->broken) pthread_cond_wait(&m->gone, &m->mu);
+    if (!m->c) {
+        redisContext *c;
+        dlock_status st = dlock_connect(p, &c);
+        if (st != DLOCK_OK) {
+            pthread_mutex_unlock(&m->mu);
+            free(r);
+            return st;
+        }
+        m->c = c;
+    }
+    if (redisAppendCommandArgv(m->c, argc, (const char **)argv, lens) != REDIS_OK) {
+        fail_all(m, "out of memory", 0);
+        pthread_mutex_unlock(&m->mu);
+        free(r);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    r->seq = ++m->appended;
+    r->end = sdslen(m->c->obuf);
+    if (m->tail) m->tail->next = r;
+    else m->head = r;
+    m->tail = r;
+    flush(m);
+    /* A failed send finished it already (queued for the reader thread);
+     * otherwise make sure someone reads for it. */
+    if (!m->reading) pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->mu);
     return DLOCK_OK;
 }
 

@@ -13,6 +13,11 @@ struct dlock_pool;
 struct dlock_io_fail;
 typedef struct mux_req mux_req;
 
+/* How an asynchronous request ends (dlock_mux_submit): its reply (the
+ * callee owns it), or NULL with how and why it failed. Runs on the mux's
+ * reader thread, without the mutex held. */
+typedef void dlock_mux_done(void *arg, redisReply *reply, const struct dlock_io_fail *fail, const char *why);
+
 typedef struct dlock_mux {
     pthread_mutex_t mu;
     pthread_cond_t gone;     /* a broken connection was closed */
@@ -23,6 +28,12 @@ typedef struct dlock_mux {
     uint64_t flushed;        /* requests whose bytes have all been sent */
     uint64_t sending;        /* while flushing: requests whose bytes are leaving */
     int flushing, reading;   /* a thread is sending / reading for everyone */
+    /* Asynchronous requests: a reader thread, started by the first one,
+     * reads when no caller does and hands finished requests back. */
+    pthread_cond_t wake;     /* the reader thread: something to read or hand back */
+    mux_req *done_head, *done_tail; /* finished asynchronous requests, to hand back */
+    int reader_started, reader_stop;
+    pthread_t reader;
 } dlock_mux;
 
 void dlock_mux_init(dlock_mux *m);
@@ -39,6 +50,17 @@ void dlock_mux_destroy(dlock_mux *m);
 dlock_status dlock_mux_pipeline(dlock_mux *m, const struct dlock_pool *p, int n, const int *argcs,
                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
                                 int *fresh, struct dlock_io_fail *why);
+
+/*
+ * Append one command to the shared connection and return without waiting:
+ * `done` gets its reply, or its failure, later on the mux's reader thread
+ * (started here on first use), never inside this call. DLOCK_OK means
+ * `done` will run exactly once; any other status (no connection could be
+ * made, out of memory) means the command was not appended and `done` will
+ * not run.
+ */
+dlock_status dlock_mux_submit(dlock_mux *m, const struct dlock_pool *p, int argc, const char *const *argv,
+                              const size_t *lens, dlock_mux_done *done, void *arg);
 
 /* Close the connection if nothing is in flight on it (else the next
  * failure or the server closes it): its server is no longer the one we

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async.h"
 #include "client.h"
 #include "dlock_redis.h"
 #include "util.h"
@@ -98,4 +99,14 @@ dlock_status dlock_script_eval(dlock_script *s, int flags, int nkeys, const char
     dlock_status st =
         dlock_eval_raw(s->client, s->sha, s->text, nkeys, keys, nargs, args, io_flags(flags), reply, NULL, NULL);
     return st == DLOCK_OK ? settle(*reply, "script") : st;
+}
+
+dlock_status dlock_script_eval_async(dlock_script *s, int flags, int nkeys, const char *const *keys, int nargs,
+                                     const char *const *args, dlock_redis_callback *cb, void *arg)
+{
+    if (!s || nkeys < 1 || !keys || nargs < 0 || (nargs && !args) || !cb)
+        return dlock_fail(DLOCK_ERR_INVALID, "script, keys, args or callback missing");
+    for (int i = 0; i < nkeys + nargs; i++)
+        if (!(i < nkeys ? keys[i] : args[i - nkeys])) return dlock_fail(DLOCK_ERR_INVALID, "NULL key or argument");
+    return dlock_async_eval(s->client, s->sha, s->text, io_flags(flags), nkeys, keys, nargs, args, cb, arg);
 }

@@ -18,6 +18,8 @@
  * - a stock key lost while orders wait in the stream: the re-warm
  *   subtracts them;
  * - the lock strategy across a Redis restart: no 5xx, no oversell.
+ * - order replies lost after the script was sent (Redis stopped, then
+ *   killed): 429 busy, and each buyer's retry sells exactly once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -663,6 +665,77 @@ static void test_lock_strategy_redis_restart_no_oversell(void **state)
     skt_dir_remove(&dir);
 }
 
+/* One buyer's order, on a thread of its own. */
+typedef struct lost_buyer {
+    int port;
+    const skt_dir *dir;
+    long long voucher;
+    int64_t user;
+    int status;
+    char resp[256];
+} lost_buyer;
+
+static void *lost_buy(void *arg)
+{
+    lost_buyer *b = arg;
+    b->status = order(b->port, b->dir, b->voucher, b->user, b->resp, sizeof b->resp);
+    return NULL;
+}
+
+/*
+ * Orders whose script reached Redis but whose replies never came back: the
+ * server is stopped (SIGSTOP) with the orders written to it, then killed.
+ * Each is answered 429 busy (the order script is never sent twice, so a
+ * lost reply cannot become a second sale), and after Redis comes back
+ * empty each buyer's retry takes exactly one unit: 201 once, then 409.
+ * These orders take the asynchronous path (the redis strategy without
+ * --replica-acks), whose lost replies must end as the synchronous ones do.
+ */
+static void test_reply_lost_after_send_is_busy_never_sold_twice(void **state)
+{
+    (void)state;
+    th_target_require_single(&srv); /* a restart without persistence */
+    skt_dir dir;
+    skt_serve sv;
+    long long v = two_persisted_orders(&dir, &sv, "SECKILL_WARM_GRACE_S=1", 20);
+    enum { K = 8 };
+    lost_buyer b[K];
+    pthread_t th[K];
+    kill(srv.single.pid, SIGSTOP);
+    for (int i = 0; i < K; i++) {
+        b[i] = (lost_buyer){sv.port, &dir, v, 10 + i, 0, ""};
+        assert_int_equal(pthread_create(&th[i], NULL, lost_buy, &b[i]), 0);
+    }
+    usleep(500000); /* every order written to the stopped server */
+    redis_down();   /* SIGKILL works on a stopped process */
+    for (int i = 0; i < K; i++) {
+        pthread_join(th[i], NULL);
+        if (b[i].status != 429) fprintf(stderr, "user %lld: %d %s\n", (long long)b[i].user, b[i].status, b[i].resp);
+        assert_int_equal(b[i].status, 429);
+        assert_string_equal(skt_json_str(b[i].resp, "error"), "busy");
+    }
+    redis_up();
+    char resp[1024];
+    for (int i = 0; i < K; i++) {
+        int st = 429;
+        for (int tries = 0; st == 429 && tries < 100; tries++) {
+            st = order(sv.port, &dir, v, 10 + i, resp, sizeof resp);
+            if (st == 429) usleep(100000);
+        }
+        assert_int_equal(st, 201);
+        assert_int_equal(order(sv.port, &dir, v, 10 + i, resp, sizeof resp), 409);
+    }
+    assert_int_equal(wait_sql(&dir, ORDERS_OF, v, 2 + K), 2 + K);
+    assert_int_equal(wait_pending(v, 0), 0);
+    /* One order per buyer: K distinct buyers among the voucher's orders. */
+    assert_int_equal(count_sql(&dir, "SELECT count(DISTINCT user_id) FROM orders WHERE voucher_id = %lld", v), 2 + K);
+    assert_int_equal(count_sql(&dir, "SELECT stock FROM vouchers WHERE id = %lld", v), 20 - 2 - K);
+    assert_int_equal(count_sql(&dir, "SELECT count(*) FROM rejected_orders WHERE voucher_id = %lld", v), 0);
+    assert_int_equal(verify(&dir, v, "10"), 0);
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    skt_dir_remove(&dir);
+}
+
 /* A failed assertion leaves the test's server running (and perhaps the
  * database held): stop it. */
 static int after_test(void **state)
@@ -690,6 +763,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_redis_restart_busy_until_rewarmed, after_test),
         cmocka_unit_test_teardown(test_rewarm_subtracts_orders_still_in_stream, after_test),
         cmocka_unit_test_teardown(test_lock_strategy_redis_restart_no_oversell, after_test),
+        cmocka_unit_test_teardown(test_reply_lost_after_send_is_busy_never_sold_twice, after_test),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();

@@ -1,0 +1,41 @@
+/* Asynchronous script calls (dlock_script_eval_async): the fast path on
+ * the shared connection, and the slow lane for everything unusual (see
+ * async.c). */
+#ifndef DLOCK_ASYNC_H
+#define DLOCK_ASYNC_H
+
+#include <pthread.h>
+
+#include "dlock_redis.h"
+
+#define DLOCK_SLOW_LANE_MAX 8 /* slow-lane threads, started as needed */
+
+struct dlock_client;
+typedef struct async_call async_call;
+
+typedef struct dlock_async {
+    pthread_mutex_t mu;
+    pthread_cond_t work;            /* a call for the slow lane, or stop */
+    pthread_cond_t drained;         /* inflight reached 0 */
+    async_call *head, *tail;        /* the slow lane's queue */
+    int inflight;                   /* submitted, callback not yet returned */
+    int closing;                    /* dlock_client_free began: no new calls */
+    int stop;                       /* slow-lane threads: exit */
+    int workers, idle;              /* slow-lane threads, and how many wait for work */
+    pthread_t tids[DLOCK_SLOW_LANE_MAX];
+} dlock_async;
+
+void dlock_async_init(dlock_async *a);
+
+/* Refuse new calls, wait until every call in flight has had its callback
+ * return, and stop the slow lane's threads. */
+void dlock_async_shutdown(dlock_async *a);
+
+/* EVALSHA `sha` (EVAL `body` after NOSCRIPT) with the keys and args,
+ * answered through cb; `io_flags` as for dlock_topo_pipeline(). sha and
+ * body must outlive the call. See dlock_script_eval_async(). */
+dlock_status dlock_async_eval(struct dlock_client *client, const char *sha, const char *body, int io_flags,
+                              int nkeys, const char *const *keys, int nargs, const char *const *args,
+                              dlock_redis_callback *cb, void *arg);
+
+#endif
