@@ -122,14 +122,28 @@ static void finished(dlock_mux *m, mux_req *r)
     pthread_cond_signal(&m->wake);
 }
 
+/* Wake the oldest synchronous waiter, if any, to read for everyone. */
+static void wake_sync_reader(dlock_mux *m)
+{
+    if (m->sync_waiting == 0) return;
+    for (mux_req *r = m->head; r; r = r->next)
+        if (!r->cb) {
+            pthread_cond_signal(&r->cv);
+            return;
+        }
+}
+
 /* Someone must read for the requests in flight now that the last reader
- * is done: the oldest synchronous waiter, or the reader thread. Called
- * with mu held. */
+ * is done: the reader thread, and the oldest synchronous waiter too,
+ * since the reader thread may be running completions (one of which may
+ * wait for a lock that a synchronous caller here holds, or make a
+ * synchronous call here itself); whoever comes first reads. Called with
+ * mu held. */
 static void pass_reading(dlock_mux *m)
 {
     if (m->reading || !m->head) return;
-    if (m->head->cb) pthread_cond_signal(&m->wake);
-    else pthread_cond_signal(&m->head->cv);
+    pthread_cond_signal(&m->wake);
+    wake_sync_reader(m);
 }
 
 /* The connection is useless: fail every request in flight with `msg`, and
@@ -290,6 +304,7 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
         }
     }
     dlock_cond_init(&me.cv);
+    m->sync_waiting++;
     me.seq = ++m->appended;
     me.end = sdslen(m->c->obuf);
     if (m->tail) m->tail->next = &me;
@@ -300,6 +315,7 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
         if (!m->reading && m->c && !m->broken) read_some(m);
         else pthread_cond_wait(&me.cv, &m->mu);
     }
+    m->sync_waiting--;
     /* Pass the reading on: the oldest waiter may be asleep. */
     pass_reading(m);
     pthread_mutex_unlock(&m->mu);
@@ -319,6 +335,10 @@ static void hand_back(dlock_mux *m)
 {
     mux_req *r = m->done_head;
     m->done_head = m->done_tail = NULL;
+    /* Nobody reads while the completions run: a synchronous waiter must,
+     * or one that a completion waits for (a lock its thread holds across
+     * the call) would never get its reply. */
+    if (!m->reading && m->head) wake_sync_reader(m);
     pthread_mutex_unlock(&m->mu);
     for (mux_req *next; r; r = next) {
         next = r->next;

@@ -33,6 +33,7 @@ typedef struct dlock_mux {
     pthread_cond_t wake;     /* the reader thread: something to read or hand back */
     mux_req *done_head, *done_tail; /* finished asynchronous requests, to hand back */
     int reader_started, reader_stop;
+    int sync_waiting;        /* synchronous requests in flight (they can read) */
     pthread_t reader;
 } dlock_mux;
 

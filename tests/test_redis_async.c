@@ -348,6 +348,75 @@ static void callback_submits_another_call(void **state)
     answers_free(&a);
 }
 
+/* A callback that takes a lock which another thread holds across a
+ * synchronous call to the same server: while the reader thread waits in
+ * that callback, the synchronous caller reads for itself and gets its
+ * reply (it used to wait for ever: nobody read). */
+static pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_answer_locking(dlock_status st, redisReply *reply, void *arg)
+{
+    pthread_mutex_lock(&held);
+    pthread_mutex_unlock(&held);
+    on_answer(st, reply, arg);
+}
+
+typedef struct sync_call {
+    dlock_script *s;
+    dlock_status st;
+    atomic_int done;
+} sync_call;
+
+static void *hold_lock_across_sync_call(void *arg)
+{
+    sync_call *sc = arg;
+    const char *keys[1] = {"async:{lock}"};
+    redisReply *r = NULL;
+    pthread_mutex_lock(&held);
+    sc->st = dlock_script_eval(sc->s, 0, 1, keys, 0, NULL, &r);
+    pthread_mutex_unlock(&held);
+    if (r) freeReplyObject(r);
+    atomic_store(&sc->done, 1);
+    return NULL;
+}
+
+static void callback_waits_for_a_synchronous_caller(void **state)
+{
+    (void)state;
+    th_target_flush(&server);
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(server.url, NULL, &c), DLOCK_OK);
+    dlock_script *slow; /* about 300 ms on the server */
+    assert_int_equal(dlock_script_new(c,
+                                      "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] "
+                                      "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - s > 300000 "
+                                      "return redis.call('INCR', KEYS[1])",
+                                      &slow),
+                     DLOCK_OK);
+    answers a;
+    answers_init(&a, 1);
+    call *first = malloc(sizeof *first);
+    assert_non_null(first);
+    *first = (call){&a, 0, NULL, 0};
+    const char *keys[1] = {"async:{lock}"};
+    assert_int_equal(dlock_script_eval_async(slow, 0, 1, keys, 0, NULL, on_answer_locking, first), DLOCK_OK);
+    struct timespec ts = {0, 100 * 1000000L}; /* the reader thread is reading for it now */
+    nanosleep(&ts, NULL);
+    sync_call sc = {slow, DLOCK_ERR_REDIS, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hold_lock_across_sync_call, &sc), 0);
+    for (int i = 0; i < 200 && !atomic_load(&sc.done); i++) nanosleep(&ts, NULL); /* up to 20 s */
+    assert_int_equal(atomic_load(&sc.done), 1);
+    pthread_join(t, NULL);
+    assert_int_equal(sc.st, DLOCK_OK);
+    assert_int_equal(answers_wait(&a, 1, 10000), 1);
+    assert_int_equal(a.ok, 1);
+    assert_int_equal(get_int("async:{lock}"), 2);
+    dlock_client_free(c);
+    dlock_script_free(slow);
+    answers_free(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +425,7 @@ int main(void)
         cmocka_unit_test(server_killed_with_calls_in_flight),
         cmocka_unit_test(client_freed_with_calls_in_flight),
         cmocka_unit_test(callback_submits_another_call),
+        cmocka_unit_test(callback_waits_for_a_synchronous_caller),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
