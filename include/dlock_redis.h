@@ -99,7 +99,9 @@ typedef void dlock_redis_callback(dlock_status status, redisReply *reply, void *
 
 /*
  * dlock_script_eval() without waiting: the call is appended to the shared
- * connection of the server that serves keys[0] and this returns at once;
+ * connection of the server that serves keys[0] and this returns without
+ * waiting for the reply (it may wait, up to the connect timeout, for that
+ * connection to be made);
  * cb(status, reply, arg) runs exactly once later, on a thread of the
  * library (never inside this call, never with a library lock held), so
  * many calls can be in flight from one thread. Routing, NOSCRIPT,

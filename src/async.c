@@ -117,11 +117,15 @@ static dlock_status slow(async_call *c)
     else a->head = c;
     a->tail = c;
     c->next = NULL;
-    if (a->idle == 0 && a->workers < DLOCK_SLOW_LANE_MAX &&
+    /* More calls queued than threads waiting for work: a thread signalled
+     * but not yet awake still counts as waiting, so comparing with the
+     * queue (not "nobody waits") starts one for each call it cannot take. */
+    if (++a->queued > a->idle && a->workers < DLOCK_SLOW_LANE_MAX &&
         pthread_create(&a->tids[a->workers], NULL, worker, c->client) == 0)
         a->workers++;
     if (a->workers == 0) {
         a->head = a->tail = NULL;
+        a->queued = 0;
         pthread_mutex_unlock(&a->mu);
         return dlock_fail(DLOCK_ERR_SYS, "cannot start a thread for the slow lane");
     }
@@ -163,6 +167,7 @@ static void *worker(void *arg)
         }
         async_call *c = a->head;
         if (!c) break;
+        a->queued--;
         a->head = c->next;
         if (!a->head) a->tail = NULL;
         pthread_mutex_unlock(&a->mu);

@@ -22,6 +22,7 @@ typedef struct dlock_async {
     int closing;                    /* dlock_client_free began: no new calls */
     int stop;                       /* slow-lane threads: exit */
     int workers, idle;              /* slow-lane threads, and how many wait for work */
+    int queued;                     /* calls in the slow lane's queue */
     pthread_t tids[DLOCK_SLOW_LANE_MAX];
 } dlock_async;
 
