@@ -110,8 +110,8 @@ typedef void dlock_redis_callback(dlock_status status, redisReply *reply, void *
  * may have reached the server ends with DLOCK_ERR_CONNECT and is never
  * sent again. Keys and args are copied; the script must outlive its calls.
  * A status other than DLOCK_OK means nothing was sent and cb will not run.
- * dlock_client_free() waits for every call in flight (at most about the
- * connect timeout plus twice the command timeout); do not call it from a
+ * dlock_client_free() waits for every call in flight (each ends within
+ * the client's timeouts, as a synchronous call does); do not call it from a
  * callback, and calls submitted once it has begun are refused. Callbacks
  * should be short: they run on the threads that read every caller's replies.
  */
