@@ -142,3 +142,22 @@ int th_target_flush(th_target *t)
     if (r) freeReplyObject(r);
     return ok ? 0 : -1;
 }
+
+/* The suites' shared target; one per test program. */
+static th_target *suite_target;
+
+void th_target_suite_use(th_target *t) { suite_target = t; }
+
+int th_target_suite_setup(void **state)
+{
+    (void)state;
+    return suite_target ? th_target_start(suite_target, NULL) : -1;
+}
+
+int th_target_suite_teardown(void **state)
+{
+    (void)state;
+    if (suite_target) th_target_stop(suite_target);
+    th_redis_stop_all(); /* and any server a failed test left running */
+    return 0;
+}

@@ -64,6 +64,17 @@ int th_target_resume(th_target *t, const char *key);
  * that share one target. */
 int th_target_flush(th_target *t);
 
+/* A cmocka group fixture for the usual suite, whose cases share one
+ * target: th_target_suite_setup starts `t` (the one named by
+ * th_target_run_suite), th_target_suite_teardown stops it and any server a
+ * failed case left running. Use th_target_run_suite(tests, &t) in main()
+ * instead of cmocka_run_group_tests (a macro too: it needs the array). */
+void th_target_suite_use(th_target *t);
+int th_target_suite_setup(void **state);
+int th_target_suite_teardown(void **state);
+#define th_target_run_suite(tests, t) \
+    (th_target_suite_use(t), cmocka_run_group_tests(tests, th_target_suite_setup, th_target_suite_teardown))
+
 /* Skip the calling cmocka test unless the target is a single server. */
 #define th_target_require_single(t)                                                                 \
     do {                                                                                            \

@@ -22,19 +22,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all(); /* and any server a failed test left running */
-    return 0;
-}
 
 /* A client of `url` (a server of the test's own) with fair_waiter_timeout_ms. */
 static dlock_client *client_of(const char *url, long fair_timeout)
@@ -303,5 +291,5 @@ int main(void)
         cmocka_unit_test(newcomer_cannot_jump_the_queue),
         cmocka_unit_test(fair_lock_is_reentrant_with_rising_tokens),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return th_target_run_suite(tests, &server);
 }

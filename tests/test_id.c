@@ -24,19 +24,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all(); /* and any server a failed test left running */
-    return 0;
-}
 
 static dlock_client *new_client(void)
 {
@@ -407,5 +395,5 @@ int main(void)
         cmocka_unit_test(sequence_past_32_bits_overflows_without_ids),
         cmocka_unit_test(ids_do_not_repeat_after_redis_loses_the_counter),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return th_target_run_suite(tests, &server);
 }

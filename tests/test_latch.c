@@ -20,19 +20,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all(); /* and any server a failed test left running */
-    return 0;
-}
 
 static dlock_latch *open_latch(dlock_client **c, const char *name)
 {
@@ -158,5 +146,5 @@ int main(void)
         cmocka_unit_test(latch_is_set_only_once_and_counts_down_to_zero),
         cmocka_unit_test(latch_await_times_out),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return th_target_run_suite(tests, &server);
 }

@@ -31,22 +31,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    /* SIGPIPE keeps its default action on purpose: the restart tests write
-     * to connections whose server was just killed, and the library must
-     * not let that kill the program. */
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all(); /* and any server a failed test left running */
-    return 0;
-}
 
 /* A client of `url` with the given watchdog lease (0: default); NULL when
  * it cannot be made, for use in child processes. */
@@ -1484,5 +1469,8 @@ int main(void)
         /* Last: under ASan a failure here aborts the whole program. */
         cmocka_unit_test(freeing_a_handle_right_after_release_is_safe_during_renewal),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    /* SIGPIPE keeps its default action on purpose: the restart tests write
+     * to connections whose server was just killed, and the library must
+     * not let that kill the program. */
+    return th_target_run_suite(tests, &server);
 }

@@ -22,19 +22,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all(); /* and any server a failed test left running */
-    return 0;
-}
 
 static long long get_int(const char *key)
 {
@@ -208,5 +196,5 @@ int main(void)
         cmocka_unit_test(once_never_resends_a_command_whose_reply_was_lost),
         cmocka_unit_test(dedicated_connections_reach_the_key_and_its_database),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return th_target_run_suite(tests, &server);
 }

@@ -26,19 +26,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all();
-    return 0;
-}
 
 static long long get_int(const char *key)
 {
@@ -427,5 +415,5 @@ int main(void)
         cmocka_unit_test(callback_submits_another_call),
         cmocka_unit_test(callback_waits_for_a_synchronous_caller),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return th_target_run_suite(tests, &server);
 }

@@ -24,19 +24,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all(); /* and any server a failed test left running */
-    return 0;
-}
 
 /* A client of `url` (a server of the test's own) with watchdog_lease_ms. */
 static dlock_client *client_of(const char *url, long watchdog_lease)
@@ -467,5 +455,5 @@ int main(void)
         cmocka_unit_test(force_unlock_breaks_the_write_hold_and_wakes_readers),
         cmocka_unit_test(rwlock_rejects_bad_input),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return th_target_run_suite(tests, &server);
 }

@@ -25,19 +25,7 @@
 
 static th_target server;
 
-static int setup(void **state)
-{
-    (void)state;
-    return th_target_start(&server, NULL);
-}
 
-static int teardown(void **state)
-{
-    (void)state;
-    th_target_stop(&server);
-    th_redis_stop_all(); /* and any server a failed test left running */
-    return 0;
-}
 
 static dlock_client *client_with_lease(long lease)
 {
@@ -390,5 +378,5 @@ int main(void)
         cmocka_unit_test(psem_expired_permit_is_not_revived_while_another_is_held),
         cmocka_unit_test(psem_watchdog_renews_and_reports_loss),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return th_target_run_suite(tests, &server);
 }
