@@ -270,6 +270,35 @@ static void read_some(dlock_mux *m)
     }
 }
 
+/* A connection to append to: wait until a broken one is closed, and
+ * connect when there is none. Connecting happens under the mutex: whoever
+ * else comes meanwhile needs this very connection, and would only wait
+ * for it anyway. Called and returns with mu held; *fresh (may be NULL)
+ * tells whether this call made the connection. */
+static dlock_status connected(dlock_mux *m, const dlock_pool *p, int *fresh)
+{
+    while (m->broken) pthread_cond_wait(&m->gone, &m->mu);
+    if (m->c) return DLOCK_OK;
+    redisContext *c;
+    dlock_status st = dlock_connect(p, &c);
+    if (st != DLOCK_OK) return st;
+    m->c = c;
+    if (fresh) *fresh = 1;
+    return DLOCK_OK;
+}
+
+/* Queue a request whose commands were just appended (replies come in this
+ * order) and send what is waiting. Called and returns with mu held. */
+static void enqueue(dlock_mux *m, mux_req *r)
+{
+    r->seq = ++m->appended;
+    r->end = sdslen(m->c->obuf);
+    if (m->tail) m->tail->next = r;
+    else m->head = r;
+    m->tail = r;
+    flush(m);
+}
+
 dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const int *argcs,
                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
                                 int *fresh, dlock_io_fail *why)
@@ -281,18 +310,10 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
     *fresh = 0;
     *why = (dlock_io_fail){0, 0};
     pthread_mutex_lock(&m->mu);
-    while (m->broken) pthread_cond_wait(&m->gone, &m->mu);
-    if (!m->c) {
-        /* Connect under the mutex: whoever else comes meanwhile needs this
-         * very connection, and would only wait for it anyway. */
-        redisContext *c;
-        dlock_status st = dlock_connect(p, &c);
-        if (st != DLOCK_OK) {
-            pthread_mutex_unlock(&m->mu);
-            return st;
-        }
-        m->c = c;
-        *fresh = 1;
+    dlock_status st = connected(m, p, fresh);
+    if (st != DLOCK_OK) {
+        pthread_mutex_unlock(&m->mu);
+        return st;
     }
     for (int i = 0; i < n; i++) {
         if (redisAppendCommandArgv(m->c, argcs[i], (const char **)argvs[i], lens ? lens[i] : NULL) != REDIS_OK) {
@@ -305,12 +326,7 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
     }
     dlock_cond_init(&me.cv);
     m->sync_waiting++;
-    me.seq = ++m->appended;
-    me.end = sdslen(m->c->obuf);
-    if (m->tail) m->tail->next = &me;
-    else m->head = &me;
-    m->tail = &me;
-    flush(m);
+    enqueue(m, &me);
     while (!me.done) {
         if (!m->reading && m->c && !m->broken) read_some(m);
         else pthread_cond_wait(&me.cv, &m->mu);
@@ -384,16 +400,11 @@ dlock_status dlock_mux_submit(dlock_mux *m, const dlock_pool *p, int argc, const
         }
         m->reader_started = 1;
     }
-    while (m->broken) pthread_cond_wait(&m->gone, &m->mu);
-    if (!m->c) {
-        redisContext *c;
-        dlock_status st = dlock_connect(p, &c);
-        if (st != DLOCK_OK) {
-            pthread_mutex_unlock(&m->mu);
-            free(r);
-            return st;
-        }
-        m->c = c;
+    dlock_status st = connected(m, p, NULL);
+    if (st != DLOCK_OK) {
+        pthread_mutex_unlock(&m->mu);
+        free(r);
+        return st;
     }
     if (redisAppendCommandArgv(m->c, argc, (const char **)argv, lens) != REDIS_OK) {
         fail_all(m, "out of memory", 0);
@@ -401,12 +412,7 @@ dlock_status dlock_mux_submit(dlock_mux *m, const dlock_pool *p, int argc, const
         free(r);
         return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     }
-    r->seq = ++m->appended;
-    r->end = sdslen(m->c->obuf);
-    if (m->tail) m->tail->next = r;
-    else m->head = r;
-    m->tail = r;
-    flush(m);
+    enqueue(m, r);
     /* A failed send finished it already (queued for the reader thread);
      * otherwise make sure someone reads for it. */
     if (!m->reading) pthread_cond_signal(&m->wake);
