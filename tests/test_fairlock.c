@@ -22,8 +22,6 @@
 
 static th_target server;
 
-
-
 /* A client of `url` (a server of the test's own) with fair_waiter_timeout_ms. */
 static dlock_client *client_of(const char *url, long fair_timeout)
 {

@@ -24,8 +24,6 @@
 
 static th_target server;
 
-
-
 static dlock_client *new_client(void)
 {
     dlock_client *c = NULL;

@@ -20,8 +20,6 @@
 
 static th_target server;
 
-
-
 static dlock_latch *open_latch(dlock_client **c, const char *name)
 {
     dlock_latch *l = NULL;

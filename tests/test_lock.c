@@ -31,8 +31,6 @@
 
 static th_target server;
 
-
-
 /* A client of `url` with the given watchdog lease (0: default); NULL when
  * it cannot be made, for use in child processes. */
 static dlock_client *try_client(const char *url, long watchdog_lease)

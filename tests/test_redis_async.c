@@ -26,8 +26,6 @@
 
 static th_target server;
 
-
-
 static long long get_int(const char *key)
 {
     redisReply *r = th_target_cmd(&server, key, "GET %s", key);

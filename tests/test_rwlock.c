@@ -24,8 +24,6 @@
 
 static th_target server;
 
-
-
 /* A client of `url` (a server of the test's own) with watchdog_lease_ms. */
 static dlock_client *client_of(const char *url, long watchdog_lease)
 {

@@ -25,8 +25,6 @@
 
 static th_target server;
 
-
-
 static dlock_client *client_with_lease(long lease)
 {
     dlock_options o = {0};
