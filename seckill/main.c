@@ -78,7 +78,8 @@ void sk_usage(FILE *f)
 
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
- * SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS; see seckill(1)). */
+ * SECKILL_WRITER_LINGER_MS, SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS;
+ * see seckill(1)). */
 static long env_long(const char *name, long dflt)
 {
     const char *v = getenv(name);
@@ -229,12 +230,14 @@ static int serve(int argc, char **argv)
         if (sk_redis_init(&s.redis, s.client, redis_url, o.replica_acks,
                           (int)env_long("SECKILL_REPLICA_TIMEOUT_MS", 100), err, sizeof err) != 0)
             goto fail;
+        long linger = env_long("SECKILL_WRITER_LINGER_MS", 20);
         sk_writer_config wc = {
             .db = s.db,
             .redis = &s.redis,
             .consumer = getenv("SECKILL_CONSUMER"),
             .claim_idle_ms = env_long("SECKILL_CLAIM_IDLE_MS", 30000),
             .max_deliveries = (int)env_long("SECKILL_MAX_DELIVERIES", 5),
+            .linger_ms = linger == 0 ? -1 : (int)(linger > 1000 ? 1000 : linger),
         };
         s.writer = sk_writer_start(&wc);
         if (!s.writer) {

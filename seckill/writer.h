@@ -18,6 +18,13 @@
  * (sk_writer_order) at once, all of them every block_ms (orders taken by
  * other instances, whose own writers normally read them first).
  *
+ * Why it lingers: a read returns as soon as one entry is there, so under a
+ * steady stream of orders every read would bring a few and each would cost
+ * a commit (an fdatasync) and an acknowledgement of its own. After a read
+ * that was not a full batch the writer waits linger_ms before reading
+ * again, so that the next one is fuller; an order's 201 does not wait for
+ * it, only the moment GET /api/orders says "created" instead of "pending".
+ *
  * With replica acks (sk_redis.replicas), a batch is committed only once
  * that many replicas have it (acked.h), so the database never holds an
  * order a failover can take out of Redis.
@@ -40,6 +47,8 @@ typedef struct sk_writer_config {
     int max_deliveries;      /* 0: 5 */
     int batch;               /* 0: 256 entries per read and per transaction */
     int block_ms;            /* 0: 200, the longest a read waits for new orders */
+    int linger_ms;           /* 0: 20; < 0: none. After a read that was not a
+                                full batch, wait this long before the next */
 } sk_writer_config;
 
 /* Load its script and start the thread. NULL on failure (Redis refused
