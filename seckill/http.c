@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +25,18 @@ struct sk_http {
     struct MHD_Daemon *daemon;
     sk_app *app;
     int port;
-    /* Requests answered later (suspended, see on_request): guarded by mu. */
+    /* Requests answered later (suspended, see on_request). Atomics, not a
+     * mutex: every order passes here twice, from different threads, and
+     * one mutex for all of them was the service's most contended lock. mu
+     * and idle only let sk_http_stop sleep until pending drops to 0. */
+    atomic_int pending;     /* handed to api.c, answer not yet sent */
+    atomic_int stopping;    /* sk_http_stop began: answer every request now */
     pthread_mutex_t mu;
-    pthread_cond_t idle;    /* pending reached 0 while stopping */
-    int pending;            /* handed to api.c, answer not yet handed back */
-    int stopping;           /* sk_http_stop began: answer every request now */
+    pthread_cond_t idle;
 };
+
+/* Where an answer given later stands (reqctx.state). */
+enum { ANSWER_AWAITED, ANSWER_SUSPENDED, ANSWER_READY };
 
 /* Per-request state, from the first callback to the completion notice. */
 typedef struct reqctx {
@@ -38,12 +45,12 @@ typedef struct reqctx {
     size_t len;
     int too_large;
     int answered;
-    /* An answer that comes later (under h->mu until it is ready). */
+    /* An answer that comes later. */
     sk_http *h;
     struct MHD_Connection *conn;
     int async;              /* api.c will answer through on_answer */
-    int suspended;          /* ... and the connection waits for it */
-    int ready;              /* ... and resp holds it */
+    int counted;            /* in h->pending until MHD completes it */
+    atomic_int state;       /* ANSWER_*: READY once resp holds it */
     sk_response resp;
 } reqctx;
 
@@ -87,29 +94,31 @@ static enum MHD_Result answer(struct MHD_Connection *conn, reqctx *ctx, sk_respo
     return ret;
 }
 
+/* One answer fewer to wait for; the last one wakes sk_http_stop. Why this
+ * is enough (Dekker's pattern, all seq_cst): a request adds itself to
+ * `pending` before it looks at `stopping`, and sk_http_stop sets
+ * `stopping` before it looks at `pending`, so either the request sees the
+ * stop and answers at once, or the stop sees the request and waits. */
+static void answer_done(sk_http *h)
+{
+    if (atomic_fetch_sub(&h->pending, 1) == 1 && atomic_load(&h->stopping)) {
+        pthread_mutex_lock(&h->mu);
+        pthread_cond_broadcast(&h->idle);
+        pthread_mutex_unlock(&h->mu);
+    }
+}
+
 /* api.c's answer to a request it took asynchronously, on a library or
  * strategy thread: keep it, and resume the connection if it waits, so MHD
- * calls on_request again on its own thread to send it. The connection is
- * resumed outside the mutex (MHD takes its own), and counted done only
- * after that, so that sk_http_stop() never stops MHD with a connection
- * still suspended. */
+ * calls on_request again on its own thread to send it. Once the state says
+ * READY, ctx belongs to MHD's thread (it may answer and free it at once),
+ * unless the connection was suspended: then it stays until resumed. */
 static void on_answer(void *arg, sk_response *resp)
 {
     reqctx *ctx = arg;
-    sk_http *h = ctx->h;
     struct MHD_Connection *conn = ctx->conn;
-    pthread_mutex_lock(&h->mu);
     ctx->resp = *resp;
-    ctx->ready = 1;
-    int resume = ctx->suspended;
-    pthread_mutex_unlock(&h->mu);
-    /* ctx may be gone from here on when not suspended (answered and
-     * completed by MHD's thread); a suspended connection stays until
-     * resumed. */
-    if (resume) MHD_resume_connection(conn);
-    pthread_mutex_lock(&h->mu);
-    if (--h->pending == 0 && h->stopping) pthread_cond_broadcast(&h->idle);
-    pthread_mutex_unlock(&h->mu);
+    if (atomic_exchange(&ctx->state, ANSWER_READY) == ANSWER_SUSPENDED) MHD_resume_connection(conn);
 }
 
 /*
@@ -127,6 +136,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!ctx) {
         ctx = calloc(1, sizeof *ctx);
         if (!ctx) return MHD_NO;
+        atomic_init(&ctx->state, ANSWER_AWAITED);
         ctx->start_ns = sk_mono_ns();
         *con_cls = ctx;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -162,10 +172,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (ctx->async) {
         /* Resumed: the answer came in meanwhile. */
-        pthread_mutex_lock(&h->mu);
-        int ready = ctx->ready;
-        pthread_mutex_unlock(&h->mu);
-        if (!ready) return MHD_YES; /* cannot happen: resumed only once ready */
+        if (atomic_load(&ctx->state) != ANSWER_READY) return MHD_YES; /* cannot happen: resumed once ready */
         return answer(conn, ctx, &ctx->resp);
     }
     sk_request req = {
@@ -179,42 +186,42 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     sk_response resp;
     ctx->h = h;
     ctx->conn = conn;
-    pthread_mutex_lock(&h->mu);
-    int may_wait = !h->stopping;
-    if (may_wait) h->pending++;
-    pthread_mutex_unlock(&h->mu);
-    if (!may_wait) {
+    /* Counted until on_completed, i.e. until its answer is sent (or the
+     * client is gone): sk_http_stop() must neither stop MHD with the
+     * connection suspended nor close it with the answer still unsent. */
+    atomic_fetch_add(&h->pending, 1);
+    if (atomic_load(&h->stopping)) {
+        answer_done(h);
         sk_api_handle(h->app, &req, &resp);
         return answer(conn, ctx, &resp);
     }
     if (!sk_api_handle_async(h->app, &req, &resp, on_answer, ctx)) {
-        pthread_mutex_lock(&h->mu);
-        h->pending--;
-        pthread_mutex_unlock(&h->mu);
+        answer_done(h);
         return answer(conn, ctx, &resp);
     }
+    ctx->counted = 1;
     /* The answer comes on another thread; until then this connection
      * leaves the event loop, and this thread serves others. It may have
-     * come already, before the connection could be suspended. */
-    pthread_mutex_lock(&h->mu);
+     * come already, before or while the connection is being suspended:
+     * whoever moves the state second (to SUSPENDED here, to READY in
+     * on_answer) sees the other's move, and an answer that won the race
+     * finds the connection not yet suspended, so it is resumed here. */
     ctx->async = 1;
-    int ready = ctx->ready;
-    if (!ready) {
-        MHD_suspend_connection(conn);
-        ctx->suspended = 1;
-    }
-    pthread_mutex_unlock(&h->mu);
-    return ready ? answer(conn, ctx, &ctx->resp) : MHD_YES;
+    if (atomic_load(&ctx->state) == ANSWER_READY) return answer(conn, ctx, &ctx->resp);
+    MHD_suspend_connection(conn);
+    int awaited = ANSWER_AWAITED;
+    if (!atomic_compare_exchange_strong(&ctx->state, &awaited, ANSWER_SUSPENDED)) MHD_resume_connection(conn);
+    return MHD_YES;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
     (void)conn;
     (void)toe;
     reqctx *ctx = *con_cls;
     if (!ctx) return;
+    if (ctx->counted) answer_done(cls);
     sk_response_free(&ctx->resp); /* an answer the client left before */
     free(ctx->body);
     free(ctx);
@@ -295,6 +302,8 @@ int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, c
         return -1;
     }
     h->app = app;
+    atomic_init(&h->pending, 0);
+    atomic_init(&h->stopping, 0);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->idle, NULL);
     /* Suspend and resume: orders are answered when their script's reply
@@ -308,7 +317,7 @@ int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, c
         MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(threads > 0 ? threads : 1),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
         /* Our requests are a few hundred bytes (a token is at most 128)
@@ -336,19 +345,20 @@ int sk_http_port(sk_http *h)
     return h->port;
 }
 
-/* Stop accepting; wait for the orders being decided to be answered (each
- * within the library's timeouts) and their connections resumed, since MHD
- * must not be stopped with one suspended; new requests on open
- * connections meanwhile are answered synchronously. MHD_stop_daemon waits
+/* Stop accepting; wait until the orders being decided are answered (each
+ * within the library's timeouts) and their answers sent: MHD must not be
+ * stopped with a connection suspended, and stopping closes connections
+ * whatever they still had to send. New requests on open connections
+ * meanwhile are answered synchronously. MHD_stop_daemon waits
  * for handlers in flight, so the strategy and the database can be torn
  * down right after. */
 void sk_http_stop(sk_http *h)
 {
     if (!h) return;
     MHD_socket lsock = MHD_quiesce_daemon(h->daemon);
+    atomic_store(&h->stopping, 1);
     pthread_mutex_lock(&h->mu);
-    h->stopping = 1;
-    while (h->pending > 0) pthread_cond_wait(&h->idle, &h->mu);
+    while (atomic_load(&h->pending) > 0) pthread_cond_wait(&h->idle, &h->mu);
     pthread_mutex_unlock(&h->mu);
     MHD_stop_daemon(h->daemon);
     if (lsock != MHD_INVALID_SOCKET) close(lsock);
