@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,24 +18,87 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include "skutil.h"
 
 #define MAC_LEN 32
+
+/*
+ * Why a context per thread: HMAC() fetches the algorithm from the provider
+ * store and builds a new context on every call, and in OpenSSL 3 that was
+ * most of the token check's cost (locks and allocations on every request).
+ * Each thread keeps one context keyed with the secret and re-initialises
+ * it per MAC (EVP_MAC_init without a key keeps the key). A copy of the
+ * secret tells when a caller passes another one (tests do); the copy is
+ * cleansed when dropped.
+ */
+typedef struct mac_cache {
+    EVP_MAC_CTX *ctx;
+    unsigned char *secret;
+    size_t len;
+} mac_cache;
+
+static pthread_once_t mac_once = PTHREAD_ONCE_INIT;
+static pthread_key_t mac_key;
+static EVP_MAC *hmac;
+
+static void mac_cache_free(void *p)
+{
+    mac_cache *c = p;
+    if (!c) return;
+    EVP_MAC_CTX_free(c->ctx);
+    if (c->secret) OPENSSL_clear_free(c->secret, c->len);
+    free(c);
+}
+
+static void mac_init_once(void)
+{
+    hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (pthread_key_create(&mac_key, mac_cache_free) != 0) {
+        EVP_MAC_free(hmac);
+        hmac = NULL;
+    }
+}
+
+/* This thread's context, keyed with `secret`; NULL on failure. */
+static EVP_MAC_CTX *mac_context(const unsigned char *secret, size_t secret_len)
+{
+    pthread_once(&mac_once, mac_init_once);
+    if (!hmac) return NULL;
+    mac_cache *c = pthread_getspecific(mac_key);
+    if (c && c->len == secret_len && memcmp(c->secret, secret, secret_len) == 0)
+        return EVP_MAC_init(c->ctx, NULL, 0, NULL) ? c->ctx : NULL;
+    mac_cache_free(c);
+    pthread_setspecific(mac_key, NULL);
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                           OSSL_PARAM_construct_end()};
+    if (!(c->ctx = EVP_MAC_CTX_new(hmac)) || !(c->secret = OPENSSL_memdup(secret, secret_len)) ||
+        !EVP_MAC_init(c->ctx, secret, secret_len, params)) {
+        mac_cache_free(c);
+        return NULL;
+    }
+    c->len = secret_len;
+    pthread_setspecific(mac_key, c);
+    return c->ctx;
+}
 
 /* The versioned prefix keeps these MACs from ever matching a MAC the same
  * secret might produce for another purpose or a future token format. */
 static int compute_mac(const unsigned char *secret, size_t secret_len, const char *claims,
                        size_t claims_len, unsigned char mac[MAC_LEN])
 {
-    char msg[96];
-    int n = snprintf(msg, sizeof msg, "seckill-v1:%.*s", (int)claims_len, claims);
-    if (n < 0 || (size_t)n >= sizeof msg) return -1;
-    unsigned int len = 0;
-    if (!HMAC(EVP_sha256(), secret, (int)secret_len, (const unsigned char *)msg, (size_t)n, mac, &len) ||
+    static const char prefix[] = "seckill-v1:";
+    EVP_MAC_CTX *ctx = mac_context(secret, secret_len);
+    size_t len = 0;
+    if (!ctx || !EVP_MAC_update(ctx, (const unsigned char *)prefix, sizeof prefix - 1) ||
+        !EVP_MAC_update(ctx, (const unsigned char *)claims, claims_len) || !EVP_MAC_final(ctx, mac, &len, MAC_LEN) ||
         len != MAC_LEN)
         return -1;
     return 0;

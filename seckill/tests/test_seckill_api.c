@@ -110,6 +110,15 @@ static void test_tokens(void **state)
     unsigned char other[] = "another-secret-0123456789";
     assert_int_equal(sk_token_make(other, sizeof other - 1, 5, now_s() + 100, forged, sizeof forged), 0);
     expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    /* In one thread, alternating secrets (each thread keeps a keyed MAC
+     * context): every check uses the secret it is given. */
+    int64_t uid = -1;
+    assert_int_equal(sk_token_verify(other, sizeof other - 1, forged, strlen(forged), now_s(), &uid), 0);
+    assert_int_equal(uid, 5);
+    assert_int_equal(sk_token_verify(dir.secret, dir.secret_len, forged, strlen(forged), now_s(), &uid), -1);
+    assert_int_equal(sk_token_verify(dir.secret, dir.secret_len, tok, strlen(tok), now_s(), &uid), 0);
+    assert_int_equal(sk_token_verify(other, sizeof other - 1, tok, strlen(tok), now_s(), &uid), -1);
+    assert_int_equal(sk_token_verify(other, sizeof other - 2, forged, strlen(forged), now_s(), &uid), -1);
     /* Malformed. */
     static const char *const bad[] = {
         "", "abc", "5", "5.", "5.99999999999", "5.9999999999.", ".9999999999.00", "-5.9999999999.00",
