@@ -4,7 +4,8 @@
  * from several threads are each answered exactly once and agree with the
  * server; NOSCRIPT after SCRIPT FLUSH and error replies; a server killed
  * with calls in flight (DLOCK_REDIS_ONCE: failure, never run twice); a
- * client freed with calls in flight; a callback that submits again.
+ * client freed with calls in flight; a callback that submits again; a
+ * master killed and replaced under a stream of calls.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -403,6 +404,124 @@ static void callback_waits_for_a_synchronous_caller(void **state)
     answers_free(&a);
 }
 
+/* A stream of calls while the master they go to is killed and replaced. */
+typedef struct stream_of_calls {
+    dlock_script *s;
+    answers *a;
+    int max;
+    long long *sent_ms;        /* per call: when it was submitted */
+    atomic_int submitted;
+    atomic_int stop;
+} stream_of_calls;
+
+static pthread_mutex_t threads_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t callback_threads[64];
+static int ncallback_threads;
+
+/* on_answer, noting which library thread ran it. */
+static void on_answer_noting_thread(dlock_status st, redisReply *reply, void *arg)
+{
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&threads_mu);
+    int known = 0;
+    for (int i = 0; i < ncallback_threads && !known; i++) known = pthread_equal(callback_threads[i], self);
+    if (!known && ncallback_threads < 64) callback_threads[ncallback_threads++] = self;
+    pthread_mutex_unlock(&threads_mu);
+    on_answer(st, reply, arg);
+}
+
+/* One call every 5 ms on one key, alternately with and without ONCE,
+ * until told to stop. */
+static void *submit_stream(void *arg)
+{
+    stream_of_calls *sc = arg;
+    struct timespec gap = {0, 5 * 1000000L};
+    for (int i = 0; i < sc->max && !atomic_load(&sc->stop); i++) {
+        call *c = malloc(sizeof *c);
+        assert_non_null(c);
+        *c = (call){sc->a, i, NULL, 0};
+        sc->sent_ms[i] = th_now_ms();
+        const char *keys[1] = {"async:{failover}"};
+        assert_int_equal(dlock_script_eval_async(sc->s, i % 2 ? DLOCK_REDIS_ONCE : 0, 1, keys, 0, NULL,
+                                                 on_answer_noting_thread, c),
+                         DLOCK_OK);
+        atomic_store(&sc->submitted, i + 1);
+        nanosleep(&gap, NULL);
+    }
+    return NULL;
+}
+
+/*
+ * The master of the calls' key is killed while calls keep coming, through
+ * the failover and for two seconds after it. Every call is answered
+ * exactly once, and within the client's timeouts; during the outage a call
+ * either succeeds or fails with DLOCK_ERR_CONNECT, as a synchronous call
+ * does (the library does not hold calls until a successor is named:
+ * seckill answers those "busy"); from a second after the successor is in
+ * place, every call succeeds. The slow lane stays within its bound: the
+ * callbacks ran on at most DLOCK_SLOW_LANE_MAX (8) lane threads plus one
+ * reader per server.
+ */
+static void failover_with_calls_in_flight(void **state)
+{
+    (void)state;
+    if (server.kind == TH_TARGET_SINGLE) {
+        print_message("skipped on single: a failover needs a Sentinel setup or a Cluster\n");
+        skip();
+    }
+    th_target_flush(&server);
+    dlock_client *c;
+    dlock_script *s = incr_script(server.url, &c);
+    enum { MAX = 4000 };
+    answers a;
+    answers_init(&a, MAX);
+    long long *sent_ms = calloc(MAX, sizeof *sent_ms);
+    assert_non_null(sent_ms);
+    stream_of_calls sc = {s, &a, MAX, sent_ms, 0, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, submit_stream, &sc), 0);
+    struct timespec ts = {0, 10 * 1000000L};
+    while (atomic_load(&sc.submitted) < 100) nanosleep(&ts, NULL);
+    int victim = th_target_master_port(&server, "async:{failover}");
+    assert_true(victim > 0);
+    assert_int_equal(th_node_kill(&server.topo, victim), 0);
+    long long kill_ms = th_now_ms();
+    int heir = server.kind == TH_TARGET_CLUSTER ? th_cluster_wait_failover(&server.topo, victim, 30000)
+                                                : th_sentinel_wait_failover(&server.topo, victim, 30000);
+    long long heir_ms = th_now_ms();
+    assert_true(heir > 0);
+    struct timespec after = {2, 0};
+    nanosleep(&after, NULL);
+    atomic_store(&sc.stop, 1);
+    pthread_join(t, NULL);
+    int n = atomic_load(&sc.submitted);
+    assert_true(n < MAX);
+    /* The longest a call may take: connect timeout + 2 x command timeout. */
+    assert_int_equal(answers_wait(&a, n, 2000 + 2 * 5000 + 2000), n);
+    int late = 0, late_ok = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(atomic_load(&a.times[i]), 1);
+        if (sent_ms[i] >= heir_ms + 1000) {
+            late++;
+            late_ok += a.values[i] > 0;
+        }
+    }
+    print_message("%d calls, master killed after 100, successor in %lld ms: %d succeeded, %d failed to "
+                  "connect; %d of %d sent a second after it succeeded; callbacks on %d threads\n",
+                  n, heir_ms - kill_ms, a.ok, a.connect, late_ok, late, ncallback_threads);
+    assert_int_equal(a.ok + a.connect, n);
+    assert_true(late >= 100);
+    assert_int_equal(late_ok, late);
+    int nodes = 0;
+    for (int i = 0; i < server.topo.n; i++) nodes += server.topo.node[i].role != TH_SENTINEL;
+    assert_true(ncallback_threads <= 8 + nodes);
+    assert_int_equal(th_node_restart(&server.topo, victim), 0);
+    free(sent_ms);
+    answers_free(&a);
+    dlock_script_free(s);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +531,7 @@ int main(void)
         cmocka_unit_test(client_freed_with_calls_in_flight),
         cmocka_unit_test(callback_submits_another_call),
         cmocka_unit_test(callback_waits_for_a_synchronous_caller),
+        cmocka_unit_test(failover_with_calls_in_flight), /* last: it replaces a node */
     };
     return th_target_run_suite(tests, &server);
 }
