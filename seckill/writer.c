@@ -77,7 +77,6 @@ struct sk_writer {
     size_t nstreams;
     int stop_before, stop_after; /* test hooks, see sk_writer_start */
     int64_t last_refresh, last_claim, last_lag, last_sweep;
-    size_t last_read;            /* entries the last read of new orders brought */
     /* A batch's working arrays, `cap` long, allocated once by the thread:
      * large allocations per batch made malloc consolidate its free lists
      * every time (7 % of the writer's CPU). */
@@ -492,8 +491,8 @@ static int persist_read(sk_writer *w, entry *e, size_t n)
 /* One server or Sentinel: new entries from every stream in one blocking
  * read, on a connection of its own while it blocks. Never resent: a lost
  * reply delivered entries to us that only a re-read of our pending lists
- * finds. */
-static int read_all(sk_writer *w, entry *e)
+ * finds. *got: how many entries it brought. */
+static int read_all(sk_writer *w, entry *e, size_t *got)
 {
     size_t idx[STREAMS_MAX], k = 0;
     for (size_t i = 0; i < w->nstreams; i++)
@@ -524,7 +523,7 @@ static int read_all(sk_writer *w, entry *e)
     if (!reply_ok(w, NULL, st, r, "XREADGROUP")) return -1;
     size_t n = 0;
     collect_streams(w, r, e, (size_t)w->cfg.batch * k, &n);
-    w->last_read = n;
+    *got = n;
     int rc = persist_read(w, e, n);
     freeReplyObject(r);
     return rc;
@@ -580,8 +579,8 @@ static void wait_for_orders(sk_writer *w, long ms)
 /* Redis Cluster: no command may span slots, so each hot stream is read on
  * its own, without blocking (COUNT bounds each read); all of them every
  * block_ms, for orders other instances took. With nothing read, wait for
- * the next order this process takes. */
-static int read_each(sk_writer *w, entry *e)
+ * the next order this process takes. *got: how many entries it brought. */
+static int read_each(sk_writer *w, entry *e, size_t *got)
 {
     int64_t now = sk_mono_ns();
     if (now - w->last_sweep >= (int64_t)w->cfg.block_ms * 1000000LL) {
@@ -610,7 +609,7 @@ static int read_each(sk_writer *w, entry *e)
         reps[nrep++] = r;
         s->hot = n > before; /* read it again until it has nothing new */
     }
-    w->last_read = n;
+    *got = n;
     if (n && persist_read(w, e, n) != 0) rc = -1;
     for (size_t i = 0; i < nrep; i++) freeReplyObject(reps[i]);
     if (n == 0 && rc == 0) {
@@ -690,10 +689,10 @@ static void *run(void *arg)
             update_lag(w);
             w->last_lag = now;
         }
-        w->last_read = 0;
-        if ((w->cfg.redis->cluster ? read_each(w, e) : read_all(w, e)) != 0) failed = 1;
+        size_t got = 0;
+        if ((w->cfg.redis->cluster ? read_each(w, e, &got) : read_all(w, e, &got)) != 0) failed = 1;
         if (failed) sk_sleep_ms(100);
-        else if (w->cfg.linger_ms > 0 && w->last_read > 0 && w->last_read < (size_t)w->cfg.batch)
+        else if (w->cfg.linger_ms > 0 && got > 0 && got < (size_t)w->cfg.batch)
             linger(w, w->cfg.linger_ms);
     }
     sk_acked_close();
