@@ -684,6 +684,27 @@ static void *lost_buy(void *arg)
     return NULL;
 }
 
+/* k buyers, users first.., each ordering on a thread of its own. */
+static void buyers_start(lost_buyer *b, pthread_t *th, int k, int port, const skt_dir *dir, long long voucher,
+                         int64_t first)
+{
+    for (int i = 0; i < k; i++) {
+        b[i] = (lost_buyer){port, dir, voucher, first + i, 0, ""};
+        assert_int_equal(pthread_create(&th[i], NULL, lost_buy, &b[i]), 0);
+    }
+}
+
+/* Wait for the k buyers; each must have been answered `status`. */
+static void buyers_expect(lost_buyer *b, pthread_t *th, int k, int status)
+{
+    for (int i = 0; i < k; i++) {
+        pthread_join(th[i], NULL);
+        if (b[i].status != status)
+            fprintf(stderr, "user %lld: %d %s\n", (long long)b[i].user, b[i].status, b[i].resp);
+        assert_int_equal(b[i].status, status);
+    }
+}
+
 /*
  * Orders whose script reached Redis but whose replies never came back: the
  * server is stopped (SIGSTOP) with the orders written to it, then killed.
@@ -704,18 +725,11 @@ static void test_reply_lost_after_send_is_busy_never_sold_twice(void **state)
     lost_buyer b[K];
     pthread_t th[K];
     kill(srv.single.pid, SIGSTOP);
-    for (int i = 0; i < K; i++) {
-        b[i] = (lost_buyer){sv.port, &dir, v, 10 + i, 0, ""};
-        assert_int_equal(pthread_create(&th[i], NULL, lost_buy, &b[i]), 0);
-    }
+    buyers_start(b, th, K, sv.port, &dir, v, 10);
     usleep(500000); /* every order written to the stopped server */
     redis_down();   /* SIGKILL works on a stopped process */
-    for (int i = 0; i < K; i++) {
-        pthread_join(th[i], NULL);
-        if (b[i].status != 429) fprintf(stderr, "user %lld: %d %s\n", (long long)b[i].user, b[i].status, b[i].resp);
-        assert_int_equal(b[i].status, 429);
-        assert_string_equal(skt_json_str(b[i].resp, "error"), "busy");
-    }
+    buyers_expect(b, th, K, 429);
+    for (int i = 0; i < K; i++) assert_string_equal(skt_json_str(b[i].resp, "error"), "busy");
     redis_up();
     char resp[1024];
     for (int i = 0; i < K; i++) {
@@ -759,20 +773,13 @@ static void test_stop_answers_orders_in_flight(void **state)
     lost_buyer b[K];
     pthread_t th[K];
     assert_int_equal(th_target_pause(&srv, key), 0);
-    for (int i = 0; i < K; i++) {
-        b[i] = (lost_buyer){sv.port, &dir, v, 10 + i, 0, ""};
-        assert_int_equal(pthread_create(&th[i], NULL, lost_buy, &b[i]), 0);
-    }
+    buyers_start(b, th, K, sv.port, &dir, v, 10);
     usleep(300000); /* every order sent to the paused master */
     kill(sv.pid, SIGTERM);
     usleep(300000); /* the stop has begun, and waits */
     assert_true(skt_serve_wait(&sv, 0) < 0);
     assert_int_equal(th_target_resume(&srv, key), 0);
-    for (int i = 0; i < K; i++) {
-        pthread_join(th[i], NULL);
-        if (b[i].status != 201) fprintf(stderr, "user %lld: %d %s\n", (long long)b[i].user, b[i].status, b[i].resp);
-        assert_int_equal(b[i].status, 201);
-    }
+    buyers_expect(b, th, K, 201);
     int rc = skt_serve_wait(&sv, 15000);
     if (rc != 0) skt_serve_dump(&sv);
     assert_int_equal(rc, 0);
