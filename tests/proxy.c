@@ -31,6 +31,7 @@ struct th_proxy {
     pthread_mutex_t mu; /* guards match, armed, lost, stop */
     char match[256], delay_match[256];
     int armed, lost, stop;
+    int partitioned; /* forward nothing, close nothing (a cut network) */
     long delay_ms; /* > 0: a delay is armed */
     pair pairs[MAX_PAIRS]; /* the proxy thread's own, as is buf */
     int n;
@@ -153,16 +154,32 @@ static void *proxy_main(void *arg)
         fds[0] = (struct pollfd){px->wake[0], POLLIN, 0};
         fds[1] = (struct pollfd){px->lfd, POLLIN, 0};
         int n = px->n;
+        pthread_mutex_lock(&px->mu);
+        int cut = px->partitioned;
+        pthread_mutex_unlock(&px->mu);
         for (int i = 0; i < n; i++) {
-            /* A connection with a request held back sends nothing more. */
-            fds[2 + 2 * i] = (struct pollfd){px->pairs[i].cfd, px->pairs[i].held ? 0 : POLLIN, 0};
-            fds[3 + 2 * i] = (struct pollfd){px->pairs[i].ufd, POLLIN, 0};
+            /* A connection with a request held back sends nothing more.
+             * Across a partition nothing is read: bytes wait in the
+             * kernel's buffers, as they would in TCP's retransmissions,
+             * and arrive when it heals. */
+            fds[2 + 2 * i] = (struct pollfd){cut ? -1 : px->pairs[i].cfd, px->pairs[i].held ? 0 : POLLIN, 0};
+            fds[3 + 2 * i] = (struct pollfd){cut ? -1 : px->pairs[i].ufd, POLLIN, 0};
         }
-        if (poll(fds, (nfds_t)(2 + 2 * n), timeout) < 0 && errno != EINTR) break;
+        if (poll(fds, (nfds_t)(2 + 2 * n), cut ? -1 : timeout) < 0 && errno != EINTR) break;
+        if (fds[0].revents & POLLIN) {
+            char drain[64];
+            if (read(px->wake[0], drain, sizeof drain) < 0) { /* nothing to drain */ }
+        }
         pthread_mutex_lock(&px->mu);
         int stop = px->stop;
         pthread_mutex_unlock(&px->mu);
         if (stop) break;
+        if (cut) {
+            /* Connections still complete (the kernel's backlog), but
+             * nothing passes them until the partition heals. */
+            if (fds[1].revents & POLLIN) accept_one(px);
+            continue;
+        }
         for (int i = 0; i < n; i++) {
             pair *p = &px->pairs[i];
             for (int side = 0; side < 2 && p->cfd >= 0; side++) {
@@ -234,6 +251,14 @@ void th_proxy_delay_next(th_proxy *px, const char *match, long ms)
     snprintf(px->delay_match, sizeof px->delay_match, "%s", match);
     px->delay_ms = ms;
     pthread_mutex_unlock(&px->mu);
+}
+
+void th_proxy_partition(th_proxy *px, int on)
+{
+    pthread_mutex_lock(&px->mu);
+    px->partitioned = on;
+    pthread_mutex_unlock(&px->mu);
+    if (write(px->wake[1], "p", 1) != 1) { /* a full pipe wakes the thread anyway */ }
 }
 
 int th_proxy_lost(th_proxy *px)

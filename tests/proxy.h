@@ -31,6 +31,13 @@ void th_proxy_lose_next_reply(th_proxy *p, const char *match);
  * others go on). One request only. */
 void th_proxy_delay_next(th_proxy *p, const char *match, long ms);
 
+/* Cut (on 1) or heal (on 0) the network between every client and the
+ * server, as a partition does: nothing is forwarded either way and no
+ * connection is closed or refused, so a client's reads simply time out.
+ * Bytes sent meanwhile are delivered when it heals, as TCP would
+ * retransmit them. */
+void th_proxy_partition(th_proxy *px, int on);
+
 /* How many replies were lost so far. */
 int th_proxy_lost(th_proxy *p);
 
