@@ -285,6 +285,18 @@ DLOCK_API dlock_status dlock_lock_acquire(dlock_lock *lock, long wait_ms, long l
 DLOCK_API dlock_status dlock_lock_release(dlock_lock *lock);
 
 /*
+ * Raise the floor of this handle's fencing tokens: every acquisition
+ * through it from now on gets a token greater than `floor`. Tokens rise by
+ * themselves while Redis keeps its counter (AOF, a replica that had it)
+ * or its clock; the client also remembers the highest token it saw for
+ * each name and passes it on. What neither covers is a new process after
+ * a restart without persistence onto a clock that stepped back: pass the
+ * highest token your fenced resource has accepted, and the next token is
+ * above it (see docs/ARCHITECTURE.md, "Fencing tokens").
+ */
+DLOCK_API void dlock_lock_set_fence_floor(dlock_lock *lock, uint64_t floor);
+
+/*
  * 1 when the calling thread's current or most recent hold of this lock was
  * found lost by the watchdog, else 0. A new acquisition clears it.
  */
@@ -524,6 +536,9 @@ DLOCK_API dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode
  * dlock_lock_release(). */
 DLOCK_API dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode);
 
+/* The same as dlock_lock_set_fence_floor(), for this handle's write holds. */
+DLOCK_API void dlock_rwlock_set_fence_floor(dlock_rwlock *rw, uint64_t floor);
+
 /* 1 when the calling thread's current or last hold of `mode` was lost. */
 DLOCK_API int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode);
 
@@ -618,6 +633,9 @@ DLOCK_API dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, lo
 /* Release on every master. DLOCK_ERR_LOST when fewer than a majority
  * still held it (the lock may have been taken by someone else meanwhile). */
 DLOCK_API dlock_status dlock_redlock_release(dlock_redlock *rl);
+
+/* The same as dlock_lock_set_fence_floor(), passed to every master. */
+DLOCK_API void dlock_redlock_set_fence_floor(dlock_redlock *rl, uint64_t floor);
 
 /* 1 when the watchdog found the current hold lost, else 0. */
 DLOCK_API int dlock_redlock_lost(dlock_redlock *rl);

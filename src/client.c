@@ -36,9 +36,11 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock_async_init(&c->async);
+    dlock_fence_cache_init(&c->fences);
     dlock_status st = dlock_topo_new(url, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
     if (st != DLOCK_OK) {
         dlock_async_shutdown(&c->async);
+        dlock_fence_cache_destroy(&c->fences);
         free(c);
         return st;
     }
@@ -77,6 +79,7 @@ void dlock_client_free(dlock_client *c)
     dlock_watchdog_stop(c->wd);
     dlock_subscriber_stop(c->sub);
     dlock_topo_free(c->topo);
+    dlock_fence_cache_destroy(&c->fences);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "async.h"
+#include "fence.h"
 #include "script.h"
 #include "topology.h"
 
@@ -28,6 +29,7 @@ struct dlock_client {
     struct dlock_subscriber *sub;       /* started by the first waiter */
     struct dlock_watchdog *wd;          /* started by the first renewed hold */
     dlock_async async;                  /* asynchronous calls in flight, and the slow lane */
+    dlock_fence_cache fences;           /* the highest fencing token seen per name */
 };
 
 /* The subscriber and watchdog threads are started on first need, so a

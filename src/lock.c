@@ -60,6 +60,7 @@ struct dlock_lock {
     char *name, *key, *fence, *channel;
     char *queue, *queue_deadlines; /* fair locks only */
     pthread_mutex_t mu; /* guards holds, fn, arg */
+    atomic_ullong floor; /* fencing floor the caller set */
     dlock_hold *holds;
     dlock_lost_fn fn;
     void *arg;
@@ -210,18 +211,20 @@ static void undo_acquire(dlock_lock *l, dlock_hold *h, long lease)
  * REPLICA_SHORT, or a failure. */
 static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long *pttl)
 {
-    char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX];
+    char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", lease);
+    dlock_fence_floor_arg(&l->client->fences, l->fence, atomic_load(&l->floor), floor_s);
     snprintf(count_s, sizeof count_s, "%ld", h->count);
     snprintf(timeout_s, sizeof timeout_s, "%ld", l->client->fair_waiter_timeout_ms);
     snprintf(prefix, sizeof prefix, "%s:", l->channel);
     const char *keys[4] = {l->key, l->fence, l->queue, l->queue_deadlines};
-    const char *args[7] = {h->owner, lease_s, count_s, timeout_s, queue ? "1" : "0", prefix,
-                           l->client->publish};
+    const char *fair_args[8] = {h->owner, lease_s, count_s, timeout_s, queue ? "1" : "0", prefix,
+                                l->client->publish, floor_s};
+    const char *args[4] = {h->owner, lease_s, count_s, floor_s};
     redisReply *r;
     long long acks;
-    dlock_status st = l->fair ? dlock_eval_acked(l->client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 7, args, &r, &acks)
-                              : dlock_eval_acked(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 3, args, &r, &acks);
+    dlock_status st = l->fair ? dlock_eval_acked(l->client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
+                              : dlock_eval_acked(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -240,6 +243,7 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long
     } else {
         h->token = (uint64_t)r->element[1]->integer;
         h->count = r->element[0]->integer == 1 ? 1 : h->count + 1;
+        dlock_fence_note(&l->client->fences, l->fence, h->token);
         result = DLOCK_OK;
     }
     freeReplyObject(r);
@@ -401,6 +405,12 @@ int dlock_lock_lost(dlock_lock *l)
     if (!l) return 0;
     dlock_hold *h = thread_hold(l, 0);
     return h ? atomic_load(&h->lost) : 0;
+}
+
+void dlock_lock_set_fence_floor(dlock_lock *l, uint64_t floor)
+{
+    if (!l) return;
+    dlock_atomic_max(&l->floor, floor);
 }
 
 void dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)

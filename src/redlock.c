@@ -69,6 +69,8 @@ struct dlock_redlock {
     char *name, *key, *fence, *channel;
     rl_share *shares;
     char owner[48];
+    char floor[24];       /* fencing floor passed in this round */
+    atomic_ullong floor_set; /* the floor the caller set */
     long lease_ms;
     int held;
     atomic_int alive; /* shares still held, watched by the loss check */
@@ -101,9 +103,9 @@ static void rl_call_run(rl_call *c)
     c->result = 0;
     if (c->kind == 0) {
         const char *keys[2] = {rl->key, rl->fence};
-        const char *args[3] = {rl->owner, lease_s, "0"};
+        const char *args[4] = {rl->owner, lease_s, "0", rl->floor};
         redisReply *r;
-        c->st = dlock_eval(m, DLOCK_SCRIPT_ACQUIRE, 2, keys, 3, args, &r, NULL);
+        c->st = dlock_eval(m, DLOCK_SCRIPT_ACQUIRE, 2, keys, 4, args, &r, NULL);
         if (c->st != DLOCK_OK) return;
         if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
             r->element[1]->type == REDIS_REPLY_INTEGER) {
@@ -212,6 +214,18 @@ static void rl_share_lost(dlock_wd_entry *e)
     if (fn) fn(rl, arg);
 }
 
+/* The floor of a round: the highest token any master's client saw for
+ * the name, or the caller's floor if higher. */
+static void rl_floor(dlock_redlock *rl)
+{
+    uint64_t floor = atomic_load(&rl->floor_set);
+    for (size_t i = 0; i < rl->n; i++) {
+        uint64_t seen = dlock_fence_seen(&rl->masters[i]->fences, rl->fence);
+        if (seen > floor) floor = seen;
+    }
+    snprintf(rl->floor, sizeof rl->floor, "%llu", (unsigned long long)floor);
+}
+
 /* A random sleep between rounds, bounded by the deadline. */
 static void rl_backoff(int64_t deadline)
 {
@@ -296,6 +310,7 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
         if (st != DLOCK_OK) return st;
         snprintf(rl->owner, sizeof rl->owner, "rl:%s", rnd);
         rl->lease_ms = lease;
+        rl_floor(rl);
 
         rl_call calls[MAX_MASTERS];
         int64_t t0 = dlock_mono_ms();
@@ -340,6 +355,10 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
                     s->renewed = 1;
                 }
             }
+            /* Every master's next token goes above this one: tokens of
+             * this process then rise across masters whatever their
+             * clocks say. */
+            for (size_t i = 0; i < rl->n; i++) dlock_fence_note(&rl->masters[i]->fences, rl->fence, top);
             if (validity_ms) *validity_ms = validity;
             if (token) *token = top;
             return DLOCK_OK;
@@ -398,6 +417,11 @@ dlock_status dlock_redlock_release(dlock_redlock *rl)
 int dlock_redlock_lost(dlock_redlock *rl)
 {
     return rl ? atomic_load(&rl->lost) : 0;
+}
+
+void dlock_redlock_set_fence_floor(dlock_redlock *rl, uint64_t floor)
+{
+    if (rl) dlock_atomic_max(&rl->floor_set, floor);
 }
 
 void dlock_redlock_on_lost(dlock_redlock *rl, dlock_redlock_lost_fn fn, void *arg)

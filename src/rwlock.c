@@ -43,6 +43,7 @@ struct dlock_rwlock {
     unsigned long number; /* in owner strings: two handles are two owners (see lock.c) */
     char *key, *fence, *channel;
     pthread_mutex_t mu; /* guards threads, fn, arg */
+    atomic_ullong floor; /* fencing floor the caller set (write holds) */
     rw_thread *threads;
     dlock_rw_lost_fn fn;
     void *arg;
@@ -140,13 +141,14 @@ static int rw_try(void *ctx, long *retry_ms)
 {
     struct rw_attempt *a = ctx;
     dlock_rwlock *rw = a->t->rw;
-    char lease[24], count[24];
+    char lease[24], count[24], floor[24];
     snprintf(lease, sizeof lease, "%ld", a->lease);
     snprintf(count, sizeof count, "%ld", a->t->hold[a->mode].count);
+    dlock_fence_floor_arg(&rw->client->fences, rw->fence, atomic_load(&rw->floor), floor);
     const char *keys[2] = {rw->key, rw->fence};
-    const char *args[4] = {a->t->owner, lease, count, mode_name[a->mode]};
+    const char *args[5] = {a->t->owner, lease, count, mode_name[a->mode], floor};
     redisReply *r;
-    dlock_status st = dlock_eval(rw->client, DLOCK_SCRIPT_RW_ACQUIRE, 2, keys, 4, args, &r, NULL);
+    dlock_status st = dlock_eval(rw->client, DLOCK_SCRIPT_RW_ACQUIRE, 2, keys, 5, args, &r, NULL);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
@@ -162,6 +164,7 @@ static int rw_try(void *ctx, long *retry_ms)
         result = DLOCK_BUSY;
     } else {
         a->token = (uint64_t)r->element[1]->integer;
+        dlock_fence_note(&rw->client->fences, rw->fence, a->token);
         result = DLOCK_OK;
     }
     freeReplyObject(r);
@@ -279,6 +282,12 @@ int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode)
     if (!rw || (mode != DLOCK_READ && mode != DLOCK_WRITE)) return 0;
     rw_thread *t = thread_record(rw, 0);
     return t ? atomic_load(&t->hold[mode].lost) : 0;
+}
+
+void dlock_rwlock_set_fence_floor(dlock_rwlock *rw, uint64_t floor)
+{
+    if (!rw) return;
+    dlock_atomic_max(&rw->floor, floor);
 }
 
 void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg)

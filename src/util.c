@@ -128,3 +128,10 @@ char *dlock_key(const char *name, const char *suffix)
     char *k;
     return asprintf(&k, "dlock:{%s}%s", name, suffix) < 0 ? NULL : k;
 }
+
+void dlock_atomic_max(atomic_ullong *a, uint64_t v)
+{
+    unsigned long long old = atomic_load(a);
+    while (v > old && !atomic_compare_exchange_weak(a, &old, v)) {
+    }
+}

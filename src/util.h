@@ -4,6 +4,7 @@
 #define DLOCK_UTIL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -44,6 +45,9 @@ char *dlock_key(const char *name, const char *suffix);
 /* Check a lease argument: `min_ms` to DLOCK_LEASE_MAX_MS, or
  * DLOCK_LEASE_WATCHDOG when `watchdog_ok`. */
 dlock_status dlock_check_lease(long lease_ms, long min_ms, int watchdog_ok);
+
+/* Raise *a to v unless it is larger already. */
+void dlock_atomic_max(atomic_ullong *a, uint64_t v);
 
 /* Deadline for a wait of `wait_ms` (DLOCK_WAIT_FOREVER gives -1). */
 int64_t dlock_deadline(long wait_ms);

@@ -126,6 +126,46 @@ int th_stop_all_fixture(void **state)
     return 0;
 }
 
+/* libfaketime, and glibc's plain malloc preloaded before it: jemalloc
+ * (redis-server's allocator) calls the clock while libfaketime is still
+ * setting itself up, and crashes; with the debug malloc library first,
+ * jemalloc never runs. */
+#define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+#define MALLOC_LIB "/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0"
+
+int th_redis_clock_offset(th_redis *r, const char *offset)
+{
+    r->clock[0] = '\0';
+    if (!offset || !*offset) return 0;
+    if (access(FAKETIME_LIB, R_OK) != 0 || access(MALLOC_LIB, R_OK) != 0) return -1;
+    snprintf(r->clock, sizeof r->clock, "%s", offset);
+    return 0;
+}
+
+/* The server's environment: ours, plus libfaketime when its clock is
+ * offset. Built before fork(): the child of a threaded program may only
+ * make async-signal-safe calls until it execs. NULL on failure. */
+static char **server_env(const th_redis *r, char *preload, size_t psize, char *faketime, size_t fsize)
+{
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!r->clock[0] || (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 && strncmp(environ[i], "FAKETIME=", 9) != 0))
+            env[k++] = environ[i];
+    if (r->clock[0]) {
+        snprintf(preload, psize, "LD_PRELOAD=%s %s", MALLOC_LIB, FAKETIME_LIB);
+        snprintf(faketime, fsize, "FAKETIME=%s", r->clock);
+        env[k++] = preload;
+        env[k++] = faketime;
+    }
+    env[k] = NULL;
+    return env;
+}
+
 static int write_conf_and_spawn(th_redis *r)
 {
     char conf[256], log[256];
@@ -137,18 +177,26 @@ static int write_conf_and_spawn(th_redis *r)
                "save \"\"\nappendonly no\ndir %s\nlogfile %s\ndaemonize no\n%s",
             r->port, r->sock, r->dir, log, r->extra);
     fclose(f);
+    char preload[256], faketime[64];
+    char **env = server_env(r, preload, sizeof preload, faketime, sizeof faketime);
+    if (!env) return -1;
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0) return -1;
+    if (pid < 0) {
+        free(env);
+        return -1;
+    }
     if (pid == 0) {
         /* Die with the test program, however it dies. (The signal follows
          * the forking thread: servers are started from the main thread.) */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
         int devnull = open("/dev/null", O_RDWR);
         if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2); }
-        execlp("redis-server", "redis-server", conf, (char *)NULL);
+        char *const argv[] = {"redis-server", conf, NULL};
+        execvpe("redis-server", argv, env);
         _exit(127);
     }
+    free(env);
     r->pid = pid;
     registry_add(pid, r->dir);
     /* Wait until it answers PING on the socket, or died. */

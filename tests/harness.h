@@ -18,6 +18,7 @@ typedef struct th_redis {
     char url[256];        /* unix:// URL of this server */
     char tcp_url[128];    /* redis://127.0.0.1:PORT URL of this server */
     char extra[512];      /* extra config lines given at start */
+    char clock[32];       /* libfaketime offset of its clock ("-60s"), or "" */
 } th_redis;
 
 /* Start a private redis-server; `extra_conf` (may be NULL) is appended to its
@@ -46,6 +47,13 @@ int th_redis_restart(th_redis *r);
 /* th_redis_restart, then 0 only if `key` is gone: proof that a test's
  * state did not survive (a test about what a restart wipes). */
 int th_redis_restart_wiped(th_redis *r, const char *key);
+
+/* Run the server's clock `offset` away from the machine's ("-60s",
+ * "+1h", as libfaketime's FAKETIME reads it; NULL or "" for the real
+ * clock) from its next (re)start on. The clocks of the test program and of
+ * the library are not touched: only what the server thinks (TIME, key
+ * expiry). Returns -1 when libfaketime is not installed. */
+int th_redis_clock_offset(th_redis *r, const char *offset);
 
 /* SIGSTOP / SIGCONT the server. */
 void th_redis_pause(th_redis *r);

@@ -65,7 +65,9 @@ extern char **environ;
 #define PIPE_LOST 0
 #define FROM_KERNEL 0x80
 
-#define USAGE_LOCK "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]"
+#define USAGE_LOCK                                                                                 \
+    "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] [--fence-floor TOKEN] NAME -- " \
+    "COMMAND [ARG...]"
 #define USAGE_SEM "dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]"
 #define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT_MS]"
 #define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX"
@@ -198,6 +200,8 @@ static void print_help(void)
           "  -t TTL_MS   lock lease, renewed every TTL/3 while COMMAND runs (default 30000)\n"
           "  -w WAIT_MS  give up after WAIT_MS (default: wait forever; 0 tries once)\n"
           "  --fair      FIFO lock; --read / --write: shared / exclusive read-write lock\n"
+          "  --fence-floor TOKEN  the fencing token handed out is above TOKEN (pass the\n"
+          "              highest token your fenced resource has accepted)\n"
           "  -p PERMITS  semaphore size, set by the first user of NAME\n"
           "  -n COUNT    number of IDs to print, 1 to 1000000 (default 1)\n"
           "\n"
@@ -233,6 +237,19 @@ static int parse_number(const char *s, long lo, long hi, long *out)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno != 0 || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A fencing token as text: digits only, at most 2^63-1 (tokens are
+ * microseconds since 1970 or counters, far below it). */
+static int parse_token(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > (unsigned long long)INT64_MAX) return -1;
     *out = v;
     return 0;
 }
@@ -444,6 +461,7 @@ enum hold_kind { HOLD_PLAIN, HOLD_FAIR, HOLD_READ, HOLD_WRITE, HOLD_REDLOCK, HOL
 typedef struct hold_args {
     enum hold_kind kind;
     long ttl, wait_ms, permits;
+    uint64_t fence_floor; /* --fence-floor: tokens go above it */
     const char *name;
     char **command;
 } hold_args;
@@ -457,6 +475,7 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
         {"fair", no_argument, NULL, 'F'},
         {"read", no_argument, NULL, 'R'},
         {"write", no_argument, NULL, 'W'},
+        {"fence-floor", required_argument, NULL, 'f'},
         {NULL, 0, NULL, 0},
     };
     static const struct option no_opts[] = {{NULL, 0, NULL, 0}};
@@ -479,6 +498,10 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
         case 'p':
             if (parse_number(optarg, 1, MAX_MS, &h->permits) != 0)
                 return usage_error(synopsis, "bad PERMITS '%s': expected a number from 1 to %ld", optarg, MAX_MS);
+            break;
+        case 'f':
+            if (parse_token(optarg, &h->fence_floor) != 0)
+                return usage_error(synopsis, "bad --fence-floor '%s': expected a fencing token (digits)", optarg);
             break;
         case 'F': h->kind = HOLD_FAIR; kinds++; break;
         case 'R': h->kind = HOLD_READ; kinds++; break;
@@ -587,7 +610,7 @@ static void on_permit_lost(dlock_permit *permit, void *arg)
 }
 
 /* Make the handle for the hold and register its loss callback. */
-static dlock_status holder_open(holder *h, long permits)
+static dlock_status holder_open(holder *h, long permits, uint64_t fence_floor)
 {
     dlock_status st;
     switch (h->kind) {
@@ -596,15 +619,18 @@ static dlock_status holder_open(holder *h, long permits)
         st = h->kind == HOLD_FAIR ? dlock_lock_new_fair(h->clients[0], h->name, &h->lock)
                                   : dlock_lock_new(h->clients[0], h->name, &h->lock);
         if (st == DLOCK_OK) dlock_lock_on_lost(h->lock, on_lost, NULL);
+        if (st == DLOCK_OK) dlock_lock_set_fence_floor(h->lock, fence_floor);
         return st;
     case HOLD_READ:
     case HOLD_WRITE:
         st = dlock_rwlock_new(h->clients[0], h->name, &h->rw);
         if (st == DLOCK_OK) dlock_rwlock_on_lost(h->rw, on_rw_lost, NULL);
+        if (st == DLOCK_OK) dlock_rwlock_set_fence_floor(h->rw, fence_floor);
         return st;
     case HOLD_REDLOCK:
         st = dlock_redlock_new(h->clients, h->n, h->name, &h->rl);
         if (st == DLOCK_OK) dlock_redlock_on_lost(h->rl, on_rl_lost, NULL);
+        if (st == DLOCK_OK) dlock_redlock_set_fence_floor(h->rl, fence_floor);
         return st;
     case HOLD_PERMIT:
         st = dlock_psem_new(h->clients[0], h->name, &h->psem);
@@ -662,7 +688,7 @@ static void holder_close(holder *h)
  * runs; see the file comment for the design. */
 static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, char **argv)
 {
-    hold_args a = {HOLD_PLAIN, DEFAULT_TTL_MS, DLOCK_WAIT_FOREVER, 0, NULL, NULL};
+    hold_args a = {.kind = HOLD_PLAIN, .ttl = DEFAULT_TTL_MS, .wait_ms = DLOCK_WAIT_FOREVER};
     int rc = parse_hold_args(argc, argv, is_sem, &a);
     if (rc != 0) return rc;
     const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
@@ -694,7 +720,7 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
             return rc;
         }
     }
-    dlock_status st = holder_open(&h, a.permits);
+    dlock_status st = holder_open(&h, a.permits, a.fence_floor);
     if (st != DLOCK_OK) {
         errorf("cannot use '%s': %s", a.name, dlock_last_error());
         rc = exit_for(st);

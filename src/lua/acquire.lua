@@ -2,9 +2,10 @@
 --
 -- KEYS[1]  lock hash "dlock:{name}": owner, count, token
 -- KEYS[2]  fencing counter "dlock:{name}:fence" (never expires)
--- ARGV[1]  owner: "<client id>:<thread number>"
+-- ARGV[1]  owner: "<client id>:<thread number>:<handle number>"
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  holds the caller believes it has (0 for a first acquisition)
+-- ARGV[4]  fencing floor: a new token is above it (optional, see lib/fence.lua)
 --
 -- Returns {1, token} when newly granted, {2, token, count} on re-entry,
 -- {0, pttl} when another owner holds it (pttl bounds the caller's sleep).
@@ -20,7 +21,8 @@
 -- too high. Only a caller that knows it holds the lock (ARGV[3] > 0)
 -- re-enters with the same token.
 --
--- Fencing tokens: max(last + 1, server time in microseconds), see lib/fence.lua.
+-- Fencing tokens: max(last + 1, server time in microseconds, floor + 1),
+-- see lib/fence.lua.
 
 --@include fence
 
@@ -38,7 +40,7 @@ if owner and owner ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[1])}
 end
 
-local token, text = fence_next(KEYS[2], redis.call('TIME'))
+local token, text = fence_next(KEYS[2], redis.call('TIME'), ARGV[4])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', text)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}

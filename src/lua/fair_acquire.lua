@@ -11,6 +11,7 @@
 -- ARGV[5]  "1" to join the queue when the lock is not free for us
 -- ARGV[6]  channel prefix "dlock:{name}:ch:" (+ owner = a waiter's channel)
 -- ARGV[7]  "publish" or "spublish"
+-- ARGV[8]  fencing floor (see acquire.lua)
 --
 -- Returns {1, token} acquired, {2, token, count} re-entered, or {0, ms}:
 -- the longest the caller should sleep before trying again.
@@ -36,7 +37,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me, timeout = ARGV[1], tonumber(ARGV[4])
 
 local function grant()
-    local token, text = fence_next(KEYS[2], t)
+    local token, text = fence_next(KEYS[2], t, ARGV[8])
     redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', text)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, token}

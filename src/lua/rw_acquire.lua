@@ -8,6 +8,7 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  holds of this mode the caller believes it has
 -- ARGV[4]  "read" or "write"
+-- ARGV[5]  fencing floor of a write hold (see acquire.lua)
 --
 -- Returns {1, token} when acquired (for reads, the token of the latest
 -- write hold), {0, ms} when busy (ms: longest the blocker can keep it, -1
@@ -85,7 +86,7 @@ end
 if readers > 0 then
     return {0, soonest - now}
 end
-local token, text = fence_next(KEYS[2], t)
+local token, text = fence_next(KEYS[2], t, ARGV[5])
 redis.call('HSET', KEYS[1], 'writer', owner, 'wcount', 1, 'token', text)
 stretch_ttl()
 return {1, token}

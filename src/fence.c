@@ -1,0 +1,64 @@
+/*
+ * Fencing floors.
+ *
+ * A token is max(counter + 1, server clock in microseconds, floor + 1)
+ * (src/lua/lib/fence.lua). The first two come from one server: a restart
+ * without persistence onto a clock stepped back loses both. The floor is
+ * what the caller knows: every token a client is handed is remembered
+ * here and passed with its next acquisition of the same name, so tokens
+ * seen by this process keep rising whatever the server forgot; a caller
+ * can add what its fenced resource knows (dlock_lock_set_fence_floor()).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "fence.h"
+
+void dlock_fence_cache_init(dlock_fence_cache *fc)
+{
+    memset(fc->slot, 0, sizeof fc->slot);
+    pthread_mutex_init(&fc->mu, NULL);
+}
+
+void dlock_fence_cache_destroy(dlock_fence_cache *fc)
+{
+    pthread_mutex_destroy(&fc->mu);
+}
+
+/* FNV-1a, never 0 (0 marks an empty slot). */
+static uint64_t key_hash(const char *s)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+uint64_t dlock_fence_seen(dlock_fence_cache *fc, const char *fence_key)
+{
+    uint64_t h = key_hash(fence_key), token = 0;
+    size_t i = h % DLOCK_FENCE_SLOTS;
+    pthread_mutex_lock(&fc->mu);
+    if (fc->slot[i].hash == h) token = fc->slot[i].token;
+    pthread_mutex_unlock(&fc->mu);
+    return token;
+}
+
+void dlock_fence_note(dlock_fence_cache *fc, const char *fence_key, uint64_t token)
+{
+    uint64_t h = key_hash(fence_key);
+    size_t i = h % DLOCK_FENCE_SLOTS;
+    pthread_mutex_lock(&fc->mu);
+    if (fc->slot[i].hash != h) {
+        fc->slot[i].hash = h;
+        fc->slot[i].token = token;
+    } else if (token > fc->slot[i].token) {
+        fc->slot[i].token = token;
+    }
+    pthread_mutex_unlock(&fc->mu);
+}
+
+void dlock_fence_floor_arg(dlock_fence_cache *fc, const char *fence_key, uint64_t explicit_floor, char out[24])
+{
+    uint64_t seen = dlock_fence_seen(fc, fence_key);
+    snprintf(out, 24, "%llu", (unsigned long long)(seen > explicit_floor ? seen : explicit_floor));
+}
