@@ -172,6 +172,14 @@ typedef struct dlock_options {
                                 DLOCK_ERR_REPLICA and docs/ARCHITECTURE.md) */
     int replica_timeout_ms;  /* how long to WAIT for them; default 100, must be
                                 under command_timeout_ms */
+    int safety_margin_pct;   /* percent of a lease, 1 to 50 (default 10): a hold
+                                is no longer believed by its holder this much
+                                plus the clock-drift allowance (1 % + 2 ms)
+                                before its lease would end, counted by the
+                                holder's own clock from when the last successful
+                                renewal was sent; the watchdog then declares it
+                                lost whether or not a renewal is still on its
+                                way (see dlock_lock_lost) */
 } dlock_options;
 
 /*

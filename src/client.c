@@ -30,6 +30,9 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (o.replica_acks < 0 || o.replica_timeout_ms < 0)
         return dlock_fail(DLOCK_ERR_INVALID, "negative replica count or timeout in options");
     if (o.replica_acks && !o.replica_timeout_ms) o.replica_timeout_ms = 100;
+    if (o.safety_margin_pct < 0 || o.safety_margin_pct > 50)
+        return dlock_fail(DLOCK_ERR_INVALID, "safety margin must be 1 to 50 percent of the lease");
+    if (!o.safety_margin_pct) o.safety_margin_pct = 10;
     if (o.replica_acks && o.replica_timeout_ms >= o.command_timeout_ms)
         return dlock_fail(DLOCK_ERR_INVALID, "replica timeout must be shorter than the command timeout");
 
@@ -48,6 +51,7 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     c->fair_waiter_timeout_ms = o.fair_waiter_timeout_ms;
     c->replica_acks = o.replica_acks;
     c->replica_timeout_ms = o.replica_timeout_ms;
+    c->safety_margin_pct = o.safety_margin_pct;
     /* An operation record must outlive every resend of its call. A resend
      * follows the first send within one command timeout (a timed-out
      * command is never resent) plus making a new connection (connect, then
@@ -76,6 +80,9 @@ void dlock_client_free(dlock_client *c)
     if (!c) return;
     /* Asynchronous calls first: their callbacks may still use the client. */
     dlock_async_shutdown(&c->async);
+    /* A renewal stuck on a server that stopped answering is of no use to
+     * anyone now (no handle is left): fail it rather than wait it out. */
+    dlock_topo_close_io(c->topo);
     dlock_watchdog_stop(c->wd);
     dlock_subscriber_stop(c->sub);
     dlock_topo_free(c->topo);

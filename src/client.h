@@ -20,6 +20,7 @@ struct dlock_client {
     long fair_waiter_timeout_ms;
     int replica_acks;                   /* replica-safe acquire: replicas to wait for (0: off) */
     int replica_timeout_ms;             /* ... and for how long */
+    int safety_margin_pct;              /* a hold is trusted until its lease less this (watchdog.h) */
     long op_ttl_ms;                     /* lifetime of operation records (op.c) */
     atomic_ullong op_seq;               /* last operation sequence number handed out */
     char sha[DLOCK_SCRIPT_COUNT][41];   /* SHA1 of each script, from SCRIPT LOAD */

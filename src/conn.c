@@ -158,6 +158,8 @@ dlock_status dlock_connect(const dlock_pool *p, redisContext **out)
     char name[300];
     redisContext *c;
     *out = NULL;
+    /* A client being freed waits for nobody's new connection. */
+    if (cfg->closing && atomic_load(cfg->closing)) return dlock_fail(DLOCK_ERR_CONNECT, "the client is closing");
     if (p->path)
         c = redisConnectUnixWithTimeout(p->path, ms_tv(cfg->connect_timeout_ms));
     else

@@ -6,6 +6,7 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "dlock.h"
 #include "mux.h"
@@ -18,6 +19,7 @@ typedef struct dlock_conn_cfg {
     int connect_timeout_ms;
     int command_timeout_ms;
     int require_master;     /* refuse a server whose ROLE is not master (Sentinel) */
+    const atomic_int *closing; /* set (non-zero) once the client is being freed: connect no more */
 } dlock_conn_cfg;
 
 /* One server: the connection all threads share (mux.c), and idle

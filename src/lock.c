@@ -48,6 +48,7 @@ typedef struct dlock_hold {
     long count;
     long lease_ms;
     int renewed;       /* registered with the watchdog (owner thread only) */
+    int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
     atomic_int lost;
     char *wake_channel; /* fair locks: this waiter's own channel */
     struct dlock_hold *next;
@@ -209,7 +210,7 @@ static void undo_acquire(dlock_lock *l, dlock_hold *h, long lease)
 /* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK_BUSY
  * (*pttl: the holder's remaining lease, -1 when it has none),
  * REPLICA_SHORT, or a failure. */
-static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long *pttl)
+static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long *pttl, int64_t *sent)
 {
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", lease);
@@ -223,6 +224,7 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long
     const char *args[4] = {h->owner, lease_s, count_s, floor_s};
     redisReply *r;
     long long acks;
+    *sent = dlock_mono_ms(); /* a lease it sets starts no earlier */
     dlock_status st = l->fair ? dlock_eval_acked(l->client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
                               : dlock_eval_acked(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
     if (st != DLOCK_OK) return st;
@@ -256,6 +258,7 @@ struct attempt {
     dlock_hold *h;
     long lease;
     int replica_short; /* the last attempt was undone for want of replicas */
+    int64_t sent;      /* when the last attempt was sent */
 };
 
 /* A replica-short attempt counts as busy: the wait goes on, and if it ends
@@ -263,7 +266,7 @@ struct attempt {
 static int try_again(void *ctx, long *retry_ms)
 {
     struct attempt *a = ctx;
-    int r = try_acquire(a->l, a->h, a->lease, 1, retry_ms);
+    int r = try_acquire(a->l, a->h, a->lease, 1, retry_ms, &a->sent);
     a->replica_short = r == REPLICA_SHORT;
     return a->replica_short ? DLOCK_BUSY : r;
 }
@@ -298,12 +301,12 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
      * explicit lease on a re-entry would expire it between renewals. */
     long lease = watchdog ? l->client->watchdog_lease_ms : lease_ms;
     int64_t deadline = dlock_deadline(wait_ms);
-    int64_t started = dlock_mono_ms();
     long pttl = 0;
     long before = h->count;
 
-    int result = try_acquire(l, h, lease, wait_ms != 0, &pttl);
-    struct attempt a = {l, h, lease, result == REPLICA_SHORT};
+    struct attempt a = {l, h, lease, 0, 0};
+    int result = try_acquire(l, h, lease, wait_ms != 0, &pttl, &a.sent);
+    a.replica_short = result == REPLICA_SHORT;
     if (result == REPLICA_SHORT) result = DLOCK_BUSY;
     if (dlock_should_wait(result, wait_ms)) {
         result = dlock_wait_for(l->client, l->fair ? h->wake_channel : l->channel, deadline,
@@ -323,6 +326,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
 
     if (before == 0) atomic_store(&h->lost, 0);
     h->lease_ms = lease;
+    h->trusted_until = watchdog ? 0 : a.sent + dlock_lease_trust_ms(lease, l->client->safety_margin_pct);
     if (watchdog) {
         struct dlock_watchdog *wd = dlock_client_watchdog(l->client);
         if (!wd) {
@@ -334,7 +338,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
         h->wd.owner = h->owner;
         h->wd.lease_ms = lease;
         h->wd.on_lost = hold_lost;
-        dlock_wd_add(wd, &h->wd, started);
+        dlock_wd_add(wd, &h->wd, a.sent);
         h->renewed = 1;
     }
     if (token) *token = h->token;
@@ -400,11 +404,16 @@ dlock_status dlock_lock_release(dlock_lock *l)
     return DLOCK_OK;
 }
 
+/* A hold with an explicit lease has no watchdog to declare it lost, so
+ * the holder's clock does, as the watchdog would: from the moment its
+ * trusted time is over. */
 int dlock_lock_lost(dlock_lock *l)
 {
     if (!l) return 0;
     dlock_hold *h = thread_hold(l, 0);
-    return h ? atomic_load(&h->lost) : 0;
+    if (!h) return 0;
+    if (atomic_load(&h->lost)) return 1;
+    return h->count > 0 && h->trusted_until && dlock_mono_ms() >= h->trusted_until;
 }
 
 void dlock_lock_set_fence_floor(dlock_lock *l, uint64_t floor)

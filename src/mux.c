@@ -420,6 +420,13 @@ dlock_status dlock_mux_submit(dlock_mux *m, const dlock_pool *p, int argc, const
     return DLOCK_OK;
 }
 
+void dlock_mux_abort(dlock_mux *m, const char *why)
+{
+    pthread_mutex_lock(&m->mu);
+    if (m->c && !m->broken) fail_all(m, why, 0);
+    pthread_mutex_unlock(&m->mu);
+}
+
 void dlock_mux_close_idle(dlock_mux *m)
 {
     pthread_mutex_lock(&m->mu);

@@ -68,4 +68,7 @@ dlock_status dlock_mux_submit(dlock_mux *m, const struct dlock_pool *p, int argc
  * want, or is suspect. */
 void dlock_mux_close_idle(dlock_mux *m);
 
+/* Fail every request in flight with `why` and close the connection. */
+void dlock_mux_abort(dlock_mux *m, const char *why);
+
 #endif

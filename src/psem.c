@@ -36,6 +36,8 @@ struct dlock_permit {
     char id[DLOCK_PERMIT_ID_LEN];
     long lease_ms;
     int renewed;
+    int64_t sent;          /* when the last acquire attempt was sent */
+    int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
     atomic_int lost;
 };
 
@@ -114,6 +116,7 @@ static int psem_try(void *ctx, long *retry_ms)
     const char *keys[3] = {p->key, p->held, p->channel};
     const char *args[3] = {pm->id, lease, p->client->publish};
     redisReply *r;
+    pm->sent = dlock_mono_ms(); /* a lease it sets starts no earlier */
     dlock_status st = dlock_eval(p->client, DLOCK_SCRIPT_PSEM_ACQUIRE, 3, keys, 3, args, &r, NULL);
     if (st != DLOCK_OK) return st;
     int result;
@@ -150,7 +153,6 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
         return st;
     }
     int64_t deadline = dlock_deadline(wait_ms);
-    int64_t started = dlock_mono_ms();
     long retry = -1;
     int result = psem_try(pm, &retry);
     if (dlock_should_wait(result, wait_ms))
@@ -160,6 +162,8 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
         if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");
         return (dlock_status)result;
     }
+    if (lease_ms != DLOCK_LEASE_WATCHDOG)
+        pm->trusted_until = pm->sent + dlock_lease_trust_ms(pm->lease_ms, p->client->safety_margin_pct);
     if (lease_ms == DLOCK_LEASE_WATCHDOG) {
         struct dlock_watchdog *wd = dlock_client_watchdog(p->client);
         if (!wd) {
@@ -171,7 +175,7 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
         pm->wd.owner = pm->id;
         pm->wd.lease_ms = pm->lease_ms;
         pm->wd.on_lost = permit_lost;
-        dlock_wd_add(wd, &pm->wd, started);
+        dlock_wd_add(wd, &pm->wd, pm->sent);
         pm->renewed = 1;
     }
     *out = pm;
@@ -185,7 +189,10 @@ const char *dlock_permit_id(const dlock_permit *pm)
 
 int dlock_permit_lost(dlock_permit *pm)
 {
-    return pm ? atomic_load(&pm->lost) : 0;
+    if (!pm) return 0;
+    if (atomic_load(&pm->lost)) return 1;
+    /* An explicit lease: the holder's clock says it, as in dlock_lock_lost(). */
+    return pm->trusted_until && dlock_mono_ms() >= pm->trusted_until;
 }
 
 void dlock_psem_on_lost(dlock_psem *p, dlock_permit_lost_fn fn, void *arg)

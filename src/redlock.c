@@ -75,6 +75,7 @@ struct dlock_redlock {
     int held;
     atomic_int alive; /* shares still held, watched by the loss check */
     atomic_int lost;
+    int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
     pthread_mutex_t mu; /* guards fn, arg */
     dlock_redlock_lost_fn fn;
     void *arg;
@@ -302,7 +303,7 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
     long lease = watchdog ? rl->masters[0]->watchdog_lease_ms : lease_ms;
     int64_t deadline = dlock_deadline(wait_ms);
-    long drift = lease / 100 + 2;
+    long drift = dlock_drift_ms(lease);
 
     for (;;) {
         char rnd[33];
@@ -337,6 +338,7 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
             rl->held = 1;
             atomic_store(&rl->lost, 0);
             atomic_store(&rl->alive, (int)granted);
+            rl->trusted_until = watchdog ? 0 : t0 + dlock_lease_trust_ms(lease, rl->masters[0]->safety_margin_pct);
             if (watchdog) {
                 for (size_t i = 0; i < rl->n; i++) {
                     rl_share *s = &rl->shares[i];
@@ -392,11 +394,12 @@ dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validi
     size_t renewed = 0;
     for (size_t i = 0; i < rl->n; i++)
         if (calls[i].st == DLOCK_OK && calls[i].result == 1) renewed++;
-    long validity = lease_ms - (long)(dlock_mono_ms() - t0) - (lease_ms / 100 + 2);
+    long validity = lease_ms - (long)(dlock_mono_ms() - t0) - dlock_drift_ms(lease_ms);
     if (renewed < rl->quorum || validity <= 0)
         return dlock_fail(DLOCK_ERR_LOST, "redlock '%s': extension reached %zu of %zu masters, need %zu",
                           rl->name, renewed, rl->n, rl->quorum);
     rl->lease_ms = lease_ms;
+    if (rl->trusted_until) rl->trusted_until = t0 + dlock_lease_trust_ms(lease_ms, rl->masters[0]->safety_margin_pct);
     if (validity_ms) *validity_ms = validity;
     return DLOCK_OK;
 }
@@ -416,7 +419,10 @@ dlock_status dlock_redlock_release(dlock_redlock *rl)
 
 int dlock_redlock_lost(dlock_redlock *rl)
 {
-    return rl ? atomic_load(&rl->lost) : 0;
+    if (!rl) return 0;
+    if (atomic_load(&rl->lost)) return 1;
+    /* An explicit lease: the holder's clock says it, as in dlock_lock_lost(). */
+    return rl->held && rl->trusted_until && dlock_mono_ms() >= rl->trusted_until;
 }
 
 void dlock_redlock_set_fence_floor(dlock_redlock *rl, uint64_t floor)

@@ -26,6 +26,7 @@ typedef struct rw_hold {
     long count;
     long lease_ms;
     int renewed;
+    int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
     atomic_int lost;
 } rw_hold;
 
@@ -133,6 +134,7 @@ struct rw_attempt {
     dlock_rw_mode mode;
     long lease;
     uint64_t token;
+    int64_t sent; /* when the last attempt was sent */
 };
 
 /* One run of rw_acquire.lua: DLOCK_OK, DLOCK_BUSY, DLOCK_ERR_DEADLOCK or a
@@ -148,6 +150,7 @@ static int rw_try(void *ctx, long *retry_ms)
     const char *keys[2] = {rw->key, rw->fence};
     const char *args[5] = {a->t->owner, lease, count, mode_name[a->mode], floor};
     redisReply *r;
+    a->sent = dlock_mono_ms(); /* a lease it sets starts no earlier */
     dlock_status st = dlock_eval(rw->client, DLOCK_SCRIPT_RW_ACQUIRE, 2, keys, 5, args, &r, NULL);
     if (st != DLOCK_OK) return st;
     int result;
@@ -191,9 +194,8 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
         return dlock_fail(DLOCK_ERR_DEADLOCK, "read-to-write upgrade refused: release the read hold first");
 
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->renewed;
-    struct rw_attempt a = {t, mode, watchdog ? rw->client->watchdog_lease_ms : lease_ms, 0};
+    struct rw_attempt a = {t, mode, watchdog ? rw->client->watchdog_lease_ms : lease_ms, 0, 0};
     int64_t deadline = dlock_deadline(wait_ms);
-    int64_t started = dlock_mono_ms();
     long retry = -1;
     long before = h->count;
     int result = rw_try(&a, &retry);
@@ -206,6 +208,7 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     if (before == 0) atomic_store(&h->lost, 0);
     h->count = before + 1;
     h->lease_ms = a.lease;
+    h->trusted_until = watchdog ? 0 : a.sent + dlock_lease_trust_ms(a.lease, rw->client->safety_margin_pct);
     if (mode == DLOCK_WRITE) t->token = a.token;
     if (watchdog) {
         struct dlock_watchdog *wd = dlock_client_watchdog(rw->client);
@@ -218,7 +221,7 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
         h->wd.owner = t->owner;
         h->wd.lease_ms = a.lease;
         h->wd.on_lost = hold_lost;
-        dlock_wd_add(wd, &h->wd, started);
+        dlock_wd_add(wd, &h->wd, a.sent);
         h->renewed = 1;
     }
     if (token) *token = a.token;
@@ -281,7 +284,11 @@ int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode)
 {
     if (!rw || (mode != DLOCK_READ && mode != DLOCK_WRITE)) return 0;
     rw_thread *t = thread_record(rw, 0);
-    return t ? atomic_load(&t->hold[mode].lost) : 0;
+    if (!t) return 0;
+    rw_hold *h = &t->hold[mode];
+    if (atomic_load(&h->lost)) return 1;
+    /* An explicit lease: the holder's clock says it, as in dlock_lock_lost(). */
+    return h->count > 0 && h->trusted_until && dlock_mono_ms() >= h->trusted_until;
 }
 
 void dlock_rwlock_set_fence_floor(dlock_rwlock *rw, uint64_t floor)

@@ -51,7 +51,7 @@ dlock_status dlock_topo_new(const char *url, int connect_timeout_ms, int command
     }
     pthread_mutex_init(&t->mu, NULL);
     t->cfg = (dlock_conn_cfg){t->url.user, t->url.password, t->url.db, connect_timeout_ms, command_timeout_ms,
-                              t->url.kind == DLOCK_URL_SENTINEL};
+                              t->url.kind == DLOCK_URL_SENTINEL, &t->closing};
     atomic_init(&t->master, -1);
     t->any_node = -1;
     t->last_lookup = DLOCK_OK;
@@ -72,7 +72,7 @@ dlock_status dlock_topo_new(const char *url, int connect_timeout_ms, int command
     case DLOCK_URL_SENTINEL:
         /* Sentinels are asked without credentials first: the URL's are the
          * data nodes', and most Sentinels have none. */
-        t->sentinel_cfg = (dlock_conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0};
+        t->sentinel_cfg = (dlock_conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing};
         t->sentinel_auth_cfg = t->sentinel_cfg;
         t->sentinel_auth_cfg.user = t->url.user;
         t->sentinel_auth_cfg.password = t->url.password;
@@ -105,6 +105,13 @@ dlock_status dlock_topo_new(const char *url, int connect_timeout_ms, int command
     }
     *out = t;
     return DLOCK_OK;
+}
+
+void dlock_topo_close_io(dlock_topo *t)
+{
+    atomic_store(&t->closing, 1);
+    int n = atomic_load(&t->n_nodes);
+    for (int i = 0; i < n; i++) dlock_mux_abort(&atomic_load(&t->nodes[i])->mux, "the client is closing");
 }
 
 void dlock_topo_free(dlock_topo *t)

@@ -26,6 +26,7 @@ typedef struct dlock_topo {
     atomic_int n_nodes;
     pthread_mutex_t mu;                 /* adding nodes; one lookup at a time */
     atomic_int stale;                   /* look the topology up again before next use */
+    atomic_int closing;                 /* the client is being freed (dlock_topo_close_io) */
     int64_t looked_up_ms;               /* under mu: when it was last looked up */
     dlock_status last_lookup;           /* under mu: how that went */
     char last_lookup_msg[256];          /* under mu: and why, when it failed */
@@ -69,6 +70,12 @@ int dlock_topo_node_for(dlock_topo *t, const char *key, size_t len);
 /* The same from what is known now: never does I/O, so it may be called
  * under a caller's mutex. -1 when not known. */
 int dlock_topo_node_known(dlock_topo *t, const char *key, size_t len);
+
+/* The client is being freed: every command in flight on a shared
+ * connection fails now, and no connection is made any more, so that no
+ * thread of the library waits out a timeout on a server that stopped
+ * answering. */
+void dlock_topo_close_io(dlock_topo *t);
 
 /* Look the topology up now if it is stale (rate-limited as always). */
 void dlock_topo_refresh(dlock_topo *t);

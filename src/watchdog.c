@@ -1,14 +1,39 @@
 /*
- * The watchdog: renews every watchdog-held lock of a client from one
- * thread.
+ * The watchdog: renews every watchdog-held lock of a client, and ends its
+ * holder's belief in a hold when the holder's own clock says the lease may
+ * be over.
  *
  * Each hold is renewed a third of its lease after its last successful
- * renewal, and holds due within the next sixth of a lease ride along, so
- * that many locks cost one script call (up to BATCH keys) instead of one
- * each. Every kind of hold (lock, read hold, permit) names its own renew
- * script, all with the same calling shape; a batch holds one kind. On a
- * cluster a script may only touch keys of one slot, so a batch also holds
- * one slot (elsewhere every slot number is 0 and this costs nothing).
+ * renewal was sent, and holds due within the next sixth of a lease ride
+ * along, so that many locks cost one script call (up to BATCH keys)
+ * instead of one each. Every kind of hold (lock, read hold, permit) names
+ * its own renew script, all with the same calling shape; a batch holds one
+ * kind. On a cluster a script may only touch keys of one slot, so a batch
+ * also holds one slot (elsewhere every slot number is 0 and this costs
+ * nothing).
+ *
+ * Two kinds of thread, so that no renewal call can stretch a lease:
+ *
+ *  - The scheduler (one per client) owns the clock. It forms batches of
+ *    due holds and hands each to the lane of the server that serves it,
+ *    and it declares a hold lost at its `lost_ms`: the lease less the
+ *    drift allowance and the safety margin, counted from the moment the
+ *    last successful renewal was *sent* (dlock_lease_trust_ms). It does
+ *    so whether or not a renewal is in flight, so a renewal stuck on a
+ *    connection that neither answers nor fails (a partition: packets
+ *    dropped, nothing refused) cannot make the holder believe in a lease
+ *    the server may already have ended. Every loss callback runs here.
+ *  - A lane per server (node of the topology) makes the renewal calls,
+ *    one batch at a time, and blocks in them as long as the connection
+ *    layer lets it. A server that stopped answering holds up its own lane
+ *    only: holds on the other masters of a cluster, or on the other
+ *    masters of a RedLock, keep being renewed. Lanes start on first need.
+ *
+ * Why not one thread doing everything (as before): a renewal waits out the
+ * command timeout (5 s by default) on a partitioned server, longer than a
+ * short lease, and the holder then believed in its hold for up to that
+ * long after the server had let it go; and every other hold of the client
+ * waited too.
  *
  * The users of other libraries complain of three failures, each closed
  * here:
@@ -17,14 +42,10 @@
  *    and a renewal already in flight only ever extends a lock whose owner
  *    field still names this holder (see renew.lua);
  *  - renewal that stops after one error: a failed call is retried soon,
- *    over a new connection, until the lease would have ended by our own
- *    clock; only then is the hold declared lost;
+ *    over a new connection, until the hold's trusted time is over; only
+ *    then is the hold declared lost;
  *  - silent loss: a hold the server no longer has is reported through the
  *    holder's on_lost callback at once.
- *
- * Deadlines are measured from the moment a renewal was sent, not answered,
- * so a slow reply can only make us think the lease ends sooner than it
- * does.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,19 +58,56 @@
 
 #define BATCH 100
 
+/* One renewal call: holds of one kind and slot, on one lane. Strings are
+ * copied: a holder may free its own once its entry is removed. */
+typedef struct wd_batch {
+    dlock_script_id script;
+    int n;
+    dlock_wd_entry *e[BATCH]; /* NULL once removed (it may be freed) */
+    uint64_t gen[BATCH];
+    const char *keys[BATCH];
+    const char *args[2 * BATCH];
+    char leases[BATCH][24];
+    char *copies[2 * BATCH];
+    struct wd_batch *next; /* in the watchdog's list of active batches */
+} wd_batch;
+
+/* A server's renewal thread; `batch` is its one call, NULL when idle. */
+typedef struct wd_lane {
+    struct dlock_watchdog *wd;
+    pthread_t thread;
+    pthread_cond_t cond; /* a batch was handed over, or stop */
+    wd_batch *batch;
+} wd_lane;
+
+/* Lane 0 serves holds whose server is not known yet; lane i + 1 node i. */
+#define N_LANES (DLOCK_MAX_NODES + 1)
+
 struct dlock_watchdog {
     dlock_client *client;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cond;      /* entries changed, or stop */
+    pthread_t thread;         /* the scheduler */
+    pthread_mutex_t mu;       /* everything below, and every entry's private part */
+    pthread_cond_t cond;      /* entries changed, a lane is idle again, or stop */
     pthread_cond_t cb_done;   /* a loss callback returned */
     dlock_wd_entry *in_callback;
-    dlock_wd_entry **flight;  /* the batch being renewed; removed entries */
-    int flight_n;             /* are set to NULL in it (they may be freed) */
     dlock_wd_entry head;      /* circular list sentinel */
+    wd_batch *active;         /* batches handed out and not finished */
+    wd_lane *lanes[N_LANES];
+    int max_lane;             /* highest lane index ever made */
     uint64_t next_gen;
     int stop;
 };
+
+long dlock_drift_ms(long lease_ms)
+{
+    return lease_ms / 100 + 2;
+}
+
+long dlock_lease_trust_ms(long lease_ms, int margin_pct)
+{
+    long trust = lease_ms - dlock_drift_ms(lease_ms) - (long)((int64_t)lease_ms * margin_pct / 100);
+    return trust < 1 ? 1 : trust;
+}
 
 static void unlink_entry(dlock_wd_entry *e)
 {
@@ -59,23 +117,21 @@ static void unlink_entry(dlock_wd_entry *e)
     e->registered = 0;
 }
 
-/* A hold whose renewal failed: retry soon, unless the lease is over. */
-static int retry_or_lost(dlock_wd_entry *e, int64_t now)
+/* Forget `e` in every batch in flight: it may be freed once unlinked. */
+static void forget_in_flight(struct dlock_watchdog *wd, dlock_wd_entry *e)
 {
-    if (now >= e->deadline_ms) return 1;
-    long retry = e->lease_ms / 10;
-    if (retry < 20) retry = 20;
-    if (retry > 1000) retry = 1000;
-    e->next_ms = now + retry;
-    if (e->next_ms > e->deadline_ms) e->next_ms = e->deadline_ms;
-    return 0;
+    for (wd_batch *b = wd->active; b; b = b->next)
+        for (int i = 0; i < b->n; i++)
+            if (b->e[i] == e) b->e[i] = NULL;
 }
 
 /* Run the loss callback outside the mutex: it may take the holder's own
- * locks, and dlock_wd_remove() waits for it through in_callback. */
+ * locks, and dlock_wd_remove() waits for it through in_callback. Called
+ * on the scheduler thread only, so in_callback names at most one entry. */
 static void report_lost(struct dlock_watchdog *wd, dlock_wd_entry *e)
 {
     unlink_entry(e);
+    forget_in_flight(wd, e);
     wd->in_callback = e;
     pthread_mutex_unlock(&wd->mu);
     e->on_lost(e);
@@ -84,85 +140,171 @@ static void report_lost(struct dlock_watchdog *wd, dlock_wd_entry *e)
     pthread_cond_broadcast(&wd->cb_done);
 }
 
-/* Renew one batch of due entries. Called and returns with mu held. */
-static void renew_batch(struct dlock_watchdog *wd, int64_t now)
+/* Take in the answer of one batch. Called with mu held. `sent` is when
+ * the call went out: a lease it renewed started no earlier. A hold the
+ * server no longer has gets lost_ms in the past, for the scheduler to
+ * report (callbacks run on one thread only). */
+static void take_answer(struct dlock_watchdog *wd, wd_batch *b, dlock_status st, const redisReply *r, int64_t sent,
+                        int64_t after)
 {
-    dlock_wd_entry *batch[BATCH];
-    uint64_t gens[BATCH];
-    const char *keys[BATCH];
-    const char *args[2 * BATCH];
-    char leases[BATCH][24];
-    char *copies[2 * BATCH];
-    int n = 0;
-
-    dlock_script_id script = DLOCK_SCRIPT_COUNT;
-    unsigned slot = 0;
-    for (dlock_wd_entry *e = wd->head.next; e != &wd->head && n < BATCH; e = e->next) {
-        if (e->next_ms > now + e->lease_ms / 6) continue;
-        /* One call renews holds of one kind and slot; the others wait
-         * their turn. */
-        if (script == DLOCK_SCRIPT_COUNT) {
-            script = e->script;
-            slot = e->slot;
-        }
-        if (e->script != script || e->slot != slot) continue;
-        batch[n] = e;
-        gens[n] = e->gen;
-        /* Copies: the holder may free its strings once it is removed. */
-        copies[2 * n] = strdup(e->key);
-        copies[2 * n + 1] = strdup(e->owner);
-        keys[n] = copies[2 * n];
-        args[2 * n] = copies[2 * n + 1];
-        snprintf(leases[n], sizeof leases[n], "%ld", e->lease_ms);
-        args[2 * n + 1] = leases[n];
-        e->next_ms = INT64_MAX; /* in flight */
-        if (!keys[n] || !args[2 * n]) {
-            free(copies[2 * n]);
-            free(copies[2 * n + 1]);
-            e->next_ms = now + 100;
-            continue;
-        }
-        n++;
-    }
-    if (n == 0) return;
-
-    wd->flight = batch;
-    wd->flight_n = n;
-    pthread_mutex_unlock(&wd->mu);
-    redisReply *r = NULL;
-    dlock_status st = dlock_eval(wd->client, script, n, keys, 2 * n, args, &r, NULL);
-    if (st == DLOCK_OK && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n)) {
-        st = DLOCK_ERR_REDIS;
-    }
-    int64_t after = dlock_mono_ms();
-    pthread_mutex_lock(&wd->mu);
-
-    for (int i = 0; i < n; i++) {
-        dlock_wd_entry *e = batch[i];
-        free(copies[2 * i]);
-        free(copies[2 * i + 1]);
-        /* NULL: removed while in flight, and perhaps freed by its holder. */
-        if (!e || !e->registered || e->gen != gens[i]) continue;
-        int lost;
+    int pct = wd->client->safety_margin_pct;
+    for (int i = 0; i < b->n; i++) {
+        dlock_wd_entry *e = b->e[i];
+        if (!e || !e->registered || e->gen != b->gen[i]) continue;
         if (st != DLOCK_OK) {
-            lost = retry_or_lost(e, after);
+            long retry = e->lease_ms / DLOCK_RENEW_RETRY_DIVISOR;
+            if (retry < DLOCK_RENEW_RETRY_MIN_MS) retry = DLOCK_RENEW_RETRY_MIN_MS;
+            if (retry > DLOCK_RENEW_RETRY_MAX_MS) retry = DLOCK_RENEW_RETRY_MAX_MS;
+            e->next_ms = after + retry;
         } else if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1) {
-            e->deadline_ms = now + e->lease_ms;
-            e->next_ms = now + e->lease_ms / 3;
-            lost = 0;
+            e->lost_ms = sent + dlock_lease_trust_ms(e->lease_ms, pct);
+            e->next_ms = sent + e->lease_ms / DLOCK_RENEW_DIVISOR;
         } else if (e->releasing) {
             /* Released under us, most likely: look again shortly; the
              * holder removes the entry when its release returns. */
             e->next_ms = after + 20;
-            lost = 0;
         } else {
-            lost = 1;
+            e->lost_ms = INT64_MIN;
+            e->next_ms = after + 20; /* if its release clears it meanwhile */
         }
-        if (lost) report_lost(wd, e);
     }
-    wd->flight = NULL;
-    wd->flight_n = 0;
+}
+
+/* Make one renewal call. Called and returns with mu held; drops it for
+ * the call, which may block as long as the connection layer allows. */
+static void run_batch(struct dlock_watchdog *wd, wd_batch *b)
+{
+    int64_t sent = dlock_mono_ms();
+    pthread_mutex_unlock(&wd->mu);
+    redisReply *r = NULL;
+    dlock_status st = dlock_eval(wd->client, b->script, b->n, b->keys, 2 * b->n, b->args, &r, NULL);
+    if (st == DLOCK_OK && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n)) st = DLOCK_ERR_REDIS;
+    int64_t after = dlock_mono_ms();
+    pthread_mutex_lock(&wd->mu);
+    take_answer(wd, b, st, r, sent, after);
     if (r) freeReplyObject(r);
+    for (wd_batch **p = &wd->active; *p; p = &(*p)->next)
+        if (*p == b) {
+            *p = b->next;
+            break;
+        }
+    for (int i = 0; i < 2 * b->n; i++) free(b->copies[i]);
+    free(b);
+    pthread_cond_signal(&wd->cond); /* the lane is idle: the scheduler may have work for it */
+}
+
+static void *lane_main(void *arg)
+{
+    wd_lane *ln = arg;
+    struct dlock_watchdog *wd = ln->wd;
+    pthread_mutex_lock(&wd->mu);
+    for (;;) {
+        if (ln->batch) {
+            run_batch(wd, ln->batch);
+            ln->batch = NULL;
+        } else if (wd->stop) {
+            break;
+        } else {
+            pthread_cond_wait(&ln->cond, &wd->mu);
+        }
+    }
+    pthread_mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+/* The lane for the server of `e`'s key, started on first need; NULL when
+ * its thread cannot start (then the scheduler makes the call itself). */
+static wd_lane *lane_for(struct dlock_watchdog *wd, const dlock_wd_entry *e)
+{
+    int node = dlock_topo_node_known(wd->client->topo, e->key, strlen(e->key));
+    int i = node >= 0 && node < DLOCK_MAX_NODES ? node + 1 : 0;
+    if (wd->lanes[i]) return wd->lanes[i];
+    wd_lane *ln = calloc(1, sizeof *ln);
+    if (!ln) return NULL;
+    ln->wd = wd;
+    dlock_cond_init(&ln->cond);
+    if (pthread_create(&ln->thread, NULL, lane_main, ln) != 0) {
+        pthread_cond_destroy(&ln->cond);
+        free(ln);
+        return NULL;
+    }
+    wd->lanes[i] = ln;
+    if (i > wd->max_lane) wd->max_lane = i;
+    return ln;
+}
+
+/* A batch led by `lead`: it and the holds of the same kind, slot and lane
+ * that are due by now plus a sixth of their lease. NULL when out of
+ * memory (the holds stay due). */
+static wd_batch *make_batch(struct dlock_watchdog *wd, dlock_wd_entry *lead, const wd_lane *lane, int64_t now)
+{
+    wd_batch *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->script = lead->script;
+    for (dlock_wd_entry *e = lead; e != &wd->head && b->n < BATCH; e = e->next) {
+        if (e->next_ms == INT64_MAX || e->script != lead->script || e->slot != lead->slot) continue;
+        if (e->next_ms > now + e->lease_ms / DLOCK_RENEW_RIDE_ALONG_DIVISOR) continue;
+        if (e != lead && lane_for(wd, e) != lane) continue;
+        int n = b->n;
+        b->copies[2 * n] = strdup(e->key);
+        b->copies[2 * n + 1] = strdup(e->owner);
+        if (!b->copies[2 * n] || !b->copies[2 * n + 1]) {
+            free(b->copies[2 * n]);
+            free(b->copies[2 * n + 1]);
+            break;
+        }
+        b->e[n] = e;
+        b->gen[n] = e->gen;
+        b->keys[n] = b->copies[2 * n];
+        b->args[2 * n] = b->copies[2 * n + 1];
+        snprintf(b->leases[n], sizeof b->leases[n], "%ld", e->lease_ms);
+        b->args[2 * n + 1] = b->leases[n];
+        e->next_ms = INT64_MAX; /* in flight */
+        b->n++;
+    }
+    if (b->n == 0) {
+        free(b);
+        return NULL;
+    }
+    b->next = wd->active;
+    wd->active = b;
+    return b;
+}
+
+/* Hand every due hold whose lane is idle to that lane. Returns when the
+ * next hold not yet due will be, ignoring holds that wait for a busy lane
+ * (its return wakes the scheduler). Called with mu held. */
+static int64_t dispatch(struct dlock_watchdog *wd, int64_t now)
+{
+    int64_t earliest = INT64_MAX;
+    for (;;) {
+        dlock_wd_entry *lead = NULL;
+        wd_lane *lane = NULL;
+        for (dlock_wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
+            if (e->next_ms == INT64_MAX) continue; /* in flight */
+            if (e->next_ms > now) {
+                if (e->next_ms < earliest) earliest = e->next_ms;
+                continue;
+            }
+            lane = lane_for(wd, e);
+            if (lane && lane->batch) continue;
+            lead = e;
+            break;
+        }
+        if (!lead) return earliest;
+        wd_batch *b = make_batch(wd, lead, lane, now);
+        if (!b) {
+            lead->next_ms = now + 100;
+            continue;
+        }
+        if (lane) {
+            lane->batch = b;
+            pthread_cond_signal(&lane->cond);
+        } else {
+            run_batch(wd, b); /* drops mu: the list may change, so scan again */
+            now = dlock_mono_ms();
+        }
+    }
 }
 
 static void *watchdog_main(void *arg)
@@ -170,14 +312,25 @@ static void *watchdog_main(void *arg)
     struct dlock_watchdog *wd = arg;
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
-        int64_t now = dlock_mono_ms(), earliest = INT64_MAX;
-        for (dlock_wd_entry *e = wd->head.next; e != &wd->head; e = e->next)
-            if (e->next_ms < earliest) earliest = e->next_ms;
-        if (earliest > now) {
-            dlock_cond_wait_until(&wd->cond, &wd->mu, earliest == INT64_MAX ? -1 : earliest);
+        int64_t now = dlock_mono_ms();
+        dlock_wd_entry *lost = NULL;
+        int64_t earliest = INT64_MAX;
+        for (dlock_wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
+            if (e->releasing) continue;
+            if (e->lost_ms <= now) {
+                lost = e;
+                break;
+            }
+            if (e->lost_ms < earliest) earliest = e->lost_ms;
+        }
+        if (lost) {
+            report_lost(wd, lost);
             continue;
         }
-        renew_batch(wd, now);
+        int64_t due = dispatch(wd, now);
+        if (due < earliest) earliest = due;
+        if (earliest > dlock_mono_ms())
+            dlock_cond_wait_until(&wd->cond, &wd->mu, earliest == INT64_MAX ? -1 : earliest);
     }
     pthread_mutex_unlock(&wd->mu);
     return NULL;
@@ -202,14 +355,25 @@ struct dlock_watchdog *dlock_watchdog_start(dlock_client *client)
     return wd;
 }
 
+/* Each lane finishes its call in flight (within the client's timeouts)
+ * before it stops. */
 void dlock_watchdog_stop(struct dlock_watchdog *wd)
 {
     if (!wd) return;
     pthread_mutex_lock(&wd->mu);
     wd->stop = 1;
     pthread_cond_signal(&wd->cond);
+    for (int i = 0; i <= wd->max_lane; i++)
+        if (wd->lanes[i]) pthread_cond_signal(&wd->lanes[i]->cond);
     pthread_mutex_unlock(&wd->mu);
     pthread_join(wd->thread, NULL);
+    for (int i = 0; i <= wd->max_lane; i++) {
+        wd_lane *ln = wd->lanes[i];
+        if (!ln) continue;
+        pthread_join(ln->thread, NULL);
+        pthread_cond_destroy(&ln->cond);
+        free(ln);
+    }
     while (wd->head.next != &wd->head) unlink_entry(wd->head.next);
     pthread_cond_destroy(&wd->cb_done);
     pthread_cond_destroy(&wd->cond);
@@ -230,8 +394,8 @@ void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms
     }
     e->gen = ++wd->next_gen;
     e->releasing = 0;
-    e->deadline_ms = since_ms + e->lease_ms;
-    e->next_ms = since_ms + e->lease_ms / 3;
+    e->lost_ms = since_ms + dlock_lease_trust_ms(e->lease_ms, wd->client->safety_margin_pct);
+    e->next_ms = since_ms + e->lease_ms / DLOCK_RENEW_DIVISOR;
     pthread_cond_signal(&wd->cond);
     pthread_mutex_unlock(&wd->mu);
 }
@@ -240,6 +404,7 @@ void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on)
 {
     pthread_mutex_lock(&wd->mu);
     e->releasing = on;
+    pthread_cond_signal(&wd->cond); /* off again: its clock counts once more */
     pthread_mutex_unlock(&wd->mu);
 }
 
@@ -250,7 +415,6 @@ void dlock_wd_remove(struct dlock_watchdog *wd, dlock_wd_entry *e)
     while (wd->in_callback == e && !pthread_equal(pthread_self(), wd->thread))
         pthread_cond_wait(&wd->cb_done, &wd->mu);
     if (e->registered) unlink_entry(e);
-    for (int i = 0; i < wd->flight_n; i++)
-        if (wd->flight[i] == e) wd->flight[i] = NULL;
+    forget_in_flight(wd, e);
     pthread_mutex_unlock(&wd->mu);
 }

@@ -1,4 +1,5 @@
-/* One renewal thread per client for all the holds it keeps alive. */
+/* The renewal of every hold a client keeps alive, and the clock that ends
+ * its holder's belief in it. */
 #ifndef DLOCK_WATCHDOG_H
 #define DLOCK_WATCHDOG_H
 
@@ -7,12 +8,22 @@
 #include "dlock.h"
 #include "script.h"
 
+/* Renewal timing, as fractions of a lease: renew a third of a lease after
+ * the last renewal was sent, let holds due within the next sixth ride
+ * along in the same call, and retry a failed renewal after a tenth (20 ms
+ * to 1 s). */
+#define DLOCK_RENEW_DIVISOR 3
+#define DLOCK_RENEW_RIDE_ALONG_DIVISOR 6
+#define DLOCK_RENEW_RETRY_DIVISOR 10
+#define DLOCK_RENEW_RETRY_MIN_MS 20
+#define DLOCK_RENEW_RETRY_MAX_MS 1000
+
 /*
  * A hold the watchdog renews. The holder fills the public part, embeds the
  * struct in its own state and keeps it alive until dlock_wd_remove()
  * returns. on_lost runs on the watchdog thread, after the entry was
- * removed, when the hold was found gone or its lease ran out while renewal
- * kept failing.
+ * removed, when the hold was found gone or its holder's clock says the
+ * lease may end soon (dlock_lease_trust_ms) and no renewal has come back.
  */
 typedef struct dlock_wd_entry {
     dlock_script_id script; /* renew script: KEYS[i], ARGV[2i-1] owner, ARGV[2i] lease */
@@ -21,14 +32,28 @@ typedef struct dlock_wd_entry {
     long lease_ms;
     void (*on_lost)(struct dlock_wd_entry *e);
     /* private to the watchdog */
-    int64_t next_ms;     /* next renewal due (monotonic) */
-    int64_t deadline_ms; /* the lease surely ends here without renewal */
+    int64_t next_ms;     /* next renewal due (monotonic); INT64_MAX while one is in flight */
+    int64_t lost_ms;     /* declared lost here unless renewed first */
     uint64_t gen;        /* bumped on every add, to drop stale results */
     int registered;
     int releasing;       /* the holder's release is in flight (see below) */
     unsigned slot;       /* the key's cluster slot (0 elsewhere): one batch, one slot */
     struct dlock_wd_entry *prev, *next;
 } dlock_wd_entry;
+
+/*
+ * How long after a lease was (re)started, by the holder's monotonic clock,
+ * the holder may still believe in it: the lease, less the clock-drift
+ * allowance (dlock_drift_ms: clocks of two machines run at slightly
+ * different rates) and less `margin_pct` percent of the lease, the time
+ * the holder is given to stop using what the lock protects. A lease is
+ * started when the command that set it was sent, never when its answer
+ * came, so the server's copy of the lease ends no earlier than this.
+ */
+long dlock_lease_trust_ms(long lease_ms, int margin_pct);
+
+/* The clock-drift allowance of a lease: 1 % of it plus 2 ms (RedLock's). */
+long dlock_drift_ms(long lease_ms);
 
 struct dlock_watchdog *dlock_watchdog_start(dlock_client *client);
 void dlock_watchdog_stop(struct dlock_watchdog *wd);
@@ -39,7 +64,8 @@ void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms
 /* Mark `e` as being released (on 1) or not any more (on 0). A renewal that
  * runs on the server just after the holder's release script deleted the
  * key answers "not owned"; for an entry being released that answer means
- * nothing (the release will tell), so it is not reported as a loss. */
+ * nothing (the release will tell), so it is not reported as a loss; nor is
+ * the end of its trusted time, since its holder has stopped using it. */
 void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on);
 
 /* Stop renewing `e`; waits for a loss callback running on it to return. */
