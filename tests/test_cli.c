@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "proxy.h"
 #include "target.h"
 
 #define MAX_ARGS 32
@@ -270,7 +271,7 @@ static void help_and_version_need_no_server(void **state)
     RUN(&r, "redis://127.0.0.1:1", "--help");
     expect_status(&r, 0);
     assert_non_null(strstr(r.out, "usage:"));
-    assert_non_null(strstr(r.out, "[-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND"));
+    assert_non_null(strstr(r.out, "[--safety-margin PCT] NAME -- COMMAND"));
     assert_non_null(strstr(r.out, "semaphore -p PERMITS"));
     assert_non_null(strstr(r.out, "latch NAME"));
     RUN(&r, "redis://127.0.0.1:1", "--version");
@@ -915,6 +916,112 @@ static void redlock_over_three_urls_holds_with_a_majority_only(void **state)
 #undef RL
 }
 
+/* The first line of a file written by `date +%s%N` (nanoseconds), or the
+ * largest of its lines: the moments a COMMAND showed it was running. */
+static long long max_stamp(const char *path)
+{
+    char buf[1 << 16];
+    slurp(path, buf, sizeof buf);
+    long long max = 0;
+    for (char *line = buf; *line;) {
+        long long v = strtoll(line, &line, 10);
+        if (v > max) max = v;
+        while (*line == '\n') line++;
+        if (*line && (*line < '0' || *line > '9')) break;
+    }
+    return max;
+}
+
+/* 1 while a process runs (a zombie waiting for its reaper counts as gone). */
+static int process_alive(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    slurp(path, buf, sizeof buf);
+    const char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z';
+}
+
+/* The pid a COMMAND wrote to `path`, or 0. */
+static pid_t read_pid(const char *path)
+{
+    char buf[32];
+    slurp(path, buf, sizeof buf);
+    return (pid_t)strtol(buf, NULL, 10);
+}
+
+/* A holder cut off from Redis (the proxy forwards nothing and closes
+ * nothing) must stop COMMAND before its lease can end on the server, so
+ * before anyone else can run under the lock: the first COMMAND's last
+ * sign of life comes before the second COMMAND's first. COMMAND ignores
+ * SIGTERM here, so only the SIGKILL at the lease's end stops it; dlock
+ * exits 76. */
+static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
+{
+    (void)state;
+    th_target_require_single(&srv);
+    th_proxy *px = th_proxy_start(&srv.single);
+    assert_non_null(px);
+    char a[256], b[256], pidf[256], ready[256], script[1024], second[512];
+    scratch_file(a, sizeof a, "cut.a");
+    scratch_file(b, sizeof b, "cut.b");
+    scratch_file(pidf, sizeof pidf, "cut.pid");
+    scratch_file(ready, sizeof ready, "cut.ready");
+    snprintf(script, sizeof script,
+             "trap '' TERM; echo $$ > %s; touch %s; while :; do date +%%s%%N >> %s; sleep 0.01; done", pidf, ready,
+             a);
+    snprintf(second, sizeof second, "date +%%s%%N > %s", b);
+    proc holder;
+    START(&holder, th_proxy_url(px), "lock", "-t", "2000", "cut", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    usleep(300000);
+    long long cut = th_now_ms();
+    th_proxy_partition(px, 1);
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "15000", "cut", "--", "sh", "-c", second);
+    int first = wait_dlock(&holder, 15000);
+    long long told = th_now_ms() - cut;
+    pid_t left = read_pid(pidf);
+    if (left > 0 && process_alive(left)) kill(left, SIGKILL); /* whatever the outcome */
+    th_proxy_partition(px, 0);
+    th_proxy_stop(px);
+    expect_status(&r, 0);
+    assert_int_equal(first, 76);
+    long long last_a = max_stamp(a), start_b = max_stamp(b);
+    print_message("dlock exited %lld ms after the cut; first COMMAND's last stamp %lld ms before the second's first\n",
+                  told, (start_b - last_a) / 1000000);
+    assert_true(last_a > 0 && start_b > 0);
+    assert_true(last_a < start_b);
+}
+
+/* kill -9 of dlock takes COMMAND down with it, and everything COMMAND
+ * started in its process group: nothing may run on unprotected once the
+ * lease runs out and the next holder starts. */
+static void killed_dlock_takes_command_and_its_group_down(void **state)
+{
+    (void)state;
+    char pidf[256], bgf[256], ready[256], script[1024];
+    scratch_file(pidf, sizeof pidf, "k9.pid");
+    scratch_file(bgf, sizeof bgf, "k9.bg");
+    scratch_file(ready, sizeof ready, "k9.ready");
+    snprintf(script, sizeof script, "sleep 60 & echo $! > %s; echo $$ > %s; touch %s; wait", bgf, pidf, ready);
+    proc holder;
+    START(&holder, srv.url, "lock", "-t", "1000", "k9", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    pid_t sh = read_pid(pidf), bg = read_pid(bgf);
+    assert_true(sh > 0 && bg > 0);
+    kill(holder.pid, SIGKILL);
+    assert_int_equal(wait_dlock(&holder, 5000), 128 + SIGKILL);
+    long long t0 = th_now_ms();
+    while ((process_alive(sh) || process_alive(bg)) && th_now_ms() - t0 < 3000) usleep(5000);
+    int sh_alive = process_alive(sh), bg_alive = process_alive(bg);
+    if (sh_alive) kill(sh, SIGKILL);
+    if (bg_alive) kill(bg, SIGKILL);
+    assert_false(sh_alive);
+    assert_false(bg_alive);
+    print_message("COMMAND and its child gone %lld ms after dlock was killed\n", th_now_ms() - t0);
+}
+
 /* ------------------------------------------------------------------------ */
 
 static int setup(void **state)
@@ -965,6 +1072,8 @@ int main(void)
         cmocka_unit_test(semaphore_admits_permits_holders_and_a_killed_ones_permit_returns),
         cmocka_unit_test(latch_sets_once_and_releases_awaiters_at_zero),
         cmocka_unit_test(redlock_over_three_urls_holds_with_a_majority_only),
+        cmocka_unit_test(cut_off_holder_stops_command_before_the_lease_ends),
+        cmocka_unit_test(killed_dlock_takes_command_and_its_group_down),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

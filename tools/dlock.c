@@ -26,7 +26,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "dlock.h"
 
 extern char **environ;
@@ -60,15 +61,19 @@ extern char **environ;
 #define MAX_URLS 32 /* -u given more than once: RedLock masters */
 
 /* Byte written to the self-pipe by the loss callback. Signal numbers are
- * written as themselves, with FROM_KERNEL set when the kernel (a terminal)
- * sent the signal to the whole process group. */
+ * written as themselves. */
 #define PIPE_LOST 0
-#define FROM_KERNEL 0x80
+/* The library declares a hold lost a margin before its lease could end
+ * (dlock_options.safety_margin_pct, --safety-margin): COMMAND gets SIGTERM
+ * then, and its whole process group SIGKILL when that margin is over, so
+ * that nothing runs under the lock once the server may hand it on. */
+#define DEFAULT_MARGIN_PCT 10
 
 #define USAGE_LOCK                                                                                 \
-    "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] [--fence-floor TOKEN] NAME -- " \
+    "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] [--fence-floor TOKEN] [--safety-margin PCT] NAME -- " \
     "COMMAND [ARG...]"
-#define USAGE_SEM "dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]"
+#define USAGE_SEM \
+    "dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] [--safety-margin PCT] NAME -- COMMAND [ARG...]"
 #define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT_MS]"
 #define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX"
 #define USAGE_STATUS "dlock [-u URL] status NAME"
@@ -202,6 +207,10 @@ static void print_help(void)
           "  --fair      FIFO lock; --read / --write: shared / exclusive read-write lock\n"
           "  --fence-floor TOKEN  the fencing token handed out is above TOKEN (pass the\n"
           "              highest token your fenced resource has accepted)\n"
+          "  --safety-margin PCT  stop trusting the lease PCT % of TTL (+1 % + 2 ms for clock\n"
+          "              drift) before it could end, by our clock, when renewals fail:\n"
+          "              COMMAND gets SIGTERM then, its process group SIGKILL PCT % of\n"
+          "              TTL later (default 10)\n"
           "  -p PERMITS  semaphore size, set by the first user of NAME\n"
           "  -n COUNT    number of IDs to print, 1 to 1000000 (default 1)\n"
           "\n"
@@ -293,6 +302,14 @@ static int open_client(const char *url, const dlock_options *opts, dlock_client 
 /* lock: signals, the self-pipe and the child                                */
 /* ------------------------------------------------------------------------ */
 
+/* Milliseconds on the monotonic clock. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Remember which descriptors the caller handed us (e.g. `3>file`): those
  * are COMMAND's too. Everything opened later belongs to the library. */
 static void note_inherited_fds(void)
@@ -327,14 +344,13 @@ static void wake(unsigned char what)
 
 /* Signal handler for SIGCHLD and the forwarded signals. It may run on any
  * thread, including the library's, which is why it does nothing but wake
- * the main loop. si_code tells a terminal's signal to the whole process
- * group (COMMAND got it already) from a kill(2) aimed at dlock alone. */
+ * the main loop. COMMAND runs in a process group of its own, so a signal
+ * the terminal sent to ours did not reach it: every one is passed on. */
 static void on_signal(int sig, siginfo_t *info, void *ctx)
 {
+    (void)info;
     (void)ctx;
-    unsigned char b = (unsigned char)sig;
-    if (info && info->si_code == SI_KERNEL) b |= FROM_KERNEL;
-    wake(b);
+    wake((unsigned char)sig);
 }
 
 /* The watchdog found our hold gone. This runs on the library's watchdog
@@ -391,24 +407,6 @@ static char **child_environment(char *const *vars)
     return env;
 }
 
-/* Start COMMAND with posix_spawnp: safe in a process that has threads
- * (fork would copy the library's locks mid-use), and exec failures come
- * back as an error number instead of a child that exits 127. The child
- * gets default handlers and the signal mask dlock started with. */
-static int spawn_command(char **argv, char **env, const sigset_t *defaults, const sigset_t *mask,
-                         pid_t *pid)
-{
-    posix_spawnattr_t attr;
-    int rc = posix_spawnattr_init(&attr);
-    if (rc != 0) return rc;
-    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, defaults);
-    if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, mask);
-    if (rc == 0) rc = posix_spawnp(pid, argv[0], NULL, &attr, argv, env);
-    posix_spawnattr_destroy(&attr);
-    return rc;
-}
-
 /* The exit status a shell would report for a wait(2) status. */
 static int shell_status(int wstatus)
 {
@@ -417,42 +415,54 @@ static int shell_status(int wstatus)
     return EXIT_SOFTWARE;
 }
 
-/* Wait for COMMAND while passing on signals and watching the lease. Returns
- * COMMAND's wait status. No timeouts: every event arrives as a pipe byte,
- * so the loop sleeps in poll() until there is something to do. */
-static int supervise(pid_t child, const char *name)
+/* Wait for COMMAND while passing on signals and watching the lease.
+ * Returns COMMAND's wait status, or -1 when it could not be executed
+ * (c->exec_errno). Every event arrives as a pipe byte or a report from
+ * COMMAND's guard, so the loop sleeps in poll() until there is something
+ * to do; its only timeout is the end of the lease after a loss. */
+static int supervise(child *c, const char *name, long margin_ms)
 {
+    int64_t kill_at = -1; /* monotonic ms: SIGKILL to the group */
     int wstatus;
     for (;;) {
-        pid_t w = waitpid(child, &wstatus, WNOHANG);
-        if (w == child) return wstatus;
-        if (w < 0 && errno != EINTR) break;
-
-        struct pollfd pfd = {.fd = wake_pipe[0], .events = POLLIN};
-        if (poll(&pfd, 1, -1) < 0 && errno != EINTR) break;
+        if (child_poll(c, &wstatus)) return wstatus;
+        int timeout = -1;
+        if (kill_at >= 0) {
+            int64_t left = kill_at - mono_ms();
+            if (left <= 0) {
+                child_signal(c, SIGKILL);
+                kill_at = -1;
+                continue;
+            }
+            timeout = left > INT_MAX ? INT_MAX : (int)left;
+        }
+        struct pollfd pfd[2] = {{wake_pipe[0], POLLIN, 0}, {c->report_fd, POLLIN, 0}};
+        if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
+            /* Cannot happen in practice; still never leave COMMAND running
+             * unsupervised while we release its lock. */
+            errorf("waiting for COMMAND: %s", strerror(errno));
+            child_signal(c, SIGKILL);
+            while (!child_poll(c, &wstatus)) usleep(10000);
+            return wstatus;
+        }
         unsigned char buf[64];
         ssize_t n;
         while ((n = read(wake_pipe[0], buf, sizeof buf)) > 0) {
             for (ssize_t i = 0; i < n; i++) {
-                int sig = buf[i] & ~FROM_KERNEL;
                 if (buf[i] == PIPE_LOST) {
                     if (!lost_reported) {
                         lost_reported = 1;
-                        errorf("lost lock '%s' while COMMAND ran; sending it SIGTERM", name);
-                        kill(child, SIGTERM);
+                        errorf("lost lock '%s' while COMMAND ran; sending it SIGTERM, SIGKILL in %ld ms", name,
+                               margin_ms);
+                        child_signal(c, SIGTERM);
+                        kill_at = mono_ms() + margin_ms;
                     }
-                } else if (sig != SIGCHLD && !(buf[i] & FROM_KERNEL)) {
-                    kill(child, sig);
+                } else if (buf[i] != SIGCHLD) {
+                    child_signal(c, buf[i]);
                 }
             }
         }
     }
-    /* Cannot happen in practice; still never leave COMMAND running
-     * unsupervised while we release its lock. */
-    errorf("waiting for COMMAND: %s", strerror(errno));
-    while (waitpid(child, &wstatus, 0) < 0)
-        if (errno != EINTR) return -1;
-    return wstatus;
 }
 
 /* What `lock` and `semaphore` hold while COMMAND runs. */
@@ -461,6 +471,7 @@ enum hold_kind { HOLD_PLAIN, HOLD_FAIR, HOLD_READ, HOLD_WRITE, HOLD_REDLOCK, HOL
 typedef struct hold_args {
     enum hold_kind kind;
     long ttl, wait_ms, permits;
+    long margin_pct; /* --safety-margin */
     uint64_t fence_floor; /* --fence-floor: tokens go above it */
     const char *name;
     char **command;
@@ -476,13 +487,17 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
         {"read", no_argument, NULL, 'R'},
         {"write", no_argument, NULL, 'W'},
         {"fence-floor", required_argument, NULL, 'f'},
+        {"safety-margin", required_argument, NULL, 'm'},
         {NULL, 0, NULL, 0},
     };
-    static const struct option no_opts[] = {{NULL, 0, NULL, 0}};
+    static const struct option sem_opts[] = {
+        {"safety-margin", required_argument, NULL, 'm'},
+        {NULL, 0, NULL, 0},
+    };
     const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
     int opt, kinds = 0;
     optind = 0; /* 0: full getopt reset in glibc, honouring the '+' again */
-    while ((opt = getopt_long(argc, argv, is_sem ? "+:t:w:p:" : "+:t:w:", is_sem ? no_opts : lock_opts, NULL)) !=
+    while ((opt = getopt_long(argc, argv, is_sem ? "+:t:w:p:" : "+:t:w:", is_sem ? sem_opts : lock_opts, NULL)) !=
            -1) {
         switch (opt) {
         case 't':
@@ -502,6 +517,10 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
         case 'f':
             if (parse_token(optarg, &h->fence_floor) != 0)
                 return usage_error(synopsis, "bad --fence-floor '%s': expected a fencing token (digits)", optarg);
+            break;
+        case 'm':
+            if (parse_number(optarg, 1, 50, &h->margin_pct) != 0)
+                return usage_error(synopsis, "bad --safety-margin '%s': expected a percentage from 1 to 50", optarg);
             break;
         case 'F': h->kind = HOLD_FAIR; kinds++; break;
         case 'R': h->kind = HOLD_READ; kinds++; break;
@@ -527,7 +546,7 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
 /* Run COMMAND under the hold just acquired and return the status dlock
  * should exit with, before the release is considered. Kept apart from
  * cmd_lock so that every path out of here leads back to one release. */
-static int run_command(const char *name, uint64_t token, const char *permit, char **command)
+static int run_command(const char *name, uint64_t token, const char *permit, char **command, long margin_ms)
 {
     char *name_var = NULL, *token_var = NULL;
     char **env = NULL;
@@ -559,16 +578,22 @@ static int run_command(const char *name, uint64_t token, const char *permit, cha
         goto out;
     }
     mark_library_fds();
-    pid_t child;
-    int err = spawn_command(command, env, &defaults, &old_mask, &child);
+    child c;
+    int err = child_start(&c, command, env, &defaults, &old_mask);
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (err != 0) {
         errorf("cannot run '%s': %s", command[0], strerror(err));
-        rc = EXIT_NOEXEC;
         goto out;
     }
-    int wstatus = supervise(child, name);
-    rc = wstatus < 0 ? EXIT_SOFTWARE : shell_status(wstatus);
+    int wstatus = supervise(&c, name, margin_ms);
+    /* Whatever COMMAND left in its group dies before the lock is released. */
+    child_finish(&c);
+    if (wstatus < 0) {
+        errorf("cannot run '%s': %s", command[0], strerror(c.exec_errno));
+        rc = EXIT_NOEXEC;
+    } else {
+        rc = shell_status(wstatus);
+    }
 out:
     free(env);
     free(name_var);
@@ -688,7 +713,8 @@ static void holder_close(holder *h)
  * runs; see the file comment for the design. */
 static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, char **argv)
 {
-    hold_args a = {.kind = HOLD_PLAIN, .ttl = DEFAULT_TTL_MS, .wait_ms = DLOCK_WAIT_FOREVER};
+    hold_args a = {.kind = HOLD_PLAIN, .ttl = DEFAULT_TTL_MS, .wait_ms = DLOCK_WAIT_FOREVER,
+                   .margin_pct = DEFAULT_MARGIN_PCT};
     int rc = parse_hold_args(argc, argv, is_sem, &a);
     if (rc != 0) return rc;
     const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
@@ -707,6 +733,7 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
      * must not eat the lease, so its commands time out at a tenth of it. */
     dlock_options o = {0};
     o.watchdog_lease_ms = a.ttl;
+    o.safety_margin_pct = (int)a.margin_pct;
     if (a.kind == HOLD_REDLOCK) {
         long t = a.ttl / 10;
         o.command_timeout_ms = (int)(t < 50 ? 50 : t > 2000 ? 2000 : t);
@@ -739,7 +766,8 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
         goto out;
     }
 
-    rc = run_command(a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command);
+    rc = run_command(a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command,
+                     a.ttl * a.margin_pct / 100);
 
     st = holder_release(&h);
     if (atomic_load(&lease_lost)) {

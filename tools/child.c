@@ -1,0 +1,301 @@
+/*
+ * COMMAND of `dlock lock`, run so that it cannot outlive its lock.
+ *
+ * flock(1) gets this for free: the lock is a file descriptor COMMAND
+ * inherits, released only when the last holder closes it. A Redis lock is
+ * held by dlock on COMMAND's behalf, so when dlock dies (kill -9, OOM
+ * killer) nobody renews it, it expires, and the next holder starts while
+ * COMMAND may still run. So COMMAND must die with dlock, and with it
+ * everything COMMAND started:
+ *
+ *   dlock ── guard (leader of a new process group) ── COMMAND ── ...
+ *
+ *  - The guard holds the read end of a "lifeline" pipe whose only write
+ *    end is dlock's. However dlock dies, the kernel closes that end; the
+ *    guard reads EOF and kills its whole group (SIGKILL to itself
+ *    included). Unlike PR_SET_PDEATHSIG this has no window: a dlock that
+ *    died before the guard started waiting is an EOF all the same.
+ *  - COMMAND also has PR_SET_PDEATHSIG = SIGKILL, checked against a guard
+ *    already gone, so a guard killed on its own takes COMMAND along; dlock
+ *    then kills the rest of the group when it reaps the guard.
+ *  - When COMMAND ends, the guard reports its wait status and kills the
+ *    group: nothing COMMAND left behind runs on unprotected once the lock
+ *    is released. A daemon meant to outlive COMMAND must leave the group
+ *    (setsid), and is then on its own.
+ *  - Signals for COMMAND go to the whole group; the guard ignores them.
+ *
+ * A terminal: when dlock runs in the foreground of one, the group gets
+ * the terminal for as long as COMMAND runs (so COMMAND may read it, and ^C
+ * reaches it), and ^Z stops COMMAND and then dlock, as a shell's job.
+ *
+ * Between fork() and exec() (and in the guard, which never execs) only
+ * async-signal-safe calls are made: dlock has threads, and the copy of a
+ * lock another thread held at fork() would never be released. execvpe()
+ * of glibc searches PATH on the stack, without malloc.
+ */
+#include "child.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+/* What the guard (and COMMAND, when exec fails) tells dlock. */
+enum { REPORT_EXEC_ERROR = 'E', REPORT_STATUS = 'S', REPORT_STOPPED = 'T' };
+typedef struct report {
+    int kind;
+    int value;
+} report;
+
+/* Job-control signals: the guard ignores them, COMMAND gets them back as
+ * dlock found them. */
+static const int job_signals[] = {SIGTSTP, SIGTTIN, SIGTTOU};
+#define N_JOB (sizeof job_signals / sizeof job_signals[0])
+
+/* One report, whole (pipe writes up to PIPE_BUF are atomic). */
+static void send_report(int fd, int kind, int value)
+{
+    report r = {kind, value};
+    ssize_t n = write(fd, &r, sizeof r);
+    (void)n;
+}
+
+/* COMMAND, in the guard's child: the signals and mask dlock was started
+ * with, death with the guard, then exec. Never returns. */
+static void exec_command(pid_t guard, int report_fd, char *const *argv, char *const *env, const sigset_t *defaults,
+                         const sigset_t *mask, const struct sigaction *job_orig)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != guard) _exit(127);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(defaults, s) == 1) sigaction(s, &dfl, NULL);
+    for (size_t i = 0; i < N_JOB; i++) sigaction(job_signals[i], &job_orig[i], NULL);
+    sigaction(SIGCHLD, &dfl, NULL);
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    execvpe(argv[0], argv, env);
+    send_report(report_fd, REPORT_EXEC_ERROR, errno);
+    _exit(127);
+}
+
+/* The guard: wait for dlock's go, start COMMAND, then report what becomes
+ * of it, and kill the group when COMMAND ends or dlock dies. Never
+ * returns. */
+static void guard_main(int report_fd, int lifeline_fd, int max_fd, char *const *argv, char *const *env,
+                       const sigset_t *defaults, const sigset_t *mask, const struct sigaction *job_orig)
+{
+    pid_t me = getpid();
+    setpgid(0, 0);
+    /* dlock's own descriptors (Redis connections, its wake-up pipe) are
+     * close-on-exec: COMMAND never gets them, and the guard, which does
+     * not exec, must not keep them open (a connection dlock closes would
+     * stay half open in here). Those dlock inherited are COMMAND's. */
+    for (int fd = 3; fd <= max_fd; fd++) {
+        int flags = fcntl(fd, F_GETFD);
+        if (flags >= 0 && (flags & FD_CLOEXEC) && fd != report_fd && fd != lifeline_fd) close(fd);
+    }
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(defaults, s) == 1 && s != SIGCHLD) sigaction(s, &ign, NULL);
+    for (size_t i = 0; i < N_JOB; i++) sigaction(job_signals[i], &ign, NULL);
+    /* SIGCHLD by signalfd: blocked, with the default disposition (dlock's
+     * handler has SA_NOCLDSTOP, which would hide COMMAND's stops). */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGCHLD, &dfl, NULL);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_SETMASK, &chld, NULL);
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    char go;
+    /* dlock sets the group up (and the terminal) first; EOF: it died. */
+    if (sfd < 0 || read(lifeline_fd, &go, 1) != 1) kill(0, SIGKILL);
+
+    pid_t cmd = fork();
+    if (cmd < 0) {
+        send_report(report_fd, REPORT_EXEC_ERROR, errno);
+        kill(0, SIGKILL);
+    }
+    if (cmd == 0) exec_command(me, report_fd, argv, env, defaults, mask, job_orig);
+
+    for (;;) {
+        struct pollfd p[2] = {{lifeline_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR) kill(0, SIGKILL);
+        if (p[0].revents) {
+            char b;
+            if (read(lifeline_fd, &b, 1) <= 0) kill(0, SIGKILL); /* dlock is gone */
+        }
+        if (p[1].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            }
+        }
+        int st;
+        pid_t w;
+        while ((w = waitpid(cmd, &st, WNOHANG | WUNTRACED)) == cmd) {
+            if (WIFSTOPPED(st)) {
+                send_report(report_fd, REPORT_STOPPED, WSTOPSIG(st));
+                continue;
+            }
+            send_report(report_fd, REPORT_STATUS, st);
+            kill(0, SIGKILL); /* COMMAND's leftovers, and the guard */
+        }
+    }
+}
+
+/* The highest descriptor open now (dlock's side, before fork: opendir
+ * allocates). */
+static int highest_fd(void)
+{
+    int max = 1024;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return max;
+    max = 2;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        if (fd > max) max = fd;
+    }
+    closedir(d);
+    return max;
+}
+
+/* The terminal dlock runs in the foreground of, or -1. */
+static int foreground_tty(void)
+{
+    if (!isatty(STDIN_FILENO)) return -1;
+    return tcgetpgrp(STDIN_FILENO) == getpgrp() ? STDIN_FILENO : -1;
+}
+
+/* Make `pgid` the terminal's foreground group. A process outside the
+ * foreground group that does this gets SIGTTOU unless it blocks it. */
+static void give_tty(int fd, pid_t pgid)
+{
+    sigset_t ttou, old;
+    sigemptyset(&ttou);
+    sigaddset(&ttou, SIGTTOU);
+    pthread_sigmask(SIG_BLOCK, &ttou, &old);
+    tcsetpgrp(fd, pgid);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask)
+{
+    memset(c, 0, sizeof *c);
+    c->report_fd = c->lifeline_fd = c->tty_fd = -1;
+    int rep[2], life[2];
+    if (pipe2(rep, O_CLOEXEC) != 0) return errno;
+    if (pipe2(life, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(rep[0]);
+        close(rep[1]);
+        return e;
+    }
+    struct sigaction job_orig[N_JOB];
+    for (size_t i = 0; i < N_JOB; i++) sigaction(job_signals[i], NULL, &job_orig[i]);
+    int max_fd = highest_fd();
+    pid_t g = fork();
+    if (g < 0) {
+        int e = errno;
+        close(rep[0]);
+        close(rep[1]);
+        close(life[0]);
+        close(life[1]);
+        return e;
+    }
+    if (g == 0) {
+        close(rep[0]);
+        close(life[1]);
+        guard_main(rep[1], life[0], max_fd, argv, env, defaults, mask, job_orig);
+    }
+    close(rep[1]);
+    close(life[0]);
+    fcntl(rep[0], F_SETFL, O_NONBLOCK);
+    c->guard = c->pgid = g;
+    c->report_fd = rep[0];
+    c->lifeline_fd = life[1];
+    setpgid(g, g); /* also here, so the group exists before we signal it */
+    c->tty_fd = foreground_tty();
+    if (c->tty_fd >= 0) give_tty(c->tty_fd, g);
+    ssize_t n = write(c->lifeline_fd, "g", 1);
+    (void)n;
+    return 0;
+}
+
+void child_signal(const child *c, int sig)
+{
+    if (c->pgid > 0) kill(-c->pgid, sig);
+}
+
+/* COMMAND stopped at the terminal (^Z): stop too, as a shell's job
+ * would, and when continued, continue COMMAND with the terminal. */
+static void follow_stop(child *c)
+{
+    if (c->tty_fd >= 0) give_tty(c->tty_fd, getpgrp());
+    kill(getpid(), SIGSTOP);
+    if (c->tty_fd >= 0) give_tty(c->tty_fd, c->pgid);
+    child_signal(c, SIGCONT);
+}
+
+/* Read every report waiting in the pipe. */
+static void read_reports(child *c)
+{
+    report r;
+    while (read(c->report_fd, &r, sizeof r) == (ssize_t)sizeof r) {
+        if (r.kind == REPORT_EXEC_ERROR) {
+            c->reported = -1;
+            c->exec_errno = r.value;
+        } else if (r.kind == REPORT_STATUS && c->reported == 0) {
+            c->reported = 1;
+            c->status = r.value;
+        } else if (r.kind == REPORT_STOPPED) {
+            follow_stop(c);
+        }
+    }
+}
+
+int child_poll(child *c, int *wstatus)
+{
+    read_reports(c);
+    if (c->guard <= 0) return 1;
+    int gst;
+    pid_t w = waitpid(c->guard, &gst, WNOHANG);
+    if (w != c->guard) return 0;
+    c->guard = 0;
+    read_reports(c); /* written before the guard died */
+    if (c->reported < 0) {
+        *wstatus = -1;
+    } else {
+        /* No report: the guard itself was killed; COMMAND's fate is
+         * unknown, and what is left of the group dies in child_finish(). */
+        *wstatus = c->reported ? c->status : gst;
+    }
+    return 1;
+}
+
+void child_finish(child *c)
+{
+    child_signal(c, SIGKILL);
+    if (c->guard > 0) {
+        while (waitpid(c->guard, NULL, 0) < 0 && errno == EINTR) {
+        }
+        c->guard = 0;
+    }
+    if (c->tty_fd >= 0) give_tty(c->tty_fd, getpgrp());
+    c->tty_fd = -1;
+    if (c->report_fd >= 0) close(c->report_fd);
+    if (c->lifeline_fd >= 0) close(c->lifeline_fd);
+    c->report_fd = c->lifeline_fd = -1;
+}

@@ -1,0 +1,47 @@
+/* COMMAND of `dlock lock`, run so that it cannot outlive its lock holder. */
+#ifndef DLOCK_TOOLS_CHILD_H
+#define DLOCK_TOOLS_CHILD_H
+
+#include <signal.h>
+#include <sys/types.h>
+
+/*
+ * A running COMMAND: a guard process leading a process group of its own,
+ * with COMMAND (and whatever COMMAND starts) inside that group.
+ */
+typedef struct child {
+    pid_t guard;     /* our child; leader of the group */
+    pid_t pgid;      /* the group: signals to COMMAND go to all of it */
+    int report_fd;   /* read end: COMMAND's exec error or wait status */
+    int lifeline_fd; /* write end: closed by our death, the guard kills the group */
+    int tty_fd;      /* the terminal handed to the group, or -1 */
+    int status;      /* COMMAND's wait status, once reported */
+    int reported;    /* 1 when `status` is known; -1 after an exec error */
+    int exec_errno;  /* why COMMAND could not be executed */
+} child;
+
+/*
+ * Start COMMAND (argv, with environment env) under a guard. `defaults`
+ * are the signals whose handlers COMMAND gets back as SIG_DFL, `mask` its
+ * signal mask. Returns 0, or an errno value when the guard could not be
+ * started (COMMAND not being executable is reported later, by
+ * child_wait(), as the shell would: after it was tried).
+ */
+int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask);
+
+/* Send `sig` to COMMAND's whole process group. */
+void child_signal(const child *c, int sig);
+
+/*
+ * Handle what the guard reported (call when report_fd is readable, or
+ * SIGCHLD came): returns 1 once COMMAND has ended and the guard is reaped
+ * (*wstatus: COMMAND's wait status, or -1 with c->exec_errno when it could
+ * not be executed), 0 while it runs. A stopped COMMAND (^Z at a terminal)
+ * stops us too, and both go on together.
+ */
+int child_poll(child *c, int *wstatus);
+
+/* Kill whatever is left of the group, give the terminal back, close. */
+void child_finish(child *c);
+
+#endif
