@@ -51,6 +51,10 @@ typedef struct sk_db_ops {
                                size_t *n);
     /* A persisted or rejected order; SK_NO_ORDER when neither. */
     sk_result (*order_get)(sk_db *db, uint64_t id, sk_order *out);
+    /* SK_ALREADY when the user has a persisted order for the voucher,
+     * SK_OK when not: a read outside any transaction, for the lock
+     * strategy's early refusals. */
+    sk_result (*order_of_user)(sk_db *db, int64_t user_id, int64_t voucher_id);
     /* The lock strategy's whole decision in one transaction: window, one
      * order per user, stock > 0, insert. Returns the business outcome. */
     sk_result (*order_place)(sk_db *db, const sk_order *o, int64_t now);

@@ -67,7 +67,7 @@ static const char schema[] =
 
 enum {
     P_V_INSERT, P_V_GET, P_V_IDS, P_V_BUYERS, P_V_COUNTS, P_V_TAKE,
-    P_O_GET, P_O_INSERT, P_O_INSERT_NEW, P_O_DELETE, P_R_GET, P_R_INSERT,
+    P_O_GET, P_O_BY_USER, P_O_INSERT, P_O_INSERT_NEW, P_O_DELETE, P_R_GET, P_R_INSERT,
     P_COUNT
 };
 
@@ -85,6 +85,7 @@ static const char *const stmt_sql[P_COUNT] = {
                    " (SELECT count(*) FROM rejected_orders WHERE voucher_id = $1::bigint)",
     [P_V_TAKE] = "UPDATE vouchers SET stock = stock - 1 WHERE id = $1::bigint AND stock > 0",
     [P_O_GET] = "SELECT user_id, voucher_id, fence FROM orders WHERE id = $1::bigint",
+    [P_O_BY_USER] = "SELECT 1 FROM orders WHERE user_id = $1::bigint AND voucher_id = $2::bigint",
     [P_O_INSERT] = "INSERT INTO orders(id, user_id, voucher_id, fence, created_at)"
                    " VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::bigint)"
                    " ON CONFLICT DO NOTHING",
@@ -134,7 +135,7 @@ static void conn_free(pgconn *c)
 static const char *stmt_name(int i)
 {
     static const char *const names[P_COUNT] = {"sk0", "sk1", "sk2", "sk3", "sk4", "sk5",
-                                               "sk6", "sk7", "sk8", "sk9", "sk10", "sk11"};
+                                               "sk6", "sk7", "sk8", "sk9", "sk10", "sk11", "sk12"};
     return names[i];
 }
 
@@ -502,6 +503,23 @@ static sk_result pg_order_get(sk_db *db, uint64_t id, sk_order *out)
     return res;
 }
 
+/* See sq_order_of_user: a read of the last commit, no transaction. */
+static sk_result pg_order_of_user(sk_db *db, int64_t user_id, int64_t voucher_id)
+{
+    pg_db *d = (pg_db *)db;
+    pgconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    char a[2][24];
+    const char *p[2] = {i64s(a[0], user_id), i64s(a[1], voucher_id)};
+    PGresult *r = run(c, P_O_BY_USER, 2, p);
+    sk_result res = PQresultStatus(r) != PGRES_TUPLES_OK ? fail(c, r, "order lookup")
+                    : PQntuples(r) > 0                   ? SK_ALREADY
+                                                         : SK_OK;
+    PQclear(r);
+    give_back(d, c);
+    return res;
+}
+
 /* Run one statement of a transaction that changes rows; the row count, or
  * -1 with *res set. */
 static int change(pgconn *c, int st, int n, const char *const *p, const char *what, sk_result *res)
@@ -633,6 +651,7 @@ static const sk_db_ops pg_ops = {
     .voucher_ids = pg_voucher_ids,
     .voucher_state = pg_voucher_state,
     .order_get = pg_order_get,
+    .order_of_user = pg_order_of_user,
     .order_place = pg_order_place,
     .orders_persist = pg_orders_persist,
     .ping = pg_ping,

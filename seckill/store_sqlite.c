@@ -427,6 +427,19 @@ static int has_order(sqconn *c, int64_t user_id, int64_t voucher_id)
     return -rc;
 }
 
+/* Outside a transaction: the lock strategy asks it before taking the
+ * user's lock, where a plain read of the last commit is what it needs. */
+static sk_result sq_order_of_user(sk_db *db, int64_t user_id, int64_t voucher_id)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    int k = has_order(c, user_id, voucher_id);
+    sk_result r = k < 0 ? fail(c, -k, "order lookup") : k == 1 ? SK_ALREADY : SK_OK;
+    give_back(d, c);
+    return r;
+}
+
 /* Take one unit: 1 taken, 0 none left (or no such voucher), -rc on error.
  * The WHERE stock > 0 is the seeds' optimistic update; CHECK(stock >= 0)
  * backs it. */
@@ -611,6 +624,7 @@ static const sk_db_ops sqlite_ops = {
     .voucher_ids = sq_voucher_ids,
     .voucher_state = sq_voucher_state,
     .order_get = sq_order_get,
+    .order_of_user = sq_order_of_user,
     .order_place = sq_order_place,
     .orders_persist = sq_orders_persist,
     .ping = sq_ping,

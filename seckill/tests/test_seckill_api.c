@@ -332,6 +332,34 @@ static void test_orders(void **state)
     assert_int_equal(skt_json_int(resp, "stock"), 0);
 }
 
+/* A buyer whose 201 was lost retries after the last unit went: 409
+ * already_ordered, whichever strategy decides (the lock strategy's early
+ * stock check answered 410 sold_out here), so the client finds its
+ * order. The other buyer still gets 410. */
+static void retry_after_sold_out(int port)
+{
+    char resp[4096], path[96];
+    long long v = skt_voucher(port, &dir, "retry", 1, now_s() - 5, now_s() + 3600);
+    assert_true(v > 0);
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", v);
+    assert_int_equal(skt_http(port, "POST", path, user1, NULL, resp, sizeof resp), 201);
+    expect_error(skt_http(port, "POST", path, user2, NULL, resp, sizeof resp), resp, 410, "sold_out");
+    expect_error(skt_http(port, "POST", path, user1, NULL, resp, sizeof resp), resp, 409, "already_ordered");
+    expect_error(skt_http(port, "POST", path, user2, NULL, resp, sizeof resp), resp, 410, "sold_out");
+}
+
+static void test_retry_after_sold_out_both_strategies(void **state)
+{
+    (void)state;
+    retry_after_sold_out(sv.port);
+    skt_serve lk;
+    assert_int_equal(skt_serve_start(&lk, &dir, srv.url, "lock", NULL, NULL), 0);
+    retry_after_sold_out(lk.port);
+    int rc = skt_serve_stop(&lk);
+    if (rc != 0) skt_serve_dump(&lk);
+    assert_int_equal(rc, 0);
+}
+
 static void test_keepalive(void **state)
 {
     (void)state;
@@ -426,7 +454,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_health_and_metrics), cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_vouchers),           cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_orders),             cmocka_unit_test(test_keepalive),
-        cmocka_unit_test(test_embedded_redis),
+        cmocka_unit_test(test_embedded_redis),     cmocka_unit_test(test_retry_after_sold_out_both_strategies),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();
