@@ -18,6 +18,7 @@
 #include <microhttpd.h>
 
 #include "api.h"
+#include "log.h"
 #include "metrics.h"
 #include "skutil.h"
 
@@ -41,6 +42,7 @@ enum { ANSWER_AWAITED, ANSWER_SUSPENDED, ANSWER_READY };
 /* Per-request state, from the first callback to the completion notice. */
 typedef struct reqctx {
     int64_t start_ns;
+    const char *method, *url, *version; /* MHD's, valid until completion */
     char *body;
     size_t len;
     int too_large;
@@ -72,6 +74,24 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, const sk_respo
     return ret;
 }
 
+/* The access log's line for a request answered now. Only when the log is
+ * on: the address lookup is not free. */
+static void access_line(struct MHD_Connection *conn, const reqctx *ctx, int status, size_t bytes)
+{
+    if (!sk_log_access_on()) return;
+    char host[NI_MAXHOST] = "-";
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        socklen_t len = ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                               : sizeof(struct sockaddr_in);
+        if (getnameinfo(ci->client_addr, len, host, sizeof host, NULL, 0, NI_NUMERICHOST) != 0)
+            snprintf(host, sizeof host, "-");
+    }
+    sk_access a = {.remote = host, .method = ctx->method, .path = ctx->url, .version = ctx->version,
+                   .status = status, .bytes = bytes, .ns = sk_mono_ns() - ctx->start_ns};
+    sk_log_access(&a);
+}
+
 /* Answer before the body has been read: MHD then closes the connection
  * instead of reading (and us buffering) an upload we will not use. */
 static enum MHD_Result reject_early(struct MHD_Connection *conn, reqctx *ctx, sk_route route)
@@ -81,6 +101,7 @@ static enum MHD_Result reject_early(struct MHD_Connection *conn, reqctx *ctx, sk
                         .content_type = "application/json", .route = route};
     ctx->answered = 1;
     sk_metrics_request(route, 413, sk_mono_ns() - ctx->start_ns);
+    access_line(conn, ctx, 413, resp.body_len);
     return send_response(conn, &resp);
 }
 
@@ -90,6 +111,7 @@ static enum MHD_Result answer(struct MHD_Connection *conn, reqctx *ctx, sk_respo
     ctx->answered = 1;
     enum MHD_Result ret = send_response(conn, resp);
     sk_metrics_request(resp->route, resp->status, sk_mono_ns() - ctx->start_ns);
+    access_line(conn, ctx, resp->status, resp->body_len);
     sk_response_free(resp);
     return ret;
 }
@@ -130,7 +152,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     sk_http *h = cls;
     reqctx *ctx = *con_cls;
     if (!ctx) {
@@ -138,6 +159,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!ctx) return MHD_NO;
         atomic_init(&ctx->state, ANSWER_AWAITED);
         ctx->start_ns = sk_mono_ns();
+        ctx->method = method;
+        ctx->url = url;
+        ctx->version = version;
         *con_cls = ctx;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         uint64_t n;
@@ -232,8 +256,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
-    fputs("seckill: http: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    SK_LOG_REPEATED(SK_LOG_WARN, "http: %s", msg);
 }
 
 /* Paths are left exactly as sent. No route of the API needs an escape,

@@ -3,7 +3,7 @@
  *
  *   seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]
  *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
- *                 [--replica-acks N]
+ *                 [--replica-acks N] [--log-level L] [--log-format F] [--access-log FILE|-]
  *   seckill token [--secret-file FILE] [--ttl S] USER_ID
  *   seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]
  *                --secret-file FILE
@@ -25,6 +25,7 @@
 #include "embedded.h"
 #include "http.h"
 #include "keys.h"
+#include "log.h"
 #include "orderid.h"
 #include "seckill.h"
 #include "skredis.h"
@@ -41,7 +42,8 @@ void sk_usage(FILE *f)
     fprintf(f,
             "usage: seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]\n"
             "                     [--strategy redis|lock] [--secret-file FILE] [--threads N]\n"
-            "                     [--replica-acks N]\n"
+            "                     [--replica-acks N] [--log-level debug|info|warn|error]\n"
+            "                     [--log-format text|json] [--access-log FILE|-]\n"
             "       seckill token [--secret-file FILE] [--ttl S] USER_ID\n"
             "       seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]\n"
             "                    --secret-file FILE [--stock S] [--threads T]\n"
@@ -55,7 +57,8 @@ void sk_usage(FILE *f)
             "        file path, or postgres://USER@HOST/DB (PostgreSQL, for several instances).\n"
             "        --replica-acks N (redis strategy): answer 201 only once N replicas have the\n"
             "        order, and persist only orders N replicas have (WAIT), so a failover loses\n"
-            "        no acknowledged order.\n"
+            "        no acknowledged order. Logs go to stderr (--log-level, default info;\n"
+            "        --log-format text or json); --access-log writes one line per request.\n"
             "token   print a bearer token for USER_ID (0 is the admin), valid --ttl seconds\n"
             "        (default 86400), signed with the secret in --secret-file (default %s,\n"
             "        created when missing; the same default for every subcommand).\n"
@@ -97,6 +100,7 @@ typedef struct serve_opts {
     const char *listen, *redis, *db, *strategy, *secret_file;
     int threads;
     int replica_acks;
+    const char *log_level, *log_format, *access_log;
 } serve_opts;
 
 /* All of serve's flags are checked before anything starts, so a typo
@@ -108,11 +112,13 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"db", required_argument, NULL, 'd'},       {"strategy", required_argument, NULL, 's'},
         {"secret-file", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
         {"replica-acks", required_argument, NULL, 'a'}, {"help", no_argument, NULL, 'h'},
+        {"log-level", required_argument, NULL, 'L'},   {"log-format", required_argument, NULL, 'F'},
+        {"access-log", required_argument, NULL, 'A'},
         {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
-                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0};
+                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0, NULL, NULL, NULL};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -137,6 +143,9 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
             }
             o->replica_acks = (int)n;
             break;
+        case 'L': o->log_level = optarg; break;
+        case 'F': o->log_format = optarg; break;
+        case 'A': o->access_log = optarg; break;
         case 'h': sk_usage(stdout); exit(0);
         default: return -1;
         }
@@ -150,6 +159,10 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         return -1;
     }
     char err[256];
+    if (sk_log_configure(o->log_level, o->log_format, err, sizeof err) != 0) {
+        fprintf(stderr, "seckill: %s\n", err);
+        return -1;
+    }
     if (sk_http_check_listen(o->listen, err, sizeof err) != 0) {
         fprintf(stderr, "seckill: %s\n", err);
         return -1;
@@ -184,6 +197,25 @@ static void server_down(server *s)
     sk_db_close(s->db);
     free(s->secret);
     sk_embedded_stop(&s->embedded);
+    sk_log_access_close();
+}
+
+/* The one line that says what this instance is: an operator reading a
+ * log (or a ticket) sees version, address, strategy, where its data lives
+ * and how many threads serve, without the passwords. */
+static void log_startup(const serve_opts *o, const server *s, const char *redis_url)
+{
+    char redis[512], db[512], rs[640];
+    sk_mask_url(redis_url, redis, sizeof redis);
+    sk_mask_url(o->db, db, sizeof db);
+    if (o->redis) snprintf(rs, sizeof rs, "%s", redis);
+    else snprintf(rs, sizeof rs, "%s (private redis-server pid %ld)", redis, (long)s->embedded.pid);
+    const char *colon = strrchr(o->listen, ':');
+    sk_log(SK_LOG_INFO,
+           "seckill %s (libdlock %s) listening on http://%.*s:%d, strategy %s, redis %s, db %s, %d threads, "
+           "replica-acks %d, access log %s",
+           DLOCK_VERSION, dlock_version(), (int)(colon - o->listen), o->listen, sk_http_port(s->http), o->strategy,
+           rs, db, o->threads, o->replica_acks, o->access_log ? o->access_log : "off");
 }
 
 /* Start everything, print the listening line, wait for SIGINT/SIGTERM. */
@@ -209,16 +241,17 @@ static int serve(int argc, char **argv)
     int created = 0;
     const char *redis_url = o.redis;
     if (sk_secret_load(o.secret_file, &s.secret, &s.secret_len, &created, err, sizeof err) != 0) goto fail;
-    if (created) fprintf(stderr, "seckill: created secret file %s\n", o.secret_file);
+    if (created) sk_log(SK_LOG_INFO, "created secret file %s", o.secret_file);
+    if (o.access_log && sk_log_access_open(o.access_log, err, sizeof err) != 0) goto fail;
     if (!redis_url) {
         if (sk_embedded_start(&s.embedded, err, sizeof err) != 0) goto fail;
         redis_url = s.embedded.url;
-        fprintf(stderr, "seckill: started private redis-server (pid %ld) at %s\n", (long)s.embedded.pid,
-                redis_url);
     }
     if (sk_db_open(o.db, 0, &s.db, err, sizeof err) != 0) goto fail;
     if (dlock_client_new(redis_url, NULL, &s.client) != DLOCK_OK) {
-        snprintf(err, sizeof err, "redis %s: %s", redis_url, dlock_last_error());
+        char masked[256];
+        sk_mask_url(redis_url, masked, sizeof masked);
+        snprintf(err, sizeof err, "redis %s: %s", masked, dlock_last_error());
         goto fail;
     }
     s.ids = sk_orderids_new(s.client, 128);
@@ -257,6 +290,7 @@ static int serve(int argc, char **argv)
     s.app.secret_len = s.secret_len;
     if (sk_http_start(&s.app, o.listen, o.threads, &s.http, err, sizeof err) != 0) goto fail;
 
+    log_startup(&o, &s, redis_url);
     /* The one line on stdout: scripts and tests read the port from it. */
     const char *colon = strrchr(o.listen, ':');
     printf("seckill: listening on http://%.*s:%d (strategy %s, %d threads)\n", (int)(colon - o.listen),
@@ -265,11 +299,11 @@ static int serve(int argc, char **argv)
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "seckill: signal %d, stopping\n", sig);
+    sk_log(SK_LOG_INFO, "signal %d (%s), stopping", sig, sig == SIGTERM ? "SIGTERM" : "SIGINT");
     server_down(&s);
     return 0;
 fail:
-    fprintf(stderr, "seckill: %s\n", err);
+    sk_log(SK_LOG_ERROR, "%s", err);
     server_down(&s);
     return EXIT_UNAVAILABLE;
 }

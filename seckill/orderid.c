@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "log.h"
+
 #define BATCH_MAX 4096
 
 struct sk_orderids {
@@ -45,7 +47,7 @@ sk_result sk_orderids_next(sk_orderids *o, uint64_t *out)
         dlock_status st = dlock_id_next(o->client, "order", o->ids, (size_t)o->batch);
         if (st != DLOCK_OK) {
             pthread_mutex_unlock(&o->mu);
-            fprintf(stderr, "seckill: order id: %s\n", dlock_last_error());
+            SK_LOG_REPEATED(SK_LOG_ERROR, "order id: %s", dlock_last_error());
             return st == DLOCK_ERR_CONNECT ? SK_UNAVAILABLE : SK_INTERNAL;
         }
         o->pos = 0;

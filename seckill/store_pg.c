@@ -28,6 +28,8 @@
 
 #include <libpq-fe.h>
 
+#include "log.h"
+
 /* pg_advisory_xact_lock key serialising schema creation ("SECKILL\0"):
  * CREATE TABLE IF NOT EXISTS is not safe against itself when two
  * instances start at once. */
@@ -210,7 +212,7 @@ static pgconn *borrow(pg_db *d)
     if (c) return c;
     char err[512];
     c = conn_open(d->conninfo, 0, err, sizeof err);
-    if (!c) fprintf(stderr, "seckill: %s\n", err);
+    if (!c) SK_LOG_REPEATED(SK_LOG_ERROR, "%s", err);
     return c;
 }
 
@@ -242,7 +244,7 @@ static sk_result fail(pgconn *c, PGresult *r, const char *what)
     char msg[512];
     snprintf(msg, sizeof msg, "%s", r ? PQresultErrorMessage(r) : PQerrorMessage(c->c));
     msg[strcspn(msg, "\n")] = '\0';
-    fprintf(stderr, "seckill: postgres %s: %s\n", what, msg);
+    SK_LOG_REPEATED(SK_LOG_ERROR, "postgres %s: %s", what, msg);
     if (PQstatus(c->c) != CONNECTION_OK) return SK_UNAVAILABLE;
     if (state && (strncmp(state, "08", 2) == 0 || strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0 ||
                   strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0 || strcmp(state, "55P03") == 0))
@@ -581,7 +583,7 @@ static int classify(pgconn *c, const sk_order *o, const char *const *p, sk_resul
         if (found) {
             /* An id collision (Redis lost its ID counter): never mistake
              * it for a redelivery. Logged, not stored: the id is taken. */
-            fprintf(stderr, "seckill: order id %llu of user %lld already belongs to another order\n",
+            sk_log(SK_LOG_ERROR, "order id %llu of user %lld already belongs to another order",
                     (unsigned long long)o->id, (long long)o->user_id);
             return SK_PERSIST_REJECTED;
         }

@@ -14,6 +14,8 @@
 
 #include <sqlite3.h>
 
+#include "log.h"
+
 #define BUSY_TIMEOUT_MS 10000
 
 static const char schema[] =
@@ -167,7 +169,7 @@ static sqconn *borrow(sqlite_db *d)
     if (c) return c;
     char err[256];
     c = conn_open(d->path, 0, 0, err, sizeof err); /* the first one made the file */
-    if (!c) fprintf(stderr, "seckill: %s\n", err);
+    if (!c) SK_LOG_REPEATED(SK_LOG_ERROR, "%s", err);
     return c;
 }
 
@@ -187,7 +189,7 @@ static void give_back(sqlite_db *d, sqconn *c)
  * rest are faults. Logged, because the client only sees a code. */
 static sk_result fail(sqconn *c, int rc, const char *what)
 {
-    fprintf(stderr, "seckill: sqlite %s: %s\n", what, sqlite3_errmsg(c->h));
+    SK_LOG_REPEATED(SK_LOG_ERROR, "sqlite %s: %s", what, sqlite3_errmsg(c->h));
     if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) return SK_UNAVAILABLE;
     return SK_INTERNAL;
 }
@@ -568,7 +570,7 @@ static int persist_one(sqconn *c, const sk_order *o, int64_t now)
     if (k < 0) return k;
     if (k == 1) return SK_PERSIST_DUPLICATE;
     if (k == 2) {
-        fprintf(stderr, "seckill: order id %llu of user %lld already belongs to another order\n",
+        sk_log(SK_LOG_ERROR, "order id %llu of user %lld already belongs to another order",
                 (unsigned long long)o->id, (long long)o->user_id);
         return SK_PERSIST_REJECTED;
     }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "log.h"
 #include "skutil.h"
 
 #define LOCK_WAIT_MS 2000   /* longer than this and the user gets 429 busy */
@@ -85,7 +86,7 @@ static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
     uint64_t token = 0;
     st = dlock_lock_acquire(lock, LOCK_WAIT_MS, LOCK_LEASE_MS, &token);
     if (st != DLOCK_OK) {
-        if (st != DLOCK_ERR_TIMEOUT) fprintf(stderr, "seckill: lock %s: %s\n", name, dlock_last_error());
+        if (st != DLOCK_ERR_TIMEOUT) SK_LOG_REPEATED(SK_LOG_ERROR, "lock %s: %s", name, dlock_last_error());
         dlock_lock_free(lock);
         return from_dlock(st);
     }
@@ -96,7 +97,7 @@ static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
     /* A failed release (lease already over, Redis gone) changes nothing
      * for this order: it is committed or not by the transaction alone. */
     if (dlock_lock_release(lock) != DLOCK_OK)
-        fprintf(stderr, "seckill: release %s: %s\n", name, dlock_last_error());
+        SK_LOG_REPEATED(SK_LOG_WARN, "release %s: %s", name, dlock_last_error());
     dlock_lock_free(lock);
     if (r == SK_OK) *order_id = o.id;
     return r;

@@ -20,6 +20,7 @@
 
 #include "acked.h"
 #include "keys.h"
+#include "log.h"
 #include "scripts.h"
 #include "skutil.h"
 #include "warm.h"
@@ -91,7 +92,7 @@ static sk_result rs_voucher_create(void *ctx, const sk_voucher *v, int64_t *id)
     sk_result r = s->db->ops->voucher_create(s->db, v, sk_unix_now(), id);
     if (r != SK_OK) return r;
     if (sk_redis_warm(s->db, s->redis, s->warm, *id) != SK_OK)
-        fprintf(stderr, "seckill: voucher %lld created but not warmed; the first order will\n",
+        sk_log(SK_LOG_WARN, "voucher %lld created but not warmed; the first order will",
                 (long long)*id);
     if (s->writer) sk_writer_notify(s->writer);
     return SK_OK;
@@ -142,6 +143,9 @@ static void order_args_fill(order_args *a, const redis_strategy *s, int64_t user
     memcpy(a->args, args, sizeof args);
 }
 
+/* Redis out of reach fails every order alike: one line a second for all. */
+static sk_log_limit order_down_log;
+
 /* The script's reply (consumed; NULL when none came) as an outcome; the
  * codes are the script's (lua/seckill_order.lua). `acks` and `stock_key`
  * matter with --replica-acks only. */
@@ -166,7 +170,7 @@ static sk_result order_outcome(redis_strategy *s, redisReply *rep, long long ack
         default: break;
         }
     } else if (rep->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "seckill: order script: %s\n", rep->str);
+        SK_LOG_REPEATED(SK_LOG_ERROR, "order script: %s", rep->str);
     }
     freeReplyObject(rep);
     return r;
@@ -194,6 +198,9 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
     long long acks = -1;
     if (s->redis->replicas > 0) sk_acked_eval(s->redis, &s->order_acked, 5, a.keyv, 5, a.args, &rep, &acks);
     else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 4, a.args, &rep);
+    if (!rep)
+        sk_log_limited(&order_down_log, SK_LOG_ERROR, "order script: no answer: %s",
+                       dlock_last_error());
     return order_outcome(s, rep, acks, a.keys[SK_K_STOCK], not_warm);
 }
 
@@ -310,8 +317,8 @@ static void warm_later(async_order *o)
 /* The script's answer, on a library thread. */
 static void async_answered(dlock_status st, redisReply *rep, void *arg)
 {
-    (void)st; /* the reply says it all: NULL is "no answer" */
     async_order *o = arg;
+    if (!rep) sk_log_limited(&order_down_log, SK_LOG_ERROR, "order script: no answer: %s", dlock_strerror(st));
     int not_warm;
     sk_result r = order_outcome(o->s, rep, -1, NULL, &not_warm);
     if (not_warm) warm_later(o);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "keys.h"
+#include "log.h"
 #include "skutil.h"
 
 #define WARM_CHUNK 500
@@ -215,7 +216,7 @@ sk_result sk_redis_warm(sk_db *db, const sk_redis *redis, dlock_script *script, 
     }
     free(pending.a);
     if (stock < 0) {
-        fprintf(stderr, "seckill: voucher %lld: %lld more orders pending than units left\n",
+        sk_log(SK_LOG_WARN, "voucher %lld: %lld more orders pending than units left",
                 (long long)voucher_id, (long long)-stock);
         stock = 0;
     }
@@ -243,7 +244,7 @@ sk_result sk_redis_warm(sk_db *db, const sk_redis *redis, dlock_script *script, 
         if (dlock_script_eval(script, 0, 3, keyv, 4 + (int)chunk, args, &rep) != DLOCK_OK && !rep)
             r = SK_UNAVAILABLE;
         else if (rep->type != REDIS_REPLY_INTEGER) {
-            fprintf(stderr, "seckill: warm voucher %lld: %s\n", (long long)voucher_id,
+            SK_LOG_REPEATED(SK_LOG_ERROR, "warm voucher %lld: %s", (long long)voucher_id,
                     rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
             r = SK_INTERNAL;
         }

@@ -31,6 +31,7 @@
 
 #include "acked.h"
 #include "keys.h"
+#include "log.h"
 #include "metrics.h"
 #include "scripts.h"
 #include "skutil.h"
@@ -101,17 +102,23 @@ static void reset(stream *s)
 /* One place to judge replies: a lost connection or NOGROUP (Redis lost
  * the group) resets the stream (NULL: every stream), any other error is
  * reported. The reply is freed on failure. */
-static int reply_ok(sk_writer *w, stream *s, dlock_status st, redisReply *r, const char *what)
+static int reply_ok_why(sk_writer *w, stream *s, dlock_status st, redisReply *r, const char *what, const char *why)
 {
     if (st == DLOCK_OK) return 1;
     if (r && strncmp(r->str, "NOGROUP", 7) != 0)
-        fprintf(stderr, "seckill: writer: %s: %s\n", what, r->str);
+        SK_LOG_REPEATED(SK_LOG_ERROR, "writer: %s: %s", what, r->str);
     else if (!r)
-        fprintf(stderr, "seckill: writer: %s: %s\n", what, dlock_last_error());
+        SK_LOG_REPEATED(SK_LOG_ERROR, "writer: %s: %s", what, why ? why : dlock_last_error());
     if (r) freeReplyObject(r);
     for (size_t i = 0; i < w->nstreams; i++)
         if (!s || s == &w->streams[i]) reset(&w->streams[i]);
     return 0;
+}
+
+/* For the library's calls, whose failure dlock_last_error() describes. */
+static int reply_ok(sk_writer *w, stream *s, dlock_status st, redisReply *r, const char *what)
+{
+    return reply_ok_why(w, s, st, r, what, NULL);
 }
 
 /* Follow every voucher whose sale is running or ended recently: its
@@ -245,7 +252,7 @@ static int dead_letter(sk_writer *w, entry *e, const char *reason)
         dlock_status st = sk_redis_argv(w->cfg.redis, s->keys[SK_K_DEAD], 0, argc, argv, lens, &r);
         if (!reply_ok(w, s, st, r, "XADD dead letter")) return -1;
         freeReplyObject(r);
-        fprintf(stderr, "seckill: writer: order entry %s of %s dead-lettered (%s)\n", e->id,
+        sk_log(SK_LOG_WARN, "writer: order entry %s of %s dead-lettered (%s)", e->id,
                 s->keys[SK_K_ORDERS], reason);
         sk_metrics_writer(0, 0, 0, 1, 0);
     }
@@ -314,7 +321,7 @@ static int replicated(sk_writer *w, entry *const *es, size_t n)
             break;
         }
         if (!told++)
-            fprintf(stderr, "seckill: writer: %lld of %d replicas have %s; holding the batch\n", acks < 0 ? 0 : acks,
+            sk_log(SK_LOG_WARN, "writer: %lld of %d replicas have %s; holding the batch", acks < 0 ? 0 : acks,
                     rd->replicas, s->keys[SK_K_ORDERS]);
     }
     return rc;
@@ -369,7 +376,7 @@ static int handle(sk_writer *w, entry *e, size_t n, int redelivered)
     for (;;) {
         sk_result r = w->cfg.db->ops->orders_persist(w->cfg.db, orders, m, sk_unix_now(), outcomes);
         if (r == SK_OK) break;
-        fprintf(stderr, "seckill: writer: batch of %zu not persisted (%s); retrying\n", m, sk_result_code(r));
+        SK_LOG_REPEATED(SK_LOG_ERROR, "writer: batch of %zu not persisted (%s); retrying", m, sk_result_code(r));
         if (atomic_load(&w->stop)) return -1;
         sk_sleep_ms(pause);
         pause = pause * 2 > 5000 ? 5000 : pause * 2;
@@ -448,7 +455,7 @@ static int claim_idle(sk_writer *w, size_t si, entry *e)
             more = strcmp(cursor, "0-0") != 0;
             collect(w, si, r->element[1], e, (size_t)w->cfg.batch, &n);
         }
-        if (n) fprintf(stderr, "seckill: writer: claimed %zu idle orders of %s\n", n, s->keys[SK_K_ORDERS]);
+        if (n) sk_log(SK_LOG_INFO, "writer: claimed %zu idle orders of %s", n, s->keys[SK_K_ORDERS]);
         int rc = handle(w, e, n, 1);
         freeReplyObject(r);
         if (rc != 0) {

@@ -21,8 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "auth.h"
+#include "dlock.h"
+#include "log.h"
 #include "sk_test.h"
+#include "skutil.h"
 
 static th_target srv;
 static skt_dir dir;
@@ -375,7 +380,8 @@ static void test_keepalive(void **state)
     close(fd);
 }
 
-/* The private redis-server of a bare `seckill serve`: "pid N at unix://DIR/...". */
+/* The private redis-server of a bare `seckill serve`, from its start-up
+ * line: "redis unix://DIR/redis.sock (private redis-server pid N)". */
 static int embedded_of(const skt_serve *s, long *pid, char *rdir, size_t cap)
 {
     FILE *f = fopen(s->err, "r");
@@ -383,10 +389,10 @@ static int embedded_of(const skt_serve *s, long *pid, char *rdir, size_t cap)
     char line[512];
     int found = 0;
     while (!found && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "private redis-server (pid ");
+        const char *p = strstr(line, "private redis-server pid ");
         const char *u = strstr(line, "unix://");
-        if (p && u && sscanf(p + 26, "%ld", pid) == 1) {
-            snprintf(rdir, cap, "%s", u + 7);
+        if (p && u && sscanf(p + 25, "%ld", pid) == 1) {
+            snprintf(rdir, cap, "%.*s", (int)strcspn(u + 7, " "), u + 7);
             char *slash = strrchr(rdir, '/');
             if (slash) *slash = '\0';
             found = 1;
@@ -446,6 +452,191 @@ static void test_embedded_redis(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+
+/* A whole file into buf (NUL-terminated); its length, or -1. */
+static long slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return (long)n;
+}
+
+/* Lines of `text` containing `needle`. */
+static int count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    return n;
+}
+
+/* An RFC 3339 UTC time with milliseconds: 2026-01-02T03:04:05.678Z. */
+static int is_timestamp(const char *s)
+{
+    int y, mo, d, h, mi, sec, ms;
+    char z;
+    return strlen(s) >= 24 && sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &y, &mo, &d, &h, &mi, &sec, &ms, &z) == 8 &&
+           z == 'Z';
+}
+
+/* JSON logs: every line of stderr is an object with a timestamp, a level
+ * and a message; the start-up line names version, address, strategy,
+ * Redis (password masked), database and threads; the access log has one
+ * object per request; and with Redis down, its error comes once a second
+ * with a count, not once per request. */
+static void test_logs_json_and_repeated_errors(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, "requirepass s3cret-pw\n"), 0);
+    char url[256], access[256], text[65536], resp[1024];
+    snprintf(url, sizeof url, "redis://:s3cret-pw@127.0.0.1:%d", r.port);
+    snprintf(access, sizeof access, "%s/access.json", dir.path);
+    const char *extra[] = {"--log-format", "json", "--access-log", access, "--threads", "3", NULL};
+    skt_serve s;
+    assert_int_equal(skt_serve_start(&s, &dir, url, "redis", extra, NULL), 0);
+    long long v = skt_voucher(s.port, &dir, "logs", 5, now_s() - 5, now_s() + 3600);
+    assert_true(v > 0);
+    assert_int_equal(skt_http(s.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    char path[96];
+    snprintf(path, sizeof path, "/api/vouchers/%lld/orders", v);
+
+    /* Redis dies; 40 orders over two seconds are each answered 429. */
+    th_redis_stop(&r);
+    int64_t t0 = sk_mono_ns();
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(skt_http(s.port, "POST", path, user1, NULL, resp, sizeof resp), 429);
+        usleep(50000);
+    }
+    double secs = (double)(sk_mono_ns() - t0) / 1e9;
+    assert_int_equal(skt_serve_stop(&s), 0);
+
+    assert_true(slurp(s.err, text, sizeof text) > 0);
+    assert_null(strstr(text, "s3cret-pw"));
+    int lines = 0, startup = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (!j) fprintf(stderr, "not JSON: %s\n", line);
+        assert_non_null(j);
+        assert_true(is_timestamp(json_string_value(json_object_get(j, "ts"))));
+        const char *level = json_string_value(json_object_get(j, "level"));
+        assert_non_null(level);
+        assert_true(!strcmp(level, "info") || !strcmp(level, "warn") || !strcmp(level, "error"));
+        const char *msg = json_string_value(json_object_get(j, "msg"));
+        assert_non_null(msg);
+        if (strstr(msg, "listening on")) {
+            char want[768];
+            startup++;
+            snprintf(want, sizeof want, "seckill %s (libdlock %s) listening on http://127.0.0.1:%d, strategy redis,",
+                     DLOCK_VERSION, dlock_version(), s.port);
+            assert_non_null(strstr(msg, want));
+            snprintf(want, sizeof want, "redis redis://:***@127.0.0.1:%d, db %s, 3 threads", r.port, dir.db);
+            if (!skt_is_postgres()) assert_non_null(strstr(msg, want));
+            assert_non_null(strstr(msg, "3 threads"));
+            assert_string_equal(level, "info");
+        }
+        lines++;
+        json_decref(j);
+    }
+    assert_int_equal(startup, 1);
+    /* Redis down: once a second from each place, with how many times. */
+    assert_true(slurp(s.err, text, sizeof text) > 0);
+    int down = count_lines(text, "order script: no answer") + count_lines(text, "order id: ");
+    fprintf(stderr, "%d lines about Redis down for 40 orders in %.1f s\n", down, secs);
+    assert_true(down >= 1);
+    assert_true(down <= 2 * ((int)secs + 2));
+    assert_non_null(strstr(text, "times since the last report)"));
+
+    /* The access log: one JSON object per request, in order. */
+    assert_true(slurp(access, text, sizeof text) > 0);
+    assert_int_equal(count_lines(text, "\n"), 42);
+    char *first = strtok(text, "\n");
+    json_t *j = json_loads(first, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "remote")), "127.0.0.1");
+    assert_string_equal(json_string_value(json_object_get(j, "method")), "POST");
+    assert_string_equal(json_string_value(json_object_get(j, "path")), "/api/vouchers");
+    assert_string_equal(json_string_value(json_object_get(j, "version")), "HTTP/1.1");
+    assert_int_equal(json_integer_value(json_object_get(j, "status")), 201);
+    assert_true(is_timestamp(json_string_value(json_object_get(j, "ts"))));
+    assert_true(json_number_value(json_object_get(j, "duration_s")) >= 0);
+    json_decref(j);
+    char *last = NULL;
+    for (char *line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n")) last = line;
+    j = json_loads(last, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "status")), 429);
+    assert_string_equal(json_string_value(json_object_get(j, "path")), path);
+    json_decref(j);
+}
+
+/* Text logs: "TIMESTAMP LEVEL message"; the access log's text line; a
+ * level above info hides the start-up line (stdout still has the port);
+ * no access log unless asked; bad values are usage errors. */
+static void test_logs_text_and_levels(void **state)
+{
+    (void)state;
+    char access[256], text[65536], resp[1024];
+    snprintf(access, sizeof access, "%s/access.log", dir.path);
+    const char *extra[] = {"--access-log", access, NULL};
+    skt_serve s;
+    assert_int_equal(skt_serve_start(&s, &dir, srv.url, "lock", extra, NULL), 0);
+    assert_int_equal(skt_http(s.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_http(s.port, "GET", "/nope?x=1", NULL, NULL, resp, sizeof resp), 404);
+    assert_int_equal(skt_serve_stop(&s), 0);
+    assert_true(slurp(s.err, text, sizeof text) > 0);
+    char *line = strstr(text, "listening on");
+    assert_non_null(line);
+    while (line > text && line[-1] != '\n') line--;
+    assert_true(is_timestamp(line));
+    assert_memory_equal(line + 24, " info  seckill ", 15);
+    assert_true(slurp(access, text, sizeof text) > 0);
+    assert_int_equal(count_lines(text, "\n"), 2);
+    assert_true(is_timestamp(text));
+    assert_non_null(strstr(text, "Z 127.0.0.1 \"GET /healthz HTTP/1.1\" 200 "));
+    /* The query string is not part of the path MHD hands over. */
+    assert_non_null(strstr(text, "\"GET /nope HTTP/1.1\" 404 "));
+
+    /* --log-level error: no info lines at all. */
+    const char *quiet[] = {"--log-level", "error", NULL};
+    assert_int_equal(skt_serve_start(&s, &dir, srv.url, "redis", quiet, NULL), 0);
+    assert_int_equal(skt_http(s.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_serve_stop(&s), 0);
+    assert_true(slurp(s.err, text, sizeof text) >= 0);
+    assert_null(strstr(text, " info "));
+    assert_true(slurp(s.out, text, sizeof text) > 0);
+    assert_non_null(strstr(text, "seckill: listening on http://127.0.0.1:"));
+
+    const char *bad_level[] = {SECKILL_BIN, "serve", "--log-level", "loud", NULL};
+    assert_int_equal(skt_run(NULL, 0, bad_level), 64);
+    const char *bad_format[] = {SECKILL_BIN, "serve", "--log-format", "xml", NULL};
+    assert_int_equal(skt_run(NULL, 0, bad_format), 64);
+}
+
+/* Passwords never reach a log line, in every spelling of a URL. */
+static void test_mask_url(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"redis://:pw@h:6379/0", "redis://:***@h:6379/0"},
+        {"redis://user:pw@h", "redis://user:***@h"},
+        {"redis://h:6379", "redis://h:6379"},
+        {"unix:///tmp/r.sock?db=2", "unix:///tmp/r.sock?db=2"},
+        {"redis-sentinel://:p@ss@a:1,b:2/m", "redis-sentinel://:***@a:1,b:2/m"},
+        {"postgres://u:secret@db/x?sslmode=require", "postgres://u:***@db/x?sslmode=require"},
+        {"postgresql:///x?host=/tmp&password=secret&user=u", "postgresql:///x?host=/tmp&password=***&user=u"},
+        {"host=/tmp password=secret dbname=x", "host=/tmp password=*** dbname=x"},
+        {"seckill.db", "seckill.db"},
+    };
+    char out[256];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sk_mask_url(cases[i][0], out, sizeof out);
+        assert_string_equal(out, cases[i][1]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int rc = skt_backend_init(argc, argv);
@@ -455,6 +646,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_vouchers),           cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_orders),             cmocka_unit_test(test_keepalive),
         cmocka_unit_test(test_embedded_redis),     cmocka_unit_test(test_retry_after_sold_out_both_strategies),
+        cmocka_unit_test(test_logs_json_and_repeated_errors), cmocka_unit_test(test_logs_text_and_levels),
+        cmocka_unit_test(test_mask_url),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();
