@@ -25,6 +25,23 @@ typedef struct conns {
 } conns;
 
 static pthread_key_t conns_key;
+static __thread char last_error[320];
+
+const char *sk_acked_error(void)
+{
+    return last_error[0] ? last_error : "no error";
+}
+
+/* Name the server a failed connection went to, then its error. */
+static void io_failed(const redisContext *c)
+{
+    if (c->connection_type == REDIS_CONN_UNIX)
+        snprintf(last_error, sizeof last_error, "unix://%s: %s", c->unix_sock.path ? c->unix_sock.path : "?",
+                 c->errstr[0] ? c->errstr : "connection failed");
+    else
+        snprintf(last_error, sizeof last_error, "%s:%d: %s", c->tcp.host ? c->tcp.host : "?", c->tcp.port,
+                 c->errstr[0] ? c->errstr : "connection failed");
+}
 static pthread_once_t conns_once = PTHREAD_ONCE_INIT;
 
 /* Thread exit closes what the thread kept open: HTTP worker threads are
@@ -84,7 +101,10 @@ static conn *conn_for(const sk_redis *r, const char *key)
     }
     if (lru->c) redisFree(lru->c);
     lru->c = NULL;
-    if (dlock_redis_connect(r->client, key, &lru->c) != DLOCK_OK) return NULL;
+    if (dlock_redis_connect(r->client, key, &lru->c) != DLOCK_OK) {
+        snprintf(last_error, sizeof last_error, "no connection to the server of %s: %s", key, dlock_last_error());
+        return NULL;
+    }
     snprintf(lru->route, sizeof lru->route, "%s", route);
     lru->used = ++cs->tick;
     return lru;
@@ -146,11 +166,13 @@ dlock_status sk_acked_run(const sk_redis *r, const char *key, int argc, const ch
             /* Sent or not, answered or not: unknown. The connection is
              * out of step either way. */
             if (rep) freeReplyObject(rep);
+            io_failed(x->c);
             drop(x);
             return DLOCK_ERR_CONNECT;
         }
         redisReply *reply = rep, *wr = w;
         if (not_served_here(reply)) {
+            snprintf(last_error, sizeof last_error, "%s (after rerouting)", reply->str);
             freeReplyObject(reply);
             freeReplyObject(wr);
             drop(x);

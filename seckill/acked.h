@@ -43,6 +43,12 @@ void sk_lua_init(sk_lua *s, const char *text);
 dlock_status sk_acked_run(const sk_redis *r, const char *key, int argc, const char *const *argv, const size_t *lens,
                           redisReply **out, long long *acks);
 
+/* Why the calling thread's last sk_acked_run or sk_acked_eval failed
+ * without a reply (DLOCK_ERR_CONNECT): the server and the connection's
+ * own error, or why no connection could be made. The library's
+ * dlock_last_error() does not cover these calls. */
+const char *sk_acked_error(void);
+
 /* The same for a script: EVALSHA, and EVAL when the server lacks it. */
 dlock_status sk_acked_eval(const sk_redis *r, const sk_lua *s, int nkeys, const char *const *keys, int nargs,
                            const char *const *args, redisReply **out, long long *acks);

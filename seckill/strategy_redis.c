@@ -200,7 +200,7 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
     else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 4, a.args, &rep);
     if (!rep)
         sk_log_limited(&order_down_log, SK_LOG_ERROR, "order script: no answer: %s",
-                       dlock_last_error());
+                       s->redis->replicas > 0 ? sk_acked_error() : dlock_last_error());
     return order_outcome(s, rep, acks, a.keys[SK_K_STOCK], not_warm);
 }
 

@@ -314,7 +314,9 @@ static int replicated(sk_writer *w, entry *const *es, size_t n)
         redisReply *r;
         long long acks;
         dlock_status st = sk_acked_run(rd, s->keys[SK_K_ORDERS], argc, argv, NULL, &r, &acks);
-        if (!reply_ok(w, s, st, r, "XCLAIM before WAIT")) break;
+        /* Not the library's call: dlock_last_error() would name an older,
+         * unrelated failure (a harmless BUSYGROUP, say). */
+        if (!reply_ok_why(w, s, st, r, "XCLAIM before WAIT", sk_acked_error())) break;
         freeReplyObject(r);
         if (acks >= rd->replicas) {
             rc = 0;

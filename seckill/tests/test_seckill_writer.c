@@ -40,6 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "acked.h"
 #include "httpc.h"
 #include "sk_test.h"
 #include "skutil.h"
@@ -804,6 +805,54 @@ static int after_test(void **state)
     return 0;
 }
 
+/* A command + WAIT (--replica-acks) whose connection died says why: the
+ * server and the connection's error. The writer logged dlock_last_error()
+ * for it, which names the thread's last failed *library* call, e.g. a
+ * harmless BUSYGROUP from creating the group (the log after a Sentinel
+ * failover read "XCLAIM before WAIT: XGROUP: BUSYGROUP ..."). */
+static void test_acked_failure_names_its_own_cause(void **state)
+{
+    (void)state;
+    th_target_require_single(&srv);
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(r.tcp_url, NULL, &c), DLOCK_OK);
+    sk_redis rd;
+    char err[256];
+    assert_int_equal(sk_redis_init(&rd, c, r.tcp_url, 1, 50, err, sizeof err), 0);
+    const char *set[] = {"SET", "{v:1}:x", "1"};
+    redisReply *rep;
+    long long acks;
+    assert_int_equal(sk_acked_run(&rd, "{v:1}:x", 3, set, NULL, &rep, &acks), DLOCK_OK);
+    freeReplyObject(rep);
+    assert_int_equal(acks, 0); /* no replica: WAIT gives up after 50 ms */
+    /* The earlier, harmless error. */
+    for (int i = 0; i < 2; i++) {
+        sk_redis_cmd(&rd, "{v:1}:s", 0, &rep, "XGROUP", "CREATE", "{v:1}:s", "g", "$", "MKSTREAM", NULL);
+        if (rep) freeReplyObject(rep);
+    }
+    assert_non_null(strstr(dlock_last_error(), "BUSYGROUP"));
+    /* The server dies under the thread's connection. */
+    char port[16];
+    snprintf(port, sizeof port, ":%d", r.port);
+    th_redis_stop(&r);
+    assert_int_equal(sk_acked_run(&rd, "{v:1}:x", 3, set, NULL, &rep, &acks), DLOCK_ERR_CONNECT);
+    assert_null(rep);
+    const char *why = sk_acked_error();
+    fprintf(stderr, "sk_acked_error: %s\n", why);
+    assert_null(strstr(why, "BUSYGROUP"));
+    assert_non_null(strstr(why, port));
+    /* And with no connection left to use: why none could be made. */
+    assert_int_equal(sk_acked_run(&rd, "{v:1}:x", 3, set, NULL, &rep, &acks), DLOCK_ERR_CONNECT);
+    why = sk_acked_error();
+    fprintf(stderr, "sk_acked_error: %s\n", why);
+    assert_null(strstr(why, "BUSYGROUP"));
+    assert_non_null(strstr(why, "no connection to the server of {v:1}:x"));
+    sk_acked_close();
+    dlock_client_free(c);
+}
+
 int main(int argc, char **argv)
 {
     int rc = skt_backend_init(argc, argv);
@@ -821,6 +870,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_lock_strategy_redis_restart_no_oversell, after_test),
         cmocka_unit_test_teardown(test_reply_lost_after_send_is_busy_never_sold_twice, after_test),
         cmocka_unit_test_teardown(test_stop_answers_orders_in_flight, after_test),
+        cmocka_unit_test_teardown(test_acked_failure_names_its_own_cause, after_test),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();
