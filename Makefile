@@ -1,6 +1,10 @@
 # Convenience front end over CMake. `make` builds, `make test` runs the whole
 # suite twice (plain, then ASan+UBSan), `make demo` runs the main job,
 # `make cluster` starts a Redis Cluster and a Sentinel setup to try.
+# `make` and `make build` never install anything: `make deps` installs the
+# Debian packages, and the targets that set up a fresh machine (test,
+# test-plain, test-asan, demo, bench, bench-seckill, bench-cluster, cluster)
+# run it first, then build.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 PREFIX     ?= /usr/local
@@ -20,34 +24,45 @@ $(BUILD)/CMakeCache.txt:
 $(ASAN_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=ON $(CMAKE_FLAGS)
 
-build: deps $(BUILD)/CMakeCache.txt
+build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-build-asan: deps $(ASAN_BUILD)/CMakeCache.txt
+build-asan: $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-test-plain: build
+# deps is finished before the build starts (a recipe, not a second
+# prerequisite that make -j could run beside it).
+test-plain: deps
+	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: build-asan
+test-asan: deps
+	@$(MAKE) --no-print-directory build-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
-test: test-plain test-asan
+# One half after the other, never both at once on the machine's cores.
+test: deps
+	@$(MAKE) --no-print-directory test-plain
+	@$(MAKE) --no-print-directory test-asan
 
-demo: build
+demo: deps
+	@$(MAKE) --no-print-directory build
 	demo/run.sh $(BUILD)
 
 # The benchmark needs only dlock-bench (and the library), not the whole tree.
-bench: deps $(BUILD)/CMakeCache.txt
+bench: deps
+	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/run.sh $(BUILD)
 
-bench-seckill: build
+bench-seckill: deps
+	@$(MAKE) --no-print-directory build
 	bench/seckill.sh $(BUILD)
 
 # Lock throughput on a 3-master cluster next to one server, same run.
-bench-cluster: deps $(BUILD)/CMakeCache.txt
+bench-cluster: deps
+	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/topology.sh $(BUILD)
 

@@ -29,10 +29,10 @@ extern "C" {
 #define DLOCK_API
 #endif
 
-#define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
-#define DLOCK_VERSION_PATCH 0
-#define DLOCK_VERSION "0.1.0"
+/* DLOCK_VERSION_MAJOR, _MINOR, _PATCH and DLOCK_VERSION ("0.2.0"), made at
+ * build time from the source tree's VERSION file and installed next to
+ * this header. */
+#include "dlock_version.h"
 
 /* Status codes. DLOCK_OK is zero, every failure is negative. */
 typedef enum dlock_status {
@@ -80,7 +80,9 @@ DLOCK_API const char *dlock_strerror(dlock_status status);
  */
 DLOCK_API const char *dlock_last_error(void);
 
-/* The library's version string, e.g. "0.1.0". */
+/* The library's version string, e.g. "0.2.0": the DLOCK_VERSION the
+ * library was built with, which may differ from the header a program was
+ * compiled against. */
 DLOCK_API const char *dlock_version(void);
 
 /*

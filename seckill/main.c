@@ -26,6 +26,7 @@
 #include "http.h"
 #include "keys.h"
 #include "log.h"
+#include "metrics.h"
 #include "orderid.h"
 #include "seckill.h"
 #include "skredis.h"
@@ -286,6 +287,7 @@ static int serve(int argc, char **argv)
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
+    sk_metrics_build_info(DLOCK_VERSION, dlock_version(), o.strategy);
     s.app.secret = s.secret;
     s.app.secret_len = s.secret_len;
     if (sk_http_start(&s.app, o.listen, o.threads, &s.http, err, sizeof err) != 0) goto fail;

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 static const char *const route_names[SK_ROUTE_COUNT] = {
     "voucher_create", "voucher_get", "order_create", "order_get", "healthz", "metrics", "other",
@@ -85,6 +88,15 @@ void sk_metrics_stream(int64_t lag, int64_t pending)
     atomic_store_explicit(&s_pending, pending, memory_order_relaxed);
 }
 
+static const char *b_version = "", *b_libdlock = "", *b_strategy = "";
+
+void sk_metrics_build_info(const char *version, const char *libdlock, const char *strategy)
+{
+    b_version = version;
+    b_libdlock = libdlock;
+    b_strategy = strategy;
+}
+
 /* A growable string; rendering is rare (a scrape every few seconds), so
  * simplicity beats speed here. */
 typedef struct buf {
@@ -121,6 +133,68 @@ static void put(buf *b, const char *fmt, ...)
         b->p = q;
         b->cap = cap;
     }
+}
+
+/* The process's own numbers, read from /proc at each scrape, under the
+ * names every Prometheus client library uses, so stock dashboards and
+ * alerts work unchanged. Any that cannot be read is left out. */
+static void process_metrics(buf *b)
+{
+    long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    char text[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    /* Fields after the command name, which is in parentheses and may
+     * hold spaces: state is field 3, utime 14, stime 15, starttime 22,
+     * vsize 23, rss 24. */
+    const char *p = strrchr(text, ')');
+    unsigned long long utime = 0, stime = 0, start = 0, vsize = 0, rss = 0;
+    int ok = p && tck > 0 && page > 0 &&
+             sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu %llu %llu",
+                    &utime, &stime, &start, &vsize, &rss) == 5;
+    unsigned long long btime = 0;
+    if ((f = fopen("/proc/stat", "r")) != NULL) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "btime %llu", &btime) == 1) break;
+        fclose(f);
+    }
+    if (ok) {
+        put(b, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+               "# TYPE process_cpu_seconds_total counter\n"
+               "process_cpu_seconds_total %.2f\n"
+               "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+               "# TYPE process_resident_memory_bytes gauge\n"
+               "process_resident_memory_bytes %llu\n"
+               "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+               "# TYPE process_virtual_memory_bytes gauge\n"
+               "process_virtual_memory_bytes %llu\n",
+            (double)(utime + stime) / (double)tck, rss * (unsigned long long)page, vsize);
+        if (btime)
+            put(b, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+                   "# TYPE process_start_time_seconds gauge\n"
+                   "process_start_time_seconds %.2f\n",
+                (double)btime + (double)start / (double)tck);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long fds = 0;
+        while (readdir(d)) fds++;
+        closedir(d);
+        /* ".", ".." and the directory's own descriptor. */
+        put(b, "# HELP process_open_fds Number of open file descriptors.\n"
+               "# TYPE process_open_fds gauge\n"
+               "process_open_fds %ld\n",
+            fds - 3);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        put(b, "# HELP process_max_fds Maximum number of open file descriptors.\n"
+               "# TYPE process_max_fds gauge\n"
+               "process_max_fds %llu\n",
+            (unsigned long long)rl.rlim_cur);
 }
 
 /* Prometheus text format 0.0.4. Request counters never hit are left out
@@ -187,6 +261,11 @@ char *sk_metrics_render(void)
             "seckill_stream_pending %lld\n",
         (long long)atomic_load_explicit(&s_lag, memory_order_relaxed),
         (long long)atomic_load_explicit(&s_pending, memory_order_relaxed));
+    put(&b, "# HELP seckill_build_info Version of seckill and libdlock, and the strategy; always 1.\n"
+            "# TYPE seckill_build_info gauge\n"
+            "seckill_build_info{version=\"%s\",libdlock=\"%s\",strategy=\"%s\"} 1\n",
+        b_version, b_libdlock, b_strategy);
+    process_metrics(&b);
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -35,6 +35,9 @@ void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected,
  * acknowledged (pending), summed over the voucher streams. */
 void sk_metrics_stream(int64_t lag, int64_t pending);
 
+/* What seckill_build_info says (static strings, kept by pointer). */
+void sk_metrics_build_info(const char *version, const char *libdlock, const char *strategy);
+
 /* The whole exposition as a malloc'ed string. */
 char *sk_metrics_render(void);
 

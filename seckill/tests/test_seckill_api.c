@@ -70,6 +70,15 @@ static long long now_s(void)
     return (long long)time(NULL);
 }
 
+/* The value of an unlabelled metric in a Prometheus text body, or -1. */
+static double metric(const char *body, const char *name)
+{
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(body, key);
+    return p ? atof(p + strlen(key)) : -1;
+}
+
 static void test_health_and_metrics(void **state)
 {
     (void)state;
@@ -82,6 +91,30 @@ static void test_health_and_metrics(void **state)
     assert_non_null(strstr(resp, "seckill_request_duration_seconds_bucket{route=\"healthz\",le=\"+Inf\"}"));
     assert_non_null(strstr(resp, "seckill_stream_lag "));
     assert_non_null(strstr(resp, "seckill_orders_total{outcome=\"sold_out\"}"));
+    /* Build info and the standard process metrics. */
+    char want[256];
+    snprintf(want, sizeof want, "\nseckill_build_info{version=\"%s\",libdlock=\"%s\",strategy=\"redis\"} 1\n",
+             DLOCK_VERSION, dlock_version());
+    assert_non_null(strstr(resp, want));
+    assert_non_null(strstr(resp, "# TYPE process_cpu_seconds_total counter\n"));
+    double cpu = metric(resp, "process_cpu_seconds_total");
+    double rss = metric(resp, "process_resident_memory_bytes");
+    double fds = metric(resp, "process_open_fds");
+    double start = metric(resp, "process_start_time_seconds");
+    double maxfds = metric(resp, "process_max_fds");
+    fprintf(stderr, "cpu %.2f s, rss %.0f, fds %.0f of %.0f, started %.2f (now %lld)\n", cpu, rss, fds, maxfds,
+            start, now_s());
+    assert_true(cpu >= 0 && cpu < 3600);
+    assert_true(rss > 1e6 && rss < 1e10);
+    assert_true(fds >= 5 && fds <= maxfds); /* stdio, listen socket, Redis, database, ... */
+    assert_true(start > (double)now_s() - 600 && start <= (double)now_s() + 1);
+    /* An open connection is one descriptor more. */
+    int fd = skt_connect(sv.port);
+    assert_true(fd >= 0);
+    assert_int_equal(skt_request(fd, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_http(sv.port, "GET", "/metrics", NULL, NULL, resp, sizeof resp), 200);
+    assert_true(metric(resp, "process_open_fds") >= fds + 1);
+    close(fd);
 }
 
 static void test_tokens(void **state)
