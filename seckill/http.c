@@ -93,16 +93,25 @@ static void access_line(struct MHD_Connection *conn, const reqctx *ctx, int stat
 }
 
 /* Answer before the body has been read: MHD then closes the connection
- * instead of reading (and us buffering) an upload we will not use. */
-static enum MHD_Result reject_early(struct MHD_Connection *conn, reqctx *ctx, sk_route route)
+ * instead of reading (and us buffering) an upload we will not use. `body`
+ * is a static JSON error. */
+static enum MHD_Result reject_early(struct MHD_Connection *conn, reqctx *ctx, int status, const char *body)
 {
-    static char body[] = "{\"error\":\"too_large\"}";
-    sk_response resp = {.status = 413, .body = body, .body_len = sizeof body - 1,
-                        .content_type = "application/json", .route = route};
+    sk_response resp = {.status = status, .body = (char *)body, .body_len = strlen(body),
+                        .content_type = "application/json", .route = SK_ROUTE_OTHER};
     ctx->answered = 1;
-    sk_metrics_request(route, 413, sk_mono_ns() - ctx->start_ns);
-    access_line(conn, ctx, 413, resp.body_len);
+    sk_metrics_request(SK_ROUTE_OTHER, status, sk_mono_ns() - ctx->start_ns);
+    access_line(conn, ctx, status, resp.body_len);
     return send_response(conn, &resp);
+}
+
+/* HTTP/1.1 makes Host mandatory (RFC 9112, 3.2) and says to answer 400
+ * without it; libmicrohttpd lets it through. Versions after 1.1 in the
+ * 1.x line count as 1.1. */
+static int lacks_host(struct MHD_Connection *conn, const char *version)
+{
+    return strncmp(version, "HTTP/1.", 7) == 0 && strcmp(version, MHD_HTTP_VERSION_1_0) != 0 &&
+           !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
 }
 
 /* Send an answer, count it, free its body. */
@@ -163,10 +172,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->url = url;
         ctx->version = version;
         *con_cls = ctx;
+        if (lacks_host(conn, version)) return reject_early(conn, ctx, 400, "{\"error\":\"missing_host\"}");
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         uint64_t n;
         if (cl && (sk_parse_u64(cl, strlen(cl), UINT64_MAX, &n) != 0 || n > SK_BODY_MAX))
-            return reject_early(conn, ctx, SK_ROUTE_OTHER);
+            return reject_early(conn, ctx, 413, "{\"error\":\"too_large\"}");
         return MHD_YES;
     }
     if (ctx->answered) {
@@ -316,7 +326,8 @@ int sk_http_check_listen(const char *listen, char *err, size_t errlen)
 /* Why a thread pool: handlers block on Redis and the database for a round
  * trip or two; N threads, each with its own event loop, keep N requests
  * in flight while keep-alive connections cost no thread each. */
-int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, char *err, size_t errlen)
+int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits, sk_http **out, char *err,
+                  size_t errlen)
 {
     struct sockaddr_storage ss;
     int v6 = 0;
@@ -341,10 +352,14 @@ int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, c
         MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
         MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(threads > 0 ? threads : 1),
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(limits->threads > 0 ? limits->threads : 1),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
+        /* Idle keep-alive connections hold a descriptor and a slot of the
+         * connection limit each; these bound what one client, or many
+         * silent ones, can take from the others. */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)limits->idle_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)limits->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)limits->per_client,
         /* Our requests are a few hundred bytes (a token is at most 128)
          * and bodies are copied out in chunks; MHD clears this pool for
          * every request, so a big one costs CPU for nothing. */

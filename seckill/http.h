@@ -11,9 +11,23 @@
 
 typedef struct sk_http sk_http;
 
+/* Bounds on connections (serve's --max-connections, --max-connections-per-client,
+ * --idle-timeout; defaults below). */
+typedef struct sk_http_limits {
+    int threads;          /* worker threads */
+    int max_connections;  /* open at once, all clients together */
+    int per_client;       /* open at once from one client address; 0: no limit */
+    int idle_timeout_s;   /* a connection silent this long is closed; 0: never */
+} sk_http_limits;
+
+#define SK_HTTP_MAX_CONNECTIONS 4096
+#define SK_HTTP_PER_CLIENT 1024
+#define SK_HTTP_IDLE_TIMEOUT_S 30
+
 /* Listen on "HOST:PORT" ("[::1]:8080" for IPv6; port 0 picks a free one)
- * with `threads` worker threads. 0, or -1 with err. */
-int sk_http_start(sk_app *app, const char *listen, int threads, sk_http **out, char *err, size_t errlen);
+ * within `limits`. 0, or -1 with err. */
+int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits, sk_http **out, char *err,
+                  size_t errlen);
 
 /* Check a --listen value without binding, so `serve` can refuse a bad
  * one before it starts anything. 0, or -1 with err. */

@@ -4,6 +4,7 @@
  *   seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]
  *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
  *                 [--replica-acks N] [--log-level L] [--log-format F] [--access-log FILE|-]
+ *                 [--max-connections N] [--max-connections-per-client N] [--idle-timeout S]
  *   seckill token [--secret-file FILE] [--ttl S] USER_ID
  *   seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]
  *                --secret-file FILE
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -45,6 +47,8 @@ void sk_usage(FILE *f)
             "                     [--strategy redis|lock] [--secret-file FILE] [--threads N]\n"
             "                     [--replica-acks N] [--log-level debug|info|warn|error]\n"
             "                     [--log-format text|json] [--access-log FILE|-]\n"
+            "                     [--max-connections N] [--max-connections-per-client N]\n"
+            "                     [--idle-timeout S]\n"
             "       seckill token [--secret-file FILE] [--ttl S] USER_ID\n"
             "       seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]\n"
             "                    --secret-file FILE [--stock S] [--threads T]\n"
@@ -60,6 +64,9 @@ void sk_usage(FILE *f)
             "        order, and persist only orders N replicas have (WAIT), so a failover loses\n"
             "        no acknowledged order. Logs go to stderr (--log-level, default info;\n"
             "        --log-format text or json); --access-log writes one line per request.\n"
+            "        Connections: at most 4096 (--max-connections), 1024 per client address\n"
+            "        (--max-connections-per-client, 0 for none), closed after 30 s idle\n"
+            "        (--idle-timeout, 0 for never).\n"
             "token   print a bearer token for USER_ID (0 is the admin), valid --ttl seconds\n"
             "        (default 86400), signed with the secret in --secret-file (default %s,\n"
             "        created when missing; the same default for every subcommand).\n"
@@ -102,6 +109,7 @@ typedef struct serve_opts {
     int threads;
     int replica_acks;
     const char *log_level, *log_format, *access_log;
+    sk_http_limits limits;
 } serve_opts;
 
 /* All of serve's flags are checked before anything starts, so a typo
@@ -114,12 +122,15 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"secret-file", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
         {"replica-acks", required_argument, NULL, 'a'}, {"help", no_argument, NULL, 'h'},
         {"log-level", required_argument, NULL, 'L'},   {"log-format", required_argument, NULL, 'F'},
-        {"access-log", required_argument, NULL, 'A'},
+        {"access-log", required_argument, NULL, 'A'},  {"max-connections", required_argument, NULL, 'M'},
+        {"max-connections-per-client", required_argument, NULL, 'P'},
+        {"idle-timeout", required_argument, NULL, 'I'},
         {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
-                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0, NULL, NULL, NULL};
+                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0, NULL, NULL, NULL,
+                      {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -144,6 +155,27 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
             }
             o->replica_acks = (int)n;
             break;
+        case 'M':
+            if (sk_parse_u64(optarg, strlen(optarg), 1000000, &n) != 0 || n == 0) {
+                fprintf(stderr, "seckill: --max-connections wants 1 to 1000000\n");
+                return -1;
+            }
+            o->limits.max_connections = (int)n;
+            break;
+        case 'P':
+            if (sk_parse_u64(optarg, strlen(optarg), 1000000, &n) != 0) {
+                fprintf(stderr, "seckill: --max-connections-per-client wants 0 (no limit) to 1000000\n");
+                return -1;
+            }
+            o->limits.per_client = (int)n;
+            break;
+        case 'I':
+            if (sk_parse_u64(optarg, strlen(optarg), 86400, &n) != 0) {
+                fprintf(stderr, "seckill: --idle-timeout wants 0 (never) to 86400 seconds\n");
+                return -1;
+            }
+            o->limits.idle_timeout_s = (int)n;
+            break;
         case 'L': o->log_level = optarg; break;
         case 'F': o->log_format = optarg; break;
         case 'A': o->access_log = optarg; break;
@@ -159,6 +191,13 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         fprintf(stderr, "seckill: --strategy is redis or lock\n");
         return -1;
     }
+    /* libmicrohttpd gives each worker thread an equal share of the limit. */
+    if (o->limits.max_connections < o->threads) {
+        fprintf(stderr, "seckill: --max-connections (%d) must be at least --threads (%d)\n",
+                o->limits.max_connections, o->threads);
+        return -1;
+    }
+    o->limits.threads = o->threads;
     char err[256];
     if (sk_log_configure(o->log_level, o->log_format, err, sizeof err) != 0) {
         fprintf(stderr, "seckill: %s\n", err);
@@ -201,6 +240,24 @@ static void server_down(server *s)
     sk_log_access_close();
 }
 
+/* Each connection is a descriptor: take the hard limit, as the load tool
+ * does, and say so when even that cannot hold --max-connections (plus a
+ * margin for Redis, the database and the writer), since the kernel would
+ * then refuse connections the limit lets in. */
+static void raise_fd_limit(int max_connections)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)max_connections + 128)
+        sk_log(SK_LOG_WARN, "open-file limit %llu is below --max-connections %d plus 128; raise it (LimitNOFILE=)",
+               (unsigned long long)rl.rlim_cur, max_connections);
+}
+
 /* The one line that says what this instance is: an operator reading a
  * log (or a ticket) sees version, address, strategy, where its data lives
  * and how many threads serve, without the passwords. */
@@ -214,9 +271,10 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
     const char *colon = strrchr(o->listen, ':');
     sk_log(SK_LOG_INFO,
            "seckill %s (libdlock %s) listening on http://%.*s:%d, strategy %s, redis %s, db %s, %d threads, "
-           "replica-acks %d, access log %s",
+           "max-connections %d (%d per client), idle-timeout %d s, replica-acks %d, access log %s",
            DLOCK_VERSION, dlock_version(), (int)(colon - o->listen), o->listen, sk_http_port(s->http), o->strategy,
-           rs, db, o->threads, o->replica_acks, o->access_log ? o->access_log : "off");
+           rs, db, o->threads, o->limits.max_connections, o->limits.per_client, o->limits.idle_timeout_s,
+           o->replica_acks, o->access_log ? o->access_log : "off");
 }
 
 /* Start everything, print the listening line, wait for SIGINT/SIGTERM. */
@@ -290,7 +348,8 @@ static int serve(int argc, char **argv)
     sk_metrics_build_info(DLOCK_VERSION, dlock_version(), o.strategy);
     s.app.secret = s.secret;
     s.app.secret_len = s.secret_len;
-    if (sk_http_start(&s.app, o.listen, o.threads, &s.http, err, sizeof err) != 0) goto fail;
+    raise_fd_limit(o.limits.max_connections);
+    if (sk_http_start(&s.app, o.listen, &o.limits, &s.http, err, sizeof err) != 0) goto fail;
 
     log_startup(&o, &s, redis_url);
     /* The one line on stdout: scripts and tests read the port from it. */

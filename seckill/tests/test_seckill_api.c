@@ -17,6 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -648,6 +653,108 @@ static void test_logs_text_and_levels(void **state)
     assert_int_equal(skt_run(NULL, 0, bad_format), 64);
 }
 
+
+/* A connection from another loopback address (127.0.0.2), i.e. another
+ * client as far as the per-client limit goes. */
+static int connect_from(const char *src, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &a.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0) goto fail;
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) goto fail;
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+fail:
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+/* 1 once the server has closed fd (EOF) within `ms`, 0 if it stays open. */
+static int closed_by_server(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, ms) <= 0) return 0;
+    char c;
+    return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+/* One client cannot take every connection (--max-connections-per-client:
+ * the fifth is closed unanswered while another client is served); all
+ * clients together stop at --max-connections; an idle connection is
+ * closed after --idle-timeout and its slot is free again. */
+static void test_connection_limits(void **state)
+{
+    (void)state;
+    char resp[1024];
+    skt_serve s;
+    const char *extra[] = {"--threads", "2", "--max-connections", "16", "--max-connections-per-client", "4",
+                           "--idle-timeout", "2", NULL};
+    assert_int_equal(skt_serve_start(&s, &dir, srv.url, "redis", extra, NULL), 0);
+    int fds[4];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = skt_connect(s.port);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(skt_request(fds[i], "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    }
+    int fifth = skt_connect(s.port);
+    assert_true(fifth >= 0);
+    assert_int_equal(skt_request(fifth, "GET", "/healthz", NULL, NULL, resp, sizeof resp), -1);
+    close(fifth);
+    /* Another client is served meanwhile. */
+    int other = connect_from("127.0.0.2", s.port);
+    assert_true(other >= 0);
+    assert_int_equal(skt_request(other, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    close(other);
+    /* Idle for longer than the timeout: closed by the server, and the
+     * client has its slots back. */
+    int64_t t0 = sk_mono_ns();
+    assert_true(closed_by_server(fds[0], 5000));
+    double idle = (double)(sk_mono_ns() - t0) / 1e9;
+    fprintf(stderr, "idle connection closed after %.2f s more\n", idle);
+    assert_true(idle < 4.0);
+    for (int i = 0; i < 4; i++) close(fds[i]);
+    assert_int_equal(skt_http(s.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_serve_stop(&s), 0);
+
+    /* All clients together: one thread, two connections. */
+    const char *global[] = {"--threads", "1", "--max-connections", "2", "--max-connections-per-client", "0", NULL};
+    assert_int_equal(skt_serve_start(&s, &dir, srv.url, "redis", global, NULL), 0);
+    int a = skt_connect(s.port), b = connect_from("127.0.0.2", s.port), c = connect_from("127.0.0.3", s.port);
+    assert_true(a >= 0 && b >= 0 && c >= 0);
+    assert_int_equal(skt_request(a, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_request(b, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
+    assert_int_equal(skt_request(c, "GET", "/healthz", NULL, NULL, resp, sizeof resp), -1);
+    close(a);
+    close(b);
+    close(c);
+    assert_int_equal(skt_serve_stop(&s), 0);
+
+    const char *below_threads[] = {SECKILL_BIN, "serve", "--threads", "8", "--max-connections", "4", NULL};
+    assert_int_equal(skt_run(NULL, 0, below_threads), 64);
+    const char *bad_timeout[] = {SECKILL_BIN, "serve", "--idle-timeout", "-1", NULL};
+    assert_int_equal(skt_run(NULL, 0, bad_timeout), 64);
+}
+
+/* HTTP/1.1 without Host is 400 with a JSON error; HTTP/1.0 needs none. */
+static void test_host_required(void **state)
+{
+    (void)state;
+    char resp[1024];
+    static const char no_host[] = "GET /healthz HTTP/1.1\r\n\r\n";
+    expect_error(skt_raw(sv.port, no_host, sizeof no_host - 1, resp, sizeof resp), resp, 400, "missing_host");
+    static const char post_no_host[] = "POST /api/vouchers HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+    expect_error(skt_raw(sv.port, post_no_host, sizeof post_no_host - 1, resp, sizeof resp), resp, 400,
+                 "missing_host");
+    static const char old[] = "GET /healthz HTTP/1.0\r\n\r\n";
+    assert_int_equal(skt_raw(sv.port, old, sizeof old - 1, resp, sizeof resp), 200);
+    static const char with_host[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(skt_raw(sv.port, with_host, sizeof with_host - 1, resp, sizeof resp), 200);
+}
+
 /* Passwords never reach a log line, in every spelling of a URL. */
 static void test_mask_url(void **state)
 {
@@ -658,6 +765,8 @@ static void test_mask_url(void **state)
         {"redis://h:6379", "redis://h:6379"},
         {"unix:///tmp/r.sock?db=2", "unix:///tmp/r.sock?db=2"},
         {"redis-sentinel://:p@ss@a:1,b:2/m", "redis-sentinel://:***@a:1,b:2/m"},
+        {"redis://u:p/s?s#w@h:1/2", "redis://u:***@h:1/2"},
+        {"redis-cluster://:p/w@a:1,b:2", "redis-cluster://:***@a:1,b:2"},
         {"postgres://u:secret@db/x?sslmode=require", "postgres://u:***@db/x?sslmode=require"},
         {"postgresql:///x?host=/tmp&password=secret&user=u", "postgresql:///x?host=/tmp&password=***&user=u"},
         {"host=/tmp password=secret dbname=x", "host=/tmp password=*** dbname=x"},
@@ -680,7 +789,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_orders),             cmocka_unit_test(test_keepalive),
         cmocka_unit_test(test_embedded_redis),     cmocka_unit_test(test_retry_after_sold_out_both_strategies),
         cmocka_unit_test(test_logs_json_and_repeated_errors), cmocka_unit_test(test_logs_text_and_levels),
-        cmocka_unit_test(test_mask_url),
+        cmocka_unit_test(test_mask_url),           cmocka_unit_test(test_connection_limits),
+        cmocka_unit_test(test_host_required),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();
