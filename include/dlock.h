@@ -182,6 +182,14 @@ typedef struct dlock_options {
                                 renewal was sent; the watchdog then declares it
                                 lost whether or not a renewal is still on its
                                 way (see dlock_lock_lost) */
+    const char *username;    /* ACL user for AUTH, instead of the URL's; NULL:
+                                the URL's (or the default user) */
+    const char *password;    /* password for AUTH, instead of the URL's (with
+                                the URL's user unless username is set); NULL:
+                                the URL's. Lets a program keep credentials
+                                out of URLs it may print or log, and gives a
+                                unix:// URL a password. Both strings are
+                                copied. */
 } dlock_options;
 
 /*

@@ -35,12 +35,15 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (!o.safety_margin_pct) o.safety_margin_pct = 10;
     if (o.replica_acks && o.replica_timeout_ms >= o.command_timeout_ms)
         return dlock_fail(DLOCK_ERR_INVALID, "replica timeout must be shorter than the command timeout");
+    /* As the URL parser refuses "user:@": AUTH with nothing is a mistake. */
+    if ((o.username && !*o.username) || (o.password && !*o.password))
+        return dlock_fail(DLOCK_ERR_INVALID, "empty username or password in options");
 
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock_async_init(&c->async);
     dlock_fence_cache_init(&c->fences);
-    dlock_status st = dlock_topo_new(url, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
+    dlock_status st = dlock_topo_new(url, o.username, o.password, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
     if (st != DLOCK_OK) {
         dlock_async_shutdown(&c->async);
         dlock_fence_cache_destroy(&c->fences);

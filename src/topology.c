@@ -39,13 +39,31 @@
 #define MAX_HOPS 16
 #define MAX_PIPELINE 4
 
-dlock_status dlock_topo_new(const char *url, int connect_timeout_ms, int command_timeout_ms, dlock_topo **out)
+/* Put `value` in place of the URL's credential *field. Done once, right
+ * after parsing, so that every connection (data nodes, and Sentinels that
+ * ask) authenticates with the caller's credentials and nothing further
+ * down needs to know where they came from. */
+static dlock_status override_credential(char **field, const char *value)
+{
+    if (!value) return DLOCK_OK;
+    char *copy = strdup(value);
+    if (!copy) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    free(*field);
+    *field = copy;
+    return DLOCK_OK;
+}
+
+dlock_status dlock_topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
+                            int command_timeout_ms, dlock_topo **out)
 {
     *out = NULL;
     dlock_topo *t = calloc(1, sizeof *t);
     if (!t) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock_status st = dlock_url_parse(url, &t->url);
+    if (st == DLOCK_OK) st = override_credential(&t->url.user, username);
+    if (st == DLOCK_OK) st = override_credential(&t->url.password, password);
     if (st != DLOCK_OK) {
+        dlock_url_free(&t->url);
         free(t);
         return st;
     }

@@ -42,7 +42,8 @@ typedef struct dlock_topo {
 } dlock_topo;
 
 /* Parse `url` and set up, without connecting yet. */
-dlock_status dlock_topo_new(const char *url, int connect_timeout_ms, int command_timeout_ms, dlock_topo **out);
+dlock_status dlock_topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
+                             int command_timeout_ms, dlock_topo **out);
 void dlock_topo_free(dlock_topo *t);
 
 /*

@@ -1040,12 +1040,13 @@ static void script_flush_does_not_break_the_lock(void **state)
     dlock_client_free(c);
 }
 
-/* Take and release a lock through a client of `url`: the URL's
- * credentials and database really reached the server. */
-static void assert_lock_works(const char *url, const char *name)
+/* Take and release a lock through a client of `url` made with options
+ * `o` (NULL: none): the credentials and database really reached the
+ * server. */
+static void assert_lock_works_with(const char *url, const dlock_options *o, const char *name)
 {
-    dlock_client *c = try_client(url, 0);
-    if (!c) fail_msg("client for %s: %s", url, dlock_last_error());
+    dlock_client *c = NULL;
+    if (dlock_client_new(url, o, &c) != DLOCK_OK) fail_msg("client for %s: %s", url, dlock_last_error());
     dlock_lock *l = new_lock(c, name);
     assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK);
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
@@ -1053,12 +1054,22 @@ static void assert_lock_works(const char *url, const char *name)
     dlock_client_free(c);
 }
 
-static void assert_client_fails(const char *url, dlock_status want)
+static void assert_lock_works(const char *url, const char *name)
+{
+    assert_lock_works_with(url, NULL, name);
+}
+
+static void assert_client_fails_with(const char *url, const dlock_options *o, dlock_status want)
 {
     dlock_client *c = (dlock_client *)&c;
-    dlock_status st = dlock_client_new(url, NULL, &c);
+    dlock_status st = dlock_client_new(url, o, &c);
     if (st != want) fail_msg("%s: status %d (%s), want %d", url, st, dlock_last_error(), want);
     assert_null(c);
+}
+
+static void assert_client_fails(const char *url, dlock_status want)
+{
+    assert_client_fails_with(url, NULL, want);
 }
 
 /* With requirepass, the URL's password is sent with AUTH and the lock
@@ -1086,6 +1097,46 @@ static void password_from_url_is_used_and_wrong_one_refused(void **state)
     assert_lock_works(url, "auth-escaped");
     snprintf(url, sizeof url, "redis://:p%%40ss%%3Aw%%2Frd%%25y@127.0.0.1:%d", r.port);
     assert_client_fails(url, DLOCK_ERR_AUTH);
+    th_redis_stop(&r);
+}
+
+/* dlock_options.password and .username stand in for the URL's, so a
+ * program can keep them out of every URL it prints: the option's password
+ * wins over the URL's (right or wrong), keeps the URL's user unless
+ * username is given too, and gives a unix:// URL (which has no place for
+ * one) a password. An empty one is refused like "user:@" in a URL. */
+static void credentials_from_options_replace_the_urls(void **state)
+{
+    (void)state;
+    th_target_require_single(&server); /* its own server, configured */
+    th_redis r;
+    char url[512];
+    assert_int_equal(th_redis_start(&r, "requirepass s3cret\nuser alice on >pw ~* &* +@all\n"), 0);
+    dlock_options o = {0};
+    o.password = "s3cret";
+    snprintf(url, sizeof url, "redis://:wrong@127.0.0.1:%d", r.port);
+    assert_lock_works_with(url, &o, "opt-auth");
+    assert_lock_works_with(r.tcp_url, &o, "opt-auth");
+    assert_lock_works_with(r.url, &o, "opt-auth"); /* unix socket */
+    o.password = "wrong";
+    snprintf(url, sizeof url, "redis://:s3cret@127.0.0.1:%d", r.port);
+    assert_client_fails_with(url, &o, DLOCK_ERR_AUTH);
+
+    /* "pw" is alice's password only: a success is AUTH as alice. */
+    o.password = "pw";
+    snprintf(url, sizeof url, "redis://alice:nope@127.0.0.1:%d", r.port);
+    assert_lock_works_with(url, &o, "opt-acl");
+    assert_client_fails_with(r.tcp_url, &o, DLOCK_ERR_AUTH); /* the default user */
+    o.username = "alice";
+    assert_lock_works_with(r.tcp_url, &o, "opt-acl");
+    snprintf(url, sizeof url, "redis://mallory:s3cret@127.0.0.1:%d", r.port);
+    assert_lock_works_with(url, &o, "opt-acl");
+
+    o.password = "";
+    assert_client_fails_with(r.tcp_url, &o, DLOCK_ERR_INVALID);
+    o.password = "pw";
+    o.username = "";
+    assert_client_fails_with(r.tcp_url, &o, DLOCK_ERR_INVALID);
     th_redis_stop(&r);
 }
 
@@ -1459,6 +1510,7 @@ int main(void)
         cmocka_unit_test(script_flush_does_not_break_the_lock),
         cmocka_unit_test(password_from_url_is_used_and_wrong_one_refused),
         cmocka_unit_test(acl_user_from_url_is_used),
+        cmocka_unit_test(credentials_from_options_replace_the_urls),
         cmocka_unit_test(database_from_url_is_selected),
         cmocka_unit_test(threads_sharing_a_client_exclude_each_other),
         cmocka_unit_test(inspect_reports_holder_count_ttl_and_token),
