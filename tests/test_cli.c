@@ -172,6 +172,12 @@ static void run_argv(run *r, const char *url_env, const char *extra_env, const c
         const char *const args_[] = {__VA_ARGS__, NULL};                                           \
         run_argv((r), (url), NULL, args_);                                                         \
     } while (0)
+/* RUN with one "NAME=value" added to dlock's environment. */
+#define RUN_ENV(r, url, env, ...)                                                                  \
+    do {                                                                                           \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
+        run_argv((r), (url), (env), args_);                                                        \
+    } while (0)
 #define START(p, url, ...)                                                                         \
     do {                                                                                           \
         const char *const args_[] = {__VA_ARGS__, NULL};                                           \
@@ -681,6 +687,122 @@ static void refused_password_exits_69(void **state)
     assert_int_equal(s4, 1);
 }
 
+/* Write `text` to the scratch file `name` with `mode`; its path in buf. */
+static const char *secret_file(char *buf, size_t size, const char *name, const char *text, mode_t mode)
+{
+    scratch_file(buf, size, name);
+    FILE *f = fopen(buf, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(buf, mode), 0);
+    return buf;
+}
+
+/* Fail if a secret shows anywhere in what dlock wrote. */
+static void assert_not_shown(const run *r, const char *secret)
+{
+    if (strstr(r->err, secret) || strstr(r->out, secret)) {
+        print_error("'%s' shown by dlock:\nstdout: %s\nstderr: %s\n", secret, r->out, r->err);
+        fail();
+    }
+}
+
+/* No password on the command line: DLOCK_PASSWORD or --password-file (the
+ * file's first line; the file wins) replaces the URL's password, on TCP
+ * and unix socket URLs. COMMAND does not inherit DLOCK_PASSWORD. A wrong
+ * password exits 69 and no password, given or in the URL, shows on
+ * stderr. */
+static void password_from_environment_or_file_replaces_the_urls(void **state)
+{
+    (void)state;
+    th_target_require_single(&srv); /* a server of its own */
+    th_redis pw;
+    assert_int_equal(th_redis_start(&pw, "requirepass env-s3cret\n"), 0);
+    char none[160], wrong[160], file[256], ro_file[256];
+    snprintf(none, sizeof none, "redis://127.0.0.1:%d", pw.port);
+    snprintf(wrong, sizeof wrong, "redis://:url-s3cret@127.0.0.1:%d", pw.port);
+    secret_file(file, sizeof file, "pw", "env-s3cret\nsecond line, not read\n", 0600);
+    secret_file(ro_file, sizeof ro_file, "pw-ro", "env-s3cret", 0400);
+    run r[8];
+    RUN_ENV(&r[0], none, "DLOCK_PASSWORD=env-s3cret", "lock", "pw", "--", "sh", "-c",
+            "test -z \"${DLOCK_PASSWORD+set}\"");
+    RUN_ENV(&r[1], wrong, "DLOCK_PASSWORD=env-s3cret", "status", "pw");
+    RUN_ENV(&r[2], pw.url, "DLOCK_PASSWORD=env-s3cret", "status", "pw");
+    RUN(&r[3], wrong, "--password-file", file, "lock", "pw", "--", "true");
+    RUN_ENV(&r[4], none, "DLOCK_PASSWORD=wrong-env-s3cret", "--password-file", ro_file, "status", "pw");
+    RUN_ENV(&r[5], wrong, "DLOCK_PASSWORD=wrong-env-s3cret", "status", "pw");
+    RUN(&r[6], wrong, "lock", "pw", "--", "true");
+    RUN(&r[7], none, "-u", wrong, "id", "p");
+    th_redis_stop(&pw);
+    expect_status(&r[0], 0);
+    expect_status(&r[1], 1);
+    expect_status(&r[2], 1);
+    expect_status(&r[3], 0);
+    expect_status(&r[4], 1);
+    for (int i = 5; i < 8; i++) {
+        expect_status(&r[i], 69);
+        assert_one_line(r[i].err);
+    }
+    for (int i = 0; i < 8; i++) {
+        assert_not_shown(&r[i], "s3cret");
+    }
+}
+
+/* A RedLock's masters all get the password of DLOCK_PASSWORD, whatever
+ * their URLs say. */
+static void password_from_environment_reaches_every_redlock_master(void **state)
+{
+    (void)state;
+    th_target_require_single(&srv); /* servers of its own */
+    th_redis m[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(th_redis_start(&m[i], "requirepass rl-s3cret\n"), 0);
+    char u[3][256];
+    snprintf(u[0], sizeof u[0], "redis://127.0.0.1:%d", m[0].port);
+    snprintf(u[1], sizeof u[1], "redis://:wrong@127.0.0.1:%d", m[1].port);
+    snprintf(u[2], sizeof u[2], "%s", m[2].url);
+    run ok, refused;
+    RUN_ENV(&ok, NULL, "DLOCK_PASSWORD=rl-s3cret", "-u", u[0], "-u", u[1], "-u", u[2], "lock", "-w", "0",
+            "rlpw", "--", "true");
+    RUN(&refused, NULL, "-u", u[0], "-u", u[1], "-u", u[2], "lock", "-w", "0", "rlpw", "--", "true");
+    for (int i = 0; i < 3; i++) th_redis_stop(&m[i]);
+    expect_status(&ok, 0);
+    expect_status(&refused, 69);
+}
+
+/* A password file others may read or write, that is not a regular file,
+ * is missing or has an empty first line is a usage error (64, one line,
+ * nothing of the file shown), found before connecting: the URL's port is
+ * closed. */
+static void password_file_open_to_others_is_a_usage_error(void **state)
+{
+    (void)state;
+    char url[64], p[5][256];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    const char *const files[] = {
+        secret_file(p[0], sizeof p[0], "pw-644", "file-s3cret\n", 0644),
+        secret_file(p[1], sizeof p[1], "pw-660", "file-s3cret\n", 0660),
+        secret_file(p[2], sizeof p[2], "pw-604", "file-s3cret\n", 0604),
+        secret_file(p[3], sizeof p[3], "pw-empty", "\nfile-s3cret\n", 0600),
+        scratch_file(p[4], sizeof p[4], "pw-missing"),
+        scratch, /* a directory */
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        run r;
+        RUN(&r, url, "--password-file", files[i], "status", "x");
+        expect_status(&r, 64);
+        assert_one_line(r.err);
+        assert_non_null(strstr(r.err, "password file"));
+        assert_not_shown(&r, "file-s3cret");
+    }
+    run r;
+    RUN(&r, url, "status", "x", "--password-file");
+    expect_status(&r, 64); /* after the subcommand it is not ours */
+    RUN(&r, url, "--password-file");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
+}
+
 /* `id -n 5` prints 5 distinct decimal IDs, one per line; a second run
  * never repeats one. */
 static void id_prints_distinct_ids_one_per_line(void **state)
@@ -1064,6 +1186,9 @@ int main(void)
         cmocka_unit_test(command_inherits_no_redis_socket),
         cmocka_unit_test(unreachable_server_exits_69_with_one_line),
         cmocka_unit_test(refused_password_exits_69),
+        cmocka_unit_test(password_from_environment_or_file_replaces_the_urls),
+        cmocka_unit_test(password_from_environment_reaches_every_redlock_master),
+        cmocka_unit_test(password_file_open_to_others_is_a_usage_error),
         cmocka_unit_test(id_prints_distinct_ids_one_per_line),
         cmocka_unit_test(status_shows_the_holder_and_force_unlock_breaks_it),
         cmocka_unit_test(status_shows_read_and_write_holders_and_unlock_breaks_them),

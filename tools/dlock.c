@@ -10,7 +10,8 @@
  *   dlock [-u URL] unlock --force NAME
  *   dlock --help | --version
  *
- * The interesting part is `lock`: it takes the lock with a watchdog lease,
+ * Every form takes --password-file FILE before the subcommand, as it
+ * takes -u. The interesting part is `lock`: it takes the lock with a watchdog lease,
  * runs COMMAND as a child and waits for one of three things with a single
  * poll() on a self-pipe: the child ended (SIGCHLD), a signal to pass on
  * (SIGINT, SIGTERM, ...), or the library's watchdog reporting the lease
@@ -38,6 +39,7 @@
 
 #include "child.h"
 #include "dlock.h"
+#include "pwfile.h"
 
 extern char **environ;
 
@@ -90,6 +92,10 @@ static int wake_pipe[2] = {-1, -1};
 static atomic_int lease_lost;
 /* Main thread only: the loss was already reported on stderr. */
 static int lost_reported;
+
+/* The password from --password-file or DLOCK_PASSWORD, or NULL: given to
+ * every client in place of the URLs' own (see open_client). */
+static char *password;
 
 /* File descriptors open when dlock started; see mark_library_fds(). */
 #define FD_TRACK_MAX 1024
@@ -202,6 +208,9 @@ static void print_help(void)
           "              unix:///path?db=N  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"
           "              given 3 or more times: RedLock over those independent masters\n"
           "              (twice is refused: a majority of two masters is both)\n"
+          "  --password-file FILE  Redis password: FILE's first line; FILE must be\n"
+          "              mode 0600 or 0400 (default: $DLOCK_PASSWORD); replaces the\n"
+          "              password of every URL\n"
           "  -t TTL_MS   lock lease, renewed every TTL/3 while COMMAND runs (default 30000)\n"
           "  -w WAIT_MS  give up after WAIT_MS (default: wait forever; 0 tries once)\n"
           "  --fair      FIFO lock; --read / --write: shared / exclusive read-write lock\n"
@@ -281,7 +290,9 @@ static int exit_for(dlock_status st)
 
 /* Check the URL and connect. The URL is parsed first so that a typo is a
  * usage error (64) with the parser's explanation, never a connection error.
- * The URL itself is not printed: it may carry a password. */
+ * The URL itself is not printed: it may carry a password. The password of
+ * --password-file or DLOCK_PASSWORD goes to the library as an option, so
+ * it is never written into a URL. */
 static int open_client(const char *url, const dlock_options *opts, dlock_client **out)
 {
     dlock_url parsed;
@@ -290,7 +301,10 @@ static int open_client(const char *url, const dlock_options *opts, dlock_client 
         return EXIT_USAGE;
     }
     dlock_url_free(&parsed);
-    dlock_status st = dlock_client_new(url, opts, out);
+    dlock_options o = {0};
+    if (opts) o = *opts;
+    o.password = password;
+    dlock_status st = dlock_client_new(url, &o, out);
     if (st != DLOCK_OK) {
         errorf("cannot connect to Redis: %s", dlock_last_error());
         return exit_for(st);
@@ -994,6 +1008,31 @@ static int cmd_unlock(const char *url, int argc, char **argv)
 /* main                                                                      */
 /* ------------------------------------------------------------------------ */
 
+/* The password of --password-file (`file`, may be NULL), else of
+ * DLOCK_PASSWORD, into `password`; DLOCK_PASSWORD leaves the environment
+ * COMMAND inherits. A bad file is a usage error, refused before anything
+ * else is looked at. */
+static int load_password(const char *file)
+{
+    char err[512];
+    if (pwfile_or_env(file, "DLOCK_PASSWORD", &password, err, sizeof err) == 0) return 0;
+    errorf("%s", err);
+    return EXIT_USAGE;
+}
+
+static int run_subcommand(const char *cmd, const char *url, const char *const *urls, size_t n_urls, int argc,
+                          char **argv)
+{
+    if (strcmp(cmd, "lock") == 0) return cmd_hold(urls, n_urls, 0, argc, argv);
+    if (strcmp(cmd, "semaphore") == 0) return cmd_hold(urls, n_urls, 1, argc, argv);
+    if (n_urls > 1) return general_usage_error("%s: only `lock` takes several -u URLs (RedLock)", cmd);
+    if (strcmp(cmd, "latch") == 0) return cmd_latch(url, argc, argv);
+    if (strcmp(cmd, "id") == 0) return cmd_id(url, argc, argv);
+    if (strcmp(cmd, "status") == 0) return cmd_status(url, argc, argv);
+    if (strcmp(cmd, "unlock") == 0) return cmd_unlock(url, argc, argv);
+    return general_usage_error("unknown command '%s'", cmd);
+}
+
 /* Global options, then hand the rest of argv to the subcommand. Parsing
  * stops at the subcommand ('+'), so its options are never taken as ours. */
 int main(int argc, char **argv)
@@ -1001,12 +1040,14 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
+        {"password-file", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0},
     };
     const char *url = getenv("DLOCK_URL");
     if (!url || !*url) url = DEFAULT_URL;
     const char *urls[MAX_URLS];
     size_t n_urls = 0;
+    const char *password_file = NULL;
 
     opterr = 0;
     int opt;
@@ -1018,7 +1059,10 @@ int main(int argc, char **argv)
             break;
         case 'h': print_help(); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
         case 'V': printf("dlock %s\n", DLOCK_VERSION); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
-        case ':': return general_usage_error("option -%c needs a value", optopt);
+        case 'P': password_file = optarg; break;
+        case ':':
+            if (optopt == 'P') return general_usage_error("option --password-file needs a value");
+            return general_usage_error("option -%c needs a value", optopt);
         default: return general_usage_error("unknown option '%s'", bad_option(argv));
         }
     }
@@ -1027,12 +1071,8 @@ int main(int argc, char **argv)
     int sub_argc = argc - optind;
     char **sub_argv = argv + optind;
     if (n_urls == 0) urls[n_urls++] = url;
-    if (strcmp(cmd, "lock") == 0) return cmd_hold(urls, n_urls, 0, sub_argc, sub_argv);
-    if (strcmp(cmd, "semaphore") == 0) return cmd_hold(urls, n_urls, 1, sub_argc, sub_argv);
-    if (n_urls > 1) return general_usage_error("%s: only `lock` takes several -u URLs (RedLock)", cmd);
-    if (strcmp(cmd, "latch") == 0) return cmd_latch(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "id") == 0) return cmd_id(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "status") == 0) return cmd_status(url, sub_argc, sub_argv);
-    if (strcmp(cmd, "unlock") == 0) return cmd_unlock(url, sub_argc, sub_argv);
-    return general_usage_error("unknown command '%s'", cmd);
+    int rc = load_password(password_file);
+    if (rc == 0) rc = run_subcommand(cmd, url, urls, n_urls, sub_argc, sub_argv);
+    pwfile_free(password);
+    return rc;
 }
