@@ -83,6 +83,35 @@ static void error(sk_response *resp, int status, const char *code)
     }
 }
 
+/* RFC 6750, 3: a request without credentials gets the scheme only; one
+ * with a bad token gets error="invalid_token" and a description, and the
+ * body says the same as a code (malformed, bad_signature, expired). */
+static void unauthorized(sk_response *resp, int why)
+{
+    static const struct {
+        int why;
+        const char *reason, *header;
+    } table[] = {
+        {SK_TOKEN_MISSING, "missing", "Bearer realm=\"seckill\""},
+        {SK_TOKEN_BAD_SIGNATURE, "bad_signature",
+         "Bearer realm=\"seckill\", error=\"invalid_token\", error_description=\"bad signature\""},
+        {SK_TOKEN_EXPIRED, "expired",
+         "Bearer realm=\"seckill\", error=\"invalid_token\", error_description=\"token expired\""},
+        {SK_TOKEN_MALFORMED, "malformed",
+         "Bearer realm=\"seckill\", error=\"invalid_token\", error_description=\"malformed token\""},
+    };
+    size_t i = 0;
+    while (i < sizeof table / sizeof *table - 1 && table[i].why != why) i++;
+    error(resp, 401, "unauthorized");
+    resp->www_authenticate = table[i].header;
+    char *body = malloc(64);
+    if (!body) return;
+    snprintf(body, 64, "{\"error\":\"unauthorized\",\"reason\":\"%s\"}", table[i].reason);
+    free(resp->body);
+    resp->body = body;
+    resp->body_len = strlen(body);
+}
+
 /* Most failures are a strategy's outcome; this turns one into its reply. */
 static void result_error(sk_response *resp, sk_result r)
 {
@@ -427,9 +456,11 @@ static int handle(sk_app *app, const sk_request *req, sk_response *resp, sk_api_
         return 0;
     }
     int64_t uid = -1;
-    if (rt.route != SK_ROUTE_VOUCHER_GET &&
-        sk_auth_header(app->secret, app->secret_len, req->authorization, app_now(app), &uid) != 0) {
-        error(resp, 401, "unauthorized");
+    int why = rt.route == SK_ROUTE_VOUCHER_GET
+                  ? 0
+                  : sk_auth_header(app->secret, app->secret_len, req->authorization, app_now(app), &uid);
+    if (why != 0) {
+        unauthorized(resp, why);
         return 0;
     }
     if (rt.route == SK_ROUTE_VOUCHER_CREATE) {

@@ -26,6 +26,7 @@ typedef struct sk_response {
     size_t body_len;
     const char *content_type;  /* static */
     const char *allow;         /* static; set with 405 */
+    const char *www_authenticate; /* static; set with 401 */
     sk_route route;
 } sk_response;
 

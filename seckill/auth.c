@@ -162,8 +162,8 @@ int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *
     }
     if (compute_mac(secret, secret_len, token, (size_t)(dot2 - token), want) != 0) return -1;
     int bad = CRYPTO_memcmp(given, want, MAC_LEN) != 0;
-    if (bad) return -1;
-    if (exp <= now) return -1;
+    if (bad) return SK_TOKEN_BAD_SIGNATURE;
+    if (exp <= now) return SK_TOKEN_EXPIRED;
     *user_id = uid;
     return 0;
 }
@@ -172,7 +172,8 @@ int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *
 int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now,
                    int64_t *user_id)
 {
-    if (!header || strncasecmp(header, "Bearer ", 7) != 0) return -1;
+    if (!header) return SK_TOKEN_MISSING;
+    if (strncasecmp(header, "Bearer ", 7) != 0) return SK_TOKEN_MALFORMED;
     const char *t = header + 7;
     while (*t == ' ') t++;
     size_t len = strnlen(t, SK_TOKEN_MAX + 1);

@@ -18,12 +18,22 @@
 int sk_token_make(const unsigned char *secret, size_t secret_len, int64_t user_id, int64_t expiry,
                   char *out, size_t cap);
 
+/* Why a token was refused: a client (or its operator) can tell a token
+ * it mangled from one signed with another secret from one that ran out. */
+#define SK_TOKEN_MALFORMED (-1)     /* not UID.EXPIRY.MAC as spelled, or not "Bearer TOKEN" */
+#define SK_TOKEN_BAD_SIGNATURE (-2) /* well formed, but not signed with this secret */
+#define SK_TOKEN_EXPIRED (-3)       /* signed with this secret, past its expiry */
+#define SK_TOKEN_MISSING (-4)       /* no Authorization header */
+
 /* Check a token at time `now`. Returns 0 and sets *user_id when it is
- * well formed, signed with this secret and not expired; -1 otherwise. */
+ * well formed, signed with this secret and not expired; otherwise one of
+ * the SK_TOKEN_* reasons, judged in that order (expiry only once the
+ * signature holds, so it says nothing about forged tokens). */
 int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *token, size_t len,
                     int64_t now, int64_t *user_id);
 
-/* Check an Authorization header value ("Bearer TOKEN", scheme case-insensitive). */
+/* Check an Authorization header value ("Bearer TOKEN", scheme
+ * case-insensitive): 0, or an SK_TOKEN_* reason. */
 int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now,
                    int64_t *user_id);
 

@@ -20,6 +20,13 @@
 /* The usage text of every subcommand. */
 void sk_usage(FILE *f);
 
+/* What follows a usage error's one line, instead of the whole text. */
+#define SK_HELP_HINT "Try 'seckill --help' for more information.\n"
+
+/* getopt_long's complaint about argv (optstring ":", opterr 0: c is '?'
+ * for an unknown option, ':' for a missing value) as one line on stderr. */
+void sk_opt_error(const char *cmd, int c, char *const *argv);
+
 int sk_cmd_verify(int argc, char **argv);
 int sk_cmd_load(int argc, char **argv);
 

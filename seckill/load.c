@@ -289,12 +289,14 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-/* One admin request with a JSON reply; the reply's integer `key`, or -1. */
+/* One admin request with a JSON reply; the reply's integer `key`, or -1
+ * with the HTTP status in *status (-1: no answer at all). */
 static long long admin_call(run *r, const unsigned char *secret, size_t slen, const char *method,
-                            const char *path, const char *body, const char *key)
+                            const char *path, const char *body, const char *key, int *status)
 {
     char tok[SK_TOKEN_MAX + 1], resp[2048];
     sk_token_make(secret, slen, 0, sk_unix_now() + 3600, tok, sizeof tok);
+    *status = -1;
     int fd = sk_httpc_connect(r->host, r->port, TIMEOUT_MS);
     if (fd < 0) {
         fprintf(stderr, "seckill: cannot connect to %s:%d\n", r->host, r->port);
@@ -302,6 +304,12 @@ static long long admin_call(run *r, const unsigned char *secret, size_t slen, co
     }
     int st = sk_httpc_request(fd, method, path, tok, body, resp, sizeof resp);
     close(fd);
+    *status = st;
+    if (st == 404 && strcmp(method, "GET") == 0) {
+        fprintf(stderr, "seckill: voucher %lld does not exist (%s %s: 404 %s)\n", (long long)r->voucher, method,
+                path, resp);
+        return -1;
+    }
     if (st != 200 && st != 201) {
         fprintf(stderr, "seckill: %s %s: %d %s\n", method, path, st, st > 0 ? resp : "(no answer)");
         return -1;
@@ -334,7 +342,8 @@ static int parse_opts(int argc, char **argv, opts *o)
                 .threads = (uint64_t)(ncpu > 2 ? ncpu / 2 : 1)};
     int c, li = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", longs, &li)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", longs, &li)) != -1) {
         int bad = 0;
         switch (c) {
         case 'u': o->url = optarg; break;
@@ -349,7 +358,7 @@ static int parse_opts(int argc, char **argv, opts *o)
             break;
         case 't': bad = sk_parse_u64(optarg, strlen(optarg), THREADS_MAX, &o->threads) || !o->threads; break;
         case 'h': sk_usage(stdout); exit(0);
-        default: return -1;
+        default: sk_opt_error("load", c, argv); return -1;
         }
         if (bad) {
             fprintf(stderr, "seckill: load: bad value \"%s\" for --%s\n", optarg, longs[li].name);
@@ -482,13 +491,13 @@ int sk_cmd_load(int argc, char **argv)
 {
     opts o;
     if (parse_opts(argc, argv, &o) != 0) {
-        sk_usage(stderr);
+        fputs(SK_HELP_HINT, stderr);
         return EXIT_USAGE;
     }
     run *r = calloc(1, sizeof *r);
     if (!r) return EXIT_SOFTWARE;
     if (parse_url(o.url, r->host, sizeof r->host, &r->port) != 0) {
-        fprintf(stderr, "seckill: --url wants http://HOST:PORT, got \"%s\"\n", o.url);
+        fprintf(stderr, "seckill: --url wants http://HOST:PORT, got \"%s\"\n" SK_HELP_HINT, o.url);
         free(r);
         return EXIT_USAGE;
     }
@@ -502,7 +511,7 @@ int sk_cmd_load(int argc, char **argv)
         return EXIT_UNAVAILABLE;
     }
     raise_fd_limit();
-    int rc = EXIT_UNAVAILABLE;
+    int rc = EXIT_UNAVAILABLE, st = 0;
     char path[64];
     r->voucher = (int64_t)o.voucher;
     if (!r->voucher) {
@@ -510,13 +519,21 @@ int sk_cmd_load(int argc, char **argv)
         char body[256];
         snprintf(body, sizeof body, "{\"title\":\"load %lld\",\"stock\":%llu,\"begin\":%lld,\"end\":%lld}",
                  (long long)now, (unsigned long long)o.stock, (long long)now - 1, (long long)now + 3600);
-        long long id = admin_call(r, secret, slen, "POST", "/api/vouchers", body, "id");
-        if (id <= 0) goto out;
+        long long id = admin_call(r, secret, slen, "POST", "/api/vouchers", body, "id", &st);
+        if (id <= 0) {
+            if (st > 0) rc = EXIT_CHECK; /* the server answered, and refused */
+            goto out;
+        }
         r->voucher = id;
     }
     snprintf(path, sizeof path, "/api/vouchers/%lld", (long long)r->voucher);
-    long long before = admin_call(r, secret, slen, "GET", path, NULL, "stock");
-    if (before < 0) goto out;
+    long long before = admin_call(r, secret, slen, "GET", path, NULL, "stock", &st);
+    if (before < 0) {
+        /* No such voucher (or a refusal) is an answer, and the run's
+         * failure; only a server out of reach is "unavailable". */
+        if (st > 0) rc = EXIT_CHECK;
+        goto out;
+    }
 
     rc = EXIT_SOFTWARE;
     r->users = (long long)o.users;
@@ -554,7 +571,7 @@ int sk_cmd_load(int argc, char **argv)
         }
     }
     sk_sort_i64(r->lat_ns, (size_t)r->total);
-    long long after = admin_call(r, secret, slen, "GET", path, NULL, "stock");
+    long long after = admin_call(r, secret, slen, "GET", path, NULL, "stock", &st);
     /* A run that "passes" must also have been correct. */
     int ok = 1;
     if (t.created > before || t.created > r->users) {

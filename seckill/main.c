@@ -87,6 +87,16 @@ void sk_usage(FILE *f)
             DEFAULT_LISTEN, DEFAULT_DB, SK_DEFAULT_SECRET_FILE);
 }
 
+/* getopt's own messages name the program by argv[0], which is the
+ * subcommand here ("serve: unrecognized option"); ours name both. */
+void sk_opt_error(const char *cmd, int c, char *const *argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    if (c == ':') fprintf(stderr, "seckill %s: option %s needs a value\n", cmd, arg);
+    else if (optopt && strncmp(arg, "--", 2) != 0) fprintf(stderr, "seckill %s: unknown option -%c\n", cmd, optopt);
+    else fprintf(stderr, "seckill %s: unknown option %s\n", cmd, arg);
+}
+
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
  * SECKILL_WRITER_LINGER_MS, SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS;
@@ -133,7 +143,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
                       {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
         uint64_t n;
         switch (c) {
         case 'l': o->listen = optarg; break;
@@ -180,7 +191,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         case 'F': o->log_format = optarg; break;
         case 'A': o->access_log = optarg; break;
         case 'h': sk_usage(stdout); exit(0);
-        default: return -1;
+        default: sk_opt_error("serve", c, argv); return -1;
         }
     }
     if (optind != argc) {
@@ -282,7 +293,7 @@ static int serve(int argc, char **argv)
 {
     serve_opts o;
     if (parse_serve(argc, argv, &o) != 0) {
-        sk_usage(stderr);
+        fputs(SK_HELP_HINT, stderr);
         return EXIT_USAGE;
     }
     /* Signals are taken by sigwait() below; every thread created from
@@ -385,22 +396,23 @@ static int token(int argc, char **argv)
     uint64_t ttl = 86400;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
         switch (c) {
         case 'k': secret_file = optarg; break;
         case 't':
             if (sk_parse_u64(optarg, strlen(optarg), 10ULL * 365 * 86400, &ttl) != 0 || ttl == 0) {
-                fprintf(stderr, "seckill: --ttl wants 1 to 315360000 seconds\n");
+                fprintf(stderr, "seckill: --ttl wants 1 to 315360000 seconds\n" SK_HELP_HINT);
                 return EXIT_USAGE;
             }
             break;
         case 'h': sk_usage(stdout); return 0;
-        default: sk_usage(stderr); return EXIT_USAGE;
+        default: sk_opt_error("token", c, argv); fputs(SK_HELP_HINT, stderr); return EXIT_USAGE;
         }
     }
     int64_t uid;
     if (optind != argc - 1 || sk_parse_i64(argv[optind], strlen(argv[optind]), INT64_MAX, &uid) != 0) {
-        fprintf(stderr, "seckill: token wants one USER_ID, a decimal number (0 is the admin)\n");
+        fprintf(stderr, "seckill: token wants one USER_ID, a decimal number (0 is the admin)\n" SK_HELP_HINT);
         return EXIT_USAGE;
     }
     unsigned char *secret;
@@ -427,7 +439,7 @@ static int token(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        sk_usage(stderr);
+        fprintf(stderr, "seckill: no command (serve, token, load or verify)\n" SK_HELP_HINT);
         return EXIT_USAGE;
     }
     const char *cmd = argv[1];
@@ -443,7 +455,6 @@ int main(int argc, char **argv)
         printf("seckill %s (libdlock %s)\n", DLOCK_VERSION, dlock_version());
         return 0;
     }
-    fprintf(stderr, "seckill: unknown command \"%s\"\n", cmd);
-    sk_usage(stderr);
+    fprintf(stderr, "seckill: unknown command \"%s\"\n" SK_HELP_HINT, cmd);
     return EXIT_USAGE;
 }

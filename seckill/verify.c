@@ -268,30 +268,31 @@ int sk_cmd_verify(int argc, char **argv)
     uint64_t wait_s = 10;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
         switch (c) {
         case 'r': redis_url = optarg; break;
         case 'd': db_url = optarg; break;
         case 'v':
             if (n == VOUCHERS_MAX || sk_parse_i64(optarg, strlen(optarg), INT64_MAX, &ids[n]) != 0 || !ids[n]) {
-                fprintf(stderr, "seckill: bad voucher id \"%s\"\n", optarg);
+                fprintf(stderr, "seckill: bad voucher id \"%s\"\n" SK_HELP_HINT, optarg);
                 return EXIT_USAGE;
             }
             n++;
             break;
         case 'w':
             if (sk_parse_u64(optarg, strlen(optarg), 86400, &wait_s) != 0) {
-                fprintf(stderr, "seckill: --wait wants 0 to 86400 seconds\n");
+                fprintf(stderr, "seckill: --wait wants 0 to 86400 seconds\n" SK_HELP_HINT);
                 return EXIT_USAGE;
             }
             break;
         case 'h': sk_usage(stdout); return 0;
-        default: sk_usage(stderr); return EXIT_USAGE;
+        default: sk_opt_error("verify", c, argv); fputs(SK_HELP_HINT, stderr); return EXIT_USAGE;
         }
     }
     if (optind != argc || !db_url || n == 0) {
         fprintf(stderr, "seckill: verify needs --db URL and at least one --voucher ID\n");
-        sk_usage(stderr);
+        fputs(SK_HELP_HINT, stderr);
         return EXIT_USAGE;
     }
     char err[512];

@@ -68,6 +68,11 @@ int skt_is_postgres(void)
     return use_pg;
 }
 
+const skt_pg *skt_pg_server(void)
+{
+    return use_pg ? &pg : NULL;
+}
+
 /* A fresh database per test, so ids and counts start from zero. */
 int skt_dir_make(skt_dir *d)
 {
@@ -482,7 +487,8 @@ void skt_db_release(void)
 }
 
 /* No shell: PostgreSQL URLs carry & and %, which a shell would eat. */
-int skt_run(char *out, size_t cap, const char *const *argv)
+/* stdout, and with `err` stderr too, into out. */
+static int run_capture(char *out, size_t cap, const char *const *argv, int err)
 {
     int fds[2]; /* a socket pair, so a receive timeout bounds the wait */
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return -1;
@@ -490,6 +496,7 @@ int skt_run(char *out, size_t cap, const char *const *argv)
     if (pid < 0) return -1;
     if (pid == 0) {
         dup2(fds[1], 1);
+        if (err) dup2(fds[1], 2);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -521,6 +528,16 @@ int skt_run(char *out, size_t cap, const char *const *argv)
         usleep(10000);
     }
     return decode_status(st);
+}
+
+int skt_run(char *out, size_t cap, const char *const *argv)
+{
+    return run_capture(out, cap, argv, 0);
+}
+
+int skt_run_err(char *out, size_t cap, const char *const *argv)
+{
+    return run_capture(out, cap, argv, 1);
 }
 
 long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms)

