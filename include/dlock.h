@@ -226,8 +226,13 @@ DLOCK_API const char *dlock_client_id(const dlock_client *client);
 /*
  * Called from the watchdog thread when a hold of `lock` was found gone
  * (expired while the holder was paused, deleted by force, or taken by
- * another owner). `token` is the fencing token of the lost hold. Keep it
- * short: set a flag, signal a process; do not call back into the lock.
+ * another owner), or when renewals kept failing (the server unreachable,
+ * a partition) until the hold's trusted time ran out: its lease less the
+ * client's safety margin and drift allowance (dlock_options
+ * .safety_margin_pct), counted from the send of its last successful
+ * renewal, so before the server can let anyone else have it. `token` is
+ * the fencing token of the lost hold. Keep it short: set a flag, signal a
+ * process; do not call back into the lock.
  */
 typedef void (*dlock_lost_fn)(dlock_lock *lock, uint64_t token, void *arg);
 
@@ -316,7 +321,12 @@ DLOCK_API void dlock_lock_set_fence_floor(dlock_lock *lock, uint64_t floor);
 
 /*
  * 1 when the calling thread's current or most recent hold of this lock was
- * found lost by the watchdog, else 0. A new acquisition clears it.
+ * found lost by the watchdog, or when its trusted time is over by this
+ * process's monotonic clock (see dlock_lost_fn; for an explicit lease: the
+ * lease less the margin, from the send of the acquire), else 0. Exact by
+ * the clock even before the watchdog thread has run, so a holder that asks
+ * before each step of its work never starts one after that time; the
+ * callback follows on the watchdog thread. A new acquisition clears it.
  */
 DLOCK_API int dlock_lock_lost(dlock_lock *lock);
 
@@ -453,7 +463,8 @@ DLOCK_API dlock_status dlock_psem_acquire(dlock_psem *psem, long wait_ms, long l
 /* The permit's id, for release or renewal from elsewhere. */
 DLOCK_API const char *dlock_permit_id(const dlock_permit *permit);
 
-/* 1 when the watchdog found this permit expired, else 0. */
+/* 1 when the watchdog found this permit expired or its trusted time is
+ * over by the clock (as dlock_lock_lost()), else 0. */
 DLOCK_API int dlock_permit_lost(dlock_permit *permit);
 
 /* Register the loss callback for permits of this handle (NULL removes it). */
@@ -557,7 +568,8 @@ DLOCK_API dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode
 /* The same as dlock_lock_set_fence_floor(), for this handle's write holds. */
 DLOCK_API void dlock_rwlock_set_fence_floor(dlock_rwlock *rw, uint64_t floor);
 
-/* 1 when the calling thread's current or last hold of `mode` was lost. */
+/* 1 when the calling thread's current or last hold of `mode` was lost or
+ * its trusted time is over by the clock (as dlock_lock_lost()). */
 DLOCK_API int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode);
 
 /* Register the loss callback of this handle (NULL removes it). */
@@ -655,7 +667,9 @@ DLOCK_API dlock_status dlock_redlock_release(dlock_redlock *rl);
 /* The same as dlock_lock_set_fence_floor(), passed to every master. */
 DLOCK_API void dlock_redlock_set_fence_floor(dlock_redlock *rl, uint64_t floor);
 
-/* 1 when the watchdog found the current hold lost, else 0. */
+/* 1 when the watchdog found the current hold lost, or fewer than a
+ * majority of its shares are still trusted by the clock (as
+ * dlock_lock_lost()), else 0. */
 DLOCK_API int dlock_redlock_lost(dlock_redlock *rl);
 
 /* Register the loss callback (NULL removes it). */

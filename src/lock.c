@@ -404,16 +404,16 @@ dlock_status dlock_lock_release(dlock_lock *l)
     return DLOCK_OK;
 }
 
-/* A hold with an explicit lease has no watchdog to declare it lost, so
- * the holder's clock does, as the watchdog would: from the moment its
- * trusted time is over. */
+/* The flag the watchdog sets, or the holder's clock: the hold is lost
+ * from the moment its trusted time is over, whether or not the watchdog
+ * thread has run yet, and for an explicit lease, which has no watchdog. */
 int dlock_lock_lost(dlock_lock *l)
 {
     if (!l) return 0;
     dlock_hold *h = thread_hold(l, 0);
     if (!h) return 0;
     if (atomic_load(&h->lost)) return 1;
-    return h->count > 0 && h->trusted_until && dlock_mono_ms() >= h->trusted_until;
+    return h->count > 0 && !dlock_hold_trusted(&h->wd, h->renewed, h->trusted_until);
 }
 
 void dlock_lock_set_fence_floor(dlock_lock *l, uint64_t floor)

@@ -191,8 +191,8 @@ int dlock_permit_lost(dlock_permit *pm)
 {
     if (!pm) return 0;
     if (atomic_load(&pm->lost)) return 1;
-    /* An explicit lease: the holder's clock says it, as in dlock_lock_lost(). */
-    return pm->trusted_until && dlock_mono_ms() >= pm->trusted_until;
+    /* Or the holder's clock, as in dlock_lock_lost(). */
+    return !dlock_hold_trusted(&pm->wd, pm->renewed, pm->trusted_until);
 }
 
 void dlock_psem_on_lost(dlock_psem *p, dlock_permit_lost_fn fn, void *arg)

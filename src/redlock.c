@@ -421,8 +421,15 @@ int dlock_redlock_lost(dlock_redlock *rl)
 {
     if (!rl) return 0;
     if (atomic_load(&rl->lost)) return 1;
-    /* An explicit lease: the holder's clock says it, as in dlock_lock_lost(). */
-    return rl->held && rl->trusted_until && dlock_mono_ms() >= rl->trusted_until;
+    if (!rl->held) return 0;
+    /* Or the holder's clock, as in dlock_lock_lost(): a majority of the
+     * shares must still be trusted. */
+    size_t trusted = 0;
+    for (size_t i = 0; i < rl->n; i++) {
+        const rl_share *s = &rl->shares[i];
+        if (s->granted && dlock_hold_trusted(&s->wd, s->renewed, rl->trusted_until)) trusted++;
+    }
+    return trusted < rl->quorum;
 }
 
 void dlock_redlock_set_fence_floor(dlock_redlock *rl, uint64_t floor)

@@ -287,8 +287,8 @@ int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode)
     if (!t) return 0;
     rw_hold *h = &t->hold[mode];
     if (atomic_load(&h->lost)) return 1;
-    /* An explicit lease: the holder's clock says it, as in dlock_lock_lost(). */
-    return h->count > 0 && h->trusted_until && dlock_mono_ms() >= h->trusted_until;
+    /* Or the holder's clock, as in dlock_lock_lost(). */
+    return h->count > 0 && !dlock_hold_trusted(&h->wd, h->renewed, h->trusted_until);
 }
 
 void dlock_rwlock_set_fence_floor(dlock_rwlock *rw, uint64_t floor)

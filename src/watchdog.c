@@ -158,6 +158,7 @@ static void take_answer(struct dlock_watchdog *wd, wd_batch *b, dlock_status st,
             e->next_ms = after + retry;
         } else if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1) {
             e->lost_ms = sent + dlock_lease_trust_ms(e->lease_ms, pct);
+            atomic_store(&e->trusted_until, e->lost_ms);
             e->next_ms = sent + e->lease_ms / DLOCK_RENEW_DIVISOR;
         } else if (e->releasing) {
             /* Released under us, most likely: look again shortly; the
@@ -395,9 +396,21 @@ void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms
     e->gen = ++wd->next_gen;
     e->releasing = 0;
     e->lost_ms = since_ms + dlock_lease_trust_ms(e->lease_ms, wd->client->safety_margin_pct);
+    atomic_store(&e->trusted_until, e->lost_ms);
     e->next_ms = since_ms + e->lease_ms / DLOCK_RENEW_DIVISOR;
     pthread_cond_signal(&wd->cond);
     pthread_mutex_unlock(&wd->mu);
+}
+
+int dlock_wd_trusted(const dlock_wd_entry *e)
+{
+    return dlock_mono_ms() < atomic_load(&e->trusted_until);
+}
+
+int dlock_hold_trusted(const dlock_wd_entry *e, int renewed, int64_t until)
+{
+    if (renewed) return dlock_wd_trusted(e);
+    return until == 0 || dlock_mono_ms() < until;
 }
 
 void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on)

@@ -3,6 +3,7 @@
 #ifndef DLOCK_WATCHDOG_H
 #define DLOCK_WATCHDOG_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "dlock.h"
@@ -34,6 +35,7 @@ typedef struct dlock_wd_entry {
     /* private to the watchdog */
     int64_t next_ms;     /* next renewal due (monotonic); INT64_MAX while one is in flight */
     int64_t lost_ms;     /* declared lost here unless renewed first */
+    atomic_llong trusted_until; /* the same from renewals only, for dlock_wd_trusted() */
     uint64_t gen;        /* bumped on every add, to drop stale results */
     int registered;
     int releasing;       /* the holder's release is in flight (see below) */
@@ -67,6 +69,18 @@ void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms
  * nothing (the release will tell), so it is not reported as a loss; nor is
  * the end of its trusted time, since its holder has stopped using it. */
 void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on);
+
+/* 1 while the holder's own clock still allows it to believe in the hold
+ * of `e`: the query behind dlock_lock_lost() and its kin. Exact by the
+ * clock even when the scheduler thread runs late (a loaded machine), so
+ * a holder that asks before each step never starts one after its trusted
+ * time; the loss callback may come a little later. Lock-free. */
+int dlock_wd_trusted(const dlock_wd_entry *e);
+
+/* Whether a hold is still believed by its holder's clock: one the
+ * watchdog renews (`renewed`, through its entry `e`), or one with an
+ * explicit lease trusted until monotonic `until` (0: no limit). */
+int dlock_hold_trusted(const dlock_wd_entry *e, int renewed, int64_t until);
 
 /* Stop renewing `e`; waits for a loss callback running on it to return. */
 void dlock_wd_remove(struct dlock_watchdog *wd, dlock_wd_entry *e);
