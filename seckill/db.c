@@ -4,21 +4,25 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "log.h"
+
 /* One URL option for every backend keeps the command line the same for
  * SQLite and PostgreSQL. */
-int sk_db_open(const char *url, int flags, sk_db **out, char *err, size_t errlen)
+int sk_db_open(const char *url, const char *password, int flags, sk_db **out, char *err, size_t errlen)
 {
     if (!url || !*url) {
         snprintf(err, errlen, "empty database URL");
         return -1;
     }
     const char *path = url;
+    char masked[512];
     if (strncmp(url, "sqlite://", 9) == 0) {
         path = url + 9; /* sqlite:///abs -> /abs, sqlite://rel -> rel */
     } else if (strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0) {
-        return sk_db_open_pg(url, out, err, errlen);
+        return sk_db_open_pg(url, password, out, err, errlen);
     } else if (strstr(url, "://")) {
-        snprintf(err, errlen, "unknown database URL scheme: %s", url);
+        sk_mask_url(url, masked, sizeof masked);
+        snprintf(err, errlen, "unknown database URL scheme: %s", masked);
         return -1;
     }
     if (!*path) {

@@ -76,14 +76,16 @@ struct sk_db {
  * missing, unless flags has SK_DB_EXISTING: then a SQLite file must exist
  * already and is used as it is (a checker such as `seckill verify` must
  * not turn a mistyped path into a new, empty database that "verifies").
- * Returns 0, or -1 with a message in err[errlen].
+ * `password` (may be NULL) is PostgreSQL's, in place of any in the URL;
+ * SQLite has none. Returns 0, or -1 with a message in err[errlen] that
+ * shows no password.
  */
 #define SK_DB_EXISTING 1
-int sk_db_open(const char *url, int flags, sk_db **out, char *err, size_t errlen);
+int sk_db_open(const char *url, const char *password, int flags, sk_db **out, char *err, size_t errlen);
 
 /* Backend constructors, chosen by sk_db_open. */
 int sk_db_open_sqlite(const char *path, int flags, sk_db **out, char *err, size_t errlen);
-int sk_db_open_pg(const char *conninfo, sk_db **out, char *err, size_t errlen);
+int sk_db_open_pg(const char *conninfo, const char *password, sk_db **out, char *err, size_t errlen);
 
 static inline void sk_db_close(sk_db *db) { if (db) db->ops->close(db); }
 

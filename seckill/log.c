@@ -226,7 +226,10 @@ static size_t put_n(char *out, size_t cap, size_t at, const char *s, size_t n)
 }
 
 /* Why: the start-up line goes to logs that many people read; a password
- * in a URL must not. Both spellings libdlock and libpq take are masked. */
+ * in a URL must not. Both spellings libdlock and libpq take are masked.
+ * The credentials end where each parser ends them: libpq at the first
+ * '/', '?' or '#' after "://", libdlock at the last '@' of the whole URL
+ * (its passwords may hold a raw '/', '?' or '#'). */
 void sk_mask_url(const char *url, char *out, size_t cap)
 {
     size_t o = 0;
@@ -235,7 +238,7 @@ void sk_mask_url(const char *url, char *out, size_t cap)
     const char *scheme = strstr(url, "://");
     if (scheme) {
         const char *auth = scheme + 3;
-        const char *end = auth + strcspn(auth, "/?#");
+        const char *end = strncmp(url, "redis", 5) == 0 ? auth + strlen(auth) : auth + strcspn(auth, "/?#");
         const char *at = memrchr(auth, '@', (size_t)(end - auth));
         const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
         if (colon) {

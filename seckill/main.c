@@ -5,6 +5,7 @@
  *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
  *                 [--replica-acks N] [--log-level L] [--log-format F] [--access-log FILE|-]
  *                 [--max-connections N] [--max-connections-per-client N] [--idle-timeout S]
+ *                 [--redis-password-file FILE] [--db-password-file FILE]
  *   seckill token [--secret-file FILE] [--ttl S] USER_ID
  *   seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]
  *                --secret-file FILE
@@ -22,6 +23,7 @@
 
 #include "auth.h"
 #include "commands.h"
+#include "creds.h"
 #include "db.h"
 #include "dlock.h"
 #include "embedded.h"
@@ -48,11 +50,13 @@ void sk_usage(FILE *f)
             "                     [--replica-acks N] [--log-level debug|info|warn|error]\n"
             "                     [--log-format text|json] [--access-log FILE|-]\n"
             "                     [--max-connections N] [--max-connections-per-client N]\n"
-            "                     [--idle-timeout S]\n"
+            "                     [--idle-timeout S] [--redis-password-file FILE]\n"
+            "                     [--db-password-file FILE]\n"
             "       seckill token [--secret-file FILE] [--ttl S] USER_ID\n"
             "       seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]\n"
             "                    --secret-file FILE [--stock S] [--threads T]\n"
             "       seckill verify --db URL [--redis URL] --voucher ID [--voucher ID...] [--wait S]\n"
+            "                      [--redis-password-file FILE] [--db-password-file FILE]\n"
             "       seckill --help | --version\n"
             "\n"
             "serve   run the HTTP API (default %s, strategy redis). --redis takes redis://,\n"
@@ -67,6 +71,9 @@ void sk_usage(FILE *f)
             "        Connections: at most 4096 (--max-connections), 1024 per client address\n"
             "        (--max-connections-per-client, 0 for none), closed after 30 s idle\n"
             "        (--idle-timeout, 0 for never).\n"
+            "        serve and verify: --redis and --db default to $SECKILL_REDIS_URL and\n"
+            "        $SECKILL_DB_URL; a password file's first line (mode 0600 or 0400), else\n"
+            "        $SECKILL_REDIS_PASSWORD / $SECKILL_DB_PASSWORD, replaces the URL's password.\n"
             "token   print a bearer token for USER_ID (0 is the admin), valid --ttl seconds\n"
             "        (default 86400), signed with the secret in --secret-file (default %s,\n"
             "        created when missing; the same default for every subcommand).\n"
@@ -120,6 +127,7 @@ typedef struct serve_opts {
     int replica_acks;
     const char *log_level, *log_format, *access_log;
     sk_http_limits limits;
+    const char *redis_password_file, *db_password_file;
 } serve_opts;
 
 /* All of serve's flags are checked before anything starts, so a typo
@@ -135,12 +143,16 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"access-log", required_argument, NULL, 'A'},  {"max-connections", required_argument, NULL, 'M'},
         {"max-connections-per-client", required_argument, NULL, 'P'},
         {"idle-timeout", required_argument, NULL, 'I'},
+        {"redis-password-file", required_argument, NULL, 'R'},
+        {"db-password-file", required_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
                       (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0, NULL, NULL, NULL,
-                      {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S}};
+                      {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S}, NULL, NULL};
+    o->redis = sk_env_url("SECKILL_REDIS_URL");
+    if (sk_env_url("SECKILL_DB_URL")) o->db = sk_env_url("SECKILL_DB_URL");
     int c;
     optind = 1;
     opterr = 0;
@@ -187,6 +199,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
             }
             o->limits.idle_timeout_s = (int)n;
             break;
+        case 'R': o->redis_password_file = optarg; break;
+        case 'D': o->db_password_file = optarg; break;
         case 'L': o->log_level = optarg; break;
         case 'F': o->log_format = optarg; break;
         case 'A': o->access_log = optarg; break;
@@ -308,6 +322,11 @@ static int serve(int argc, char **argv)
     server s;
     memset(&s, 0, sizeof s);
     char err[512];
+    sk_passwords pw;
+    if (sk_passwords_load(o.redis_password_file, o.db_password_file, &pw, err, sizeof err) != 0) {
+        fprintf(stderr, "seckill: %s\n", err);
+        return EXIT_USAGE;
+    }
     int created = 0;
     const char *redis_url = o.redis;
     if (sk_secret_load(o.secret_file, &s.secret, &s.secret_len, &created, err, sizeof err) != 0) goto fail;
@@ -317,13 +336,12 @@ static int serve(int argc, char **argv)
         if (sk_embedded_start(&s.embedded, err, sizeof err) != 0) goto fail;
         redis_url = s.embedded.url;
     }
-    if (sk_db_open(o.db, 0, &s.db, err, sizeof err) != 0) goto fail;
-    if (dlock_client_new(redis_url, NULL, &s.client) != DLOCK_OK) {
-        char masked[256];
-        sk_mask_url(redis_url, masked, sizeof masked);
-        snprintf(err, sizeof err, "redis %s: %s", masked, dlock_last_error());
-        goto fail;
-    }
+    /* The private redis-server has no password: a Redis password is for
+     * the Redis of --redis. */
+    int connected = sk_db_open(o.db, pw.db, 0, &s.db, err, sizeof err) == 0 &&
+                    sk_redis_connect(redis_url, o.redis ? pw.redis : NULL, &s.client, err, sizeof err) == 0;
+    sk_passwords_free(&pw);
+    if (!connected) goto fail;
     s.ids = sk_orderids_new(s.client, 128);
     if (!s.ids) {
         snprintf(err, sizeof err, "out of memory");
@@ -376,6 +394,7 @@ static int serve(int argc, char **argv)
     return 0;
 fail:
     sk_log(SK_LOG_ERROR, "%s", err);
+    sk_passwords_free(&pw);
     server_down(&s);
     return EXIT_UNAVAILABLE;
 }

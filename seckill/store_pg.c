@@ -112,6 +112,7 @@ typedef struct pgconn {
 typedef struct pg_db {
     sk_db base;
     char *conninfo;
+    char *password; /* in place of the URL's, or NULL */
     pthread_mutex_t mu;
     pgconn *idle;
 } pg_db;
@@ -156,14 +157,19 @@ static int schema_exists(PGconn *c)
 
 /* Statements are prepared once per connection: parsing and planning them
  * for every order would cost more than running them. */
-static pgconn *conn_open(const char *conninfo, int create_schema, char *err, size_t errlen)
+static pgconn *conn_open(const pg_db *d, int create_schema, char *err, size_t errlen)
 {
     pgconn *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    c->c = PQconnectdb(conninfo);
+    /* The password is a parameter of its own, after the URL ("dbname",
+     * expanded): libpq takes the last value given for a keyword, so it
+     * replaces any in the URL, and it never has to be written into one. */
+    const char *const keys[] = {"dbname", d->password ? "password" : NULL, NULL};
+    const char *const values[] = {d->conninfo, d->password, NULL};
+    c->c = PQconnectdbParams(keys, values, 1);
     if (!c->c || PQstatus(c->c) != CONNECTION_OK) {
         snprintf(err, errlen, "postgres: %s", c->c ? PQerrorMessage(c->c) : "out of memory");
         err[strcspn(err, "\n")] = '\0';
@@ -211,7 +217,7 @@ static pgconn *borrow(pg_db *d)
     pthread_mutex_unlock(&d->mu);
     if (c) return c;
     char err[512];
-    c = conn_open(d->conninfo, 0, err, sizeof err);
+    c = conn_open(d, 0, err, sizeof err);
     if (!c) SK_LOG_REPEATED(SK_LOG_ERROR, "%s", err);
     return c;
 }
@@ -318,6 +324,16 @@ static int changed(const PGresult *r)
 }
 
 /* Called at shutdown, when no operation is running. */
+/* The password is wiped: the process lives on after the database. */
+static void pg_db_free(pg_db *d)
+{
+    pthread_mutex_destroy(&d->mu);
+    free(d->conninfo);
+    if (d->password) explicit_bzero(d->password, strlen(d->password));
+    free(d->password);
+    free(d);
+}
+
 static void pg_close(sk_db *db)
 {
     pg_db *d = (pg_db *)db;
@@ -326,9 +342,7 @@ static void pg_close(sk_db *db)
         d->idle = c->next;
         conn_free(c);
     }
-    pthread_mutex_destroy(&d->mu);
-    free(d->conninfo);
-    free(d);
+    pg_db_free(d);
 }
 
 /* The id comes from the identity column: unique across instances. */
@@ -660,22 +674,33 @@ static const sk_db_ops pg_ops = {
 };
 
 /* The first connection creates the schema and stays in the pool; a wrong
- * URL or password fails here, before the service starts listening. */
-int sk_db_open_pg(const char *conninfo, sk_db **out, char *err, size_t errlen)
+ * URL or password fails here, before the service starts listening. A URL
+ * libpq cannot parse is reported without libpq's words, which quote the
+ * part it choked on: that may be the password. */
+int sk_db_open_pg(const char *conninfo, const char *password, sk_db **out, char *err, size_t errlen)
 {
+    char *why = NULL;
+    PQconninfoOption *parsed = PQconninfoParse(conninfo, &why);
+    PQconninfoFree(parsed);
+    if (!parsed) {
+        char masked[512];
+        sk_mask_url(conninfo, masked, sizeof masked);
+        snprintf(err, errlen, "postgres: %s: %s", why ? "malformed URL" : "out of memory", masked);
+        PQfreemem(why);
+        return -1;
+    }
     pg_db *d = calloc(1, sizeof *d);
-    if (!d || !(d->conninfo = strdup(conninfo))) {
+    if (!d || !(d->conninfo = strdup(conninfo)) || (password && !(d->password = strdup(password)))) {
+        if (d) free(d->conninfo);
         free(d);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     d->base.ops = &pg_ops;
     pthread_mutex_init(&d->mu, NULL);
-    pgconn *c = conn_open(conninfo, 1, err, errlen);
+    pgconn *c = conn_open(d, 1, err, errlen);
     if (!c) {
-        pthread_mutex_destroy(&d->mu);
-        free(d->conninfo);
-        free(d);
+        pg_db_free(d);
         return -1;
     }
     d->idle = c;

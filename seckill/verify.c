@@ -4,6 +4,10 @@
  * demo and for the tests.
  *
  *   seckill verify --db URL [--redis URL] --voucher ID [--voucher ID...] [--wait S]
+ *                  [--redis-password-file FILE] [--db-password-file FILE]
+ *
+ * --db and --redis default to SECKILL_DB_URL and SECKILL_REDIS_URL; the
+ * passwords as for serve (creds.h).
  *
  * Database, always:
  *   orders <= initial stock, one order per user, stock >= 0 and
@@ -26,6 +30,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "creds.h"
 #include "db.h"
 #include "keys.h"
 #include "skredis.h"
@@ -260,9 +265,12 @@ int sk_cmd_verify(int argc, char **argv)
     static const struct option longs[] = {
         {"db", required_argument, NULL, 'd'},      {"redis", required_argument, NULL, 'r'},
         {"voucher", required_argument, NULL, 'v'}, {"wait", required_argument, NULL, 'w'},
+        {"redis-password-file", required_argument, NULL, 'R'},
+        {"db-password-file", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    const char *redis_url = NULL, *db_url = NULL;
+    const char *redis_url = sk_env_url("SECKILL_REDIS_URL"), *db_url = sk_env_url("SECKILL_DB_URL");
+    const char *redis_pw_file = NULL, *db_pw_file = NULL;
     int64_t ids[VOUCHERS_MAX];
     size_t n = 0;
     uint64_t wait_s = 10;
@@ -273,6 +281,8 @@ int sk_cmd_verify(int argc, char **argv)
         switch (c) {
         case 'r': redis_url = optarg; break;
         case 'd': db_url = optarg; break;
+        case 'R': redis_pw_file = optarg; break;
+        case 'D': db_pw_file = optarg; break;
         case 'v':
             if (n == VOUCHERS_MAX || sk_parse_i64(optarg, strlen(optarg), INT64_MAX, &ids[n]) != 0 || !ids[n]) {
                 fprintf(stderr, "seckill: bad voucher id \"%s\"\n" SK_HELP_HINT, optarg);
@@ -291,21 +301,25 @@ int sk_cmd_verify(int argc, char **argv)
         }
     }
     if (optind != argc || !db_url || n == 0) {
-        fprintf(stderr, "seckill: verify needs --db URL and at least one --voucher ID\n");
+        fprintf(stderr, "seckill: verify needs --db URL (or SECKILL_DB_URL) and at least one --voucher ID\n");
         fputs(SK_HELP_HINT, stderr);
         return EXIT_USAGE;
     }
-    char err[512];
+    char err[768];
+    sk_passwords pw;
+    if (sk_passwords_load(redis_pw_file, db_pw_file, &pw, err, sizeof err) != 0) {
+        fprintf(stderr, "seckill: %s\n", err);
+        return EXIT_USAGE;
+    }
     sk_db *db = NULL;
     dlock_client *client = NULL;
     sk_redis rd, *redis = NULL;
-    if (sk_db_open(db_url, SK_DB_EXISTING, &db, err, sizeof err) != 0) {
+    int opened = sk_db_open(db_url, pw.db, SK_DB_EXISTING, &db, err, sizeof err) == 0 &&
+                 (!redis_url || (sk_redis_connect(redis_url, pw.redis, &client, err, sizeof err) == 0 &&
+                                 sk_redis_init(&rd, client, redis_url, 0, 0, err, sizeof err) == 0));
+    sk_passwords_free(&pw);
+    if (!opened) {
         fprintf(stderr, "seckill: %s\n", err);
-        return EXIT_UNAVAILABLE;
-    }
-    if (redis_url && (dlock_client_new(redis_url, NULL, &client) != DLOCK_OK ||
-                      sk_redis_init(&rd, client, redis_url, 0, 0, err, sizeof err) != 0)) {
-        fprintf(stderr, "seckill: redis %s: %s\n", redis_url, client ? err : dlock_last_error());
         if (client) dlock_client_free(client);
         sk_db_close(db);
         return EXIT_UNAVAILABLE;

@@ -250,3 +250,49 @@ int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap)
                      base + strlen("postgresql"), name);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
+
+/* Run one statement on the main database as the trusted superuser. */
+static int exec_admin(const skt_pg *pg, const char *sql)
+{
+    char base[400];
+    skt_pg_url(pg, base, sizeof base);
+    PGconn *c = PQconnectdb(base);
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (!ok) fprintf(stderr, "pg harness: %s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+    return ok ? 0 : -1;
+}
+
+/* The server trusts every local connection (initdb -A trust); a rule for
+ * this one role goes in front, and the reload is waited for by trying to
+ * log in without the password until that is refused. */
+int skt_pg_password_role(const skt_pg *pg, const char *user, const char *password, const char *schema, char *url,
+                         size_t cap)
+{
+    char sql[512], hba[192], old[8192];
+    snprintf(sql, sizeof sql, "CREATE ROLE %s LOGIN PASSWORD '%s'", user, password);
+    if (exec_admin(pg, sql) != 0) return -1;
+    snprintf(sql, sizeof sql, "CREATE SCHEMA %s AUTHORIZATION %s", schema, user);
+    if (exec_admin(pg, sql) != 0) return -1;
+    snprintf(hba, sizeof hba, "%s/data/pg_hba.conf", pg->dir);
+    FILE *f = fopen(hba, "r");
+    if (!f) return -1;
+    size_t n = fread(old, 1, sizeof old - 1, f);
+    fclose(f);
+    old[n] = '\0';
+    if (!(f = fopen(hba, "w"))) return -1;
+    fprintf(f, "local all %s scram-sha-256\n%s", user, old);
+    if (fclose(f) != 0 || exec_admin(pg, "SELECT pg_reload_conf()") != 0) return -1;
+    int n_url = snprintf(url, cap, "postgresql:///seckill?host=%s&port=%d&user=%s&options=-csearch_path%%3D%s",
+                         pg->dir, pg->port, user, schema);
+    if (n_url < 0 || (size_t)n_url >= cap) return -1;
+    for (long long deadline = now_ms() + 10000; now_ms() < deadline; usleep(20000)) {
+        PGconn *c = PQconnectdb(url);
+        int refused = PQstatus(c) != CONNECTION_OK;
+        PQfinish(c);
+        if (refused) return 0;
+    }
+    return -1;
+}

@@ -34,4 +34,11 @@ int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap);
 /* A libpq URL of the server's main database (no search_path). */
 void skt_pg_url(const skt_pg *pg, char *url, size_t cap);
 
+/* A login role `user` that must give `password` (scram-sha-256, for this
+ * role only: every other stays trusted) and a fresh schema `schema` it
+ * owns; a libpq URL of that schema as that user, without the password, in
+ * url[cap]. 0 on success. */
+int skt_pg_password_role(const skt_pg *pg, const char *user, const char *password, const char *schema, char *url,
+                         size_t cap);
+
 #endif

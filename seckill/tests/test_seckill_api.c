@@ -840,6 +840,8 @@ static void test_mask_url(void **state)
         {"redis://h:6379", "redis://h:6379"},
         {"unix:///tmp/r.sock?db=2", "unix:///tmp/r.sock?db=2"},
         {"redis-sentinel://:p@ss@a:1,b:2/m", "redis-sentinel://:***@a:1,b:2/m"},
+        {"redis://u:p/s?s#w@h:1/2", "redis://u:***@h:1/2"},
+        {"redis-cluster://:p/w@a:1,b:2", "redis-cluster://:***@a:1,b:2"},
         {"postgres://u:secret@db/x?sslmode=require", "postgres://u:***@db/x?sslmode=require"},
         {"postgresql:///x?host=/tmp&password=secret&user=u", "postgresql:///x?host=/tmp&password=***&user=u"},
         {"host=/tmp password=secret dbname=x", "host=/tmp password=*** dbname=x"},
