@@ -32,7 +32,9 @@
 #    the strict side): on a shared machine outside load only ever slows a
 #    measurement down, so the best round is the closest to the capacity.
 #    BENCH_STRATEGIES ("redis lock") and BENCH_SCENARIOS ("flash open")
-#    choose what runs.
+#    choose what runs. With BENCH_CSV_DIR, each sale's `seckill load --csv`
+#    time series goes to BENCH_CSV_DIR/seckill-SCENARIO-STRATEGY.csv (the
+#    last round's; bench/plot.sh draws them).
 # 4. Prints one JSON line per measurement on stdout (progress on stderr)
 #    and a summary with the target: redis strategy >= 40% of the floor.
 #    Each line also has cpu_us_per_request: the CPU time (user + system)
@@ -105,7 +107,8 @@ e2e() {
         --secret-file "$dir/secret" --threads "$threads"
     st=0
     "$seckill" load --url "http://127.0.0.1:$port" --stock "$3" --users "$4" --concurrency "$conc" \
-        --secret-file "$dir/secret" >"$dir/load.out" || st=$?
+        --secret-file "$dir/secret" ${BENCH_CSV_DIR:+--csv "$BENCH_CSV_DIR/seckill-$1-$2.csv"} \
+        >"$dir/load.out" || st=$?
     json=$(grep '^{' "$dir/load.out" || true)
     v=$(field "$json" voucher)
     vst=0

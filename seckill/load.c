@@ -2,7 +2,7 @@
  * `seckill load`: a flash sale against a running server, from the outside.
  *
  *   seckill load --url URL --voucher ID --users N --concurrency C
- *                [--attempts K] --secret-file FILE [--stock S] [--threads T]
+ *                [--attempts K] --secret-file FILE [--stock S] [--threads T] [--csv FILE]
  *
  * N users each send K orders for one voucher over C keep-alive
  * connections, all released at once. Request k is user k % N + 1, so one
@@ -57,6 +57,7 @@ typedef struct run {
     atomic_llong next;     /* next request number */
     atomic_llong done;     /* answered or failed, for the progress bar */
     int64_t *lat_ns;       /* per request */
+    int64_t *end_ns;       /* per request: when answered (monotonic), for --csv */
     short *status;         /* per request; -1 transport error */
     pthread_barrier_t start;
 } run;
@@ -140,7 +141,9 @@ static int send_req(worker *w, conn *c)
  * request number belongs to one connection. */
 static void finish_req(run *r, conn *c, int status)
 {
-    r->lat_ns[c->req] = sk_mono_ns() - c->t0;
+    int64_t now = sk_mono_ns();
+    r->lat_ns[c->req] = now - c->t0;
+    r->end_ns[c->req] = now;
     r->status[c->req] = (short)status;
     atomic_fetch_add_explicit(&r->done, 1, memory_order_relaxed);
     c->req = -1;
@@ -322,7 +325,7 @@ static long long admin_call(run *r, const unsigned char *secret, size_t slen, co
 }
 
 typedef struct opts {
-    const char *url, *secret_file;
+    const char *url, *secret_file, *csv;
     uint64_t users, conns, attempts, voucher, stock, threads;
     int have_stock;
 } opts;
@@ -335,7 +338,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"users", required_argument, NULL, 'n'},       {"concurrency", required_argument, NULL, 'c'},
         {"attempts", required_argument, NULL, 'a'},    {"voucher", required_argument, NULL, 'v'},
         {"stock", required_argument, NULL, 's'},       {"threads", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0},
+        {"csv", required_argument, NULL, 'C'},         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts){.url = NULL, .secret_file = SK_DEFAULT_SECRET_FILE, .attempts = 1,
@@ -348,6 +352,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         switch (c) {
         case 'u': o->url = optarg; break;
         case 'k': o->secret_file = optarg; break;
+        case 'C': o->csv = optarg; break;
         case 'n': bad = sk_parse_u64(optarg, strlen(optarg), USERS_MAX, &o->users) || !o->users; break;
         case 'c': bad = sk_parse_u64(optarg, strlen(optarg), CONNS_MAX, &o->conns) || !o->conns; break;
         case 'a': bad = sk_parse_u64(optarg, strlen(optarg), 1000, &o->attempts) || !o->attempts; break;
@@ -432,8 +437,71 @@ static void report(const run *r, const opts *o, double secs, const tally *t, lon
     fflush(stdout);
 }
 
+#define CSV_STEP_NS 100000000LL /* 100 ms */
+
+static int cmp_by_end(const void *a, const void *b, void *arg)
+{
+    const int64_t *end = arg;
+    int64_t x = end[*(const long long *)a], y = end[*(const long long *)b];
+    return (x > y) - (x < y);
+}
+
+/* The run as a time series, one row per 100 ms from the release of the
+ * requests: requests sent and answered in it, the answers by status, and
+ * the latency percentiles of those answered in it; what bench/plot.sh
+ * draws. Written before the summary so that a plot of a failed run can
+ * still show where it went wrong. 0, or -1 with errno. */
+static int write_csv(const run *r, const char *file, int64_t t0)
+{
+    long long n = r->total;
+    long long *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    int64_t *lat = malloc((size_t)(n ? n : 1) * sizeof *lat);
+    FILE *f = order && lat ? fopen(file, "w") : NULL;
+    if (!f) {
+        int e = order && lat ? errno : ENOMEM;
+        free(order);
+        free(lat);
+        errno = e;
+        return -1;
+    }
+    for (long long i = 0; i < n; i++) order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, cmp_by_end, r->end_ns);
+    long long buckets = n ? (r->end_ns[order[n - 1]] - t0) / CSV_STEP_NS + 1 : 0;
+    long long *sent = calloc((size_t)(buckets ? buckets : 1), sizeof *sent);
+    fprintf(f, "t_s,sent,answered,s201,s409,s410,s429,other_4xx,s5xx,transport,p50_ms,p99_ms\n");
+    for (long long i = 0; sent && i < n; i++) {
+        long long b = (r->end_ns[i] - r->lat_ns[i] - t0) / CSV_STEP_NS;
+        if (b >= 0 && b < buckets) sent[b]++;
+    }
+    long long at = 0;
+    for (long long b = 0; b < buckets; b++) {
+        long long k = 0, c201 = 0, c409 = 0, c410 = 0, c429 = 0, c4xx = 0, c5xx = 0, ct = 0;
+        while (at < n && (r->end_ns[order[at]] - t0) / CSV_STEP_NS <= b) {
+            long long i = order[at++];
+            int st = r->status[i];
+            lat[k++] = r->lat_ns[i];
+            if (st == 201) c201++;
+            else if (st == 409) c409++;
+            else if (st == 410) c410++;
+            else if (st == 429) c429++;
+            else if (st >= 400 && st < 500) c4xx++;
+            else if (st >= 500) c5xx++;
+            else ct++;
+        }
+        sk_sort_i64(lat, (size_t)k);
+        double p50 = k ? (double)lat[(size_t)((double)(k - 1) * 0.50)] / 1e6 : 0;
+        double p99 = k ? (double)lat[(size_t)((double)(k - 1) * 0.99)] / 1e6 : 0;
+        fprintf(f, "%.1f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%.3f,%.3f\n", (double)b / 10.0,
+                sent ? sent[b] : 0, k, c201, c409, c410, c429, c4xx, c5xx, ct, p50, p99);
+    }
+    free(sent);
+    free(order);
+    free(lat);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 /* Fire the requests: all connections first, then one barrier. */
-static int fire(run *r, const opts *o, double *secs)
+static int fire(run *r, const opts *o, double *secs, int64_t *start)
 {
     int nt = (int)o->threads;
     worker *ws = calloc((size_t)nt, sizeof *ws);
@@ -469,6 +537,7 @@ static int fire(run *r, const opts *o, double *secs)
     int show = isatty(2) && started == nt;
     pthread_barrier_wait(&r->start);
     int64_t t0 = sk_mono_ns();
+    *start = t0;
     p.t0 = t0;
     if (show && pthread_create(&pt, NULL, progress_main, &p) != 0) show = 0;
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
@@ -542,8 +611,9 @@ int sk_cmd_load(int argc, char **argv)
     snprintf(r->path, sizeof r->path, "/api/vouchers/%lld/orders", (long long)r->voucher);
     r->tokens = malloc((size_t)r->users * TOKEN_SLOT);
     r->lat_ns = calloc((size_t)r->total, sizeof *r->lat_ns);
+    r->end_ns = calloc((size_t)r->total, sizeof *r->end_ns);
     r->status = calloc((size_t)r->total, sizeof *r->status);
-    if (!r->tokens || !r->lat_ns || !r->status) {
+    if (!r->tokens || !r->lat_ns || !r->end_ns || !r->status) {
         fprintf(stderr, "seckill: out of memory\n");
         goto out;
     }
@@ -553,8 +623,14 @@ int sk_cmd_load(int argc, char **argv)
     atomic_init(&r->next, 0);
     atomic_init(&r->done, 0);
     double secs = 0;
-    if (fire(r, &o, &secs) != 0) {
+    int64_t start = 0;
+    if (fire(r, &o, &secs, &start) != 0) {
         fprintf(stderr, "seckill: cannot start the load threads\n");
+        goto out;
+    }
+    if (o.csv && write_csv(r, o.csv, start) != 0) {
+        fprintf(stderr, "seckill: --csv %s: %s\n", o.csv, strerror(errno));
+        rc = EXIT_UNAVAILABLE;
         goto out;
     }
     tally t = {0};
@@ -594,6 +670,7 @@ int sk_cmd_load(int argc, char **argv)
 out:
     free(r->tokens);
     free(r->lat_ns);
+    free(r->end_ns);
     free(r->status);
     free(r);
     free(secret);

@@ -329,6 +329,44 @@ static void test_load_and_verify(void **state)
     const char *no_users[] = {SECKILL_BIN, "load", "--url", url, "--voucher", vs, "--concurrency", "2",
                               "--secret-file", dir.secret_file, NULL};
     assert_int_equal(skt_run(NULL, 0, no_users), 64);
+    /* --csv: the run per 100 ms; its rows add up to the run. */
+    char csv[256];
+    snprintf(csv, sizeof csv, "%s/load.csv", dir.path);
+    const char *series[] = {SECKILL_BIN, "load", "--url", url, "--stock", "40", "--users", "400", "--attempts", "2",
+                            "--concurrency", "8", "--secret-file", dir.secret_file, "--csv", csv, NULL};
+    rc = skt_run(out, sizeof out, series);
+    if (rc != 0) fprintf(stderr, "%s", out);
+    assert_int_equal(rc, 0);
+    FILE *f = fopen(csv, "r");
+    assert_non_null(f);
+    char line[512];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "t_s,sent,answered,s201,s409,s410,s429,other_4xx,s5xx,transport,p50_ms,p99_ms\n");
+    long long rows = 0, sent = 0, answered = 0, c201 = 0, all = 0;
+    while (fgets(line, sizeof line, f)) {
+        double t, p50, p99;
+        long long se, an, a, b, c, d, e, g, h;
+        assert_int_equal(sscanf(line, "%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lf,%lf", &t, &se, &an, &a, &b,
+                                &c, &d, &e, &g, &h, &p50, &p99),
+                         12);
+        assert_true(t > (double)rows / 10 - 0.01 && t < (double)rows / 10 + 0.01); /* one row per 100 ms */
+        assert_int_equal(a + b + c + d + e + g + h, an);
+        assert_true(p50 <= p99);
+        assert_true(an > 0 || p99 == 0);
+        rows++;
+        sent += se;
+        answered += an;
+        c201 += a;
+        all += a + b + c + d;
+    }
+    fclose(f);
+    assert_true(rows >= 1);
+    assert_int_equal(sent, 800);
+    assert_int_equal(answered, 800);
+    assert_int_equal(all, 800);
+    assert_int_equal(c201, 40);
+    assert_int_equal(c201, load_json(out, "outcomes", "created"));
+
     /* A voucher the server does not have: said so, and the run failed
      * (1), which is not "server unreachable" (69). */
     const char *missing[] = {SECKILL_BIN, "load", "--url", url, "--voucher", "987654321", "--users", "3",
