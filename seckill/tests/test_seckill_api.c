@@ -830,6 +830,66 @@ static void test_usage_errors(void **state)
     assert_non_null(strstr(out, "usage: seckill serve"));
 }
 
+/* The example systemd unit (examples/seckill.service): systemd-analyze
+ * verify accepts it, with ExecStart pointed at the built binary (the check
+ * is skipped, said so, where systemd-analyze is missing), and `seckill
+ * serve` accepts every option its ExecStart gives (parsed up to --help,
+ * which then exits 0), so the example cannot drift from the options. */
+static void test_systemd_unit(void **state)
+{
+    (void)state;
+    char unit[256], text[8192];
+    snprintf(unit, sizeof unit, "%s/examples/seckill.service", SECKILL_SOURCE_DIR);
+    long n = slurp(unit, text, sizeof text);
+    assert_true(n > 0);
+    /* ExecStart, its continuation lines joined. */
+    char *e = strstr(text, "\nExecStart=");
+    assert_non_null(e);
+    e += 11;
+    char cmd[2048];
+    size_t k = 0;
+    for (; *e && *e != '\n' && k < sizeof cmd - 1; e++) {
+        if (*e == '\\' && e[1] == '\n') {
+            e++;
+            continue;
+        }
+        cmd[k++] = *e;
+    }
+    cmd[k] = '\0';
+    const char *argv[64];
+    int argc = 0;
+    for (char *w = strtok(cmd, " "); w && argc < 62; w = strtok(NULL, " ")) argv[argc++] = w;
+    assert_true(argc > 2);
+    assert_string_equal(argv[0], "/usr/local/bin/seckill");
+    assert_string_equal(argv[1], "serve");
+    argv[0] = SECKILL_BIN;
+    argv[argc++] = "--help";
+    argv[argc] = NULL;
+    char out[8192];
+    assert_int_equal(skt_run(out, sizeof out, argv), 0);
+    assert_non_null(strstr(out, "usage: seckill serve"));
+
+    if (access("/usr/bin/systemd-analyze", X_OK) != 0 && access("/bin/systemd-analyze", X_OK) != 0) {
+        fprintf(stderr, "SKIPPED: systemd-analyze verify (systemd-analyze not installed)\n");
+        return;
+    }
+    /* A copy whose ExecStart is the built binary: verify checks that it
+     * exists. --man=no: the man page need not be installed here. */
+    char copy[256], sed[1024];
+    snprintf(copy, sizeof copy, "%s/seckill.service", dir.path);
+    snprintf(sed, sizeof sed, "sed 's|/usr/local/bin/seckill|%s|' '%s' > '%s'", SECKILL_BIN, unit, copy);
+    assert_int_equal(system(sed), 0);
+    const char *verify[] = {"/usr/bin/env", "systemd-analyze", "verify", "--man=no", copy, NULL};
+    int rc = skt_run_err(out, sizeof out, verify);
+    if (rc != 0 || out[0]) fprintf(stderr, "systemd-analyze verify: exit %d\n%s", rc, out);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "");
+    /* And it would notice a broken one. */
+    snprintf(sed, sizeof sed, "sed -i 's|^ExecStart=/|ExecStart=|' '%s'", copy);
+    assert_int_equal(system(sed), 0);
+    assert_int_not_equal(skt_run_err(out, sizeof out, verify), 0);
+}
+
 /* Passwords never reach a log line, in every spelling of a URL. */
 static void test_mask_url(void **state)
 {
@@ -866,6 +926,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_logs_json_and_repeated_errors), cmocka_unit_test(test_logs_text_and_levels),
         cmocka_unit_test(test_mask_url),           cmocka_unit_test(test_connection_limits),
         cmocka_unit_test(test_host_required),      cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_systemd_unit),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();
