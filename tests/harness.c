@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -348,4 +349,13 @@ const char *th_bin(const char *name)
     if (!dir) dir = ".";
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return path;
+}
+
+int th_write_file(const char *path, const char *text, unsigned mode)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int ok = fputs(text, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    return ok && chmod(path, (mode_t)mode) == 0 ? 0 : -1;
 }

@@ -90,4 +90,9 @@ long long th_now_ms(void);
  * default. */
 const char *th_bin(const char *name);
 
+/* Create (or replace) `path` holding `text`, with permission bits `mode`
+ * (chmod, whatever the umask): password and secret files for the tools.
+ * 0 on success. */
+int th_write_file(const char *path, const char *text, unsigned mode);
+
 #endif

@@ -688,14 +688,9 @@ static void refused_password_exits_69(void **state)
 }
 
 /* Write `text` to the scratch file `name` with `mode`; its path in buf. */
-static const char *secret_file(char *buf, size_t size, const char *name, const char *text, mode_t mode)
+static const char *secret_file(char *buf, size_t size, const char *name, const char *text, unsigned mode)
 {
-    scratch_file(buf, size, name);
-    FILE *f = fopen(buf, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-    assert_int_equal(chmod(buf, mode), 0);
+    assert_int_equal(th_write_file(scratch_file(buf, size, name), text, mode), 0);
     return buf;
 }
 

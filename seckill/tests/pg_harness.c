@@ -231,24 +231,13 @@ void skt_pg_stop(skt_pg *pg)
     }
 }
 
-/* A schema is created in microseconds, a database in most of a second. */
-int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap)
+int skt_pg_exec(PGconn *c, const char *sql)
 {
-    char base[400], sql[128];
-    skt_pg_url(pg, base, sizeof base);
-    PGconn *c = PQconnectdb(base);
-    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", name);
     PGresult *r = PQexec(c, sql);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
     if (!ok) fprintf(stderr, "pg harness: %s: %s", sql, PQerrorMessage(c));
     PQclear(r);
-    PQfinish(c);
-    if (!ok) return -1;
-    /* Both spellings seckill accepts, alternately: postgres:// and postgresql://. */
-    static int alternate;
-    int n = snprintf(url, cap, "%s%s&options=-csearch_path%%3D%s", alternate++ % 2 ? "postgres" : "postgresql",
-                     base + strlen("postgresql"), name);
-    return n > 0 && (size_t)n < cap ? 0 : -1;
+    return ok ? 0 : -1;
 }
 
 /* Run one statement on the main database as the trusted superuser. */
@@ -257,12 +246,23 @@ static int exec_admin(const skt_pg *pg, const char *sql)
     char base[400];
     skt_pg_url(pg, base, sizeof base);
     PGconn *c = PQconnectdb(base);
-    PGresult *r = PQexec(c, sql);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-    if (!ok) fprintf(stderr, "pg harness: %s: %s", sql, PQerrorMessage(c));
-    PQclear(r);
+    int rc = skt_pg_exec(c, sql);
     PQfinish(c);
-    return ok ? 0 : -1;
+    return rc;
+}
+
+/* A schema is created in microseconds, a database in most of a second. */
+int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap)
+{
+    char base[400], sql[128];
+    skt_pg_url(pg, base, sizeof base);
+    snprintf(sql, sizeof sql, "CREATE SCHEMA %s", name);
+    if (exec_admin(pg, sql) != 0) return -1;
+    /* Both spellings seckill accepts, alternately: postgres:// and postgresql://. */
+    static int alternate;
+    int n = snprintf(url, cap, "%s%s&options=-csearch_path%%3D%s", alternate++ % 2 ? "postgres" : "postgresql",
+                     base + strlen("postgresql"), name);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
 /* The server trusts every local connection (initdb -A trust); a rule for

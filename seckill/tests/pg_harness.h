@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include <libpq-fe.h>
+
 typedef struct skt_pg {
     pid_t pid;
     int port;
@@ -30,6 +32,9 @@ void skt_pg_stop(skt_pg *pg);
  * so each test starts from an empty database as it does with SQLite.
  * 0 on success. */
 int skt_pg_schema(const skt_pg *pg, const char *name, char *url, size_t cap);
+
+/* Run one statement on `c`; 0, or -1 with libpq's message on stderr. */
+int skt_pg_exec(PGconn *c, const char *sql);
 
 /* A libpq URL of the server's main database (no search_path). */
 void skt_pg_url(const skt_pg *pg, char *url, size_t cap);

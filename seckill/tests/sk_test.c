@@ -424,12 +424,9 @@ int skt_db_exec(const skt_dir *d, const char *sql)
     if (use_pg) {
         PGconn *c = pg_connect(d);
         if (!c) return -1;
-        PGresult *r = PQexec(c, sql);
-        int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-        if (!ok) fprintf(stderr, "test: %s: %s", sql, PQerrorMessage(c));
-        PQclear(r);
+        int rc = skt_pg_exec(c, sql);
         PQfinish(c);
-        return ok ? 0 : -1;
+        return rc;
     }
     sqlite3 *db;
     if (sqlite3_open(d->db, &db) != SQLITE_OK) {

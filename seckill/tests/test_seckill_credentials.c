@@ -47,14 +47,10 @@ static int teardown(void **state)
 }
 
 /* Write `text` to `name` in the test's directory with `mode`; its path. */
-static const char *write_file(char *path, size_t cap, const char *name, const char *text, mode_t mode)
+static const char *write_file(char *path, size_t cap, const char *name, const char *text, unsigned mode)
 {
     snprintf(path, cap, "%s/%s", dir.path, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-    assert_int_equal(chmod(path, mode), 0);
+    assert_int_equal(th_write_file(path, text, mode), 0);
     return path;
 }
 
