@@ -56,6 +56,8 @@ static int teardown(void **state)
     (void)state;
     int rc = skt_serve_stop(&sv);
     if (rc != 0) skt_serve_dump(&sv);
+    /* Servers of cases that failed half-way (several start their own). */
+    skt_kill_all();
     skt_dir_remove(&dir);
     th_target_stop(&srv);
     return rc == 0 ? 0 : -1;
