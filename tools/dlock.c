@@ -71,9 +71,9 @@ extern char **environ;
  * that nothing runs under the lock once the server may hand it on. */
 #define DEFAULT_MARGIN_PCT 10
 
-#define USAGE_LOCK                                                                                 \
-    "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] [--fence-floor TOKEN] [--safety-margin PCT] NAME -- " \
-    "COMMAND [ARG...]"
+#define USAGE_LOCK                                                                                \
+    "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] [--fence-floor TOKEN] " \
+    "[--safety-margin PCT] NAME -- COMMAND [ARG...]"
 #define USAGE_SEM \
     "dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] [--safety-margin PCT] NAME -- COMMAND [ARG...]"
 #define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT_MS]"
@@ -434,13 +434,24 @@ static int shell_status(int wstatus)
  * (c->exec_errno). Every event arrives as a pipe byte or a report from
  * COMMAND's guard, so the loop sleeps in poll() until there is something
  * to do; its only timeout is the end of the lease after a loss. */
-static int supervise(child *c, const char *name, long margin_ms)
+static int supervise(child *c, const char *name, long margin_ms, int (*lost)(void *), void *hold)
 {
     int64_t kill_at = -1; /* monotonic ms: SIGKILL to the group */
+    /* The loss callback comes from the library's watchdog thread, which a
+     * loaded machine may run late; the hold's own query is exact by the
+     * clock. Asking it every quarter margin, and killing a quarter margin
+     * early, keeps SIGKILL before the lease can end either way. */
+    long every = margin_ms / 4 < 10 ? 10 : margin_ms / 4;
     int wstatus;
     for (;;) {
         if (child_poll(c, &wstatus)) return wstatus;
-        int timeout = -1;
+        if (kill_at < 0 && !lost_reported && lost(hold)) {
+            lost_reported = 1;
+            errorf("lost lock '%s' while COMMAND ran; sending it SIGTERM, SIGKILL in %ld ms", name, margin_ms - every);
+            child_signal(c, SIGTERM);
+            kill_at = mono_ms() + margin_ms - every;
+        }
+        int timeout = lost_reported ? -1 : (int)every;
         if (kill_at >= 0) {
             int64_t left = kill_at - mono_ms();
             if (left <= 0) {
@@ -464,13 +475,7 @@ static int supervise(child *c, const char *name, long margin_ms)
         while ((n = read(wake_pipe[0], buf, sizeof buf)) > 0) {
             for (ssize_t i = 0; i < n; i++) {
                 if (buf[i] == PIPE_LOST) {
-                    if (!lost_reported) {
-                        lost_reported = 1;
-                        errorf("lost lock '%s' while COMMAND ran; sending it SIGTERM, SIGKILL in %ld ms", name,
-                               margin_ms);
-                        child_signal(c, SIGTERM);
-                        kill_at = mono_ms() + margin_ms;
-                    }
+                    /* The query above says so too: handled there. */
                 } else if (buf[i] != SIGCHLD) {
                     child_signal(c, buf[i]);
                 }
@@ -560,7 +565,8 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
 /* Run COMMAND under the hold just acquired and return the status dlock
  * should exit with, before the release is considered. Kept apart from
  * cmd_lock so that every path out of here leads back to one release. */
-static int run_command(const char *name, uint64_t token, const char *permit, char **command, long margin_ms)
+static int run_command(const char *name, uint64_t token, const char *permit, char **command, long margin_ms,
+                       int (*lost)(void *), void *hold)
 {
     char *name_var = NULL, *token_var = NULL;
     char **env = NULL;
@@ -599,7 +605,7 @@ static int run_command(const char *name, uint64_t token, const char *permit, cha
         errorf("cannot run '%s': %s", command[0], strerror(err));
         goto out;
     }
-    int wstatus = supervise(&c, name, margin_ms);
+    int wstatus = supervise(&c, name, margin_ms, lost, hold);
     /* Whatever COMMAND left in its group dies before the lock is released. */
     child_finish(&c);
     if (wstatus < 0) {
@@ -696,6 +702,23 @@ static dlock_status holder_acquire(holder *h, long wait_ms, uint64_t *token)
     return DLOCK_ERR_INVALID;
 }
 
+/* Whether the hold is lost: flagged by the watchdog, or over by the
+ * clock (the library's queries are exact). */
+static int holder_lost(void *arg)
+{
+    holder *h = arg;
+    if (atomic_load(&lease_lost)) return 1;
+    switch (h->kind) {
+    case HOLD_PLAIN:
+    case HOLD_FAIR: return dlock_lock_lost(h->lock);
+    case HOLD_READ: return dlock_rwlock_lost(h->rw, DLOCK_READ);
+    case HOLD_WRITE: return dlock_rwlock_lost(h->rw, DLOCK_WRITE);
+    case HOLD_REDLOCK: return dlock_redlock_lost(h->rl);
+    case HOLD_PERMIT: return dlock_permit_lost(h->permit);
+    }
+    return 0;
+}
+
 static dlock_status holder_release(holder *h)
 {
     switch (h->kind) {
@@ -781,10 +804,10 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
     }
 
     rc = run_command(a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command,
-                     a.ttl * a.margin_pct / 100);
+                     a.ttl * a.margin_pct / 100, holder_lost, &h);
 
     st = holder_release(&h);
-    if (atomic_load(&lease_lost)) {
+    if (atomic_load(&lease_lost) || lost_reported) {
         /* Reported when it happened, unless COMMAND had just ended. */
         if (!lost_reported) errorf("lost '%s' while COMMAND ran", a.name);
         rc = EXIT_LOST;
