@@ -11,7 +11,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-cluster bench-seckill cluster install clean
+.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-cluster bench-seckill cluster install clean torture
 
 all: build
 
@@ -65,6 +65,18 @@ bench-cluster: deps
 	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/topology.sh $(BUILD)
+
+# The torture harness's long run (docs/SAFETY.md): every scenario, the
+# faults of each, TORTURE_SECONDS in all (600 by default) shared among
+# them; TORTURE_SEED replays a run (its seed is printed first).
+TORTURE_SECONDS ?= 600
+TORTURE_SEED ?=
+torture: deps
+	@$(MAKE) --no-print-directory build
+	@n=$$($(BUILD)/tests/torture/dlock-torture --list | wc -l); \
+	DLOCK_BIN_DIR=$(abspath $(BUILD))/tools $(BUILD)/tests/torture/dlock-torture \
+	  --seconds $$(( $(TORTURE_SECONDS) / n > 5 ? $(TORTURE_SECONDS) / n : 5 )) \
+	  $(if $(TORTURE_SEED),--seed $(TORTURE_SEED))
 
 # Both topologies of scripts/redis-topology.sh in one temp dir, left running
 # for the user; a failed start stops whatever it had started.

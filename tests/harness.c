@@ -143,25 +143,56 @@ int th_redis_clock_offset(th_redis *r, const char *offset)
     return 0;
 }
 
+int th_redis_clock_file(th_redis *r, const char *path)
+{
+    r->clock_file[0] = '\0';
+    if (access(FAKETIME_LIB, R_OK) != 0 || access(MALLOC_LIB, R_OK) != 0) return -1;
+    snprintf(r->clock_file, sizeof r->clock_file, "%s", path);
+    return th_redis_clock_jump(r, "+0s");
+}
+
+int th_redis_clock_jump(const th_redis *r, const char *offset)
+{
+    if (!r->clock_file[0]) return -1;
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.tmp", r->clock_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return -1;
+    fprintf(f, "%s\n", offset);
+    if (fclose(f) != 0) return -1;
+    return rename(tmp, r->clock_file); /* a reader never sees half a line */
+}
+
 /* The server's environment: ours, plus libfaketime when its clock is
  * offset. Built before fork(): the child of a threaded program may only
  * make async-signal-safe calls until it execs. NULL on failure. */
-static char **server_env(const th_redis *r, char *preload, size_t psize, char *faketime, size_t fsize)
+static char **server_env(const th_redis *r, char (*vars)[256])
 {
     extern char **environ;
     size_t n = 0;
     while (environ[n]) n++;
-    char **env = calloc(n + 3, sizeof *env);
+    char **env = calloc(n + 5, sizeof *env);
     if (!env) return NULL;
+    int faked = r->clock[0] || r->clock_file[0];
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (!r->clock[0] || (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 && strncmp(environ[i], "FAKETIME=", 9) != 0))
+        if (!faked || (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 && strncmp(environ[i], "FAKETIME", 8) != 0 &&
+                       strncmp(environ[i], "DONT_FAKE_MONOTONIC=", 20) != 0))
             env[k++] = environ[i];
+    if (faked) {
+        snprintf(vars[0], sizeof vars[0], "LD_PRELOAD=%s %s", MALLOC_LIB, FAKETIME_LIB);
+        env[k++] = vars[0];
+    }
     if (r->clock[0]) {
-        snprintf(preload, psize, "LD_PRELOAD=%s %s", MALLOC_LIB, FAKETIME_LIB);
-        snprintf(faketime, fsize, "FAKETIME=%s", r->clock);
-        env[k++] = preload;
-        env[k++] = faketime;
+        snprintf(vars[1], sizeof vars[1], "FAKETIME=%s", r->clock);
+        env[k++] = vars[1];
+    } else if (r->clock_file[0]) {
+        snprintf(vars[1], sizeof vars[1], "FAKETIME_TIMESTAMP_FILE=%s", r->clock_file);
+        snprintf(vars[2], sizeof vars[2], "FAKETIME_CACHE_DURATION=1");
+        snprintf(vars[3], sizeof vars[3], "DONT_FAKE_MONOTONIC=1");
+        env[k++] = vars[1];
+        env[k++] = vars[2];
+        env[k++] = vars[3];
     }
     env[k] = NULL;
     return env;
@@ -178,8 +209,8 @@ static int write_conf_and_spawn(th_redis *r)
                "save \"\"\nappendonly no\ndir %s\nlogfile %s\ndaemonize no\n%s",
             r->port, r->sock, r->dir, log, r->extra);
     fclose(f);
-    char preload[256], faketime[64];
-    char **env = server_env(r, preload, sizeof preload, faketime, sizeof faketime);
+    char vars[4][256];
+    char **env = server_env(r, vars);
     if (!env) return -1;
     pid_t parent = getpid();
     pid_t pid = fork();

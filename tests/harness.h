@@ -19,6 +19,7 @@ typedef struct th_redis {
     char tcp_url[128];    /* redis://127.0.0.1:PORT URL of this server */
     char extra[512];      /* extra config lines given at start */
     char clock[32];       /* libfaketime offset of its clock ("-60s"), or "" */
+    char clock_file[192]; /* or a file holding that offset, read again every second */
 } th_redis;
 
 /* Start a private redis-server; `extra_conf` (may be NULL) is appended to its
@@ -54,6 +55,18 @@ int th_redis_restart_wiped(th_redis *r, const char *key);
  * the library are not touched: only what the server thinks (TIME, key
  * expiry). Returns -1 when libfaketime is not installed. */
 int th_redis_clock_offset(th_redis *r, const char *offset);
+
+/* Run the server's clock under libfaketime from its next (re)start on,
+ * with the offset read from `path` (as FAKETIME_TIMESTAMP_FILE: "+0s",
+ * "+5s", "-60s") and read again at most a second after it changes
+ * (FAKETIME_CACHE_DURATION=1), so th_redis_clock_jump() moves the clock
+ * of a running server. Only the wall clock is faked, never the monotonic
+ * one its event loop uses. Returns -1 when libfaketime is not installed. */
+int th_redis_clock_file(th_redis *r, const char *path);
+
+/* Write `offset` into the clock file of a server started after
+ * th_redis_clock_file(): its clock jumps within a second. 0 on success. */
+int th_redis_clock_jump(const th_redis *r, const char *offset);
 
 /* SIGSTOP / SIGCONT the server. */
 void th_redis_pause(th_redis *r);

@@ -33,6 +33,7 @@ struct th_proxy {
     int armed, lost, stop;
     int partitioned; /* forward nothing, close nothing (a cut network) */
     long delay_ms; /* > 0: a delay is armed */
+    long latency_ms; /* > 0: every request waits this long */
     pair pairs[MAX_PAIRS]; /* the proxy thread's own, as is buf */
     int n;
     char buf[1 << 16];
@@ -88,6 +89,7 @@ static void from_client(th_proxy *px, pair *p, const char *buf, size_t len)
         delay = px->delay_ms;
         px->delay_ms = 0;
     }
+    if (delay == 0) delay = px->latency_ms;
     pthread_mutex_unlock(&px->mu);
     if (delay > 0 && (p->held = malloc(len)) != NULL) {
         memcpy(p->held, buf, len);
@@ -259,6 +261,13 @@ void th_proxy_partition(th_proxy *px, int on)
     px->partitioned = on;
     pthread_mutex_unlock(&px->mu);
     if (write(px->wake[1], "p", 1) != 1) { /* a full pipe wakes the thread anyway */ }
+}
+
+void th_proxy_latency(th_proxy *px, long ms)
+{
+    pthread_mutex_lock(&px->mu);
+    px->latency_ms = ms;
+    pthread_mutex_unlock(&px->mu);
 }
 
 int th_proxy_lost(th_proxy *px)

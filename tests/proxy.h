@@ -38,6 +38,11 @@ void th_proxy_delay_next(th_proxy *p, const char *match, long ms);
  * retransmit them. */
 void th_proxy_partition(th_proxy *px, int on);
 
+/* Add `ms` of latency to every request from now on (0: none): each is
+ * held that long before it is forwarded, and its connection sends nothing
+ * else meanwhile, as on a slow link. */
+void th_proxy_latency(th_proxy *px, long ms);
+
 /* How many replies were lost so far. */
 int th_proxy_lost(th_proxy *p);
 
