@@ -231,6 +231,26 @@ static void check_latches(const tt_event *ev, size_t n, tt_report *r)
     }
 }
 
+/* seckill: each voucher verified, and none with fewer orders than 201s. */
+static void check_sales(const tt_event *ev, size_t n, tt_report *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].kind != TT_META || strcmp(ev[i].result, "created") != 0) continue;
+        const char *name = ev[i].name;
+        long long orders = meta(ev, n, "orders", name, -1), ok = meta(ev, n, "verified", name, 0);
+        r->sales++;
+        r->orders_acked += ev[i].value;
+        if (orders < ev[i].value) {
+            r->orders_lost += ev[i].value - (orders < 0 ? 0 : orders);
+            note(r, "voucher %s: %lld orders answered 201, %lld in the database", name, ev[i].value, orders);
+        }
+        if (!ok) {
+            r->sales_bad++;
+            note(r, "voucher %s: seckill verify did not pass", name);
+        }
+    }
+}
+
 void tt_check(const tt_event *ev, size_t n, tt_report *r)
 {
     memset(r, 0, sizeof *r);
@@ -252,6 +272,7 @@ void tt_check(const tt_event *ev, size_t n, tt_report *r)
     }
     check_counters(ev, n, r);
     check_latches(ev, n, r);
+    check_sales(ev, n, r);
     free(h);
     free(faults);
 }
@@ -259,5 +280,5 @@ void tt_check(const tt_event *ev, size_t n, tt_report *r)
 long tt_violations(const tt_report *r)
 {
     return r->overlaps_unexplained + r->excess_unexplained + r->token_dups + r->token_order + r->lost_updates +
-           r->latch_bad;
+           r->latch_bad + r->orders_lost + r->sales_bad;
 }

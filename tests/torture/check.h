@@ -15,7 +15,10 @@
  *    fenced resource, so the counter must equal the steps it accepted,
  *    overlap or not (a stale holder's write is refused by its token);
  *  - the latch opens once, at zero: no await returns before the
- *    count-down that reached zero, and no count is handed out twice.
+ *    count-down that reached zero, and no count is handed out twice;
+ *  - seckill: every voucher passes `seckill verify` (no oversell, one
+ *    order per user, stock adds up, Redis agrees with the database), and
+ *    holds at least as many orders as buyers were answered 201.
  */
 #ifndef DLOCK_TORTURE_CHECK_H
 #define DLOCK_TORTURE_CHECK_H
@@ -36,6 +39,8 @@ typedef struct tt_report {
     long lost_updates;
     long excess_explained, excess_unexplained; /* semaphore holders above permits */
     long latch_rounds, latch_bad;
+    long orders_acked, orders_lost; /* seckill: 201 answers, and those not in the database */
+    long sales, sales_bad;          /* seckill: vouchers verified, and failing seckill verify */
     char first[6][240];      /* the first violations, described */
     int n_first;
 } tt_report;

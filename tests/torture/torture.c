@@ -107,6 +107,8 @@ static const scenario scenarios[] = {
      "Sentinel failover (master killed)"},
     {"cluster", TOPO_CLUSTER, "lock", 4, 1, "lock", "x", F_FAILOVER | F_PAUSE | F_KILL, 0, 0, "L",
      "Cluster failover (the lock's master killed)"},
+    {"seckill", TOPO_SINGLE, "seckill", 0, 0, NULL, NULL, F_RESTART_AOF | F_PAUSE | F_KILL, 0, 0, "V",
+     "seckill, redis strategy, AOF: Redis kill -9, the service paused and killed"},
     {"seed-nolock", TOPO_SINGLE, "nolock", 4, 0, NULL, NULL, F_PAUSE, 1, 0, "L", "seed 000: no lock at all"},
     {"seed-setnx", TOPO_SINGLE, "setnx", 4, 0, NULL, NULL, F_PAUSE, 1, 0, "L",
      "SETNX without an owner, released with DEL"},
@@ -268,7 +270,7 @@ static int start_servers(run *r)
         return rc;
     }
     r->n_servers = s->topo == TOPO_REDLOCK ? 3 : 1;
-    const char *conf = !strcmp(s->name, "restart-aof") ? "appendonly yes\nappendfsync always\n" : NULL;
+    const char *conf = s->faults & F_RESTART_AOF ? "appendonly yes\nappendfsync always\n" : NULL;
     for (int m = 0; m < r->n_servers; m++) {
         if (th_redis_start(&r->servers[m], conf) != 0) return -1;
         if (s->faults & F_CLOCK) {
@@ -498,11 +500,12 @@ static void print_report(const scenario *s, long seconds, const tt_report *rep, 
     const char *verdict = s->broken ? (violations > 0 ? "CAUGHT" : "MISSED") : (violations ? "FAIL" : "PASS");
     printf("%-13s %3lds holds=%-5ld steps=%-5ld rejected=%-4ld faults=%-3ld overlaps=%ld/%ld "
            "worst_ms=%.1f/%.1f token_order=%ld token_dups=%ld lost_updates=%ld excess=%ld/%ld latch=%ld/%ld "
-           "violations=%ld %s\n",
+           "sales=%ld/%ld acked=%ld lost_orders=%ld violations=%ld %s\n",
            s->name, seconds, rep->holds, rep->steps, rep->rejected, rep->faults, rep->overlaps_explained,
            rep->overlaps_unexplained, rep->worst_explained_us / 1000.0, rep->worst_unexplained_us / 1000.0,
            rep->token_order, rep->token_dups, rep->lost_updates, rep->excess_explained, rep->excess_unexplained,
-           rep->latch_rounds, rep->latch_bad, violations, verdict);
+           rep->latch_rounds, rep->latch_bad, rep->sales, rep->sales_bad, rep->orders_acked, rep->orders_lost,
+           violations, verdict);
     for (int i = 0; i < rep->n_first; i++) printf("    %s\n", rep->first[i]);
     fflush(stdout);
 }
@@ -521,6 +524,168 @@ static int check_dir(const scenario *s, const char *dir, long seconds)
     print_report(s, seconds, &rep, v);
     free(ev);
     return s->broken ? (v > 0 ? 0 : 1) : (v > 0 ? 1 : 0);
+}
+
+/* ---- seckill ------------------------------------------------------------ */
+
+/* Start a process with stdout and stderr appended to `out`; its pid. */
+static pid_t start_logged(const char *const *argv, const char *out)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* `seckill serve` on `port`, once it accepts connections; its pid or 0. */
+static pid_t start_serve(run *r, const char *seckill, int port)
+{
+    char listen[32], db[600], secret[600], out[600];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(db, sizeof db, "sqlite://%s/orders.db", r->dir);
+    snprintf(secret, sizeof secret, "%s/secret", r->dir);
+    snprintf(out, sizeof out, "%s/serve.txt", r->dir);
+    const char *argv[] = {seckill, "serve", "--listen", listen, "--redis", r->servers[0].url, "--db", db,
+                          "--secret-file", secret, "--log-level", "warn", NULL};
+    pid_t pid = start_logged(argv, out);
+    for (int i = 0; pid > 0 && i < 500; i++) {
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", port, (struct timeval){0, 100000});
+        int up = c && !c->err;
+        if (c) redisFree(c);
+        if (up) return pid;
+        tt_sleep_ms(20);
+    }
+    return pid;
+}
+
+/* A number after `"key":` in a JSON line, or -1. */
+static long long json_number(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* The last line of a file, into buf. */
+static void last_line(const char *path, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[4096];
+    while (fgets(line, sizeof line, f))
+        if (line[0] == '{') snprintf(buf, size, "%s", line);
+    fclose(f);
+}
+
+/*
+ * The flash-sale service under faults: rounds of `seckill load` (a new
+ * voucher each, more buyers than units, each buyer trying twice) while
+ * Redis (AOF, appendfsync always) is killed and restarted and the service
+ * is paused or killed and started again. Afterwards `seckill verify`
+ * checks every voucher (orders <= stock, one per user, stock adds up,
+ * Redis agrees with the database), and the checker compares each round's
+ * 201 answers with the orders the database holds: an acknowledged order
+ * that is not there is lost.
+ */
+static void run_seckill(run *r)
+{
+    char seckill[PATH_MAX];
+    snprintf(seckill, sizeof seckill, "%s", th_bin("../seckill/seckill"));
+    int port = th_free_port();
+    pid_t serve = start_serve(r, seckill, port);
+    char url[64], secret[600];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    snprintf(secret, sizeof secret, "%s/secret", r->dir);
+    long vouchers[256];
+    int nv = 0;
+    for (int round = 0; tt_now_us() < r->end_us && nv < 256; round++) {
+        char out[600];
+        snprintf(out, sizeof out, "%s/load-%d.txt", r->dir, round);
+        const char *argv[] = {seckill, "load", "--url", url, "--stock", "1000", "--users", "10000", "--attempts", "2",
+                              "--concurrency", "32", "--secret-file", secret, NULL};
+        pid_t load = start_logged(argv, out);
+        int64_t fault_at = tt_now_us() + tt_rand_between(&r->rng, 0, 300) * 1000;
+        int faulted = 0, st;
+        while (waitpid(load, &st, WNOHANG) == 0) {
+            if (!faulted && tt_now_us() >= fault_at) {
+                faulted = 1;
+                int64_t t0 = tt_now_us();
+                long kind = tt_rand_between(&r->rng, 0, 2);
+                if (kind == 0) {
+                    th_redis_restart(&r->servers[0]);
+                    log_fault(r, "restart-aof", 0, "redis", t0, tt_now_us());
+                } else if (kind == 1) {
+                    kill(serve, SIGSTOP);
+                    tt_sleep_ms(tt_rand_between(&r->rng, 300, 1500));
+                    kill(serve, SIGCONT);
+                    log_fault(r, "pause", serve, "serve", t0, tt_now_us());
+                } else {
+                    kill(serve, SIGKILL);
+                    waitpid(serve, NULL, 0);
+                    log_fault(r, "kill", serve, "serve", t0, t0);
+                    serve = start_serve(r, seckill, port);
+                }
+            }
+            tt_sleep_ms(10);
+        }
+        char json[4096];
+        last_line(out, json, sizeof json);
+        long long voucher = json_number(json, "voucher"), created = json_number(json, "created");
+        if (voucher > 0) {
+            char name[32];
+            snprintf(name, sizeof name, "%lld", voucher);
+            log_meta(r, "created", name, created);
+            vouchers[nv++] = (long)voucher;
+        }
+    }
+    /* Verify once the service has drained every order. */
+    char db[600], out[600];
+    snprintf(db, sizeof db, "sqlite://%s/orders.db", r->dir);
+    snprintf(out, sizeof out, "%s/verify.txt", r->dir);
+    const char *argv[16 + 2 * 256];
+    int a = 0;
+    char ids[256][24];
+    argv[a++] = seckill;
+    argv[a++] = "verify";
+    argv[a++] = "--db";
+    argv[a++] = db;
+    argv[a++] = "--redis";
+    argv[a++] = r->servers[0].url;
+    argv[a++] = "--wait";
+    argv[a++] = "60";
+    for (int i = 0; i < nv; i++) {
+        snprintf(ids[i], sizeof ids[i], "%ld", vouchers[i]);
+        argv[a++] = "--voucher";
+        argv[a++] = ids[i];
+    }
+    argv[a] = NULL;
+    int st = 0;
+    pid_t v = start_logged(argv, out);
+    waitpid(v, &st, 0);
+    kill(serve, SIGTERM);
+    waitpid(serve, NULL, 0);
+    /* Each voucher's line: "voucher ID: initial I, orders O (...)...: OK|FAIL|UNCHECKED". */
+    FILE *f = fopen(out, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        long long id, initial, orders;
+        if (sscanf(line, "voucher %lld: initial %lld, orders %lld", &id, &initial, &orders) != 3) continue;
+        char name[32];
+        snprintf(name, sizeof name, "%lld", id);
+        log_meta(r, "orders", name, orders);
+        log_meta(r, "verified", name, strstr(line, ": OK") ? 1 : 0);
+    }
+    if (f) fclose(f);
 }
 
 static int run_scenario(const scenario *s, unsigned long long seed, long seconds, const char *base, int keep,
@@ -558,6 +723,10 @@ static int run_scenario(const scenario *s, unsigned long long seed, long seconds
     r.start_us = tt_now_us();
     r.end_us = r.start_us + (int64_t)seconds * 1000000;
     if (!strcmp(s->kind, "latch")) latch_rounds(&r, 1);
+    if (!strcmp(s->kind, "seckill")) {
+        run_seckill(&r);
+        r.end_us = tt_now_us(); /* no clients: straight on to the check */
+    }
     for (int i = 0; i < r.n_slots; i++) {
         spawn(&r, i);
         if (r.slots[i].skew) {
