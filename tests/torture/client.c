@@ -52,6 +52,7 @@ typedef struct cfg {
     int n_names;
     int client;
     long lease_ms, seconds, permits, skew_ms, slow_release_ms;
+    long gc_pause_pct; /* per step: pause between the loss check and the write */
     unsigned long long seed;
     /* latch */
     const char *latch_role;
@@ -400,6 +401,36 @@ static const char *release(worker *w)
     return st == DLOCK_OK ? "ok" : st == DLOCK_ERR_LOST ? "lost" : "err";
 }
 
+/* Kleppmann's process pause: the holder checked its lock, then stops (a
+ * GC pause, the VM descheduled) for longer than the lease, then writes.
+ * No lock can prevent the overlap; the fencing token makes the resource
+ * refuse the write. Recorded as a pause fault of this process; the step
+ * counts from the end of the pause, when it acts. */
+static int64_t gc_pause(worker *w, int holder)
+{
+    long ms = tt_rand_between(&w->rng, w->c->lease_ms * 6 / 5, w->c->lease_ms * 5 / 2);
+    int64_t t0 = tt_now_us();
+    /* The whole process stops, its watchdog too, as in a real pause: a
+     * child wakes it up (only async-signal-safe calls after fork). */
+    pid_t me = getpid(), waker = fork();
+    if (waker == 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+        kill(me, SIGCONT);
+        _exit(0);
+    }
+    if (waker > 0) {
+        raise(SIGSTOP);
+        while (waitpid(waker, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    int64_t t1 = tt_now_us();
+    tt_event f = {TT_FAULT, TT_NONE, w->pid, holder, w->c->client, w->hold, "pause", t0, t1, "gc", 0, 0};
+    tt_write(w->fd, &f);
+    return t1;
+}
+
 /* Steps under the hold just taken: each starts with the time, then the
  * loss check, then the write. A step now and then outlasts the lease:
  * the watchdog must carry the hold through it; the seeds' locks cannot. */
@@ -410,6 +441,7 @@ static void steps(worker *w, int holder)
     for (long s = 0; s < n; s++) {
         int64_t t0 = tt_now_us();
         if (lost(w)) break;
+        if (c->gc_pause_pct && tt_rand_between(&w->rng, 1, 100) <= c->gc_pause_pct) t0 = gc_pause(w, holder);
         for (int i = 0; i < c->n_names; i++) {
             if (!w->held[i]) continue;
             long long v = 0;
@@ -570,7 +602,8 @@ static void usage(void)
     fprintf(stderr, "usage: dlock-torture-client --kind KIND --dir DIR --client N --url URL [--url URL...]\n"
                     "         --resource URL --name NAME[,NAME...] [--lease MS] [--seconds S] [--seed N]\n"
                     "         [--permits P] [--skew MS] [--slow-release MS] [--dlock PATH] [--cli-args ARGS]\n"
-                    "         [--mode x|r|p] [--latch-role down|await --latch-n N --round-ms MS --epoch US]\n");
+                    "         [--mode x|r|p] [--latch-role down|await --latch-n N --round-ms MS --epoch US]\n"
+                    "         [--gc-pause-pct P]\n");
     exit(64);
 }
 
@@ -584,7 +617,7 @@ int main(int argc, char **argv)
         {"permits", 1, NULL, 'p'},    {"skew", 1, NULL, 'K'},        {"slow-release", 1, NULL, 'R'},
         {"dlock", 1, NULL, 'D'},      {"cli-args", 1, NULL, 'A'},    {"mode", 1, NULL, 'm'},
         {"latch-role", 1, NULL, 'L'}, {"latch-n", 1, NULL, 'N'},     {"round-ms", 1, NULL, 'O'},
-        {"epoch", 1, NULL, 'E'},      {NULL, 0, NULL, 0},
+        {"epoch", 1, NULL, 'E'},      {"gc-pause-pct", 1, NULL, 'G'}, {NULL, 0, NULL, 0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -616,6 +649,7 @@ int main(int argc, char **argv)
         case 'N': c.latch_n = atol(optarg); break;
         case 'O': c.round_ms = atol(optarg); break;
         case 'E': c.epoch_us = atoll(optarg); break;
+        case 'G': c.gc_pause_pct = atol(optarg); break;
         default: usage();
         }
     }

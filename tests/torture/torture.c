@@ -224,6 +224,13 @@ static void spawn(run *r, int i)
         argv[a++] = "--url";
         argv[a++] = urls[m];
     }
+    /* Process pauses inside a hold, between the check and the write, in
+     * one step of a hundred (the library's clients of scenarios with
+     * pauses; a COMMAND of the CLI is the CLI's business). */
+    if (!sl->cli && (r->s->faults & F_PAUSE) && !r->s->broken) {
+        argv[a++] = "--gc-pause-pct";
+        argv[a++] = "1";
+    }
     if (sl->cli) {
         argv[a++] = "--cli-args";
         argv[a++] = r->s->cli_args;
