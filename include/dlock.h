@@ -375,6 +375,28 @@ DLOCK_API dlock_status dlock_lock_force_unlock(dlock_client *client, const char 
  */
 DLOCK_API dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *ids, size_t count);
 
+/*
+ * How many IDs dlock_id_next() handed out for `prefix` on one UTC day:
+ * `date` is "YYYY-MM-DD" (NULL: today by this host's clock, in UTC), and
+ * *count gets 0 for a day that made none. The day's sequence cannot tell,
+ * since it starts at a floor that grows with the time of day (see
+ * dlock_id_next), so every batch also adds its size to a count key beside
+ * it, "{icr:<prefix>:<yyyy:MM:dd>}:n" (that hash tag puts it in the
+ * sequence key's Cluster slot; neither key expires). Exact, with two
+ * exceptions: a batch resent after a lost reply is counted twice though
+ * only one reached the caller, and a restart of Redis without persistence
+ * (or a failover to a replica that missed the last batches) loses the count
+ * with the sequence: the count starts again from 0 and tells how many were
+ * made since, while the IDs made after it still never repeat earlier ones.
+ * A `date` that is not a calendar day in that form is DLOCK_ERR_INVALID;
+ * dlock_check_id_date() checks one without a client.
+ */
+DLOCK_API dlock_status dlock_id_count(dlock_client *client, const char *prefix, const char *date, uint64_t *count);
+
+/* Check a date for dlock_id_count() without touching Redis: DLOCK_OK, or
+ * DLOCK_ERR_INVALID with the reason. */
+DLOCK_API dlock_status dlock_check_id_date(const char *date);
+
 /* ------------------------------------------------------------------------ */
 /* Semaphore                                                                 */
 /* ------------------------------------------------------------------------ */

@@ -11,6 +11,8 @@
  * day. The sign bit stays clear until 2090. id_next.lua floors the counter
  * at 49 per millisecond of the day, so that a counter lost in a restart
  * does not hand out the same sequence values again (see the script).
+ * Because of that floor the sequence cannot tell how many IDs a day gave
+ * out, so the script also counts them, in "{icr:<prefix>:<yyyy:MM:dd>}:n".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +20,14 @@
 #include <time.h>
 
 #include "client.h"
+#include "dlock_redis.h"
 #include "util.h"
 
 #define PREFIX_MAX 64
 #define COUNT_MAX 1000000
 #define SEQ_MAX 0xffffffffULL
+/* Room for "{icr:<prefix>:yyyy:MM:dd}:n" with the longest prefix. */
+#define KEY_MAX (PREFIX_MAX + 24)
 
 /* The prefix becomes part of a key: only characters that can neither
  * break the key's layout nor collide with another prefix's day key. */
@@ -41,6 +46,80 @@ dlock_status dlock_check_id_prefix(const char *p)
     return DLOCK_OK;
 }
 
+/* The day's sequence key and its count key. The sequence key has no hash
+ * tag, so Cluster hashes its whole name; using that name as the count
+ * key's tag puts both in one slot, as a script's keys must be, without
+ * renaming the sequence key that existing deployments already hold. */
+static void day_keys(const char *prefix, int year, int month, int day, char *seq, char *count, size_t size)
+{
+#define DAY_KEY "icr:%s:%04d:%02d:%02d"
+    snprintf(seq, size, DAY_KEY, prefix, year, month, day);
+    snprintf(count, size, "{" DAY_KEY "}:n", prefix, year, month, day);
+#undef DAY_KEY
+}
+
+/* A date is a key part: only a real calendar day in exactly one spelling,
+ * so that "2026-1-5" and "2026-01-05" cannot name two counts of one day. */
+static int parse_date(const char *s, int *year, int *month, int *day)
+{
+    static const int days[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (!s || strlen(s) != 10 || s[4] != '-' || s[7] != '-') return -1;
+    for (int i = 0; i < 10; i++)
+        if (i != 4 && i != 7 && (s[i] < '0' || s[i] > '9')) return -1;
+    *year = atoi(s);
+    *month = atoi(s + 5);
+    *day = atoi(s + 8);
+    int leap = (*year % 4 == 0 && *year % 100 != 0) || *year % 400 == 0;
+    if (*month < 1 || *month > 12 || *day < 1 || *day > days[*month - 1]) return -1;
+    if (*month == 2 && *day == 29 && !leap) return -1;
+    return 0;
+}
+
+dlock_status dlock_check_id_date(const char *date)
+{
+    int y, m, d;
+    if (parse_date(date, &y, &m, &d) != 0)
+        return dlock_fail(DLOCK_ERR_INVALID, "ID date must be a calendar day written YYYY-MM-DD");
+    return DLOCK_OK;
+}
+
+dlock_status dlock_id_count(dlock_client *client, const char *prefix, const char *date, uint64_t *count)
+{
+    if (!client || !count) return dlock_fail(DLOCK_ERR_INVALID, "client or count is NULL");
+    dlock_status st = dlock_check_id_prefix(prefix);
+    if (st != DLOCK_OK) return st;
+    int y, m, d;
+    if (date) {
+        if ((st = dlock_check_id_date(date)) != DLOCK_OK) return st;
+        parse_date(date, &y, &m, &d);
+    } else {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        y = tm.tm_year + 1900;
+        m = tm.tm_mon + 1;
+        d = tm.tm_mday;
+    }
+    char seq[KEY_MAX], key[KEY_MAX];
+    day_keys(prefix, y, m, d, seq, key, sizeof key);
+    const char *argv[2] = {"GET", key};
+    redisReply *r = NULL;
+    st = dlock_redis_command(client, key, 0, 2, argv, NULL, &r);
+    if (st == DLOCK_OK && r->type == REDIS_REPLY_NIL) {
+        *count = 0;
+    } else if (st == DLOCK_OK) {
+        char *end = NULL;
+        unsigned long long v = 0;
+        if (r->type == REDIS_REPLY_STRING && r->str[0] >= '0' && r->str[0] <= '9') v = strtoull(r->str, &end, 10);
+        if (!end || *end != '\0')
+            st = dlock_fail(DLOCK_ERR_REDIS, "ID count %s is not a number", key);
+        else
+            *count = v;
+    }
+    if (r) freeReplyObject(r);
+    return st;
+}
+
 dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *ids, size_t count)
 {
     if (!client || !ids) return dlock_fail(DLOCK_ERR_INVALID, "client or ids is NULL");
@@ -57,18 +136,17 @@ dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *i
         return dlock_fail(DLOCK_ERR_SYS, "system clock is outside the ID range (2022 to 2090)");
     struct tm tm;
     gmtime_r(&now, &tm);
-    char key[PREFIX_MAX + 32], n[24];
-    snprintf(key, sizeof key, "icr:%s:%04d:%02d:%02d", prefix, tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday);
+    char key[KEY_MAX], count_key[KEY_MAX], n[24];
+    day_keys(prefix, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, key, count_key, sizeof key);
     snprintf(n, sizeof n, "%zu", count);
     long long ms_of_day = (long long)(tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) * 1000 + ts.tv_nsec / 1000000;
     char floor_s[24];
     snprintf(floor_s, sizeof floor_s, "%lld", ms_of_day * 49);
 
-    const char *keys[1] = {key};
+    const char *keys[2] = {key, count_key};
     const char *args[2] = {n, floor_s};
     long long last;
-    st = dlock_eval_int(client, DLOCK_SCRIPT_ID_NEXT, 1, keys, 2, args, &last);
+    st = dlock_eval_int(client, DLOCK_SCRIPT_ID_NEXT, 2, keys, 2, args, &last);
     if (st != DLOCK_OK) return st;
     if (last < (long long)count || (unsigned long long)last > SEQ_MAX)
         return dlock_fail(DLOCK_ERR_OVERFLOW, "sequence %s reached %lld, past 32 bits", key, last);

@@ -3,8 +3,9 @@
  * Cluster: target.h): unique across processes and
  * batch sizes, the high half is the second since DLOCK_ID_EPOCH, the
  * sequence key carries the UTC date (not the local one), bad prefixes and
- * counts are refused without touching Redis, and a day's sequence that
- * would pass 32 bits gives DLOCK_ERR_OVERFLOW and never a wrong ID.
+ * counts are refused without touching Redis, a day's sequence that
+ * would pass 32 bits gives DLOCK_ERR_OVERFLOW and never a wrong ID, and
+ * dlock_id_count() tells exactly how many IDs a day handed out.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,6 +47,15 @@ static void utc_key(char *out, size_t n, const char *prefix, time_t t)
     struct tm tm;
     gmtime_r(&t, &tm);
     snprintf(out, n, "icr:%s:%04d:%02d:%02d", prefix, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+}
+
+/* Today's UTC date as dlock_id_count() takes it, "YYYY-MM-DD". */
+static void utc_date(char *out, size_t n)
+{
+    time_t t = wall_s();
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, n, "%Y-%m-%d", &tm);
 }
 
 /* A one-key command (its key the argument) answered by an integer; with no
@@ -188,23 +198,121 @@ static void id_high_half_is_seconds_since_the_epoch(void **state)
 /* A restart without persistence loses the day's counter. IDs made right
  * after it, in the same second as IDs made right before, must still be
  * new: the counter starts again above its millisecond floor, past every
- * value handed out before at rates under 49,000 IDs a second. */
-static void ids_do_not_repeat_after_redis_loses_the_counter(void **state)
+ * value handed out before at rates under 49,000 IDs a second. The day's
+ * count is lost with it, as documented: it restarts from the IDs made
+ * since. */
+static void ids_do_not_repeat_and_the_count_restarts_after_redis_loses_the_counter(void **state)
 {
     (void)state;
     th_target_require_single(&server);
-    enum { N = 200 };
-    uint64_t a[N], b[N];
+    enum { N = 200, M = 30 };
+    uint64_t a[N], b[N], count = 0;
     dlock_client *c = new_client();
+    char day_before[16], day_after[16];
+    utc_date(day_before, sizeof day_before);
     assert_int_equal(dlock_id_next(c, "restart", a, N), DLOCK_OK);
+    assert_int_equal(dlock_id_count(c, "restart", day_before, &count), DLOCK_OK);
+    assert_int_equal(count, N);
     assert_int_equal(th_redis_restart(&server.single), 0);
-    dlock_status st = dlock_id_next(c, "restart", b, N);
-    if (st != DLOCK_OK) st = dlock_id_next(c, "restart", b, N); /* the pool's first try may find the old socket */
+    dlock_status st = dlock_id_next(c, "restart", b, M);
+    if (st != DLOCK_OK) st = dlock_id_next(c, "restart", b, M); /* the pool's first try may find the old socket */
     assert_int_equal(st, DLOCK_OK);
     for (int i = 0; i < N; i++)
-        for (int j = 0; j < N; j++)
+        for (int j = 0; j < M; j++)
             if (a[i] == b[j]) fail_msg("ID %llu handed out before and after the restart", (unsigned long long)a[i]);
     if ((a[0] >> 32) == (b[0] >> 32)) assert_true(b[0] > a[N - 1]);
+    utc_date(day_after, sizeof day_after);
+    assert_int_equal(dlock_id_count(c, "restart", day_after, &count), DLOCK_OK);
+    if (strcmp(day_before, day_after) == 0) assert_int_equal(count, M);
+    dlock_client_free(c);
+}
+
+/* The day's count is exact where the sequence is not (it starts at the
+ * millisecond floor): 1 after one ID, then every batch adds its size, for
+ * today by date or by NULL, in a key beside the sequence, in its Cluster
+ * slot (else the script would fail there with CROSSSLOT). Another day and
+ * another prefix count nothing; a batch refused for overflow counts
+ * nothing either. Retried if UTC midnight passes meanwhile. */
+static void id_count_is_the_number_of_ids_handed_out_today(void **state)
+{
+    (void)state;
+    static const size_t batches[] = {1, 250, 7, 1, 1000, 41};
+    static const char *const prefixes[] = {"tally", "tally2", "tally3"};
+    dlock_client *c = new_client();
+    char day[16], day2[16], seq_key[96], count_key[104], pattern[32];
+    uint64_t ids[1000], count = 99, total = 0;
+    const char *prefix = NULL;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        prefix = prefixes[attempt];
+        utc_date(day, sizeof day);
+        utc_key(seq_key, sizeof seq_key, prefix, wall_s());
+        assert_int_equal(dlock_id_count(c, prefix, day, &count), DLOCK_OK);
+        assert_int_equal(count, 0);
+        total = 0;
+        for (size_t i = 0; i < sizeof batches / sizeof *batches; i++) {
+            assert_int_equal(dlock_id_next(c, prefix, ids, batches[i]), DLOCK_OK);
+            total += batches[i];
+            assert_int_equal(dlock_id_count(c, prefix, NULL, &count), DLOCK_OK);
+            if (i == 0) assert_int_equal(count, 1);
+            assert_int_equal(count, total);
+        }
+        /* A sequence near 2^32: the refused batch is not counted. */
+        redisReply *r = th_target_cmd(&server, seq_key, "SET %s %s", seq_key, "4294967290");
+        assert_non_null(r);
+        freeReplyObject(r);
+        assert_int_equal(dlock_id_next(c, prefix, ids, 10), DLOCK_ERR_OVERFLOW);
+        assert_int_equal(dlock_id_count(c, prefix, day, &count), DLOCK_OK);
+        utc_date(day2, sizeof day2);
+        if (strcmp(day, day2) == 0) break;
+    }
+    assert_int_equal(count, total);
+    snprintf(count_key, sizeof count_key, "{%s}:n", seq_key);
+    assert_int_equal(redis_int("GET %s", count_key), (long long)total);
+    char first[128];
+    snprintf(pattern, sizeof pattern, "{icr:%s:*", prefix);
+    assert_int_equal(th_target_keys(&server, pattern, first, sizeof first), 1);
+    assert_string_equal(first, count_key);
+    /* Other days and prefixes have counts of their own. */
+    assert_int_equal(dlock_id_count(c, "tally", "2023-02-28", &count), DLOCK_OK);
+    assert_int_equal(count, 0);
+    assert_int_equal(dlock_id_count(c, "never-used", NULL, &count), DLOCK_OK);
+    assert_int_equal(count, 0);
+    dlock_client_free(c);
+}
+
+/* Dates are calendar days in one spelling, prefixes as for dlock_id_next:
+ * anything else is DLOCK_ERR_INVALID before Redis is asked, and *count is
+ * left alone. A count key that is not a number is a Redis error. */
+static void id_count_refuses_bad_dates_and_prefixes(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"", "2024-1-05", "2024-01-5", "20240105", "2024/01/05", "2024-13-01",
+                                      "2024-00-10", "2024-01-00", "2024-01-32", "2023-02-29", "2100-02-29",
+                                      "2024-04-31", "2024-01-05x", " 2024-01-05", "+024-01-05", "2024-0a-05"};
+    static const char *const good[] = {"2024-02-29", "2000-02-29", "2024-12-31", "2022-01-01"};
+    dlock_client *c = new_client();
+    uint64_t count = 77;
+    long long calls = th_target_calls(&server, "get");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (dlock_id_count(c, "dates", bad[i], &count) != DLOCK_ERR_INVALID) fail_msg("date '%s' accepted", bad[i]);
+        assert_int_equal(dlock_check_id_date(bad[i]), DLOCK_ERR_INVALID);
+        assert_non_null(strstr(dlock_last_error(), "YYYY-MM-DD"));
+    }
+    assert_int_equal(dlock_check_id_date(NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_count(c, "a:b", NULL, &count), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_count(c, "dates", NULL, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_count(NULL, "dates", NULL, &count), DLOCK_ERR_INVALID);
+    assert_int_equal(count, 77);
+    assert_int_equal(th_target_calls(&server, "get"), calls);
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        assert_int_equal(dlock_check_id_date(good[i]), DLOCK_OK);
+        assert_int_equal(dlock_id_count(c, "dates", good[i], &count), DLOCK_OK);
+        assert_int_equal(count, 0);
+    }
+    redisReply *r = th_target_cmd(&server, "{icr:dates:2024:02:29}:n", "SET %s %s", "{icr:dates:2024:02:29}:n", "x1");
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(dlock_id_count(c, "dates", "2024-02-29", &count), DLOCK_ERR_REDIS);
     dlock_client_free(c);
 }
 
@@ -282,10 +390,13 @@ static void bad_prefixes_are_refused_and_write_nothing(void **state)
     assert_int_equal(redis_int("DBSIZE", NULL), keys_before);
     /* 64 characters of every allowed class is fine. */
     assert_int_equal(dlock_id_next(c, long64, ids, 3), DLOCK_OK);
-    assert_int_equal(redis_int("DBSIZE", NULL), keys_before + 1);
-    char key[128];
+    /* The day's sequence and its count. */
+    assert_int_equal(redis_int("DBSIZE", NULL), keys_before + 2);
+    char key[128], count_key[136];
     utc_key(key, sizeof key, long64, wall_s());
     assert_int_equal(redis_int("EXISTS %s", key), 1);
+    snprintf(count_key, sizeof count_key, "{%s}:n", key);
+    assert_int_equal(redis_int("GET %s", count_key), 3);
     dlock_client_free(c);
 }
 
@@ -391,7 +502,9 @@ int main(void)
         cmocka_unit_test(bad_prefixes_are_refused_and_write_nothing),
         cmocka_unit_test(bad_counts_are_refused_and_the_maximum_works),
         cmocka_unit_test(sequence_past_32_bits_overflows_without_ids),
-        cmocka_unit_test(ids_do_not_repeat_after_redis_loses_the_counter),
+        cmocka_unit_test(id_count_is_the_number_of_ids_handed_out_today),
+        cmocka_unit_test(id_count_refuses_bad_dates_and_prefixes),
+        cmocka_unit_test(ids_do_not_repeat_and_the_count_restarts_after_redis_loses_the_counter),
     };
     return th_target_run_suite(tests, &server);
 }
