@@ -103,6 +103,17 @@ DLOCK_API dlock_status dlock_check_id_prefix(const char *prefix);
 /* URLs                                                                      */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Every TCP kind has a TLS form: rediss://, rediss-sentinel:// (TLS to the
+ * Sentinels and to the master), rediss-cluster://, each taking after the
+ * rest of the URL (after /db, /MASTER or the address list) the parameters
+ * ?cacert=FILE&cert=FILE&key=FILE&sni=NAME&verify=no, all optional, in any
+ * order, values percent-decoded: the server's certificate is verified
+ * against cacert (else the system's CA store) and its name against sni
+ * (else the host); cert and key (both or neither) present a client
+ * certificate; verify=no turns verification off. A '?' in the password of
+ * such a URL must be written %3F.
+ */
 typedef enum dlock_url_kind {
     DLOCK_URL_TCP = 1,      /* redis://[[user]:password@]host[:port][/db] */
     DLOCK_URL_UNIX = 2,     /* unix:///path/to.sock[?db=N] */
@@ -134,6 +145,12 @@ typedef struct dlock_url {
     char *master;   /* Sentinel: the name of the monitored master */
     dlock_url_addr *addrs; /* Sentinel: the Sentinels; Cluster: seed nodes */
     size_t n_addrs;
+    int tls;          /* a rediss scheme: TLS to every server */
+    char *tls_cacert; /* CA certificates (PEM file), or NULL: the system's store */
+    char *tls_cert;   /* client certificate (PEM file), or NULL */
+    char *tls_key;    /* its private key (PEM file), or NULL */
+    char *tls_sni;    /* the server name to send and to verify, or NULL: the host */
+    int tls_verify;   /* 1, or 0 with verify=no: no verification at all */
 } dlock_url;
 
 /*

@@ -266,7 +266,7 @@ dlock_status dlock_async_eval(dlock_client *client, const char *sha, const char 
     if (node >= 0) {
         c->node = node;
         dlock_pool *pool = dlock_topo_pool(t, node);
-        dlock_status st = dlock_mux_submit(&pool->mux, pool, argc, c->argv, NULL, on_reply, c);
+        dlock_status st = dlock_mux_submit(&pool->mux, &pool->ep, argc, c->argv, NULL, on_reply, c);
         if (st == DLOCK_OK) return DLOCK_OK;
         if (st == DLOCK_ERR_CONNECT) dlock_topo_node_failed(t, node);
     }

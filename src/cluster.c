@@ -31,7 +31,7 @@ static long parse_slots(dlock_topo *t, const redisReply *r, const dlock_pool *as
             m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER)
             return -1;
         /* An empty host means "the address you reached me at". */
-        const char *host = m->element[0]->len ? m->element[0]->str : asked->host;
+        const char *host = m->element[0]->len ? m->element[0]->str : asked->ep.host;
         long long port = m->element[1]->integer;
         if (!host || port <= 0 || port > 65535) return -1;
         int node = dlock_topo_node_index(t, host, (int)port, 1);

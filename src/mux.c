@@ -49,7 +49,6 @@
 
 #include <hiredis/sds.h>
 
-#include "conn.h"
 #include "mux.h"
 #include "util.h"
 
@@ -87,7 +86,7 @@ void dlock_mux_destroy(dlock_mux *m)
         pthread_mutex_unlock(&m->mu);
         pthread_join(m->reader, NULL);
     }
-    if (m->c) redisFree(m->c);
+    if (m->c) dlock_link_free(m->c);
     pthread_cond_destroy(&m->wake);
     pthread_cond_destroy(&m->gone);
     pthread_mutex_destroy(&m->mu);
@@ -99,7 +98,7 @@ void dlock_mux_destroy(dlock_mux *m)
 static void close_if_quiet(dlock_mux *m)
 {
     if (m->broken && !m->flushing && !m->reading) {
-        redisFree(m->c);
+        dlock_link_free(m->c);
         m->c = NULL;
         m->broken = 0;
         pthread_cond_broadcast(&m->gone);
@@ -167,7 +166,7 @@ static void fail_all(dlock_mux *m, const char *msg, int timed_out)
     m->head = m->tail = NULL;
     if (m->c && !m->broken) {
         m->broken = 1;
-        shutdown(m->c->fd, SHUT_RDWR); /* wakes a reader blocked on it */
+        dlock_link_shutdown(m->c); /* wakes a reader blocked on it */
     }
     close_if_quiet(m);
 }
@@ -176,24 +175,14 @@ static void fail_all(dlock_mux *m, const char *msg, int timed_out)
  * and returns with mu held; drops it around the send. */
 static void flush(dlock_mux *m)
 {
-    while (!m->flushing && m->c && !m->broken && sdslen(m->c->obuf) > 0) {
+    while (!m->flushing && m->c && !m->broken && dlock_link_pending(m->c) > 0) {
         m->flushing = 1;
         m->sending = m->appended;
-        int fd = m->c->fd;
-        sds out = m->c->obuf;
-        m->c->obuf = sdsempty();
+        dlock_link *link = m->c; /* not freed while flushing is set */
+        sds out = dlock_link_take(m->c);
         pthread_mutex_unlock(&m->mu);
         size_t len = sdslen(out), off = 0;
-        int err = 0;
-        while (off < len) {
-            ssize_t k = send(fd, out + off, len - off, MSG_NOSIGNAL);
-            if (k < 0 && errno == EINTR) continue;
-            if (k < 0) {
-                err = errno;
-                break;
-            }
-            off += (size_t)k;
-        }
+        int err = dlock_link_send(link, out, len, &off) == 0 ? 0 : errno;
         sdsfree(out);
         pthread_mutex_lock(&m->mu);
         m->flushing = 0;
@@ -207,7 +196,7 @@ static void flush(dlock_mux *m)
              * command cut short cannot run, and neither can what follows. */
             for (mux_req *r = m->head; r && r->seq <= m->sending; r = r->next)
                 if (r->seq > m->flushed && r->end <= off) m->flushed = r->seq;
-            snprintf(msg, sizeof msg, "send: %s", strerror(err));
+            snprintf(msg, sizeof msg, "send: %s", dlock_link_strerror(link, err));
             fail_all(m, msg, err == EAGAIN || err == EWOULDBLOCK);
             return;
         }
@@ -220,13 +209,10 @@ static void flush(dlock_mux *m)
 static void read_some(dlock_mux *m)
 {
     m->reading = 1;
-    int fd = m->c->fd;
+    dlock_link *link = m->c; /* not freed while reading is set */
     pthread_mutex_unlock(&m->mu);
     char buf[16384];
-    ssize_t n;
-    do {
-        n = read(fd, buf, sizeof buf);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = dlock_link_recv(link, buf, sizeof buf);
     int err = n < 0 ? errno : 0;
     pthread_mutex_lock(&m->mu);
     m->reading = 0;
@@ -239,17 +225,17 @@ static void read_some(dlock_mux *m)
         int timed_out = err == EAGAIN || err == EWOULDBLOCK;
         if (n == 0) snprintf(msg, sizeof msg, "server closed the connection");
         else if (timed_out) snprintf(msg, sizeof msg, "command timed out");
-        else snprintf(msg, sizeof msg, "read: %s", strerror(err));
+        else snprintf(msg, sizeof msg, "read: %s", dlock_link_strerror(link, err));
         fail_all(m, msg, timed_out);
         return;
     }
-    if (redisReaderFeed(m->c->reader, buf, (size_t)n) != REDIS_OK) {
+    if (dlock_link_feed(m->c, buf, (size_t)n) != 0) {
         fail_all(m, "protocol error", 0);
         return;
     }
-    void *reply;
+    redisReply *reply;
     for (;;) {
-        if (redisReaderGetReply(m->c->reader, &reply) != REDIS_OK) {
+        if (dlock_link_reply(m->c, &reply) != 0) {
             fail_all(m, "protocol error", 0);
             return;
         }
@@ -275,12 +261,12 @@ static void read_some(dlock_mux *m)
  * else comes meanwhile needs this very connection, and would only wait
  * for it anyway. Called and returns with mu held; *fresh (may be NULL)
  * tells whether this call made the connection. */
-static dlock_status connected(dlock_mux *m, const dlock_pool *p, int *fresh)
+static dlock_status connected(dlock_mux *m, const dlock_endpoint *ep, int *fresh)
 {
     while (m->broken) pthread_cond_wait(&m->gone, &m->mu);
     if (m->c) return DLOCK_OK;
-    redisContext *c;
-    dlock_status st = dlock_connect(p, &c);
+    dlock_link *c;
+    dlock_status st = dlock_link_open(ep, &c);
     if (st != DLOCK_OK) return st;
     m->c = c;
     if (fresh) *fresh = 1;
@@ -292,14 +278,14 @@ static dlock_status connected(dlock_mux *m, const dlock_pool *p, int *fresh)
 static void enqueue(dlock_mux *m, mux_req *r)
 {
     r->seq = ++m->appended;
-    r->end = sdslen(m->c->obuf);
+    r->end = dlock_link_pending(m->c);
     if (m->tail) m->tail->next = r;
     else m->head = r;
     m->tail = r;
     flush(m);
 }
 
-dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const int *argcs,
+dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_endpoint *ep, int n, const int *argcs,
                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
                                 int *fresh, dlock_io_fail *why)
 {
@@ -310,13 +296,13 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
     *fresh = 0;
     *why = (dlock_io_fail){0, 0};
     pthread_mutex_lock(&m->mu);
-    dlock_status st = connected(m, p, fresh);
+    dlock_status st = connected(m, ep, fresh);
     if (st != DLOCK_OK) {
         pthread_mutex_unlock(&m->mu);
         return st;
     }
     for (int i = 0; i < n; i++) {
-        if (redisAppendCommandArgv(m->c, argcs[i], (const char **)argvs[i], lens ? lens[i] : NULL) != REDIS_OK) {
+        if (dlock_link_append(m->c, argcs[i], argvs[i], lens ? lens[i] : NULL) != 0) {
             /* Out of memory half way: the buffer now holds a partial
              * pipeline, which nobody may send. */
             fail_all(m, "out of memory", 0);
@@ -337,10 +323,8 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_pool *p, int n, const 
     pthread_mutex_unlock(&m->mu);
     pthread_cond_destroy(&me.cv);
     if (me.done < 0) {
-        char name[300];
-        dlock_pool_name(p, name, sizeof name);
         *why = me.fail;
-        return dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], name, me.why);
+        return dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], ep->name, me.why);
     }
     return DLOCK_OK;
 }
@@ -382,7 +366,7 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
-dlock_status dlock_mux_submit(dlock_mux *m, const dlock_pool *p, int argc, const char *const *argv,
+dlock_status dlock_mux_submit(dlock_mux *m, const dlock_endpoint *ep, int argc, const char *const *argv,
                               const size_t *lens, dlock_mux_done *done, void *arg)
 {
     mux_req *r = calloc(1, sizeof *r);
@@ -400,13 +384,13 @@ dlock_status dlock_mux_submit(dlock_mux *m, const dlock_pool *p, int argc, const
         }
         m->reader_started = 1;
     }
-    dlock_status st = connected(m, p, NULL);
+    dlock_status st = connected(m, ep, NULL);
     if (st != DLOCK_OK) {
         pthread_mutex_unlock(&m->mu);
         free(r);
         return st;
     }
-    if (redisAppendCommandArgv(m->c, argc, (const char **)argv, lens) != REDIS_OK) {
+    if (dlock_link_append(m->c, argc, argv, lens) != 0) {
         fail_all(m, "out of memory", 0);
         pthread_mutex_unlock(&m->mu);
         free(r);
@@ -431,7 +415,7 @@ void dlock_mux_close_idle(dlock_mux *m)
 {
     pthread_mutex_lock(&m->mu);
     if (m->c && !m->broken && !m->head && !m->flushing && !m->reading) {
-        redisFree(m->c);
+        dlock_link_free(m->c);
         m->c = NULL;
     }
     pthread_mutex_unlock(&m->mu);

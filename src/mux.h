@@ -8,23 +8,22 @@
 #include <stdint.h>
 
 #include "dlock.h"
+#include "link.h"
 
-struct dlock_pool;
-struct dlock_io_fail;
 typedef struct mux_req mux_req;
 
 /* How an asynchronous request ends (dlock_mux_submit): its reply (the
  * callee owns it), or NULL with how and why it failed. Runs on the mux's
  * reader thread, without the mutex held. */
-typedef void dlock_mux_done(void *arg, redisReply *reply, const struct dlock_io_fail *fail, const char *why);
+typedef void dlock_mux_done(void *arg, redisReply *reply, const dlock_io_fail *fail, const char *why);
 
 typedef struct dlock_mux {
     pthread_mutex_t mu;
     pthread_cond_t gone;     /* a broken connection was closed */
-    redisContext *c;         /* NULL while not connected */
+    dlock_link *c;           /* NULL while not connected */
     int broken;              /* c failed; closed when the I/O on it returns */
     mux_req *head, *tail;    /* in flight, oldest first: replies come in this order */
-    uint64_t appended;       /* requests appended to c->obuf so far (their seq) */
+    uint64_t appended;       /* requests appended to c's output so far (their seq) */
     uint64_t flushed;        /* requests whose bytes have all been sent */
     uint64_t sending;        /* while flushing: requests whose bytes are leaving */
     int flushing, reading;   /* a thread is sending / reading for everyone */
@@ -48,9 +47,9 @@ void dlock_mux_destroy(dlock_mux *m);
  * whether this call opened the connection it failed on; *why as for
  * dlock_pool_pipeline().
  */
-dlock_status dlock_mux_pipeline(dlock_mux *m, const struct dlock_pool *p, int n, const int *argcs,
+dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_endpoint *ep, int n, const int *argcs,
                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
-                                int *fresh, struct dlock_io_fail *why);
+                                int *fresh, dlock_io_fail *why);
 
 /*
  * Append one command to the shared connection and return without waiting:
@@ -60,7 +59,7 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const struct dlock_pool *p, int n,
  * made, out of memory) means the command was not appended and `done` will
  * not run.
  */
-dlock_status dlock_mux_submit(dlock_mux *m, const struct dlock_pool *p, int argc, const char *const *argv,
+dlock_status dlock_mux_submit(dlock_mux *m, const dlock_endpoint *ep, int argc, const char *const *argv,
                               const size_t *lens, dlock_mux_done *done, void *arg);
 
 /* Close the connection if nothing is in flight on it (else the next

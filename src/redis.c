@@ -51,9 +51,14 @@ dlock_status dlock_redis_connect(dlock_client *client, const char *key, redisCon
     if (!client) return dlock_fail(DLOCK_ERR_INVALID, "no client");
     int node = dlock_topo_node_for(client->topo, key, key ? strlen(key) : 0);
     if (node < 0) return dlock_fail(DLOCK_ERR_CONNECT, "no server known for \"%.100s\"", key ? key : "");
-    dlock_status st = dlock_topo_connect(client->topo, node, out);
+    if (client->topo->tls)
+        return dlock_fail(DLOCK_ERR_INVALID, "dlock_redis_connect: a hiredis connection cannot speak TLS");
+    dlock_link *l;
+    dlock_status st = dlock_topo_connect(client->topo, node, &l);
     if (st == DLOCK_ERR_CONNECT) dlock_topo_node_failed(client->topo, node);
-    return st;
+    if (st != DLOCK_OK) return st;
+    *out = dlock_link_detach(l);
+    return *out ? DLOCK_OK : dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
 }
 
 dlock_status dlock_script_new(dlock_client *client, const char *text, dlock_script **out)

@@ -29,11 +29,11 @@ static dlock_status ask(dlock_topo *t, dlock_pool *sp, redisReply **out)
         if (st != DLOCK_OK) return st;
         const redisReply *r = *out;
         if (pass || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOAUTH", 6) != 0 || !t->url.password ||
-            sp->cfg == &t->sentinel_auth_cfg)
+            sp->ep.cfg == &t->sentinel_auth_cfg)
             return DLOCK_OK;
         freeReplyObject(*out);
         *out = NULL;
-        sp->cfg = &t->sentinel_auth_cfg;
+        sp->ep.cfg = &t->sentinel_auth_cfg;
         dlock_pool_drop_idle(sp);
     }
 }

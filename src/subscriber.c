@@ -66,7 +66,7 @@ struct dlock_sub_entry {
 /* A pub/sub connection to one node of the topology. */
 typedef struct sub_link {
     int node;
-    redisContext *c;    /* NULL while not connected */
+    dlock_link *c;      /* NULL while not connected */
     int64_t retry_at;   /* after a failed connect, not before this */
     int backoff;
 } sub_link;
@@ -141,7 +141,7 @@ static void subscription_lost(struct dlock_subscriber *s, dlock_sub_entry *e)
 static void link_reset(struct dlock_subscriber *s, int L)
 {
     sub_link *k = &s->links[L];
-    if (k->c) redisFree(k->c);
+    if (k->c) dlock_link_free(k->c);
     k->c = NULL;
     for (int b = 0; b < BUCKETS; b++) {
         dlock_sub_entry *e = s->buckets[b], *next;
@@ -188,13 +188,13 @@ static void queue_commands(struct dlock_subscriber *s, int64_t now, int *want_co
                 }
                 argv[0] = s->cmd_sub;
                 lens[0] = strlen(argv[0]);
-                redisAppendCommandArgv(s->links[L].c, 2, argv, lens);
+                dlock_link_append(s->links[L].c, 2, argv, lens);
                 e->state = SUB_SENT;
                 e->link = L;
             } else if (e->refs == 0 && e->state == SUB_ACTIVE && now - e->idle_since >= IDLE_UNSUBSCRIBE_MS) {
                 argv[0] = s->cmd_unsub;
                 lens[0] = strlen(argv[0]);
-                redisAppendCommandArgv(s->links[e->link].c, 2, argv, lens);
+                dlock_link_append(s->links[e->link].c, 2, argv, lens);
                 e->state = UNSUB_SENT;
             } else if (e->refs == 0 && e->state == SUB_IDLE) {
                 unlink_free(s, e);
@@ -218,7 +218,7 @@ static void connect_links(struct dlock_subscriber *s, int64_t now)
             int L = node >= 0 ? link_for(s, node) : -1;
             if (L < 0 || s->links[L].c || now < s->links[L].retry_at) continue;
             pthread_mutex_unlock(&s->mu);
-            redisContext *c = NULL;
+            dlock_link *c = NULL;
             dlock_status st = dlock_topo_connect(t, node, &c);
             if (st != DLOCK_OK) dlock_topo_node_failed(t, node);
             pthread_mutex_lock(&s->mu);
@@ -343,43 +343,49 @@ static void *subscriber_main(void *arg)
                 if (s->dirty) queue_commands(s, dlock_mono_ms(), &want_connect);
             }
             for (int i = 0; i < s->n_links; i++) {
-                redisContext *c = s->links[i].c;
+                dlock_link *c = s->links[i].c;
                 if (!c) continue;
-                int done = 0;
-                while (!done && redisBufferWrite(c, &done) == REDIS_OK) {}
-                if (c->err) {
+                if (dlock_link_pending(c) > 0 && dlock_link_flush(c) != 0) {
                     dlock_topo_node_failed(s->client->topo, s->links[i].node);
                     link_reset(s, i);
                 }
             }
         }
         struct pollfd fds[MAX_LINKS + 1];
-        int which[MAX_LINKS + 1], nfds = 1;
+        int which[MAX_LINKS + 1], nfds = 1, buffered = 0;
         fds[0] = (struct pollfd){s->wake_fd, POLLIN, 0};
         for (int i = 0; i < s->n_links; i++) {
             if (!s->links[i].c) continue;
-            fds[nfds] = (struct pollfd){s->links[i].c->fd, POLLIN, 0};
+            fds[nfds] = (struct pollfd){dlock_link_fd(s->links[i].c), POLLIN, 0};
+            /* TLS may hold decrypted bytes poll() cannot see. */
+            if (dlock_link_buffered(s->links[i].c) > 0) buffered = 1;
             which[nfds++] = i;
         }
-        int timeout = poll_timeout(s, now);
+        int timeout = buffered ? 0 : poll_timeout(s, now);
         pthread_mutex_unlock(&s->mu);
         int n = poll(fds, (nfds_t)nfds, timeout);
         int broken[MAX_LINKS + 1] = {0};
-        for (int f = 1; n > 0 && f < nfds; f++)
-            if (fds[f].revents & (POLLIN | POLLHUP | POLLERR))
-                broken[f] = redisBufferRead(s->links[which[f]].c) != REDIS_OK;
+        char buf[16384];
+        for (int f = 1; f < nfds; f++) {
+            dlock_link *c = s->links[which[f]].c;
+            if (!((n > 0 && (fds[f].revents & (POLLIN | POLLHUP | POLLERR))) || dlock_link_buffered(c) > 0)) continue;
+            ssize_t k = dlock_link_recv(c, buf, sizeof buf);
+            broken[f] = k <= 0 || dlock_link_feed(c, buf, (size_t)k) != 0;
+        }
         if (n > 0 && (fds[0].revents & POLLIN)) drain_wake_fd(s);
         pthread_mutex_lock(&s->mu);
 
         for (int f = 1; f < nfds; f++) {
             int L = which[f];
             sub_link *k = &s->links[L];
-            void *reply;
-            while (!broken[f] && k->c && redisGetReplyFromReader(k->c, &reply) == REDIS_OK && reply) {
+            redisReply *reply;
+            while (!broken[f] && k->c) {
+                if (dlock_link_reply(k->c, &reply) != 0) broken[f] = 1;
+                if (!reply) break;
                 on_reply(s, L, reply);
                 freeReplyObject(reply);
             }
-            if (k->c && (broken[f] || k->c->err)) {
+            if (k->c && broken[f]) {
                 dlock_topo_node_failed(s->client->topo, k->node);
                 link_reset(s, L);
                 k->backoff = 20;
@@ -391,7 +397,7 @@ static void *subscriber_main(void *arg)
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_links; i++)
-        if (s->links[i].c) redisFree(s->links[i].c);
+        if (s->links[i].c) dlock_link_free(s->links[i].c);
     return NULL;
 }
 

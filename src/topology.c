@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tls.h"
 #include "topology.h"
 #include "util.h"
 
@@ -67,9 +68,16 @@ dlock_status dlock_topo_new(const char *url, const char *username, const char *p
         free(t);
         return st;
     }
+    if (t->url.tls && (st = dlock_tls_new(&t->url, &t->tls)) != DLOCK_OK) {
+        dlock_url_free(&t->url);
+        free(t);
+        return st;
+    }
     pthread_mutex_init(&t->mu, NULL);
-    t->cfg = (dlock_conn_cfg){t->url.user, t->url.password, t->url.db, connect_timeout_ms, command_timeout_ms,
-                              t->url.kind == DLOCK_URL_SENTINEL, &t->closing};
+    t->cfg = (dlock_conn_cfg){t->url.user,       t->url.password,
+                              t->url.db,         connect_timeout_ms,
+                              command_timeout_ms, t->url.kind == DLOCK_URL_SENTINEL,
+                              &t->closing,       t->tls};
     atomic_init(&t->master, -1);
     t->any_node = -1;
     t->last_lookup = DLOCK_OK;
@@ -90,7 +98,8 @@ dlock_status dlock_topo_new(const char *url, const char *username, const char *p
     case DLOCK_URL_SENTINEL:
         /* Sentinels are asked without credentials first: the URL's are the
          * data nodes', and most Sentinels have none. */
-        t->sentinel_cfg = (dlock_conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing};
+        t->sentinel_cfg =
+            (dlock_conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing, t->tls};
         t->sentinel_auth_cfg = t->sentinel_cfg;
         t->sentinel_auth_cfg.user = t->url.user;
         t->sentinel_auth_cfg.password = t->url.password;
@@ -145,6 +154,7 @@ void dlock_topo_free(dlock_topo *t)
     free(t->sentinels);
     pthread_mutex_destroy(&t->mu);
     dlock_url_free(&t->url);
+    dlock_tls_free(t->tls);
     free(t);
 }
 
@@ -154,7 +164,7 @@ int dlock_topo_node_index(dlock_topo *t, const char *host, int port, int locked)
     int n = atomic_load(&t->n_nodes), found = -1;
     for (int i = 0; i < n && found < 0; i++) {
         dlock_pool *p = atomic_load(&t->nodes[i]);
-        if (p->host && p->port == port && strcmp(p->host, host) == 0) found = i;
+        if (p->ep.host && p->ep.port == port && strcmp(p->ep.host, host) == 0) found = i;
     }
     if (found < 0 && n < DLOCK_MAX_NODES) {
         dlock_pool *p = calloc(1, sizeof *p);
@@ -253,9 +263,9 @@ int dlock_topo_is_cluster(const dlock_topo *t)
     return t->url.kind == DLOCK_URL_CLUSTER;
 }
 
-dlock_status dlock_topo_connect(dlock_topo *t, int node, redisContext **out)
+dlock_status dlock_topo_connect(dlock_topo *t, int node, dlock_link **out)
 {
-    return dlock_connect(dlock_topo_pool(t, node), out);
+    return dlock_pool_connect(dlock_topo_pool(t, node), out);
 }
 
 void dlock_topo_node_failed(dlock_topo *t, int node)

@@ -21,7 +21,8 @@
 
 typedef struct dlock_topo {
     dlock_url url;
-    dlock_conn_cfg cfg;                 /* data nodes: credentials, db, timeouts */
+    dlock_conn_cfg cfg;                 /* data nodes: credentials, db, timeouts, TLS */
+    struct dlock_tls *tls;              /* rediss URLs: TLS to every server, Sentinels too */
     _Atomic(dlock_pool *) nodes[DLOCK_MAX_NODES];
     atomic_int n_nodes;
     pthread_mutex_t mu;                 /* adding nodes; one lookup at a time */
@@ -89,7 +90,7 @@ void dlock_topo_mark_stale(dlock_topo *t);
 int dlock_topo_is_cluster(const dlock_topo *t);
 
 /* A fresh connection to node `node`, e.g. for a subscription. */
-dlock_status dlock_topo_connect(dlock_topo *t, int node, redisContext **out);
+dlock_status dlock_topo_connect(dlock_topo *t, int node, dlock_link **out);
 
 /* A connection to `node` broke or it refused to serve: its idle
  * connections go, and the topology is looked up again before next use. */

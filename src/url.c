@@ -6,6 +6,10 @@
  *   redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[?db=N]
  *   redis-cluster://[[user]:password@]host[:port][,host[:port]...]
  *
+ * and the TLS forms rediss://, rediss-sentinel://, rediss-cluster://, each
+ * with ?cacert=FILE&cert=FILE&key=FILE&sni=NAME&verify=no after the rest
+ * (see dlock.h).
+ *
  * The parser is strict on purpose: a URL comes from a command line or an
  * environment variable, and a typo that silently connects somewhere else
  * (port 6379 on a bad port string, db 0 on a bad db) is worse than an error.
@@ -256,6 +260,67 @@ static dlock_status parse_unix(const char *s, dlock_url *out)
     return q ? parse_db_query(q, out) : DLOCK_OK;
 }
 
+/* One name=value of a TLS URL's query: *field gets the decoded value. */
+static dlock_status set_param(dlock_url *out, char **field, const char *value, size_t len, const char *name)
+{
+    if (*field) return bad(out, name);
+    if (len == 0) return bad(out, "empty TLS parameter value");
+    *field = percent_decode(value, len);
+    return *field ? DLOCK_OK : bad(out, "bad percent-escape in a TLS parameter");
+}
+
+/* The query of a TLS URL, after the '?': cacert, cert, key, sni, verify
+ * and, where the scheme has databases there, db. Unknown names are
+ * refused, as every other part of a URL is: a misspelt cacert must not
+ * fall back to the system's store. */
+static dlock_status parse_tls_query(const char *q, int db_ok, dlock_url *out)
+{
+    while (*q) {
+        const char *amp = strchr(q, '&'), *end = amp ? amp : q + strlen(q);
+        const char *eq = memchr(q, '=', (size_t)(end - q));
+        if (!eq) return bad(out, "TLS parameters are name=value, joined by '&'");
+        size_t nlen = (size_t)(eq - q), vlen = (size_t)(end - eq - 1);
+        const char *v = eq + 1;
+        dlock_status st = DLOCK_OK;
+        long n;
+        if (nlen == 6 && !strncmp(q, "cacert", 6)) st = set_param(out, &out->tls_cacert, v, vlen, "cacert given twice");
+        else if (nlen == 4 && !strncmp(q, "cert", 4)) st = set_param(out, &out->tls_cert, v, vlen, "cert given twice");
+        else if (nlen == 3 && !strncmp(q, "key", 3)) st = set_param(out, &out->tls_key, v, vlen, "key given twice");
+        else if (nlen == 3 && !strncmp(q, "sni", 3)) st = set_param(out, &out->tls_sni, v, vlen, "sni given twice");
+        else if (nlen == 6 && !strncmp(q, "verify", 6)) {
+            if (vlen == 2 && !strncmp(v, "no", 2)) out->tls_verify = 0;
+            else if (vlen == 3 && !strncmp(v, "yes", 3)) out->tls_verify = 1;
+            else return bad(out, "verify must be yes or no");
+        } else if (nlen == 2 && !strncmp(q, "db", 2) && db_ok) {
+            if (parse_range(v, vlen, 0, 1000000, &n) != 0) return bad(out, "database must be a non-negative number");
+            out->db = (int)n;
+        } else {
+            return bad(out, "unknown TLS parameter (cacert, cert, key, sni and verify are understood)");
+        }
+        if (st != DLOCK_OK) return st;
+        q = amp ? amp + 1 : end;
+    }
+    if (!out->tls_cert != !out->tls_key) return bad(out, "cert and key go together");
+    return DLOCK_OK;
+}
+
+/* rediss://, rediss-sentinel://, rediss-cluster://: the plain form's
+ * parser on the part before the query, then the query. The query starts
+ * at the first '?', so a '@' in a file name does not end the credentials. */
+static dlock_status parse_tls(const char *rest, dlock_status (*plain)(const char *, dlock_url *), int db_ok,
+                              dlock_url *out)
+{
+    const char *q = strchr(rest, '?');
+    char *body = q ? strndup(rest, (size_t)(q - rest)) : strdup(rest);
+    if (!body) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_status st = plain(body, out);
+    free(body);
+    if (st != DLOCK_OK) return st;
+    out->tls = 1;
+    out->tls_verify = 1;
+    return q ? parse_tls_query(q + 1, db_ok, out) : DLOCK_OK;
+}
+
 dlock_status dlock_url_parse(const char *url, dlock_url *out)
 {
     if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output struct");
@@ -270,10 +335,11 @@ dlock_status dlock_url_parse(const char *url, dlock_url *out)
     if (strncmp(url, "unix://", 7) == 0) return parse_unix(url + 7, out);
     if (strncmp(url, "redis-sentinel://", 17) == 0) return parse_sentinel(url + 17, out);
     if (strncmp(url, "redis-cluster://", 16) == 0) return parse_cluster(url + 16, out);
-    if (strncmp(url, "rediss://", 9) == 0)
-        return dlock_fail(DLOCK_ERR_URL, "malformed URL: TLS (rediss://) is not supported");
-    return dlock_fail(DLOCK_ERR_URL,
-                      "malformed URL: must start with redis://, unix://, redis-sentinel:// or redis-cluster://");
+    if (strncmp(url, "rediss://", 9) == 0) return parse_tls(url + 9, parse_redis, 0, out);
+    if (strncmp(url, "rediss-sentinel://", 18) == 0) return parse_tls(url + 18, parse_sentinel, 1, out);
+    if (strncmp(url, "rediss-cluster://", 17) == 0) return parse_tls(url + 17, parse_cluster, 0, out);
+    return dlock_fail(DLOCK_ERR_URL, "malformed URL: must start with redis://, rediss://, unix://, "
+                                     "redis[s]-sentinel:// or redis[s]-cluster://");
 }
 
 void dlock_url_free(dlock_url *url)
@@ -284,6 +350,10 @@ void dlock_url_free(dlock_url *url)
     free(url->user);
     free(url->password);
     free(url->master);
+    free(url->tls_cacert);
+    free(url->tls_cert);
+    free(url->tls_key);
+    free(url->tls_sni);
     for (size_t i = 0; i < url->n_addrs; i++) free(url->addrs[i].host);
     free(url->addrs);
     memset(url, 0, sizeof *url);

@@ -2,6 +2,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -95,6 +97,21 @@ dlock_status dlock_check_lease(long lease_ms, long min_ms, int watchdog_ok)
         return dlock_fail(DLOCK_ERR_INVALID, "lease must be %ld to %ld ms%s", min_ms, DLOCK_LEASE_MAX_MS,
                           watchdog_ok ? ", or DLOCK_LEASE_WATCHDOG" : "");
     return DLOCK_OK;
+}
+
+int dlock_poll_fd(int fd, int want_write, int64_t deadline_ms)
+{
+    for (;;) {
+        int64_t left = deadline_ms - dlock_mono_ms();
+        if (left <= 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        struct pollfd p = {fd, (short)(want_write ? POLLOUT : POLLIN), 0};
+        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (n > 0) return 0;
+        if (n < 0 && errno != EINTR) return -1;
+    }
 }
 
 int64_t dlock_deadline(long wait_ms)

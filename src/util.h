@@ -49,6 +49,11 @@ dlock_status dlock_check_lease(long lease_ms, long min_ms, int watchdog_ok);
 /* Raise *a to v unless it is larger already. */
 void dlock_atomic_max(atomic_ullong *a, uint64_t v);
 
+/* Wait until `fd` is readable (or writable, `want_write`) or the
+ * monotonic `deadline_ms` passes: 0 when ready, -1 with errno (EAGAIN
+ * when the deadline passed). */
+int dlock_poll_fd(int fd, int want_write, int64_t deadline_ms);
+
 /* Deadline for a wait of `wait_ms` (DLOCK_WAIT_FOREVER gives -1). */
 int64_t dlock_deadline(long wait_ms);
 

@@ -20,11 +20,31 @@ typedef struct th_redis {
     char extra[512];      /* extra config lines given at start */
     char clock[32];       /* libfaketime offset of its clock ("-60s"), or "" */
     char clock_file[192]; /* or a file holding that offset, read again every second */
+    int tls_port;         /* th_redis_start_tls: its TLS port (its TCP port stays plaintext) */
+    char tls_url[512];    /* rediss://127.0.0.1:TLS_PORT?cacert=DIR/ca.pem */
 } th_redis;
 
 /* Start a private redis-server; `extra_conf` (may be NULL) is appended to its
  * config, e.g. "requirepass s3cret\n". Returns 0 on success. */
 int th_redis_start(th_redis *r, const char *extra_conf);
+
+/*
+ * Certificates for TLS tests, made with the openssl command line in `dir`
+ * (which must exist): ca.pem/ca.key (the test CA); server.pem/.key for
+ * localhost and 127.0.0.1; wronghost.pem/.key for wrong.example only;
+ * expired.pem/.key (valid for a day, long ago); client.pem/.key (a client
+ * certificate); other-ca.pem (a CA that signed none of them). 0 on success.
+ */
+int th_tls_certs(const char *dir);
+
+/* Start a redis-server that speaks TLS on a free loopback port, with the
+ * certificate `cert` ("server", "wronghost", "expired") from `certdir`,
+ * the unix socket and the TCP port still plaintext (for the harness's own
+ * commands, and tests that build URLs of their own from them);
+ * `extra_conf` as for th_redis_start() (e.g.
+ * "tls-auth-clients yes\n"; client certificates are optional otherwise).
+ * Fills tls_port and tls_url. */
+int th_redis_start_tls(th_redis *r, const char *certdir, const char *cert, const char *extra_conf);
 
 /* Stop it (SIGTERM, then SIGKILL after 5 s) and remove its directory. */
 void th_redis_stop(th_redis *r);

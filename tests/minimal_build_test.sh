@@ -1,7 +1,7 @@
 #!/bin/sh
 # Minimal build test: configure and build this source tree with seckill,
 # the tests and the benchmarks off, in a temporary directory, where
-# pkg-config can find hiredis and nothing else, and check that the shared
+# pkg-config can find hiredis and OpenSSL and nothing else, and check that the shared
 # and static library and the dlock CLI came out of it and that the CLI runs.
 # A lookup of libmicrohttpd, cmocka, SQLite, libpq, Jansson or libcrypto
 # that crept back outside the part needing it fails the configure step.
@@ -14,10 +14,12 @@ tmp=$(mktemp -d /tmp/dlock-minimal-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fail() { echo "minimal_build_test: $*" >&2; exit 1; }
 
-# A pkg-config search path holding hiredis.pc only.
+# A pkg-config search path holding hiredis's and OpenSSL's files only.
 mkdir "$tmp/pc"
-pcdir=$(pkg-config --variable=pcfiledir hiredis) || fail "pkg-config does not know hiredis"
-cp "$pcdir/hiredis.pc" "$tmp/pc/"
+for m in hiredis openssl libssl libcrypto; do
+    pcdir=$(pkg-config --variable=pcfiledir $m) || fail "pkg-config does not know $m"
+    cp "$pcdir/$m.pc" "$tmp/pc/"
+done
 
 start=$(date +%s)
 PKG_CONFIG_LIBDIR=$tmp/pc PKG_CONFIG_PATH= cmake -S "$src" -B "$tmp/build" -DCMAKE_C_COMPILER="$cc" \
@@ -31,10 +33,10 @@ done
 for f in seckill/seckill bench/dlock-bench tests/test_lock; do
     [ -e "$tmp/build/$f" ] && fail "$f was built although its part is off"
 done
-if grep -Eq '^(MHD|SQLITE3|LIBPQ|JANSSON|LIBCRYPTO|CMOCKA)_FOUND' "$tmp/build/CMakeCache.txt"; then
+if grep -Eq '^(MHD|SQLITE3|LIBPQ|JANSSON|CMOCKA)_FOUND' "$tmp/build/CMakeCache.txt"; then
     fail "the minimal configuration looked up a dependency of an optional part"
 fi
 version=$(cat "$src/VERSION")
 out=$("$tmp/build/tools/dlock" --version) || fail "dlock --version failed"
 [ "$out" = "dlock $version" ] || fail "dlock --version says '$out', VERSION says $version"
-echo "minimal_build_test: library and dlock built with hiredis only in $(($(date +%s) - start)) s"
+echo "minimal_build_test: library and dlock built with hiredis and OpenSSL only in $(($(date +%s) - start)) s"

@@ -25,9 +25,20 @@ int th_target_start(th_target *t, const char *extra_conf)
         snprintf(t->url, sizeof t->url, "%s", t->single.url);
         return 0;
     }
+    if (strcmp(want, "tls") == 0) {
+        t->kind = TH_TARGET_SINGLE;
+        t->name = "tls";
+        snprintf(t->certs, sizeof t->certs, "/tmp/dlock-tls-XXXXXX");
+        if (!mkdtemp(t->certs) || th_tls_certs(t->certs) != 0 ||
+            th_redis_start_tls(&t->single, t->certs, "server", extra_conf) != 0)
+            return -1;
+        snprintf(t->url, sizeof t->url, "%s", t->single.tls_url);
+        fprintf(stderr, "target: tls at %s\n", t->url);
+        return 0;
+    }
     int cluster = strcmp(want, "cluster") == 0;
     if (!cluster && strcmp(want, "sentinel") != 0) {
-        fprintf(stderr, "DLOCK_TEST_TARGET must be single, sentinel or cluster, not \"%s\"\n", want);
+        fprintf(stderr, "DLOCK_TEST_TARGET must be single, tls, sentinel or cluster, not \"%s\"\n", want);
         return -1;
     }
     t->kind = cluster ? TH_TARGET_CLUSTER : TH_TARGET_SENTINEL;
@@ -42,6 +53,8 @@ void th_target_stop(th_target *t)
 {
     if (t->kind == TH_TARGET_SINGLE) th_redis_stop(&t->single);
     else th_topology_stop(&t->topo);
+    if (t->certs[0]) th_redis_remove_dir(t->certs);
+    t->certs[0] = '\0';
 }
 
 int th_target_master_port(th_target *t, const char *key)

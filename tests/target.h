@@ -2,8 +2,11 @@
  * The deployment a suite runs against, so that one suite proves the same
  * behaviour on one server, on Sentinel and on Cluster. DLOCK_TEST_TARGET
  * picks it: "single" (the default: one redis-server from harness.h),
- * "sentinel" or "cluster" (the topologies of topology.h). ctest runs each
- * such suite once per target (tests/CMakeLists.txt).
+ * "tls" (one redis-server the library reaches over TLS only: rediss://,
+ * certificates from th_tls_certs; the harness's own commands use its
+ * plaintext unix socket), "sentinel" or "cluster" (the topologies of
+ * topology.h). ctest runs each such suite once per target
+ * (tests/CMakeLists.txt).
  *
  * A suite talks to the servers only through these calls: commands go to
  * the master serving a key, so assertions about keys hold on every target.
@@ -24,8 +27,9 @@ typedef enum th_target_kind { TH_TARGET_SINGLE = 0, TH_TARGET_SENTINEL, TH_TARGE
 
 typedef struct th_target {
     th_target_kind kind;
-    const char *name;      /* "single", "sentinel" or "cluster" */
+    const char *name;      /* "single", "tls", "sentinel" or "cluster" */
     char url[512];         /* what clients connect to */
+    char certs[64];        /* "tls": the certificates' directory */
     th_redis single;       /* TH_TARGET_SINGLE */
     th_topology topo;      /* otherwise */
 } th_target;

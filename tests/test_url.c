@@ -69,7 +69,7 @@ static void empty_null_and_unknown_schemes_are_refused(void **state)
     (void)state;
     expect_bad("", "empty");
     expect_bad(NULL, "empty");
-    expect_bad("http://h:6379", "must start with redis://, unix://, redis-sentinel:// or redis-cluster://");
+    expect_bad("http://h:6379", "must start with redis://, rediss://, unix://, redis[s]-sentinel:// or redis[s]-cluster://");
     expect_bad("redis:/h", "must start with");
     expect_bad("redis:h", "must start with");
     expect_bad("redis//h", "must start with");
@@ -78,8 +78,6 @@ static void empty_null_and_unknown_schemes_are_refused(void **state)
     /* Bare sentinel:// and cluster:// are just unknown schemes ... */
     expect_bad("sentinel://h:26379", "must start with");
     expect_bad("cluster://h:7000", "must start with");
-    /* ... and TLS is known but refused with a message that says so. */
-    expect_bad("rediss://h:6380", "not supported");
     /* A NULL output struct is an invalid argument, not a URL error. */
     assert_int_equal(dlock_url_parse("redis://h", NULL), DLOCK_ERR_INVALID);
 }
@@ -391,6 +389,72 @@ static void bad_sentinel_urls_are_refused(void **state)
 }
 
 /* Cluster URLs: seed nodes (6379 by default) and optional credentials. */
+/* The TLS forms: the plain form's fields, TLS on with verification, and
+ * every parameter, percent-decoded; the '?' that starts them ends the
+ * rest of the URL, so a '/' in a path is not a database. */
+static void good_tls_urls_fill_their_fields(void **state)
+{
+    (void)state;
+    dlock_url u;
+    parse_ok("rediss://h:6380", &u);
+    assert_int_equal(u.kind, DLOCK_URL_TCP);
+    assert_int_equal(u.tls, 1);
+    assert_int_equal(u.tls_verify, 1);
+    assert_null(u.tls_cacert);
+    assert_null(u.tls_cert);
+    assert_null(u.tls_sni);
+    assert_int_equal(u.port, 6380);
+    dlock_url_free(&u);
+    parse_ok("rediss://u:p%3Fw@h/3?cacert=/etc/ca%20dir/ca.pem&cert=/c.pem&key=/k.pem&sni=redis.example&verify=no",
+             &u);
+    assert_string_equal(u.user, "u");
+    assert_string_equal(u.password, "p?w");
+    assert_int_equal(u.db, 3);
+    assert_string_equal(u.tls_cacert, "/etc/ca dir/ca.pem");
+    assert_string_equal(u.tls_cert, "/c.pem");
+    assert_string_equal(u.tls_key, "/k.pem");
+    assert_string_equal(u.tls_sni, "redis.example");
+    assert_int_equal(u.tls_verify, 0);
+    dlock_url_free(&u);
+    parse_ok("rediss-sentinel://s1,s2:26380/mymaster?db=2&cacert=/ca.pem", &u);
+    assert_int_equal(u.kind, DLOCK_URL_SENTINEL);
+    assert_int_equal(u.tls, 1);
+    assert_int_equal(u.n_addrs, 2);
+    assert_string_equal(u.master, "mymaster");
+    assert_int_equal(u.db, 2);
+    assert_string_equal(u.tls_cacert, "/ca.pem");
+    dlock_url_free(&u);
+    parse_ok("rediss-cluster://a:7000,b:7001?sni=c.example", &u);
+    assert_int_equal(u.kind, DLOCK_URL_CLUSTER);
+    assert_int_equal(u.tls, 1);
+    assert_int_equal(u.n_addrs, 2);
+    assert_string_equal(u.tls_sni, "c.example");
+    dlock_url_free(&u);
+    /* The plain forms take no TLS parameters. */
+    parse_ok("redis://h", &u);
+    assert_int_equal(u.tls, 0);
+    dlock_url_free(&u);
+}
+
+/* A misspelt parameter must not fall back to a default (the system's CA
+ * store, verification on or off): every TLS mistake is an error. */
+static void bad_tls_urls_are_refused(void **state)
+{
+    (void)state;
+    expect_bad("rediss://h?cafile=/ca.pem", "unknown TLS parameter");
+    expect_bad("rediss://h?cacert", "name=value");
+    expect_bad("rediss://h?cacert=", "empty TLS parameter value");
+    expect_bad("rediss://h?cacert=/a&cacert=/b", "cacert given twice");
+    expect_bad("rediss://h?cert=/c.pem", "cert and key go together");
+    expect_bad("rediss://h?key=/k.pem", "cert and key go together");
+    expect_bad("rediss://h?verify=maybe", "verify must be yes or no");
+    expect_bad("rediss://h?cacert=/a%zz", "bad percent-escape");
+    expect_bad("rediss://h?db=2", "unknown TLS parameter"); /* rediss:// has /db */
+    expect_bad("rediss-cluster://h?db=1", "unknown TLS parameter");
+    expect_bad("rediss://h:0?cacert=/a", "port must be");
+    expect_bad("redis://h?cacert=/a", "unexpected characters");
+}
+
 static void good_cluster_urls_fill_their_fields(void **state)
 {
     (void)state;
@@ -530,6 +594,8 @@ int main(void)
         cmocka_unit_test(good_sentinel_urls_fill_their_fields),
         cmocka_unit_test(bad_sentinel_urls_are_refused),
         cmocka_unit_test(good_cluster_urls_fill_their_fields),
+        cmocka_unit_test(good_tls_urls_fill_their_fields),
+        cmocka_unit_test(bad_tls_urls_are_refused),
         cmocka_unit_test(bad_cluster_urls_are_refused),
         cmocka_unit_test(url_free_is_safe_on_zeroed_and_null),
         cmocka_unit_test(client_new_reports_bad_url),
