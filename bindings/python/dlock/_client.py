@@ -1,0 +1,1075 @@
+"""The Python face of libdlock: Client and the objects it makes."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ctypes
+import itertools
+import logging
+import math
+import os
+import queue
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
+
+from . import _errors, _native
+from ._errors import ClientClosed, ForkedClient, InvalidArgument, NotAcquired, fail
+
+_lib = _native.lib
+_log = logging.getLogger("dlock")
+
+Name = Union[str, bytes]
+Seconds = Optional[float]
+LostCallback = Callable[["Hold"], Any]
+
+_LONG_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_long) - 1)) - 1
+_INT_MAX = (1 << 31) - 1
+_FOREVER = -1  # DLOCK_WAIT_FOREVER
+_WATCHDOG = 0  # DLOCK_LEASE_WATCHDOG
+_READ, _WRITE = 0, 1  # dlock_rw_mode
+_MODE_NAMES = {None: "lock", _READ: "read", _WRITE: "write"}
+
+# A wait in the main thread is cut into calls of at most this long, so that
+# Ctrl-C (and any other signal handler) runs within that time: Python runs
+# handlers between bytecodes, never while a foreign call is inside the
+# library. Fair locks are not cut: a fair waiter that stops waiting leaves
+# the queue and would lose its place.
+_SLICE_MS = 1000
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_DEFAULT: Any = _Default()
+
+
+def _ms(seconds: float, what: str) -> int:
+    """A non-negative number of seconds as whole milliseconds, rounded up so
+    that a short positive time never becomes 0 (which means something else
+    to the library)."""
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        raise TypeError("%s must be a number of seconds, not %r" % (what, seconds)) from None
+    if s != s or s < 0:
+        raise InvalidArgument("%s must be >= 0 seconds, not %r" % (what, seconds))
+    if s == math.inf:
+        return _LONG_MAX
+    return min(math.ceil(s * 1000), _LONG_MAX)
+
+
+def _wait_ms(wait: Seconds) -> int:
+    """None (or infinity): forever; 0: try once; else seconds."""
+    if wait is None:
+        return _FOREVER
+    ms = _ms(wait, "wait")
+    return _FOREVER if ms == _LONG_MAX else ms
+
+
+def _lease_ms(lease: Seconds) -> int:
+    """None: renewed by the watchdog until release; else a lease in seconds
+    after which the hold ends by itself (the library checks the range)."""
+    if lease is None:
+        return _WATCHDOG
+    ms = _ms(lease, "lease")
+    if ms == 0:
+        raise InvalidArgument("lease must be > 0 seconds, or None for the watchdog")
+    return ms
+
+
+def _option_ms(value: Seconds, what: str, limit: int) -> int:
+    if value is None:
+        return 0
+    ms = _ms(value, what)
+    if ms == 0 or ms > limit:
+        raise InvalidArgument("%s must be > 0 and at most %d ms, not %r s" % (what, limit, value))
+    return ms
+
+
+def _cname(name: Name, what: str = "name") -> bytes:
+    """A name as the library takes it. A NUL would silently cut the name in
+    C, so it is refused here; the library checks everything else."""
+    if isinstance(name, str):
+        try:
+            b = name.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgument("%s is not valid UTF-8: %s" % (what, e)) from None
+    elif isinstance(name, bytes):
+        b = name
+    else:
+        raise TypeError("%s must be str or bytes, not %s" % (what, type(name).__name__))
+    if b"\0" in b:
+        raise InvalidArgument("%s contains a NUL character" % what)
+    return b
+
+
+def _check(status: int) -> None:
+    if status:
+        fail(status)
+
+
+# ---------------------------------------------------------------------------
+# One service thread per process runs the loss callbacks (never on the
+# library's watchdog thread, where a slow callback would delay every
+# renewal of the client) and frees handles dropped by the garbage collector
+# (never inside the collector, which may run on the watchdog thread itself,
+# in a ctypes callback, where freeing a lock would wait for that thread).
+
+class _Service:
+    def __init__(self) -> None:
+        self.q: "queue.SimpleQueue[Tuple[Callable[..., Any], tuple]]" = queue.SimpleQueue()
+        self.thread: Optional[threading.Thread] = None
+        self.mu = threading.Lock()
+
+    def put(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.thread is None:
+            with self.mu:
+                if self.thread is None:
+                    t = threading.Thread(target=self._run, name="dlock-service", daemon=True)
+                    t.start()
+                    self.thread = t
+        self.q.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            fn, args = self.q.get()
+            try:
+                fn(*args)
+            except Exception:
+                _log.exception("dlock: exception in %r", fn)
+
+
+_service = _Service()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's service thread does not exist in the child, and its
+    # queue's lock may have been taken at the moment of fork().
+    global _service
+    _service = _Service()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---------------------------------------------------------------------------
+# Client state, shared with the finalizers (which must not keep the Client
+# alive).
+
+class _State:
+    def __init__(self) -> None:
+        self.ptr: Optional[int] = None
+        self.pid = os.getpid()
+        self.mu = threading.Lock()
+        self.idle = threading.Condition(self.mu)
+        self.busy = 0  # library calls under way on the client or its handles
+        self.closed = False
+        # Live C handles: key -> (free function, pointer).
+        self.ptrs: Dict[int, Tuple[Any, int]] = {}
+        # Handles by (kind, name), shared by every object of that name, so
+        # that the holds of one thread are one owner for the library and
+        # re-entry works across c.lock(name) calls.
+        self.shared: "weakref.WeakValueDictionary[Tuple[str, bytes], _Handle]" = \
+            weakref.WeakValueDictionary()
+        # Handles with holds open, kept alive while they are held even when
+        # the caller dropped every object that refers to them.
+        self.pinned: Set["_Handle"] = set()
+
+    def enter(self) -> None:
+        if os.getpid() != self.pid:
+            raise ForkedClient(
+                "this dlock Client was made in process %d and used in process %d, a child made "
+                "by fork(); libdlock's threads and connections do not survive fork(): make a new "
+                "Client in the child" % (self.pid, os.getpid()))
+        with self.mu:
+            if self.closed:
+                raise ClientClosed("the dlock Client was closed")
+            self.busy += 1
+
+    def leave(self) -> None:
+        with self.mu:
+            self.busy -= 1
+            if self.busy == 0 and self.closed:
+                self.idle.notify_all()
+
+    def free_handle(self, key: int) -> None:
+        """Free one C handle unless close() already took it."""
+        if os.getpid() != self.pid:
+            return
+        with self.mu:
+            entry = self.ptrs.pop(key, None)
+            if entry is None or self.closed:
+                return
+            self.busy += 1
+        try:
+            entry[0](entry[1])
+        finally:
+            self.leave()
+
+    def close(self, wait: bool = True) -> bool:
+        """Free every handle, then the client. With wait=False (at exit)
+        give up, leaking, rather than wait for calls still under way."""
+        if os.getpid() != self.pid:
+            return False
+        with self.mu:
+            if self.ptr is None:
+                return True
+            self.closed = True
+            if self.busy and not wait:
+                return False
+            while self.busy:
+                self.idle.wait()
+            if self.ptr is None:  # closed by another thread meanwhile
+                return True
+            entries = list(self.ptrs.values())
+            self.ptrs.clear()
+            ptr, self.ptr = self.ptr, None
+        for free, p in entries:
+            free(p)
+        if ptr is not None:
+            _lib.dlock_client_free(ptr)
+        self.pinned.clear()
+        return True
+
+
+_live_states: "weakref.WeakSet[_State]" = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    for st in list(_live_states):
+        st.close(wait=False)
+
+
+# Registered when the first client is made, hence after threading's own
+# exit handler: runs before the interpreter finalizes, while the library's
+# threads may still call back into Python.
+_exit_registered = False
+
+
+# ---------------------------------------------------------------------------
+# C handles and loss reports.
+
+_keys = itertools.count(1)
+# key -> the handle, for the loss callbacks (arg = key).
+_by_key: Dict[int, "weakref.ref[_Handle]"] = {}
+
+_FREE = {
+    "lock": _lib.dlock_lock_free,
+    "fair": _lib.dlock_lock_free,
+    "rw": _lib.dlock_rwlock_free,
+    "sem": _lib.dlock_semaphore_free,
+    "latch": _lib.dlock_latch_free,
+}
+_NEW = {
+    "lock": _lib.dlock_lock_new,
+    "fair": _lib.dlock_lock_new_fair,
+    "rw": _lib.dlock_rwlock_new,
+    "sem": _lib.dlock_semaphore_new,
+    "latch": _lib.dlock_latch_new,
+}
+
+
+def _reap(state: _State, key: int) -> None:
+    _by_key.pop(key, None)
+    state.free_handle(key)
+
+
+def _queue_reap(state: _State, key: int) -> None:
+    _service.put(_reap, state, key)
+
+
+class _Handle:
+    """One C handle (dlock_lock, dlock_rwlock, ...) and the Python holds of
+    it, per thread."""
+
+    __slots__ = ("state", "kind", "name", "ptr", "key", "mu", "stacks", "__weakref__")
+
+    def __init__(self, state: _State, kind: str, name: bytes, ptr: int) -> None:
+        self.state = state
+        self.kind = kind
+        self.name = name
+        self.ptr = ptr
+        self.key = next(_keys)
+        self.mu = threading.Lock()
+        # (thread ident, mode) -> the open holds of that thread, oldest first.
+        self.stacks: Dict[Tuple[int, Optional[int]], List[Hold]] = {}
+        _by_key[self.key] = weakref.ref(self)
+        state.ptrs[self.key] = (_FREE[kind], ptr)
+        weakref.finalize(self, _queue_reap, state, self.key)
+        if kind in ("lock", "fair"):
+            _lib.dlock_lock_on_lost(ptr, _on_lost, self.key)
+        elif kind == "rw":
+            _lib.dlock_rwlock_on_lost(ptr, _on_rw_lost, self.key)
+
+    def push(self, hold: "Hold") -> None:
+        with self.mu:
+            self.stacks.setdefault((hold._thread, hold._mode), []).append(hold)
+            self.state.pinned.add(self)
+
+    def pop(self, mode: Optional[int], ended: bool, lost: bool) -> Optional["Hold"]:
+        """The calling thread released one hold (or, with ended, all of
+        them: the library forgot the hold). Returns the hold taken off."""
+        key = (threading.get_ident(), mode)
+        with self.mu:
+            stack = self.stacks.get(key)
+            if not stack:
+                return None
+            gone = stack[:] if ended else [stack[-1]]
+            del stack[len(stack) - len(gone):]
+            if not stack:
+                del self.stacks[key]
+            if not self.stacks:
+                self.state.pinned.discard(self)
+        for h in gone:
+            h._open = False
+            if lost:
+                h._flag = True
+        return gone[-1]
+
+    def mark_lost(self, mode: Optional[int], token: int) -> List["Hold"]:
+        """The library found a hold gone: flag the holds it names. A read
+        hold's report carries no token (0), so every read hold of this
+        handle is flagged; the watchdog renews them together, and what ends
+        one (a pause, a force unlock, an unreachable server) ends all."""
+        with self.mu:
+            found = [h for (_, m), stack in self.stacks.items() if m == mode
+                     for h in stack if mode == _READ or h.token == token]
+        for h in found:
+            h._flag = True
+        return found
+
+
+def _report(holds: List["Hold"]) -> None:
+    """On the service thread: each lock object's callback, once, with its
+    outermost lost hold."""
+    seen: Set[int] = set()
+    for h in holds:
+        owner = getattr(h.lock, "_rw", h.lock)  # both sides of an RWLock: once
+        if id(owner) in seen:
+            continue
+        seen.add(id(owner))
+        fn = h.lock.on_lost
+        if fn is not None:
+            try:
+                fn(h)
+            except Exception:
+                _log.exception("dlock: exception in the on_lost callback of %r", h.lock)
+
+
+def _lost(key: Optional[int], mode: Optional[int], token: int) -> None:
+    ref = _by_key.get(key) if key is not None else None
+    h = ref() if ref is not None else None
+    if h is None:
+        return
+    holds = h.mark_lost(mode, token)
+    if holds:
+        _service.put(_report, holds)
+
+
+# Called on the library's watchdog thread; ctypes takes the GIL for them.
+# They only flag and queue: the user's callback runs on the service thread.
+@_native.LOST_FN
+def _on_lost(_lock: Optional[int], token: int, arg: Optional[int]) -> None:
+    try:
+        _lost(arg, None, token)
+    except Exception:
+        _log.exception("dlock: loss report failed")
+
+
+@_native.RW_LOST_FN
+def _on_rw_lost(_rw: Optional[int], mode: int, token: int, arg: Optional[int]) -> None:
+    try:
+        _lost(arg, mode, token)
+    except Exception:
+        _log.exception("dlock: loss report failed")
+
+
+# ---------------------------------------------------------------------------
+# asyncio: the library has no asynchronous lock API yet, so an async hold
+# runs its acquire and its release on one thread of a pool: holds belong to
+# threads, so the thread that acquired must be the one that releases. Each
+# task keeps one such thread while it holds anything, which also makes
+# nested `async with` of one lock in one task re-entrant.
+
+class _Owner:
+    """A thread that runs the calls of the holds given to it, one by one."""
+
+    def __init__(self) -> None:
+        self.q: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.uses = 0
+        threading.Thread(target=self._run, name="dlock-async-owner", daemon=True).start()
+
+    def submit(self, fn: Callable[[], Any]) -> "concurrent.futures.Future[Any]":
+        f: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+        self.q.put((fn, f))
+        return f
+
+    def _run(self) -> None:
+        while True:
+            fn, f = self.q.get()
+            if not f.set_running_or_notify_cancel():
+                continue
+            try:
+                f.set_result(fn())
+            except BaseException as e:  # handed to the awaiting task
+                f.set_exception(e)
+
+
+class _Owners:
+    def __init__(self) -> None:
+        self.mu = threading.Lock()
+        self.idle: List[_Owner] = []
+        self.by_task: "weakref.WeakKeyDictionary[asyncio.Task[Any], _Owner]" = \
+            weakref.WeakKeyDictionary()
+
+    def take(self, task: "asyncio.Task[Any]") -> _Owner:
+        with self.mu:
+            o = self.by_task.get(task)
+            if o is None:
+                o = self.idle.pop() if self.idle else _Owner()
+                self.by_task[task] = o
+            o.uses += 1
+            return o
+
+    def give(self, task: "asyncio.Task[Any]", o: _Owner) -> None:
+        with self.mu:
+            o.uses -= 1
+            if o.uses == 0:
+                self.by_task.pop(task, None)
+                self.idle.append(o)
+
+
+_owners = _Owners()
+
+
+def _current_task() -> "asyncio.Task[Any]":
+    t = asyncio.current_task()
+    if t is None:
+        raise RuntimeError("dlock: async with needs a running asyncio task")
+    return t
+
+
+# ---------------------------------------------------------------------------
+# Public objects.
+
+class Hold:
+    """One acquisition: its fencing ``token`` and whether it was ``lost``.
+
+    Returned by ``acquire()`` and by ``with lock as hold``. Holds belong to
+    the thread that acquired them.
+    """
+
+    __slots__ = ("lock", "token", "_mode", "_thread", "_flag", "_open", "__weakref__")
+
+    def __init__(self, lock: "_Exclusive", token: int, mode: Optional[int]) -> None:
+        self.lock = lock
+        #: The fencing token: greater than every token handed out before
+        #: for this name (for a read hold: the latest write hold's token).
+        self.token = token
+        self._mode = mode
+        self._thread = threading.get_ident()
+        self._flag = False
+        self._open = True
+
+    @property
+    def mode(self) -> str:
+        """"lock" for plain and fair locks, "read" or "write"."""
+        return _MODE_NAMES[self._mode]
+
+    @property
+    def lost(self) -> bool:
+        """True once this hold can no longer be trusted: the watchdog found
+        it gone (expired during a pause, force-unlocked, taken over), or its
+        trusted time (the lease less the safety margin) is over by this
+        process's clock. Asked from the holding thread it is exact by the
+        clock even before the watchdog thread has run; asked from another
+        thread it says what the loss callback has reported."""
+        if self._flag:
+            return True
+        if not self._open or threading.get_ident() != self._thread:
+            return False
+        if self.lock._query_lost(self._mode):
+            self._flag = True
+        return self._flag
+
+    @property
+    def held(self) -> bool:
+        """True until released (a lost hold still counts as held until its
+        release, which raises LockLost)."""
+        return self._open
+
+    def release(self) -> None:
+        """Release this hold (one level of re-entry), from its thread."""
+        self.lock._release(self._mode)
+
+    def __enter__(self) -> "Hold":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._open:
+            _exit_release(self.lock, self._mode, exc[0] is not None)
+
+    def __repr__(self) -> str:
+        return "<dlock.Hold %s %r token=%d%s%s>" % (
+            self.mode, self.lock.name, self.token, " lost" if self._flag else "",
+            "" if self._open else " released")
+
+
+def _exit_release(lock: "_Exclusive", mode: Optional[int], raising: bool) -> None:
+    """Release at the end of a with block. A failed release (the hold was
+    lost: the block may have run without the lock) is raised, unless the
+    block is raising already: its exception goes on and the release's is
+    only logged."""
+    try:
+        lock._release(mode)
+    except _errors.DlockError:
+        if not raising:
+            raise
+        _log.warning("dlock: release of %r failed while an exception was raised", lock,
+                     exc_info=True)
+
+
+class _OnHandle:
+    """An object over one shared C handle: its name and guarded calls."""
+
+    _h: _Handle
+
+    @property
+    def name(self) -> str:
+        return self._h.name.decode("utf-8", "replace")
+
+    def _rc(self, fn: Any, *args: Any) -> int:
+        """fn(handle, *args) while the client is known to be open."""
+        st = self._h.state
+        st.enter()
+        try:
+            return fn(self._h.ptr, *args)
+        finally:
+            st.leave()
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        _check(self._rc(fn, *args))
+
+
+class _Exclusive(_OnHandle):
+    """What a plain lock, a fair lock and one mode of a read-write lock
+    share: acquire with wait and lease, release, holds per thread."""
+
+    _mode: Optional[int] = None
+
+    def __init__(self, handle: _Handle, wait: Seconds, lease: Seconds,
+                 on_lost: Optional[LostCallback]) -> None:
+        self._h = handle
+        self._wait = _wait_ms(wait)
+        self._lease = _lease_ms(lease)
+        #: Called with the Hold when the library finds it lost, on a
+        #: thread of this package (not the library's watchdog thread), so
+        #: it may take its time and call into the library.
+        self.on_lost: Optional[LostCallback] = on_lost
+
+    # The three calls each kind makes in C.
+    def _c_acquire(self, wait_ms: int, lease_ms: int, token: ctypes.c_uint64) -> int:
+        raise NotImplementedError
+
+    def _c_release(self) -> int:
+        raise NotImplementedError
+
+    def _c_lost(self) -> int:
+        raise NotImplementedError
+
+    def _sliced(self) -> bool:
+        return True
+
+    def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> Hold:
+        """Acquire for the calling thread and return the Hold.
+
+        ``wait``: seconds to wait (0: try once; None: forever); ``lease``:
+        seconds after which the hold ends by itself, or None to have the
+        client's watchdog renew it until release. Both default to what the
+        lock was made with. Raises NotAcquired when the wait ends first.
+        Re-entry by the holding thread returns at once with the same token.
+        """
+        wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        st = self._h.state
+        token = ctypes.c_uint64()
+        st.enter()
+        try:
+            if (wait_ms == 0 or 0 < wait_ms <= _SLICE_MS or not self._sliced()
+                    or threading.current_thread() is not threading.main_thread()):
+                rc = self._c_acquire(wait_ms, lease_ms, token)
+            else:
+                rc = self._acquire_in_slices(wait_ms, lease_ms, token)
+        finally:
+            st.leave()
+        if rc:
+            fail(rc)
+        hold = Hold(self, token.value, self._mode)
+        self._h.push(hold)
+        return hold
+
+    def _acquire_in_slices(self, wait_ms: int, lease_ms: int, token: ctypes.c_uint64) -> int:
+        deadline = None if wait_ms == _FOREVER else _now_ms() + wait_ms
+        while True:
+            left = _SLICE_MS if deadline is None else max(0, min(_SLICE_MS, deadline - _now_ms()))
+            rc = self._c_acquire(left, lease_ms, token)
+            if rc != _errors.ERR_TIMEOUT or (deadline is not None and _now_ms() >= deadline):
+                return rc
+
+    def release(self) -> None:
+        """Release the calling thread's latest hold (one level of re-entry).
+        Raises NotOwner when this thread holds nothing here, LockLost when
+        the hold had been lost (the hold is gone either way)."""
+        self._release(self._mode)
+
+    def _release(self, mode: Optional[int]) -> None:
+        rc = self._rc(lambda _ptr: self._c_release())
+        if rc == _errors.ERR_LOST:
+            self._h.pop(mode, ended=True, lost=True)
+        elif rc == 0:
+            self._h.pop(mode, ended=False, lost=False)
+        if rc:
+            fail(rc)
+
+    def _query_lost(self, mode: Optional[int]) -> bool:
+        return bool(self._rc(lambda _ptr: self._c_lost()))
+
+    @property
+    def lost(self) -> bool:
+        """True when the calling thread's current or latest hold was lost
+        (see Hold.lost)."""
+        return self._query_lost(self._mode)
+
+    def __enter__(self) -> Hold:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        _exit_release(self, self._mode, exc[0] is not None)
+
+    async def __aenter__(self) -> Hold:
+        task = _current_task()
+        owner = _owners.take(task)
+        f = owner.submit(self.acquire)
+        try:
+            return await asyncio.wrap_future(f)
+        except asyncio.CancelledError:
+            # The acquire goes on in the owner thread; if it succeeds,
+            # release it there (the done callback runs on that thread).
+            def undo(done: "concurrent.futures.Future[Any]") -> None:
+                if not done.cancelled() and done.exception() is None:
+                    try:
+                        done.result().release()
+                    except _errors.DlockError:
+                        pass
+                _owners.give(task, owner)
+            f.add_done_callback(undo)
+            raise
+        except BaseException:
+            _owners.give(task, owner)
+            raise
+
+    async def __aexit__(self, *exc: Any) -> None:
+        task = _current_task()
+        with _owners.mu:
+            owner = _owners.by_task.get(task)
+        if owner is None:
+            raise RuntimeError("dlock: async exit from a task that did not enter")
+        try:
+            await asyncio.wrap_future(owner.submit(
+                lambda: _exit_release(self, self._mode, exc[0] is not None)))
+        finally:
+            _owners.give(task, owner)
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Lock(_Exclusive):
+    """A reentrant distributed lock (plain or fair), made by Client.lock()
+    and Client.fair_lock(). Use it as ``with lock as hold:`` (or ``async
+    with``), or with acquire()/release(). Every Lock of one name and kind
+    from one Client is one owner per thread, so re-entry works across them.
+    """
+
+    def _c_acquire(self, wait_ms: int, lease_ms: int, token: ctypes.c_uint64) -> int:
+        return _lib.dlock_lock_acquire(self._h.ptr, wait_ms, lease_ms, ctypes.byref(token))
+
+    def _c_release(self) -> int:
+        return _lib.dlock_lock_release(self._h.ptr)
+
+    def _c_lost(self) -> int:
+        return _lib.dlock_lock_lost(self._h.ptr)
+
+    def _sliced(self) -> bool:
+        return self._h.kind != "fair"
+
+    @property
+    def fair(self) -> bool:
+        return self._h.kind == "fair"
+
+    def set_fence_floor(self, floor: int) -> None:
+        """Every later acquisition gets a token greater than ``floor`` (the
+        highest token your fenced resource has accepted)."""
+        _lib.dlock_lock_set_fence_floor(self._h.ptr, floor)
+
+    def __repr__(self) -> str:
+        return "<dlock.Lock %r%s>" % (self.name, " fair" if self.fair else "")
+
+
+class RWLockMode(_Exclusive):
+    """The read or the write side of an RWLock, used like a Lock."""
+
+    def __init__(self, rw: "RWLock", mode: int, wait: Seconds, lease: Seconds) -> None:
+        super().__init__(rw._h, wait, lease, None)
+        self._rw = rw
+        self._mode = mode
+
+    @property  # type: ignore[override]
+    def on_lost(self) -> Optional[LostCallback]:
+        return self._rw.on_lost
+
+    @on_lost.setter
+    def on_lost(self, fn: Optional[LostCallback]) -> None:
+        if hasattr(self, "_rw"):
+            self._rw.on_lost = fn
+
+    def _c_acquire(self, wait_ms: int, lease_ms: int, token: ctypes.c_uint64) -> int:
+        return _lib.dlock_rwlock_acquire(self._h.ptr, self._mode, wait_ms, lease_ms,
+                                         ctypes.byref(token))
+
+    def _c_release(self) -> int:
+        return _lib.dlock_rwlock_release(self._h.ptr, self._mode)
+
+    def _c_lost(self) -> int:
+        return _lib.dlock_rwlock_lost(self._h.ptr, self._mode)
+
+    def __repr__(self) -> str:
+        return "<dlock.RWLock %r %s>" % (self.name, _MODE_NAMES[self._mode])
+
+
+class RWLock(_OnHandle):
+    """Many readers or one writer, made by Client.rw_lock(). ``read()`` and
+    ``write()`` give the two sides, each used like a Lock. A thread holding
+    a read hold that asks for the write hold gets Deadlock."""
+
+    def __init__(self, handle: _Handle, on_lost: Optional[LostCallback]) -> None:
+        self._h = handle
+        #: Called with the lost Hold (see Lock.on_lost); hold.mode tells
+        #: which side.
+        self.on_lost = on_lost
+
+    def read(self, wait: Seconds = None, lease: Seconds = None) -> RWLockMode:
+        return RWLockMode(self, _READ, wait, lease)
+
+    def write(self, wait: Seconds = None, lease: Seconds = None) -> RWLockMode:
+        return RWLockMode(self, _WRITE, wait, lease)
+
+    def set_fence_floor(self, floor: int) -> None:
+        """As Lock.set_fence_floor, for the write holds."""
+        _lib.dlock_rwlock_set_fence_floor(self._h.ptr, floor)
+
+    def __repr__(self) -> str:
+        return "<dlock.RWLock %r>" % self.name
+
+
+class Semaphore(_OnHandle):
+    """A counting semaphore without owners (any process may release), made
+    by Client.semaphore(). ``with sem:`` takes one permit and returns it."""
+
+    def __init__(self, handle: _Handle, wait: Seconds) -> None:
+        self._h = handle
+        self._wait = _wait_ms(wait)
+
+    def set_permits(self, permits: int) -> bool:
+        """Set the number of permits if the semaphore does not exist yet;
+        True when this call set it."""
+        was = ctypes.c_int()
+        self._call(_lib.dlock_semaphore_set_permits, permits, ctypes.byref(was))
+        return bool(was.value)
+
+    def acquire(self, permits: int = 1, wait: Seconds = _DEFAULT) -> None:
+        """Take ``permits``, all or nothing; NotAcquired when too few became
+        free within ``wait`` seconds (None: forever)."""
+        wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
+        self._call(_lib.dlock_semaphore_acquire, permits, wait_ms)
+
+    def release(self, permits: int = 1) -> None:
+        self._call(_lib.dlock_semaphore_release, permits)
+
+    @property
+    def available(self) -> int:
+        n = ctypes.c_long()
+        self._call(_lib.dlock_semaphore_available, ctypes.byref(n))
+        return n.value
+
+    def __enter__(self) -> "Semaphore":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    # Semaphores have no owner thread, so any executor thread will do.
+    async def __aenter__(self) -> "Semaphore":
+        await asyncio.get_running_loop().run_in_executor(None, self.acquire)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.release)
+
+    def __repr__(self) -> str:
+        return "<dlock.Semaphore %r>" % self.name
+
+
+class Latch(_OnHandle):
+    """A count-down latch, made by Client.latch(): processes wait() until
+    others have counted it down to zero."""
+
+    def __init__(self, handle: _Handle) -> None:
+        self._h = handle
+
+    def set(self, count: int) -> bool:
+        """Set the count if the latch is not set; True when this call set it."""
+        was = ctypes.c_int()
+        self._call(_lib.dlock_latch_set, count, ctypes.byref(was))
+        return bool(was.value)
+
+    def count_down(self) -> int:
+        """Count down by one; returns the count left."""
+        left = ctypes.c_long()
+        self._call(_lib.dlock_latch_count_down, ctypes.byref(left))
+        return left.value
+
+    def wait(self, timeout: Seconds = None) -> bool:
+        """Wait until the count is zero: True, or False when ``timeout``
+        seconds passed first (as threading.Event.wait)."""
+        rc = self._rc(_lib.dlock_latch_await, _wait_ms(timeout))
+        if rc == _errors.ERR_TIMEOUT:
+            return False
+        _check(rc)
+        return True
+
+    async def wait_async(self, timeout: Seconds = None) -> bool:
+        """wait() in the event loop's default executor (a thread)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.wait, timeout)
+
+    @property
+    def count(self) -> int:
+        n = ctypes.c_long()
+        self._call(_lib.dlock_latch_count, ctypes.byref(n))
+        return n.value
+
+    def __repr__(self) -> str:
+        return "<dlock.Latch %r>" % self.name
+
+
+class LockInfo(NamedTuple):
+    """What Client.inspect() reports of a plain or fair lock."""
+
+    held: bool
+    holder: str  #: owner string "<client id>:<thread>:<handle>", "" when free
+    hold_count: int
+    ttl: Optional[float]  #: remaining lease in seconds, None when free
+    last_token: int
+
+
+class RWLockInfo(NamedTuple):
+    """What Client.inspect_rw() reports of a read-write lock."""
+
+    held: bool
+    writer: str
+    write_count: int
+    readers: int
+    ttl: Optional[float]
+    last_token: int
+
+
+def _ttl(ms: int) -> Optional[float]:
+    return None if ms < 0 else ms / 1000.0
+
+
+class Client:
+    """A connection to one Redis deployment, shared by every thread.
+
+    ``url``: every URL libdlock takes: ``redis://[[user]:password@]host[:port][/db]``,
+    ``unix:///path.sock[?db=N]``, ``redis-sentinel://host[:port],.../MASTER``,
+    ``redis-cluster://host[:port],...``. Times are seconds as floats; None
+    keeps the library's default. ``username``/``password`` replace the
+    URL's credentials (keep them out of URLs you log).
+
+    Connects before returning: InvalidURL, ConnectionError or
+    AuthenticationError tell what went wrong. One Client per process is
+    the normal use; it is thread-safe. It must not be used across fork():
+    in a child it raises ForkedClient; make a new one there. close() (or a
+    with block) stops its threads; holds still open are abandoned to
+    their leases.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: Seconds = None,
+                 command_timeout: Seconds = None, watchdog_lease: Seconds = None,
+                 fair_waiter_timeout: Seconds = None, offline_ok: bool = False,
+                 replica_acks: int = 0, replica_timeout: Seconds = None,
+                 safety_margin_pct: Optional[int] = None, username: Optional[str] = None,
+                 password: Optional[str] = None) -> None:
+        global _exit_registered
+        self._state = _State()
+        o = _native.Options()
+        o.connect_timeout_ms = _option_ms(connect_timeout, "connect_timeout", _INT_MAX)
+        o.command_timeout_ms = _option_ms(command_timeout, "command_timeout", _INT_MAX)
+        o.watchdog_lease_ms = _option_ms(watchdog_lease, "watchdog_lease", _LONG_MAX)
+        o.fair_waiter_timeout_ms = _option_ms(fair_waiter_timeout, "fair_waiter_timeout", _LONG_MAX)
+        o.offline_ok = 1 if offline_ok else 0
+        o.replica_acks = int(replica_acks)
+        o.replica_timeout_ms = _option_ms(replica_timeout, "replica_timeout", _INT_MAX)
+        o.safety_margin_pct = int(safety_margin_pct or 0)
+        o.username = None if username is None else _cname(username, "username")
+        o.password = None if password is None else _cname(password, "password")
+        ptr = ctypes.c_void_p()
+        _check(_lib.dlock_client_new(_cname(url, "url"), ctypes.byref(o), ctypes.byref(ptr)))
+        self._state.ptr = ptr.value
+        self._id = _lib.dlock_client_id(ptr.value).decode()
+        _live_states.add(self._state)
+        weakref.finalize(self, self._state.close, False)
+        if not _exit_registered:
+            import atexit
+            atexit.register(_close_at_exit)
+            _exit_registered = True
+
+    @property
+    def client_id(self) -> str:
+        """32 hex digits, the owner prefix of this client's holds."""
+        return self._id
+
+    @property
+    def closed(self) -> bool:
+        return self._state.closed
+
+    def close(self) -> None:
+        """Stop the client's threads and close its connections, after any
+        calls still under way in other threads return. Holds still open are
+        not released: their leases run out on the server."""
+        if os.getpid() != self._state.pid:
+            return  # the child owns no part of it (see ForkedClient)
+        self._state.close(wait=True)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _handle(self, kind: str, name: Name) -> _Handle:
+        key = (kind, _cname(name))
+        st = self._state
+        ptr = ctypes.c_void_p()
+        st.enter()
+        try:
+            h = st.shared.get(key)
+            if h is not None:
+                return h
+            _check(_NEW[kind](st.ptr, key[1], ctypes.byref(ptr)))
+            with st.mu:
+                h = st.shared.get(key)
+                if h is None:
+                    h = _Handle(st, kind, key[1], ptr.value)
+                    st.shared[key] = h
+                    ptr = None
+        finally:
+            st.leave()
+        if ptr is not None:  # another thread made it meanwhile
+            _FREE[kind](ptr)
+        return h
+
+    def lock(self, name: Name, wait: Seconds = None, lease: Seconds = None,
+             on_lost: Optional[LostCallback] = None) -> Lock:
+        """The reentrant lock ``name``. ``wait`` (seconds, None: forever)
+        and ``lease`` (seconds, None: renewed by the watchdog) are the
+        defaults of its acquisitions; ``on_lost(hold)`` is called when a
+        hold is found lost."""
+        return Lock(self._handle("lock", name), wait, lease, on_lost)
+
+    def fair_lock(self, name: Name, wait: Seconds = None, lease: Seconds = None,
+                  on_lost: Optional[LostCallback] = None) -> Lock:
+        """The fair (FIFO) lock ``name``; do not mix with lock() on one name.
+        A fair wait in the main thread is not cut short by Ctrl-C: give it
+        a wait bound."""
+        return Lock(self._handle("fair", name), wait, lease, on_lost)
+
+    def rw_lock(self, name: Name, on_lost: Optional[LostCallback] = None) -> RWLock:
+        """The read-write lock ``name``: ``rw.read()`` and ``rw.write()``."""
+        return RWLock(self._handle("rw", name), on_lost)
+
+    def semaphore(self, name: Name, permits: Optional[int] = None,
+                  wait: Seconds = None) -> Semaphore:
+        """The semaphore ``name``, created with ``permits`` if it does not
+        exist yet (every process may pass the same number at start-up)."""
+        sem = Semaphore(self._handle("sem", name), wait)
+        if permits is not None:
+            sem.set_permits(permits)
+        return sem
+
+    def latch(self, name: Name) -> Latch:
+        """The count-down latch ``name``."""
+        return Latch(self._handle("latch", name))
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        st = self._state
+        st.enter()
+        try:
+            rc = fn(st.ptr, *args)
+        finally:
+            st.leave()
+        _check(rc)
+
+    def ids(self, prefix: Name, n: int = 1) -> List[int]:
+        """``n`` (1 to 1,000,000) unique 64-bit IDs for ``prefix``:
+        (seconds since 2022-01-01Z) << 32 | the day's sequence."""
+        if not isinstance(n, int) or not 1 <= n <= 1_000_000:
+            raise InvalidArgument("n must be an int from 1 to 1000000, not %r" % (n,))
+        out = (ctypes.c_uint64 * n)()
+        self._call(_lib.dlock_id_next, _cname(prefix, "prefix"), out, n)
+        return list(out)
+
+    def inspect(self, name: Name) -> LockInfo:
+        """The state of lock ``name`` (plain or fair), read without change."""
+        i = _native.LockInfo()
+        self._call(_lib.dlock_lock_inspect, _cname(name), ctypes.byref(i))
+        return LockInfo(bool(i.held), i.holder.decode(errors="replace"), i.hold_count,
+                        _ttl(i.ttl_ms), i.last_token)
+
+    def inspect_rw(self, name: Name) -> RWLockInfo:
+        """The state of read-write lock ``name``."""
+        i = _native.RWLockInfo()
+        self._call(_lib.dlock_rwlock_inspect, _cname(name), ctypes.byref(i))
+        return RWLockInfo(bool(i.held), i.writer.decode(errors="replace"), i.write_count,
+                          i.readers, _ttl(i.ttl_ms), i.last_token)
+
+    def force_unlock(self, name: Name) -> bool:
+        """Break lock ``name`` and read-write lock ``name`` whoever holds
+        them, and wake their waiters; the holders are told their holds are
+        lost. True when anything was held. For operators."""
+        b = _cname(name)
+        a, r = ctypes.c_int(), ctypes.c_int()
+        self._call(_lib.dlock_lock_force_unlock, b, ctypes.byref(a))
+        self._call(_lib.dlock_rwlock_force_unlock, b, ctypes.byref(r))
+        return bool(a.value or r.value)
+
+    def __repr__(self) -> str:
+        return "<dlock.Client %s%s>" % (self._id, " closed" if self._state.closed else "")
+
+
+def check_name(name: Name) -> None:
+    """Raise InvalidArgument, with the library's reason, unless ``name`` is a
+    valid lock, semaphore or latch name (1 to 512 bytes, no braces, no
+    control characters). Needs no Redis."""
+    _check(_lib.dlock_check_name(_cname(name)))
+
+
+def check_id_prefix(prefix: Name) -> None:
+    """The same for an ID prefix: 1 to 64 of [A-Za-z0-9_.-]."""
+    _check(_lib.dlock_check_id_prefix(_cname(prefix, "prefix")))

@@ -1,0 +1,190 @@
+"""Loading libdlock with ctypes and declaring the functions the package calls.
+
+ctypes rather than cffi: it is in the standard library, so the package
+builds and installs with nothing but setuptools, generates no code, and a
+call through a CDLL releases the GIL for as long as the library runs (a
+thread waiting for a lock does not stop the interpreter's other threads).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from typing import List, Optional
+
+# The ABI this module was written against: dlock.h of 0.2.x. A library of
+# another major version may have other struct layouts.
+ABI_MAJOR = 0
+
+# Structures the library fills or reads get this much zeroed room after the
+# fields declared here, so a later library that appends fields reads zeros
+# (its defaults) or writes into the padding, never past the allocation.
+_SPARE = 256
+
+c_long = ctypes.c_long
+c_int = ctypes.c_int
+c_char_p = ctypes.c_char_p
+c_void_p = ctypes.c_void_p
+c_uint64 = ctypes.c_uint64
+
+
+class Options(ctypes.Structure):
+    """struct dlock_options; zero in a field means the library's default."""
+
+    _fields_ = [
+        ("connect_timeout_ms", c_int),
+        ("command_timeout_ms", c_int),
+        ("watchdog_lease_ms", c_long),
+        ("fair_waiter_timeout_ms", c_long),
+        ("offline_ok", c_int),
+        ("replica_acks", c_int),
+        ("replica_timeout_ms", c_int),
+        ("safety_margin_pct", c_int),
+        ("username", c_char_p),
+        ("password", c_char_p),
+        ("_spare", ctypes.c_char * _SPARE),
+    ]
+
+
+class LockInfo(ctypes.Structure):
+    """struct dlock_lock_info."""
+
+    _fields_ = [
+        ("held", c_int),
+        ("holder", ctypes.c_char * 96),
+        ("hold_count", c_long),
+        ("ttl_ms", c_long),
+        ("last_token", c_uint64),
+        ("_spare", ctypes.c_char * _SPARE),
+    ]
+
+
+class RWLockInfo(ctypes.Structure):
+    """struct dlock_rwlock_info."""
+
+    _fields_ = [
+        ("held", c_int),
+        ("writer", ctypes.c_char * 96),
+        ("write_count", c_long),
+        ("readers", c_long),
+        ("ttl_ms", c_long),
+        ("last_token", c_uint64),
+        ("_spare", ctypes.c_char * _SPARE),
+    ]
+
+
+# void (*)(dlock_lock *, uint64_t token, void *arg)
+LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_void_p)
+# void (*)(dlock_rwlock *, dlock_rw_mode, uint64_t token, void *arg)
+RW_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_uint64, c_void_p)
+
+_P = ctypes.POINTER
+# name: (result type, argument types)
+_PROTOTYPES = {
+    "dlock_strerror": (c_char_p, [c_int]),
+    "dlock_last_error": (c_char_p, []),
+    "dlock_version": (c_char_p, []),
+    "dlock_check_name": (c_int, [c_char_p]),
+    "dlock_check_id_prefix": (c_int, [c_char_p]),
+    "dlock_client_new": (c_int, [c_char_p, _P(Options), _P(c_void_p)]),
+    "dlock_client_free": (None, [c_void_p]),
+    "dlock_client_id": (c_char_p, [c_void_p]),
+    "dlock_lock_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
+    "dlock_lock_new_fair": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
+    "dlock_lock_free": (None, [c_void_p]),
+    "dlock_lock_acquire": (c_int, [c_void_p, c_long, c_long, _P(c_uint64)]),
+    "dlock_lock_release": (c_int, [c_void_p]),
+    "dlock_lock_set_fence_floor": (None, [c_void_p, c_uint64]),
+    "dlock_lock_lost": (c_int, [c_void_p]),
+    "dlock_lock_on_lost": (None, [c_void_p, LOST_FN, c_void_p]),
+    "dlock_lock_inspect": (c_int, [c_void_p, c_char_p, _P(LockInfo)]),
+    "dlock_lock_force_unlock": (c_int, [c_void_p, c_char_p, _P(c_int)]),
+    "dlock_id_next": (c_int, [c_void_p, c_char_p, _P(c_uint64), ctypes.c_size_t]),
+    "dlock_semaphore_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
+    "dlock_semaphore_free": (None, [c_void_p]),
+    "dlock_semaphore_set_permits": (c_int, [c_void_p, c_long, _P(c_int)]),
+    "dlock_semaphore_acquire": (c_int, [c_void_p, c_long, c_long]),
+    "dlock_semaphore_release": (c_int, [c_void_p, c_long]),
+    "dlock_semaphore_available": (c_int, [c_void_p, _P(c_long)]),
+    "dlock_latch_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
+    "dlock_latch_free": (None, [c_void_p]),
+    "dlock_latch_set": (c_int, [c_void_p, c_long, _P(c_int)]),
+    "dlock_latch_count_down": (c_int, [c_void_p, _P(c_long)]),
+    "dlock_latch_await": (c_int, [c_void_p, c_long]),
+    "dlock_latch_count": (c_int, [c_void_p, _P(c_long)]),
+    "dlock_rwlock_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
+    "dlock_rwlock_free": (None, [c_void_p]),
+    "dlock_rwlock_acquire": (c_int, [c_void_p, c_int, c_long, c_long, _P(c_uint64)]),
+    "dlock_rwlock_release": (c_int, [c_void_p, c_int]),
+    "dlock_rwlock_set_fence_floor": (None, [c_void_p, c_uint64]),
+    "dlock_rwlock_lost": (c_int, [c_void_p, c_int]),
+    "dlock_rwlock_on_lost": (None, [c_void_p, RW_LOST_FN, c_void_p]),
+    "dlock_rwlock_inspect": (c_int, [c_void_p, c_char_p, _P(RWLockInfo)]),
+    "dlock_rwlock_force_unlock": (c_int, [c_void_p, c_char_p, _P(c_int)]),
+}
+
+
+def candidates() -> List[str]:
+    """Where the library is looked for, in order: $DLOCK_LIBRARY (a file,
+    or a directory holding libdlock.so.0), then the dynamic loader's own
+    search (LD_LIBRARY_PATH, ld.so.cache, the system directories) under the
+    soname, then whatever ctypes.util.find_library finds."""
+    out = []
+    env = os.environ.get("DLOCK_LIBRARY")
+    if env:
+        if os.path.isdir(env):
+            out += [os.path.join(env, "libdlock.so.0"), os.path.join(env, "libdlock.so")]
+        else:
+            out.append(env)
+        # An explicit choice is not second-guessed by a system copy.
+        return out
+    out += ["libdlock.so.%d" % ABI_MAJOR, "libdlock.so"]
+    found = ctypes.util.find_library("dlock")
+    if found:
+        out.append(found)
+    return out
+
+
+def load() -> ctypes.CDLL:
+    """The library with its prototypes set; ImportError saying where it
+    looked when it cannot be loaded or is of another ABI."""
+    tried = []
+    lib: Optional[ctypes.CDLL] = None
+    for name in candidates():
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError as e:
+            tried.append("%s (%s)" % (name, e))
+    if lib is None:
+        raise ImportError(
+            "dlock: cannot load libdlock: tried " + "; ".join(tried)
+            + ". Install the C library (cmake --install; then ldconfig) or set "
+            "DLOCK_LIBRARY to the path of libdlock.so"
+        )
+    try:
+        for fn, (restype, argtypes) in _PROTOTYPES.items():
+            f = getattr(lib, fn)
+            f.restype = restype
+            f.argtypes = argtypes
+    except AttributeError as e:
+        raise ImportError("dlock: %s is not libdlock or too old: %s" % (lib._name, e)) from None
+    version = lib.dlock_version().decode()
+    if int(version.split(".")[0]) != ABI_MAJOR:
+        raise ImportError("dlock: %s is libdlock %s; this package needs %d.x"
+                          % (lib._name, version, ABI_MAJOR))
+    return lib
+
+
+lib = load()
+# The path the loader actually used (for error messages and dlock.library_path).
+path: str = lib._name
+
+
+def strerror(status: int) -> str:
+    return lib.dlock_strerror(status).decode()
+
+
+def last_error() -> str:
+    """This thread's last failure, as the library explained it."""
+    return lib.dlock_last_error().decode(errors="replace")
