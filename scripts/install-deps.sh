@@ -3,7 +3,7 @@
 # Idempotent: does nothing when every package is present. Needs root (or
 # sudo) only when something is missing.
 set -eu
-PKGS="cmake make gcc pkg-config libhiredis-dev redis-server redis-sentinel redis-tools libcmocka-dev libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql libjansson-dev libssl-dev faketime"
+PKGS="cmake make gcc pkg-config libhiredis-dev redis-server redis-sentinel redis-tools libcmocka-dev libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql libjansson-dev libssl-dev faketime python3 python3-pytest python3-redis python3-setuptools python3-pip python3-venv"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
