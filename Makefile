@@ -11,7 +11,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-cluster bench-seckill cluster install clean torture
+.PHONY: all deps build build-asan test test-plain test-asan demo bench bench-cluster bench-seckill bench-tls cluster install clean torture
 
 all: build
 
@@ -65,6 +65,12 @@ bench-cluster: deps
 	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/topology.sh $(BUILD)
+
+# What TLS costs: plaintext and TLS ports of one server, same cases.
+bench-tls: deps
+	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
+	bench/tls.sh $(BUILD)
 
 # The torture harness's long run (docs/SAFETY.md): every scenario, the
 # faults of each, TORTURE_SECONDS in all (600 by default) shared among

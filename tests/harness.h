@@ -28,13 +28,10 @@ typedef struct th_redis {
  * config, e.g. "requirepass s3cret\n". Returns 0 on success. */
 int th_redis_start(th_redis *r, const char *extra_conf);
 
-/*
- * Certificates for TLS tests, made with the openssl command line in `dir`
- * (which must exist): ca.pem/ca.key (the test CA); server.pem/.key for
- * localhost and 127.0.0.1; wronghost.pem/.key for wrong.example only;
- * expired.pem/.key (valid for a day, long ago); client.pem/.key (a client
- * certificate); other-ca.pem (a CA that signed none of them). 0 on success.
- */
+/* Certificates for TLS tests in `dir`, made by scripts/tls-certs.sh (see
+ * it for the list: a CA, a server's for localhost and 127.0.0.1, one for
+ * the wrong host, an expired one, a client's, a CA that signed none).
+ * 0 on success. */
 int th_tls_certs(const char *dir);
 
 /* Start a redis-server that speaks TLS on a free loopback port, with the
