@@ -50,11 +50,13 @@ demo: deps
 	@$(MAKE) --no-print-directory build
 	demo/run.sh $(BUILD)
 
-# The benchmark needs only dlock-bench (and the library), not the whole tree.
+# The benchmark needs only dlock-bench and the library, not the whole tree;
+# bench/python.sh runs the Python package (on libdlock.so) against redis-py.
 bench: deps
 	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
-	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
+	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench dlock
 	bench/run.sh $(BUILD)
+	bench/python.sh $(BUILD)
 
 bench-seckill: deps
 	@$(MAKE) --no-print-directory build

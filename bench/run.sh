@@ -243,13 +243,8 @@ if [ "${BENCH_ANCHORS:-0}" = 1 ]; then
             echo "bench: skipping node-redlock: no redlock and ioredis in $nm" >&2
         fi
     fi
-    py=""
-    for cand in ${BENCH_PYTHON:-} python3 /usr/bin/python3; do
-        if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import redis' 2>/dev/null; then
-            py=$cand
-            break
-        fi
-    done
+    # shellcheck disable=SC2086 # BENCH_PYTHON: one interpreter or none
+    python_with redis ${BENCH_PYTHON:-}
     if [ -n "$py" ]; then
         echo "bench: redis-py $("$py" -c 'import redis; print(redis.__version__)') on $("$py" --version)" >&2
         anchor_cases redis-py "$py" "$here/bench/anchors/redis-py.py"

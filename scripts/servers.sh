@@ -80,3 +80,18 @@ need() {
         command -v "$_t" >/dev/null 2>&1 || { echo "$_t not found in PATH" >&2; return 1; }
     done
 }
+
+# python_with MODULE [INTERPRETER...]: set py to the first interpreter (of
+# the ones given, then python3 and /usr/bin/python3: a pyenv python3 first
+# on PATH may lack Debian's modules) that can import MODULE; empty if none.
+python_with() {
+    _mod=$1
+    shift
+    py=""
+    for _cand in "$@" python3 /usr/bin/python3; do
+        if command -v "$_cand" >/dev/null 2>&1 && "$_cand" -c "import $_mod" 2>/dev/null; then
+            py=$_cand
+            return 0
+        fi
+    done
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""The lock+release loop of dlock-bench, in Python, for two libraries on
+one server: redis-py's Lock (Debian python3-redis) and dlock's Python
+package (bindings/python, on libdlock).
+
+    python3 pylocks.py --lib redis-py|dlock -u URL --mode uncontended|contended
+                       --workers N [--threads] [--seconds S]
+
+Prints one JSON line in dlock-bench's shape, "lib" being "redis-py" or
+"dlock-py", plus "wait_p99_us" (p99 of the acquire call alone, the wait
+when contended) and "kind": "processes" or "threads".
+
+Workers are N processes (the default), each with its own connection or
+Client, or with --threads N threads of one process sharing one redis.Redis
+(its connection pool) or one dlock.Client, all started and connected
+before the clock starts. Each loops acquire / release with a 10 s lease and
+the library's defaults otherwise:
+  - redis-py: Lock(timeout=10); acquire is SET NX PX, retried every 0.1 s
+    while the lock is held (it polls); release is one EVALSHA
+    (compare-and-delete);
+  - dlock: Client.lock(name, lease=10.0); acquire waits forever, woken by
+    the release (pub/sub, no polling); release is one EVALSHA. With
+    --fair, Client.fair_lock(): FIFO, a release wakes the queue's head only.
+uncontended: each worker its own lock; contended: all on one. Timing,
+warm-up (0.5 s), percentiles and handoff are defined as in dlock-bench.c,
+with CLOCK_MONOTONIC shared by all processes; holds of the one lock are
+ordered by the time their acquire returned, and two that overlap are
+reported as broken mutual exclusion (exit 70).
+"""
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+
+LEASE_S = 10
+WARMUP_NS = 500_000_000
+LABEL = {"redis-py": "redis-py", "dlock": "dlock-py"}
+
+
+def parse_args(default_lib=None):
+    """dlock-bench's options plus --lib and --threads; exit 64 on a mistake."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lib", choices=sorted(LABEL), default=default_lib, required=default_lib is None)
+    p.add_argument("-u", "--url", required=True)
+    p.add_argument("--mode", required=True, choices=["uncontended", "contended"])
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--threads", action="store_true", help="workers are threads of one process")
+    p.add_argument("--fair", action="store_true", help="dlock only: the fair lock")
+    p.add_argument("--seconds", type=float, default=5.0)
+    try:
+        a = p.parse_args()
+    except SystemExit as e:
+        sys.exit(0 if e.code == 0 else 64)
+    if not 1 <= a.workers <= 1024 or not a.seconds > 0 or (a.fair and a.lib != "dlock"):
+        p.print_usage(sys.stderr)
+        sys.exit(64)
+    return a
+
+
+def connect(args):
+    """A connection (redis-py) or client (dlock), checked with one round trip."""
+    if args.lib == "redis-py":
+        import redis
+
+        r = redis.Redis.from_url(args.url)
+        r.ping()
+        return r
+    import dlock
+
+    c = dlock.Client(args.url)
+    c.ids("bench", 1)
+    return c
+
+
+def make_lock(args, conn, name):
+    if args.lib == "redis-py":
+        return conn.lock(name, timeout=LEASE_S)
+    if args.fair:
+        return conn.fair_lock(name, lease=float(LEASE_S))
+    return conn.lock(name, lease=float(LEASE_S))
+
+
+def lock_name(args, i, tag):
+    if args.mode == "contended":
+        return "bench:%sc:%d" % (tag, os.getpid() if args.threads else os.getppid())
+    return "bench:%su:%d:%d" % (tag, os.getpid() if args.threads else os.getppid(), i)
+
+
+def loop(i, args, lock, t0):
+    """One worker's measured loop; returns (latencies, waits, holds)."""
+    measure_from = t0 + WARMUP_NS
+    measure_to = measure_from + int(args.seconds * 1e9)
+    lat, waits, holds = [], [], []
+    now = time.monotonic_ns
+    contended = args.mode == "contended"
+    while True:
+        t_start = now()
+        lock.acquire()
+        t_acq = now()
+        t_rel_call = now()
+        lock.release()
+        t_rel = now()
+        measured = measure_from <= t_rel <= measure_to
+        if measured:
+            lat.append(t_rel - t_start)
+            waits.append(t_acq - t_start)
+        if contended:
+            holds.append((t_acq, t_rel_call, t_rel, t_start, i, measured))
+        if t_rel > measure_to:
+            break
+    return lat, waits, holds
+
+
+def process_worker(i, args, start, barrier, out):
+    """One process: connect, wait for the start, loop, send back samples."""
+    conn = connect(args)
+    lock = make_lock(args, conn, lock_name(args, i, "p"))
+    barrier.wait()
+    out.put(loop(i, args, lock, start.value))
+    if args.lib == "dlock":
+        conn.close()
+
+
+def run_processes(args):
+    ctx = mp.get_context("fork")
+    start = ctx.Value("q", 0)
+    barrier = ctx.Barrier(args.workers + 1)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=process_worker, args=(i, args, start, barrier, out))
+             for i in range(args.workers)]
+    for p in procs:
+        p.start()
+    start.value = time.monotonic_ns()
+    barrier.wait(timeout=120)
+    lat, waits, holds = [], [], []
+    for _ in procs:
+        l, w, h = out.get(timeout=args.seconds + 120)
+        lat.extend(l)
+        waits.extend(w)
+        holds.extend(h)
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            fail("a worker failed (exit %s)" % p.exitcode)
+    return lat, waits, holds
+
+
+def run_threads(args):
+    conn = connect(args)
+    locks = [make_lock(args, conn, lock_name(args, i, "t")) for i in range(args.workers)]
+    barrier = threading.Barrier(args.workers + 1)
+    start = [0]
+    results, errors = [], []
+
+    def work(i):
+        try:
+            barrier.wait()
+            results.append(loop(i, args, locks[i], start[0]))
+        except Exception as e:  # reported after the others finish
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(args.workers)]
+    for t in ts:
+        t.start()
+    start[0] = time.monotonic_ns()
+    barrier.wait(timeout=120)
+    for t in ts:
+        t.join()
+    if errors:
+        fail("a worker failed: %r" % errors[0])
+    if args.lib == "dlock":
+        conn.close()
+    lat = [x for r in results for x in r[0]]
+    waits = [x for r in results for x in r[1]]
+    holds = [x for r in results for x in r[2]]
+    return lat, waits, holds
+
+
+def fail(why, code=70):
+    print("%s bench: %s" % (LABEL[ARGS.lib], why), file=sys.stderr)
+    sys.exit(code)
+
+
+def percentile(sorted_ns, q):
+    """Nearest-rank percentile in microseconds."""
+    if not sorted_ns:
+        return 0.0
+    rank = max(1, math.ceil(q * len(sorted_ns)))
+    return sorted_ns[min(rank, len(sorted_ns)) - 1] / 1000.0
+
+
+def handoff_p50(holds):
+    """Median release-to-next-waiter time (us), None without handoffs;
+    exits 70 if two holds overlapped."""
+    holds.sort()
+    samples = []
+    for a, b in zip(holds, holds[1:]):
+        if b[0] < a[1]:
+            fail("mutual exclusion broken: two holders at once")
+        if not b[5] or a[4] == b[4] or b[3] >= a[0]:
+            continue
+        samples.append(max(0, b[0] - a[2]))
+    if not samples:
+        return None
+    samples.sort()
+    return samples[(len(samples) - 1) // 2] / 1000.0
+
+
+ARGS = None
+
+
+def main(default_lib=None):
+    global ARGS
+    args = ARGS = parse_args(default_lib)
+    try:
+        connect(args)
+    except ImportError as e:
+        hint = "python3-redis" if args.lib == "redis-py" else "PYTHONPATH=bindings/python, DLOCK_LIBRARY"
+        fail("cannot import %s (%s): %s" % (args.lib, hint, e), 69)
+    except Exception as e:  # any connection or auth failure
+        fail("cannot use %s: %s" % (args.url, e), 69)
+    lat, waits, holds = run_threads(args) if args.threads else run_processes(args)
+    lat.sort()
+    waits.sort()
+    line = {
+        "lib": LABEL[args.lib],
+        "mode": args.mode,
+        "workers": args.workers,
+        "ops": len(lat),
+        "seconds": round(args.seconds, 3),
+        "ops_per_s": round(len(lat) / args.seconds, 1),
+        "p50_us": round(percentile(lat, 0.50), 1),
+        "p99_us": round(percentile(lat, 0.99), 1),
+    }
+    # The acquire call alone: the wait, in the contended case.
+    line["wait_p99_us"] = round(percentile(waits, 0.99), 1)
+    if args.mode == "contended":
+        h = handoff_p50(holds)
+        line["handoff_p50_us"] = None if h is None else round(h, 1)
+    line["kind"] = "threads" if args.threads else "processes"
+    if args.fair:
+        line["fair"] = True
+    print(json.dumps(line, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+#!/bin/sh
+# `make bench` (after bench/run.sh): dlock's Python package against
+# redis-py's Lock, in one run on one private server, with the targets of
+# issue 16.
+#
+#   bench/python.sh BUILD_DIR
+#
+# The package is taken from bindings/python with BUILD_DIR's libdlock.so
+# (PYTHONPATH, DLOCK_LIBRARY); redis-py from Debian's python3-redis. The
+# loop is bench/pylocks.py's, the one the redis-py anchor of bench/run.sh
+# runs: uncontended (each worker its own lock) and contended (one lock),
+# 8 and 64 workers, as processes (each with its own connection or Client)
+# and as threads of one process (sharing one connection pool or Client),
+# BENCH_SECONDS (5) each after a 0.5 s warm-up, the two libraries one
+# right after the other in every case, FLUSHALL before each. Each result
+# is one JSON line on stdout (progress on stderr), then a summary with the
+# ratios and the targets:
+#   uncontended (8 and 64 workers): dlock >= 2x redis-py pairs/s
+#   contended at 64 workers:        dlock >= 10x redis-py pairs/s
+#   contended at 64 workers:        dlock's p99 wait (the acquire call)
+#                                   at least 10x shorter than redis-py's
+# The contended cases also run dlock's fair lock (--fair), shown beside
+# them without a target of its own: a plain-lock release wakes one waiter
+# in every process that waits, a fair release only the queue's head.
+# Status is 0 even on MISS unless BENCH_STRICT=1.
+#
+# Environment: BENCH_SECONDS (5), BENCH_STRICT (0), BENCH_PYTHON (the
+# interpreter; default the first of python3, /usr/bin/python3 that has
+# the redis module), BENCH_PY_WORKERS ("8 64"), BENCH_PY_KINDS
+# ("processes threads").
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/scripts/servers.sh"
+
+build=${1:-build}
+lib=$(cd "$build" && pwd)/libdlock.so
+secs=${BENCH_SECONDS:-5}
+strict=${BENCH_STRICT:-0}
+workers_list=${BENCH_PY_WORKERS:-8 64}
+kinds=${BENCH_PY_KINDS:-processes threads}
+
+[ -f "$lib" ] || { echo "bench-python: $lib not built (run make)" >&2; exit 1; }
+need redis-server redis-cli
+# shellcheck disable=SC2086 # BENCH_PYTHON: one interpreter or none
+python_with redis ${BENCH_PYTHON:-}
+if [ -z "$py" ]; then
+    echo "bench-python: skipped: no python3 with the redis module (apt-get install python3-redis)" >&2
+    exit 0
+fi
+export PYTHONPATH="$here/bindings/python${PYTHONPATH:+:$PYTHONPATH}" DLOCK_LIBRARY="$lib"
+"$py" -c 'import dlock' || { echo "bench-python: cannot import dlock with $lib" >&2; exit 1; }
+
+private_dir dlock-pybench
+start_redis "$dir"
+echo "bench-python: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') (pid $rpid)," \
+    "$("$py" --version), redis-py $("$py" -c 'import redis; print(redis.__version__)')," \
+    "dlock $("$py" -c 'import dlock; print(dlock.__version__, "on libdlock", dlock.library_version())')," \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+results=""
+for kind in $kinds; do
+    flag=""
+    [ "$kind" = threads ] && flag=--threads
+    for mode in uncontended contended; do
+        for workers in $workers_list; do
+            libs="redis-py dlock"
+            [ "$mode" = contended ] && libs="$libs dlock-fair"
+            for which in $libs; do
+                redis-cli -s "$sock" FLUSHALL >/dev/null
+                extra=$flag
+                [ "$which" = dlock-fair ] && extra="$flag --fair"
+                # shellcheck disable=SC2086 # $extra is options or nothing
+                if ! line=$("$py" "$here/bench/pylocks.py" --lib "${which%-fair}" -u "unix://$sock" \
+                    --mode "$mode" --workers "$workers" --seconds "$secs" $extra); then
+                    echo "bench-python: failed: $which $mode $workers $kind" >&2
+                    exit 1
+                fi
+                echo "$line"
+                results="$results$line
+"
+            done
+        done
+    done
+done
+
+# ---- summary ------------------------------------------------------------
+# pick LIB MODE WORKERS KIND [fair]
+pick() {
+    printf '%s' "$results" | grep "\"lib\":\"$1\",\"mode\":\"$2\",\"workers\":$3," |
+        grep "\"kind\":\"$4\"" | if [ -n "${5:-}" ]; then grep '"fair":true'; else grep -v '"fair"'; fi |
+        head -1
+}
+# ratio LIB_A_VALUE LIB_B_VALUE TARGET: "<a/b>x (target >= Tx): PASS|MISS"
+ratio() {
+    awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN {
+        if (a == "" || b == "" || b == 0) { print "not measured"; exit }
+        r = a / b
+        printf "%.1fx (target >= %dx): %s\n", r, t, (r >= t ? "PASS" : "MISS") }'
+}
+verdicts=""
+echo "summary (BENCH_SECONDS=$secs, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg);" \
+    "JSON lines above, grep '^{'):"
+for kind in $kinds; do
+    for workers in $workers_list; do
+        r=$(field "$(pick redis-py uncontended "$workers" "$kind")" ops_per_s)
+        d=$(field "$(pick dlock-py uncontended "$workers" "$kind")" ops_per_s)
+        v=$(ratio "$d" "$r" 2)
+        verdicts="$verdicts $v"
+        echo "  $kind uncontended@$workers: dlock $d / redis-py $r pairs/s = $v"
+    done
+    for workers in $workers_list; do
+        rl=$(pick redis-py contended "$workers" "$kind")
+        dl=$(pick dlock-py contended "$workers" "$kind")
+        r=$(field "$rl" ops_per_s)
+        d=$(field "$dl" ops_per_s)
+        rw=$(field "$rl" wait_p99_us)
+        dw=$(field "$dl" wait_p99_us)
+        if [ "$workers" = 64 ]; then
+            v=$(ratio "$d" "$r" 10)
+            w=$(ratio "$rw" "$dw" 10)
+            verdicts="$verdicts $v $w"
+            echo "  $kind contended@$workers: dlock $d / redis-py $r pairs/s = $v"
+            echo "  $kind contended@$workers p99 wait: redis-py $rw / dlock $dw us = $w"
+            fl=$(pick dlock-py contended "$workers" "$kind" fair)
+            echo "  $kind contended@$workers, dlock's fair lock (no target; the same loop on fair_lock):" \
+                "$(field "$fl" ops_per_s) pairs/s = $(ratio "$(field "$fl" ops_per_s)" "$r" 10 | cut -d' ' -f1)" \
+                "of redis-py; p99 wait $(field "$fl" wait_p99_us) us, $(ratio "$rw" "$(field "$fl" wait_p99_us)" 10)"
+        else
+            echo "  $kind contended@$workers: dlock $d / redis-py $r pairs/s," \
+                "p99 wait dlock $dw us / redis-py $rw us (no target)"
+        fi
+    done
+done
+if [ "$strict" = 1 ]; then
+    case "$verdicts" in *MISS*|*"not measured"*) exit 1 ;; esac
+fi
+exit 0
