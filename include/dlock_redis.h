@@ -89,6 +89,32 @@ DLOCK_API dlock_status dlock_script_eval(dlock_script *script, int flags, int nk
                                          int nargs, const char *const *args, redisReply **reply);
 
 /*
+ * Run the command, then WAIT `replicas` `timeout_ms` on the same
+ * connection (one of the call's own: WAIT counts the replicas that have
+ * every write made on its connection, and blocks it on the server), routed
+ * by `key` as dlock_redis_command() routes. *reply as for
+ * dlock_redis_command(); *acks receives how many replicas acknowledged
+ * (-1 when WAIT gave no number). For writes that must survive a failover
+ * only once enough replicas have them. Works over TLS like every call.
+ */
+DLOCK_API dlock_status dlock_redis_command_acked(dlock_client *client, const char *key, int flags, int argc,
+                                                 const char *const *argv, const size_t *argvlen, int replicas,
+                                                 int timeout_ms, redisReply **reply, long long *acks);
+
+/* The same for a script (EVALSHA, EVAL when the server lacks it). */
+DLOCK_API dlock_status dlock_script_eval_acked(dlock_script *script, int flags, int nkeys, const char *const *keys,
+                                               int nargs, const char *const *args, int replicas, int timeout_ms,
+                                               redisReply **reply, long long *acks);
+
+/*
+ * The server of `key` answered as no master would (it says it has no
+ * replicas online, say: a demoted master you still reach): close its idle
+ * connections and look the deployment up again before the next command.
+ * No-op on a single server, which has nowhere else to be.
+ */
+DLOCK_API void dlock_redis_refresh(dlock_client *client, const char *key);
+
+/*
  * What an asynchronous call ends with: `status` and the reply as
  * dlock_script_eval() would give them (DLOCK_OK with the reply; an error
  * reply gives DLOCK_ERR_REDIS and the reply; a failure gives its status and

@@ -704,7 +704,6 @@ static void *run(void *arg)
         else if (w->cfg.linger_ms > 0 && got > 0 && got < (size_t)w->cfg.batch)
             linger(w, w->cfg.linger_ms);
     }
-    sk_acked_close();
     return NULL;
 }
 

@@ -44,6 +44,44 @@ dlock_status dlock_redis_command(dlock_client *client, const char *key, int flag
     return st == DLOCK_OK ? settle(*reply, argv[0]) : st;
 }
 
+dlock_status dlock_redis_command_acked(dlock_client *client, const char *key, int flags, int argc,
+                                       const char *const *argv, const size_t *argvlen, int replicas, int timeout_ms,
+                                       redisReply **reply, long long *acks)
+{
+    if (!reply || !acks) return dlock_fail(DLOCK_ERR_INVALID, "no reply or acks pointer");
+    *reply = NULL;
+    *acks = -1;
+    if (!client || argc < 1 || !argv || !argv[0] || replicas < 0 || timeout_ms < 0)
+        return dlock_fail(DLOCK_ERR_INVALID, "client, argv, replicas or timeout missing or negative");
+    dlock_acks a = {replicas, timeout_ms, -1};
+    dlock_status st = dlock_command_acked(client, key, io_flags(flags), argc, argv, argvlen, &a, reply);
+    *acks = a.acks;
+    return st == DLOCK_OK ? settle(*reply, argv[0]) : st;
+}
+
+dlock_status dlock_script_eval_acked(dlock_script *s, int flags, int nkeys, const char *const *keys, int nargs,
+                                     const char *const *args, int replicas, int timeout_ms, redisReply **reply,
+                                     long long *acks)
+{
+    if (!reply || !acks) return dlock_fail(DLOCK_ERR_INVALID, "no reply or acks pointer");
+    *reply = NULL;
+    *acks = -1;
+    if (!s || nkeys < 1 || !keys || nargs < 0 || (nargs && !args) || replicas < 0 || timeout_ms < 0)
+        return dlock_fail(DLOCK_ERR_INVALID, "script, keys, args, replicas or timeout missing or negative");
+    dlock_acks a = {replicas, timeout_ms, -1};
+    dlock_status st =
+        dlock_eval_raw(s->client, s->sha, s->text, nkeys, keys, nargs, args, io_flags(flags), reply, &a, NULL);
+    *acks = a.acks;
+    return st == DLOCK_OK ? settle(*reply, "script") : st;
+}
+
+void dlock_redis_refresh(dlock_client *client, const char *key)
+{
+    if (!client) return;
+    int node = dlock_topo_node_known(client->topo, key, key ? strlen(key) : 0);
+    if (node >= 0) dlock_topo_node_failed(client->topo, node);
+}
+
 dlock_status dlock_redis_connect(dlock_client *client, const char *key, redisContext **out)
 {
     if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");

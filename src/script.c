@@ -64,7 +64,7 @@ dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys,
 
 dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
                             const char *const *keys, int nargs, const char *const *args, int flags, redisReply **out,
-                            long long *acks, int *retried)
+                            dlock_acks *acks, int *retried)
 {
     const char *stack[40];
     int argc = 3 + nkeys + nargs;
@@ -82,8 +82,8 @@ dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *b
     /* Every key of one call shares a hash tag: the first routes it. */
     const char *route = nkeys ? keys[0] : NULL;
     char nrep[16], tmo[16];
-    snprintf(nrep, sizeof nrep, "%d", client->replica_acks);
-    snprintf(tmo, sizeof tmo, "%d", client->replica_timeout_ms);
+    snprintf(nrep, sizeof nrep, "%d", acks ? acks->replicas : 0);
+    snprintf(tmo, sizeof tmo, "%d", acks ? acks->timeout_ms : 0);
     const char *wait_argv[3] = {"WAIT", nrep, tmo};
     const int argcs[2] = {argc, 3};
     const char *const *argvs[2] = {argv, wait_argv};
@@ -99,7 +99,7 @@ dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *b
         if (st != DLOCK_OK) break;
         r = rep[0];
         if (acks) {
-            *acks = rep[1]->type == REDIS_REPLY_INTEGER ? rep[1]->integer : -1;
+            acks->acks = rep[1]->type == REDIS_REPLY_INTEGER ? rep[1]->integer : -1;
             freeReplyObject(rep[1]);
         }
         if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOSCRIPT", 8) != 0) break;
@@ -113,6 +113,28 @@ dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *b
     return st;
 }
 
+dlock_status dlock_command_acked(dlock_client *client, const char *key, int flags, int argc, const char *const *argv,
+                                 const size_t *lens, dlock_acks *acks, redisReply **out)
+{
+    char nrep[16], tmo[16];
+    snprintf(nrep, sizeof nrep, "%d", acks->replicas);
+    snprintf(tmo, sizeof tmo, "%d", acks->timeout_ms);
+    const char *wait_argv[3] = {"WAIT", nrep, tmo};
+    const int argcs[2] = {argc, 3};
+    const char *const *argvs[2] = {argv, wait_argv};
+    const size_t *const lensv[2] = {lens, NULL};
+    redisReply *rep[2];
+    /* One connection of its own: WAIT counts the replicas that have every
+     * write made on its connection so far, and blocks it on the server. */
+    dlock_status st = dlock_topo_pipeline(client->topo, key, 2, argcs, argvs, lensv, flags | DLOCK_IO_EXCLUSIVE, rep,
+                                          NULL);
+    if (st != DLOCK_OK) return st;
+    acks->acks = rep[1]->type == REDIS_REPLY_INTEGER ? rep[1]->integer : -1;
+    freeReplyObject(rep[1]);
+    *out = rep[0];
+    return DLOCK_OK;
+}
+
 /* The library's own scripts: loaded once, and an error reply is a failure
  * with the server's message. */
 static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
@@ -121,7 +143,10 @@ static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkey
     dlock_status st = dlock_scripts_ensure(client);
     if (st != DLOCK_OK) return st;
     redisReply *r;
-    st = dlock_eval_raw(client, client->sha[id], bodies[id], nkeys, keys, nargs, args, 0, &r, acks, retried);
+    dlock_acks a = {client->replica_acks, client->replica_timeout_ms, -1};
+    st = dlock_eval_raw(client, client->sha[id], bodies[id], nkeys, keys, nargs, args, 0, &r, acks ? &a : NULL,
+                        retried);
+    if (acks) *acks = a.acks;
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_ERROR) {
         st = dlock_reply_error(r, "script");

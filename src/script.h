@@ -61,17 +61,29 @@ extern const char dlock_lua_rw_inspect[];
  * unless that was done already. Thread-safe. */
 dlock_status dlock_scripts_ensure(dlock_client *client);
 
+/* WAIT after a command: for how many replicas, how long, and (out) how
+ * many acknowledged (-1 when the reply was not a number). */
+typedef struct dlock_acks {
+    int replicas;
+    int timeout_ms;
+    long long acks;
+} dlock_acks;
+
 /* EVALSHA `sha` with the given keys (which share one slot; the first
  * routes the call) and args, and EVAL `body` when the server does not know
  * the SHA (restart, failover, SCRIPT FLUSH, a cluster node never asked).
  * Any reply, error replies included, comes back with DLOCK_OK. With `acks`
- * (not NULL), WAIT for the client's replica count follows on the same
- * connection (one of its own: WAIT blocks it) and *acks receives its
- * answer. `flags` (DLOCK_IO_ONCE) and *retried as for
- * dlock_topo_pipeline(). */
+ * (not NULL), WAIT follows on the same connection (one of its own: WAIT
+ * blocks it) and acks->acks receives its answer. `flags` (DLOCK_IO_ONCE)
+ * and *retried as for dlock_topo_pipeline(). */
 dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
                             const char *const *keys, int nargs, const char *const *args, int flags, redisReply **out,
-                            long long *acks, int *retried);
+                            dlock_acks *acks, int *retried);
+
+/* Any command followed by WAIT on the same connection of its own, routed
+ * by `key` like every command (redirections, failovers). */
+dlock_status dlock_command_acked(dlock_client *client, const char *key, int flags, int argc, const char *const *argv,
+                                 const size_t *lens, dlock_acks *acks, redisReply **out);
 
 /* Run a script. Only a non-error reply comes back with DLOCK_OK; an error
  * reply becomes a status with the server's message. *retried as in

@@ -848,8 +848,8 @@ static void test_acked_failure_names_its_own_cause(void **state)
     why = sk_acked_error();
     fprintf(stderr, "sk_acked_error: %s\n", why);
     assert_null(strstr(why, "BUSYGROUP"));
-    assert_non_null(strstr(why, "no connection to the server of {v:1}:x"));
-    sk_acked_close();
+    assert_non_null(strstr(why, "cannot connect"));
+    assert_non_null(strstr(why, port));
     dlock_client_free(c);
 }
 
