@@ -332,7 +332,9 @@ DLOCK_API dlock_status dlock_lock_release(dlock_lock *lock);
  * each name and passes it on. What neither covers is a new process after
  * a restart without persistence onto a clock that stepped back: pass the
  * highest token your fenced resource has accepted, and the next token is
- * above it (see docs/ARCHITECTURE.md, "Fencing tokens").
+ * above it (see docs/ARCHITECTURE.md, "Fencing tokens"). The scripts count
+ * in doubles, exact to 2^53: a floor above 2^53 - 2 is taken as that
+ * (tokens are microseconds since 1970, about 2^51 today).
  */
 DLOCK_API void dlock_lock_set_fence_floor(dlock_lock *lock, uint64_t floor);
 

@@ -57,8 +57,15 @@ void dlock_fence_note(dlock_fence_cache *fc, const char *fence_key, uint64_t tok
     pthread_mutex_unlock(&fc->mu);
 }
 
+/* Lua's numbers are doubles: integers are exact up to 2^53, and a floor
+ * above that could not be raised by one. Tokens are microseconds since
+ * 1970 or counters (about 2^51 today), so a larger floor is a mistake;
+ * it is held at the largest floor the scripts can still go above. */
+#define FLOOR_MAX ((1ULL << 53) - 2)
+
 void dlock_fence_floor_arg(dlock_fence_cache *fc, const char *fence_key, uint64_t explicit_floor, char out[24])
 {
     uint64_t seen = dlock_fence_seen(fc, fence_key);
-    snprintf(out, 24, "%llu", (unsigned long long)(seen > explicit_floor ? seen : explicit_floor));
+    uint64_t floor = seen > explicit_floor ? seen : explicit_floor;
+    snprintf(out, 24, "%llu", (unsigned long long)(floor > FLOOR_MAX ? FLOOR_MAX : floor));
 }

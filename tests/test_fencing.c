@@ -139,6 +139,28 @@ static void a_client_keeps_tokens_rising_when_the_server_forgets_and_its_clock_s
 /* A new process knows nothing: it gets a token below the last one (the
  * documented limit), unless it passes the resource's highest token as a
  * floor, through the library or the CLI. */
+/* A floor the scripts cannot count above (their numbers are doubles,
+ * exact to 2^53) is held at the largest they can: the token still rises
+ * above it, exactly, rather than coming back equal to it. */
+static void a_floor_beyond_double_precision_is_held_where_tokens_still_rise(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(r.url, NULL, &c), DLOCK_OK);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "huge-floor", &l), DLOCK_OK);
+    dlock_lock_set_fence_floor(l, 1ULL << 62);
+    uint64_t token = 0;
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, &token), DLOCK_OK);
+    assert_true(token == (1ULL << 53) - 1);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
 static void a_new_process_needs_the_resources_floor(void **state)
 {
     (void)state;
@@ -188,6 +210,7 @@ int main(void)
         cmocka_unit_test_teardown(a_client_keeps_tokens_rising_when_the_server_forgets_and_its_clock_steps_back,
                                   teardown),
         cmocka_unit_test_teardown(a_new_process_needs_the_resources_floor, teardown),
+        cmocka_unit_test_teardown(a_floor_beyond_double_precision_is_held_where_tokens_still_rise, teardown),
         cmocka_unit_test_teardown(with_aof_the_counter_survives_a_restart, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
