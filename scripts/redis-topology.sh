@@ -1,6 +1,7 @@
 #!/bin/bash
 # redis-topology.sh: start and stop multi-node Redis topologies on 127.0.0.1,
-# built from Debian's redis-server / redis-sentinel, for tests and for trying
+# built from Debian's redis-server / redis-sentinel (or Valkey's, see
+# DLOCK_TOPOLOGY_SERVER), for tests and for trying
 # dlock's redis-cluster:// and redis-sentinel:// URLs by hand.
 #
 #   redis-topology.sh cluster start DIR [BASE_PORT]   3 masters + 3 replicas
@@ -24,6 +25,10 @@
 #   DLOCK_TOPOLOGY_PASSWORD            requirepass/masterauth on data nodes
 #                                      (Sentinels get auth-pass; they need none)
 #   DLOCK_TOPOLOGY_WAIT_S              how long start waits for readiness (default 30 s)
+#   DLOCK_TOPOLOGY_SERVER              the data nodes' program (default redis-server;
+#                                      valkey-server for Valkey); Sentinels run its
+#                                      NAME-sentinel, commands go through NAME-cli
+#                                      (redis-cli when there is none)
 #
 # Exit status: 0 done, 1 failed (message on stderr), 64 usage error.
 set -eu
@@ -33,6 +38,10 @@ DOWN_AFTER=${DLOCK_SENTINEL_DOWN_AFTER_MS:-1000}
 FAILOVER_TIMEOUT=${DLOCK_SENTINEL_FAILOVER_TIMEOUT_MS:-3000}
 PASSWORD=${DLOCK_TOPOLOGY_PASSWORD:-}
 WAIT_S=${DLOCK_TOPOLOGY_WAIT_S:-30}
+SERVER=${DLOCK_TOPOLOGY_SERVER:-redis-server}
+SENTINEL=${SERVER%-server}-sentinel
+CLI=${SERVER%-server}-cli
+command -v "$CLI" >/dev/null 2>&1 || CLI=redis-cli
 MASTER_NAME=mymaster
 MARKER=.redis-topology
 STARTING=""
@@ -63,14 +72,14 @@ die() {
 rcli() {
     local port="$1"
     shift
-    timeout 3 redis-cli --no-auth-warning -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
+    timeout 3 "$CLI" --no-auth-warning -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
 }
 
 # The same for a Sentinel, which has no password of its own.
 scli() {
     local port="$1"
     shift
-    env -u REDISCLI_AUTH timeout 3 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
+    env -u REDISCLI_AUTH timeout 3 "$CLI" -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
 }
 
 # N free loopback ports, each with PORT+10000 free as well when BUS is 1.
@@ -122,9 +131,11 @@ alive() {
     case ${line%% *} in Z|X|'') return 1 ;; esac
 }
 
-# PIDs of the redis processes whose working directory is under DIR (every
-# node chdirs to its own directory there). Working directory plus
-# executable, not a name match, so nothing else is ever signalled.
+# PIDs of the redis and valkey processes whose working directory is under
+# DIR (every node chdirs to its own directory there). Working directory plus
+# executable, not a name match, so nothing else is ever signalled; both
+# families, so a stop finds the nodes of a start made with another
+# DLOCK_TOPOLOGY_SERVER than its own.
 pids_under() {
     local root cwd pid exe
     root=$(canon "$1")
@@ -133,7 +144,7 @@ pids_under() {
         pid=${cwd#/proc/}
         pid=${pid%/cwd}
         exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
-        case ${exe##*/} in redis-*) echo "$pid" ;; esac
+        case ${exe##*/} in redis-*|valkey-*) echo "$pid" ;; esac
     done
 }
 
@@ -192,13 +203,13 @@ spawn() {
     local d="$1"
     rm -f "$d/redis.pid"
     if [ -f "$d/sentinel.conf" ]; then
-        if command -v redis-sentinel >/dev/null 2>&1; then
-            redis-sentinel "$d/sentinel.conf" >/dev/null 2>&1
+        if command -v "$SENTINEL" >/dev/null 2>&1; then
+            "$SENTINEL" "$d/sentinel.conf" >/dev/null 2>&1
         else
-            redis-server "$d/sentinel.conf" --sentinel >/dev/null 2>&1
+            "$SERVER" "$d/sentinel.conf" --sentinel >/dev/null 2>&1
         fi
     else
-        redis-server "$d/redis.conf" >/dev/null 2>&1
+        "$SERVER" "$d/redis.conf" >/dev/null 2>&1
     fi
 }
 
@@ -294,7 +305,7 @@ cluster_ready() {
         echo "$info" | grep -q '^cluster_state:ok' || return 1
         echo "$info" | grep -q '^cluster_known_nodes:6' || return 1
     done
-    timeout 5 redis-cli --no-auth-warning --cluster check "127.0.0.1:$1" >/dev/null 2>&1 || return 1
+    timeout 5 "$CLI" --no-auth-warning --cluster check "127.0.0.1:$1" >/dev/null 2>&1 || return 1
     roles=$(cluster_roles "$1")
     [ "$(echo "$roles" | grep -c ' master ')" = 3 ] || return 1
     [ "$(echo "$roles" | grep -c ' replica ')" = 3 ] || return 1
@@ -319,9 +330,9 @@ cluster_start() {
     addrs=""
     for p in $ports; do addrs="$addrs 127.0.0.1:$p"; done
     # shellcheck disable=SC2086
-    if ! timeout "$WAIT_S" redis-cli --no-auth-warning --cluster create $addrs \
+    if ! timeout "$WAIT_S" "$CLI" --no-auth-warning --cluster create $addrs \
             --cluster-replicas 1 --cluster-yes >"$dir/cluster-create.log" 2>&1; then
-        die "redis-cli --cluster create failed, see $dir/cluster-create.log"
+        die "$CLI --cluster create failed, see $dir/cluster-create.log"
     fi
     # shellcheck disable=SC2086
     wait_for "cluster_state:ok and attached replicas" cluster_ready $ports
@@ -498,8 +509,8 @@ check_port() {
 }
 
 [ $# -ge 1 ] || usage
-command -v redis-server >/dev/null 2>&1 || die "redis-server not found (scripts/install-deps.sh)"
-command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found (scripts/install-deps.sh)"
+command -v "$SERVER" >/dev/null 2>&1 || die "$SERVER not found (scripts/install-deps.sh)"
+command -v "$CLI" >/dev/null 2>&1 || die "$CLI not found (scripts/install-deps.sh)"
 case $1 in
     cluster|sentinel) if [ $# -ge 3 ]; then check_dir "$3"; fi ;;
     status|restart|stop|clean) if [ $# -ge 2 ]; then check_dir "$2"; fi ;;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -130,15 +131,25 @@ int th_stop_all_fixture(void **state)
 /* libfaketime, and glibc's plain malloc preloaded before it: jemalloc
  * (redis-server's allocator) calls the clock while libfaketime is still
  * setting itself up, and crashes; with the debug malloc library first,
- * jemalloc never runs. */
+ * jemalloc never runs. Valkey also needs sized_free.c's library between
+ * them (it frees some blocks through jemalloc by name). */
 #define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 #define MALLOC_LIB "/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0"
+#ifndef DLOCK_SIZED_FREE_LIB
+#define DLOCK_SIZED_FREE_LIB "libdlock_sized_free.so"
+#endif
+
+static int faketime_installed(void)
+{
+    return access(FAKETIME_LIB, R_OK) == 0 && access(MALLOC_LIB, R_OK) == 0 &&
+           access(DLOCK_SIZED_FREE_LIB, R_OK) == 0;
+}
 
 int th_redis_clock_offset(th_redis *r, const char *offset)
 {
     r->clock[0] = '\0';
     if (!offset || !*offset) return 0;
-    if (access(FAKETIME_LIB, R_OK) != 0 || access(MALLOC_LIB, R_OK) != 0) return -1;
+    if (!faketime_installed()) return -1;
     snprintf(r->clock, sizeof r->clock, "%s", offset);
     return 0;
 }
@@ -146,7 +157,7 @@ int th_redis_clock_offset(th_redis *r, const char *offset)
 int th_redis_clock_file(th_redis *r, const char *path)
 {
     r->clock_file[0] = '\0';
-    if (access(FAKETIME_LIB, R_OK) != 0 || access(MALLOC_LIB, R_OK) != 0) return -1;
+    if (!faketime_installed()) return -1;
     snprintf(r->clock_file, sizeof r->clock_file, "%s", path);
     return th_redis_clock_jump(r, "+0s");
 }
@@ -166,7 +177,7 @@ int th_redis_clock_jump(const th_redis *r, const char *offset)
 /* The server's environment: ours, plus libfaketime when its clock is
  * offset. Built before fork(): the child of a threaded program may only
  * make async-signal-safe calls until it execs. NULL on failure. */
-static char **server_env(const th_redis *r, char (*vars)[256])
+static char **server_env(const th_redis *r, char (*vars)[512])
 {
     extern char **environ;
     size_t n = 0;
@@ -180,7 +191,7 @@ static char **server_env(const th_redis *r, char (*vars)[256])
                        strncmp(environ[i], "DONT_FAKE_MONOTONIC=", 20) != 0))
             env[k++] = environ[i];
     if (faked) {
-        snprintf(vars[0], sizeof vars[0], "LD_PRELOAD=%s %s", MALLOC_LIB, FAKETIME_LIB);
+        snprintf(vars[0], sizeof vars[0], "LD_PRELOAD=%s %s %s", MALLOC_LIB, DLOCK_SIZED_FREE_LIB, FAKETIME_LIB);
         env[k++] = vars[0];
     }
     if (r->clock[0]) {
@@ -198,6 +209,14 @@ static char **server_env(const th_redis *r, char (*vars)[256])
     return env;
 }
 
+/* One switch moves every suite to another server of the same protocol
+ * (the @valkey ctest entries) without a line of the suites changing. */
+const char *th_server_binary(void)
+{
+    const char *bin = getenv("DLOCK_TEST_SERVER");
+    return bin && *bin ? bin : "redis-server";
+}
+
 static int write_conf_and_spawn(th_redis *r)
 {
     char conf[256], log[256];
@@ -209,9 +228,10 @@ static int write_conf_and_spawn(th_redis *r)
                "save \"\"\nappendonly no\ndir %s\nlogfile %s\ndaemonize no\n%s",
             r->port, r->sock, r->dir, log, r->extra);
     fclose(f);
-    char vars[4][256];
+    char vars[4][512];
     char **env = server_env(r, vars);
     if (!env) return -1;
+    const char *bin = th_server_binary();
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -224,8 +244,8 @@ static int write_conf_and_spawn(th_redis *r)
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
         int devnull = open("/dev/null", O_RDWR);
         if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2); }
-        char *const argv[] = {"redis-server", conf, NULL};
-        execvpe("redis-server", argv, env);
+        char *const argv[] = {(char *)bin, conf, NULL};
+        execvpe(bin, argv, env);
         _exit(127);
     }
     free(env);
@@ -417,6 +437,40 @@ const char *th_bin(const char *name)
     if (!dir) dir = ".";
     snprintf(path, sizeof path, "%s/%s", dir, name);
     return path;
+}
+
+/* Where PATH finds `name` (or `name` itself when it holds a slash), links
+ * resolved, into `out`. 0 when found. */
+static int resolve_program(const char *name, char *out)
+{
+    if (strchr(name, '/')) return realpath(name, out) ? 0 : -1;
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    snprintf(dirs, sizeof dirs, "%s", path ? path : "/usr/bin:/bin");
+    for (char *save = NULL, *dir = strtok_r(dirs, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+        char candidate[4352];
+        snprintf(candidate, sizeof candidate, "%s/%s", dir, name);
+        if (access(candidate, X_OK) == 0 && realpath(candidate, out)) return 0;
+    }
+    return -1;
+}
+
+/* By the executable, not by INFO: a server that names itself otherwise
+ * (Valkey still answers redis_version) cannot pass for another. */
+int th_pid_runs(pid_t pid, const char *program)
+{
+    char want[PATH_MAX], got[PATH_MAX], link[64];
+    if (resolve_program(program, want) != 0) {
+        fprintf(stderr, "%s is not in PATH\n", program);
+        return -1;
+    }
+    snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(link, got, sizeof got - 1);
+    if (n <= 0) return -1;
+    got[n] = '\0';
+    if (strcmp(got, want) == 0) return 1;
+    fprintf(stderr, "pid %d runs %s, not %s (%s)\n", (int)pid, got, want, program);
+    return 0;
 }
 
 int th_write_file(const char *path, const char *text, unsigned mode)

@@ -24,6 +24,16 @@ typedef struct th_redis {
     char tls_url[512];    /* rediss://127.0.0.1:TLS_PORT?cacert=DIR/ca.pem */
 } th_redis;
 
+/* The server program started by th_redis_start() and by the topologies:
+ * DLOCK_TEST_SERVER when set (e.g. "valkey-server", looked up in PATH),
+ * redis-server otherwise. */
+const char *th_server_binary(void);
+
+/* 1 when process `pid` runs `program` (as PATH finds it, links resolved:
+ * redis-server and redis-sentinel are one file), 0 when it runs another,
+ * -1 when either cannot be found. */
+int th_pid_runs(pid_t pid, const char *program);
+
 /* Start a private redis-server; `extra_conf` (may be NULL) is appended to its
  * config, e.g. "requirepass s3cret\n". Returns 0 on success. */
 int th_redis_start(th_redis *r, const char *extra_conf);

@@ -105,12 +105,28 @@ static void server_dies_with_a_killed_program(void **state)
     assert_server_dies_with_its_program(1);
 }
 
+/* The @valkey ctest entries prove something about Valkey only if the
+ * servers they start are Valkey's: the running server's executable is
+ * the program DLOCK_TEST_SERVER names (redis-server without it). */
+static void server_is_the_program_the_environment_names(void **state)
+{
+    (void)state;
+    const char *named = getenv("DLOCK_TEST_SERVER");
+    if (!named || !*named) named = "redis-server";
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    int runs = th_pid_runs(r.pid, named);
+    th_redis_stop(&r);
+    assert_int_equal(runs, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(server_a_failed_test_left_running_is_stopped_by_the_teardown),
         cmocka_unit_test(server_is_stopped_when_its_program_exits),
         cmocka_unit_test(server_dies_with_a_killed_program),
+        cmocka_unit_test(server_is_the_program_the_environment_names),
     };
     return cmocka_run_group_tests(tests, NULL, th_stop_all_fixture);
 }

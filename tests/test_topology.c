@@ -146,6 +146,19 @@ static void cluster_starts_with_three_masters_each_with_an_attached_replica(void
     redisFree(c);
 }
 
+/* Both topologies are made of the program DLOCK_TEST_SERVER names
+ * (redis-server without it), Sentinels included: otherwise the
+ * @valkey entries would prove things about Redis under another name. */
+static void every_process_runs_the_server_the_environment_names(void **state)
+{
+    (void)state;
+    const char *named = getenv("DLOCK_TEST_SERVER");
+    if (!named || !*named) named = "redis-server";
+    th_topology *both[2] = {&cl, &se};
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < both[t]->n; i++) assert_int_equal(th_pid_runs(both[t]->node[i].pid, named), 1);
+}
+
 static void crc16_gives_the_xmodem_check_value(void **state)
 {
     (void)state;
@@ -536,6 +549,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(crc16_gives_the_xmodem_check_value),
+        cmocka_unit_test(every_process_runs_the_server_the_environment_names),
         cmocka_unit_test(sentinel_setup_has_a_master_a_replica_and_three_sentinels_that_know_them),
         cmocka_unit_test(killing_the_sentinel_master_promotes_the_replica),
         cmocka_unit_test(cluster_starts_with_three_masters_each_with_an_attached_replica),

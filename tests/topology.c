@@ -32,13 +32,18 @@ static const char *script_path(void)
 /* The script's environment: ours, with the options given as its variables.
  * A zero option leaves any value the test's environment sets in force (so
  * CI can slow every failover down); the password is always ours, because
- * the harness must know it to connect. Strings live in `store`. */
+ * the harness must know it to connect, and so is the server program, so
+ * that a suite's single servers and topologies are the same server.
+ * Strings live in `store`. */
 static char **script_env(const th_topology *t, const th_topology_opts *o,
-                         char store[4][96], char **envp, size_t max)
+                         char store[5][96], char **envp, size_t max)
 {
     size_t n = 0;
-    for (char **e = environ; *e && n + 5 < max; e++)
-        if (strncmp(*e, "DLOCK_TOPOLOGY_PASSWORD=", 24) != 0) envp[n++] = *e;
+    for (char **e = environ; *e && n + 6 < max; e++)
+        if (strncmp(*e, "DLOCK_TOPOLOGY_PASSWORD=", 24) != 0 && strncmp(*e, "DLOCK_TOPOLOGY_SERVER=", 22) != 0)
+            envp[n++] = *e;
+    snprintf(store[4], 96, "DLOCK_TOPOLOGY_SERVER=%s", th_server_binary());
+    envp[n++] = store[4];
     if (o && o->node_timeout_ms > 0) {
         snprintf(store[0], 96, "DLOCK_CLUSTER_NODE_TIMEOUT_MS=%d", o->node_timeout_ms);
         envp[n++] = store[0];
@@ -66,7 +71,7 @@ static char **script_env(const th_topology *t, const th_topology_opts *o,
 static int run_script(const th_topology *t, const th_topology_opts *o,
                       const char *const *args, char *out, size_t outsz)
 {
-    char store[4][96];
+    char store[5][96];
     char *envp[512];
     char *argv[8];
     size_t na = 0;
