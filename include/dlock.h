@@ -34,22 +34,44 @@ extern "C" {
  * this header. */
 #include "dlock_version.h"
 
-/* Status codes. DLOCK_OK is zero, every failure is negative. */
+/*
+ * Status codes, written once: XX(name, value, text), where `text` is what
+ * dlock_strerror() returns. DLOCK_OK is zero, every failure is negative:
+ *
+ *   INVALID   a bad argument: NULL, empty or malformed name, bad count
+ *   URL       the connection URL could not be parsed
+ *   CONNECT   Redis unreachable, connection lost, command timed out, TLS refused
+ *   AUTH      AUTH or SELECT refused, or the ACL user lacks a permission
+ *   TIMEOUT   the lock was not acquired within the wait time
+ *   NOT_OWNER release by a thread that does not hold the lock
+ *   LOST      the lock's lease ended (or may have) while it was held
+ *   REDIS     the server answered with an error or an unexpected reply
+ *   NOMEM     out of memory
+ *   OVERFLOW  a global ID sequence would exceed 32 bits
+ *   SYS       an operating-system call failed (threads, random source)
+ *   DEADLOCK  refused because it would wait for itself (read-to-write upgrade)
+ *   REPLICA   replica-safe acquire: too few replicas acknowledged; undone
+ */
+#define DLOCK_STATUS_MAP(XX)                                        \
+    XX(OK, 0, "ok")                                                 \
+    XX(ERR_INVALID, -1, "invalid argument")                         \
+    XX(ERR_URL, -2, "malformed URL")                                \
+    XX(ERR_CONNECT, -3, "cannot reach Redis")                       \
+    XX(ERR_AUTH, -4, "authentication failed")                       \
+    XX(ERR_TIMEOUT, -5, "not acquired in time")                     \
+    XX(ERR_NOT_OWNER, -6, "not owner")                              \
+    XX(ERR_LOST, -7, "lock lost")                                   \
+    XX(ERR_REDIS, -8, "Redis error")                                \
+    XX(ERR_NOMEM, -9, "out of memory")                              \
+    XX(ERR_OVERFLOW, -10, "ID sequence overflow")                   \
+    XX(ERR_SYS, -11, "system error")                                \
+    XX(ERR_DEADLOCK, -12, "would deadlock")                         \
+    XX(ERR_REPLICA, -13, "too few replicas acknowledged")
+
 typedef enum dlock_status {
-    DLOCK_OK = 0,
-    DLOCK_ERR_INVALID = -1,   /* a bad argument: NULL, empty or malformed name, bad count */
-    DLOCK_ERR_URL = -2,       /* the connection URL could not be parsed */
-    DLOCK_ERR_CONNECT = -3,   /* Redis unreachable, connection lost, or command timed out */
-    DLOCK_ERR_AUTH = -4,      /* AUTH or SELECT refused, or the ACL user lacks a permission */
-    DLOCK_ERR_TIMEOUT = -5,   /* the lock was not acquired within the wait time */
-    DLOCK_ERR_NOT_OWNER = -6, /* release by a thread that does not hold the lock */
-    DLOCK_ERR_LOST = -7,      /* the lock's lease ended while it was held */
-    DLOCK_ERR_REDIS = -8,     /* the server answered with an error or an unexpected reply */
-    DLOCK_ERR_NOMEM = -9,     /* out of memory */
-    DLOCK_ERR_OVERFLOW = -10, /* a global ID sequence would exceed 32 bits */
-    DLOCK_ERR_SYS = -11,      /* an operating-system call failed (threads, random source) */
-    DLOCK_ERR_DEADLOCK = -12, /* refused because it would wait for itself (read-to-write upgrade) */
-    DLOCK_ERR_REPLICA = -13   /* replica-safe acquire: too few replicas acknowledged; undone */
+#define DLOCK_STATUS_ENUM(name, value, text) DLOCK_##name = value,
+    DLOCK_STATUS_MAP(DLOCK_STATUS_ENUM)
+#undef DLOCK_STATUS_ENUM
 } dlock_status;
 
 /* Wait forever in dlock_lock_acquire(). */

@@ -1,14 +1,13 @@
 /*
  * scripts.h -- the service's Lua scripts, one per file in lua/, embedded
- * as C strings at build time by cmake/embed_lua.cmake. Each file's header
- * says what it takes, returns and guarantees.
+ * as C strings at build time by cmake/embed_lua.cmake, which also writes
+ * their declarations (dlock_lua_seckill_order, _warm, _pending, _ack) and
+ * SECKILL_LUA_SCRIPTS into seckill_lua.h. Each file's header says what it
+ * takes, returns and guarantees.
  */
 #ifndef SECKILL_SCRIPTS_H
 #define SECKILL_SCRIPTS_H
 
-extern const char dlock_lua_seckill_order[];   /* decide one order (strategy_redis.c) */
-extern const char dlock_lua_seckill_warm[];    /* load a voucher into Redis (warm.c) */
-extern const char dlock_lua_seckill_pending[]; /* find a pending order (strategy_redis.c) */
-extern const char dlock_lua_seckill_ack[];     /* acknowledge persisted orders (writer.c) */
+#include "seckill_lua.h"
 
 #endif

@@ -178,16 +178,12 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* Error replies the synchronous router acts on: each means the script did
- * not run (a redirection, a server not ready, a replica, a missing
- * script), so the slow lane may run it again. */
+/* Error replies the synchronous router acts on (topology.h's list), and
+ * NOSCRIPT: each means the script did not run, so the slow lane may run
+ * it again. */
 static int routed_error(const char *s)
 {
-    static const char *const words[] = {"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "LOADING",
-                                        "MASTERDOWN", "READONLY", "NOSCRIPT"};
-    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-        if (strncmp(s, words[i], strlen(words[i])) == 0) return 1;
-    return 0;
+    return dlock_route_classify(s) != DLOCK_ROUTE_NONE || strncmp(s, "NOSCRIPT", 8) == 0;
 }
 
 /* The fast path's outcome, on the mux's reader thread. */

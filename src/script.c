@@ -15,12 +15,9 @@
 #include "util.h"
 
 static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
-    dlock_lua_acquire, dlock_lua_release, dlock_lua_renew, dlock_lua_inspect,
-    dlock_lua_force_unlock, dlock_lua_sem_set, dlock_lua_sem_acquire, dlock_lua_sem_release,
-    dlock_lua_psem_acquire, dlock_lua_psem_release, dlock_lua_psem_renew, dlock_lua_psem_available,
-    dlock_lua_latch_count_down, dlock_lua_rw_acquire, dlock_lua_rw_release, dlock_lua_rw_renew_read,
-    dlock_lua_rw_renew_write, dlock_lua_fair_acquire, dlock_lua_fair_release, dlock_lua_fair_leave,
-    dlock_lua_id_next, dlock_lua_rw_inspect,
+#define DLOCK_SCRIPT_BODY(upper, name) [DLOCK_SCRIPT_##upper] = dlock_lua_##name,
+    DLOCK_LUA_SCRIPTS(DLOCK_SCRIPT_BODY)
+#undef DLOCK_SCRIPT_BODY
 };
 
 /* Why once per client and not per server start: after a restart the SHAs

@@ -6,56 +6,16 @@
 #include <hiredis/hiredis.h>
 
 #include "dlock.h"
+#include "dlock_lua.h"
 
+/* One id per script of src/lua, from the list the build writes
+ * (dlock_lua.h: DLOCK_LUA_SCRIPTS and the dlock_lua_NAME strings). */
 typedef enum dlock_script_id {
-    DLOCK_SCRIPT_ACQUIRE,
-    DLOCK_SCRIPT_RELEASE,
-    DLOCK_SCRIPT_RENEW,
-    DLOCK_SCRIPT_INSPECT,
-    DLOCK_SCRIPT_FORCE_UNLOCK,
-    DLOCK_SCRIPT_SEM_SET,
-    DLOCK_SCRIPT_SEM_ACQUIRE,
-    DLOCK_SCRIPT_SEM_RELEASE,
-    DLOCK_SCRIPT_PSEM_ACQUIRE,
-    DLOCK_SCRIPT_PSEM_RELEASE,
-    DLOCK_SCRIPT_PSEM_RENEW,
-    DLOCK_SCRIPT_PSEM_AVAILABLE,
-    DLOCK_SCRIPT_LATCH_COUNT_DOWN,
-    DLOCK_SCRIPT_RW_ACQUIRE,
-    DLOCK_SCRIPT_RW_RELEASE,
-    DLOCK_SCRIPT_RW_RENEW_READ,
-    DLOCK_SCRIPT_RW_RENEW_WRITE,
-    DLOCK_SCRIPT_FAIR_ACQUIRE,
-    DLOCK_SCRIPT_FAIR_RELEASE,
-    DLOCK_SCRIPT_FAIR_LEAVE,
-    DLOCK_SCRIPT_ID_NEXT,
-    DLOCK_SCRIPT_RW_INSPECT,
+#define DLOCK_SCRIPT_ENUM(upper, name) DLOCK_SCRIPT_##upper,
+    DLOCK_LUA_SCRIPTS(DLOCK_SCRIPT_ENUM)
+#undef DLOCK_SCRIPT_ENUM
     DLOCK_SCRIPT_COUNT
 } dlock_script_id;
-
-/* Script texts, generated from src/lua/NAME.lua at build time. */
-extern const char dlock_lua_acquire[];
-extern const char dlock_lua_release[];
-extern const char dlock_lua_renew[];
-extern const char dlock_lua_inspect[];
-extern const char dlock_lua_force_unlock[];
-extern const char dlock_lua_sem_set[];
-extern const char dlock_lua_sem_acquire[];
-extern const char dlock_lua_sem_release[];
-extern const char dlock_lua_psem_acquire[];
-extern const char dlock_lua_psem_release[];
-extern const char dlock_lua_psem_renew[];
-extern const char dlock_lua_psem_available[];
-extern const char dlock_lua_latch_count_down[];
-extern const char dlock_lua_rw_acquire[];
-extern const char dlock_lua_rw_release[];
-extern const char dlock_lua_rw_renew_read[];
-extern const char dlock_lua_rw_renew_write[];
-extern const char dlock_lua_fair_acquire[];
-extern const char dlock_lua_fair_release[];
-extern const char dlock_lua_fair_leave[];
-extern const char dlock_lua_id_next[];
-extern const char dlock_lua_rw_inspect[];
 
 /* Load every script with SCRIPT LOAD and remember its SHA1 in the client,
  * unless that was done already. Thread-safe. */

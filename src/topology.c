@@ -341,9 +341,13 @@ static void avoid_any_node(dlock_topo *t, int node)
     pthread_mutex_unlock(&t->mu);
 }
 
-static int starts(const char *s, const char *prefix)
+dlock_route_error dlock_route_classify(const char *err)
 {
-    return strncmp(s, prefix, strlen(prefix)) == 0;
+#define DLOCK_ROUTE_MATCH(kind, prefix) \
+    if (strncmp(err, prefix, sizeof prefix - 1) == 0) return DLOCK_ROUTE_##kind;
+    DLOCK_ROUTE_ERRORS(DLOCK_ROUTE_MATCH)
+#undef DLOCK_ROUTE_MATCH
+    return DLOCK_ROUTE_NONE;
 }
 
 dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const int *argcs,
@@ -407,24 +411,29 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
         if (r->type != REDIS_REPLY_ERROR) return DLOCK_OK;
         unsigned slot;
         int target = -1, wait_ms = 0;
-        if (starts(r->str, "MOVED ")) {
+        switch (dlock_route_classify(r->str)) {
+        case DLOCK_ROUTE_MOVED:
             target = redirect_target(t, r->str, &slot);
             if (target >= 0) {
                 atomic_store(&t->slots[slot], (uint16_t)(target + 1));
                 atomic_store(&t->stale, 1); /* more slots have probably moved with it */
             }
-        } else if (starts(r->str, "ASK ")) {
-            target = ask = redirect_target(t, r->str, &slot);
-        } else if (starts(r->str, "TRYAGAIN")) {
-            wait_ms = 10;
-        } else if (starts(r->str, "CLUSTERDOWN") || starts(r->str, "MASTERDOWN") || starts(r->str, "LOADING")) {
+            break;
+        case DLOCK_ROUTE_ASK: target = ask = redirect_target(t, r->str, &slot); break;
+        case DLOCK_ROUTE_TRYAGAIN: wait_ms = 10; break;
+        case DLOCK_ROUTE_CLUSTERDOWN:
+        case DLOCK_ROUTE_MASTERDOWN:
+        case DLOCK_ROUTE_LOADING:
             wait_ms = 50;
             atomic_store(&t->stale, 1);
-        } else if (starts(r->str, "READONLY") && t->url.kind != DLOCK_URL_TCP && t->url.kind != DLOCK_URL_UNIX) {
+            break;
+        case DLOCK_ROUTE_READONLY:
+            /* One server has nowhere else to be: its READONLY is the caller's. */
+            if (t->url.kind == DLOCK_URL_TCP || t->url.kind == DLOCK_URL_UNIX) return DLOCK_OK;
             wait_ms = 20;
             dlock_topo_node_failed(t, node);
-        } else {
-            return DLOCK_OK; /* an error the caller must see */
+            break;
+        case DLOCK_ROUTE_NONE: return DLOCK_OK; /* an error the caller must see */
         }
         if (target < 0 && wait_ms == 0) return DLOCK_OK; /* a redirection we cannot parse: show it */
         /* MOVED changes the map; a loop of them is a broken cluster. ASK

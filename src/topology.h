@@ -42,6 +42,30 @@ typedef struct dlock_topo {
     int any_node;                       /* under mu: a node that answered, for keyless commands */
 } dlock_topo;
 
+/*
+ * The error replies the router acts on, written once: XX(KIND, prefix).
+ * Each means the command did not run (a redirection, a server not ready
+ * or not a master), so it may be sent again, elsewhere or later.
+ */
+#define DLOCK_ROUTE_ERRORS(XX)          \
+    XX(MOVED, "MOVED ")                 \
+    XX(ASK, "ASK ")                     \
+    XX(TRYAGAIN, "TRYAGAIN")            \
+    XX(CLUSTERDOWN, "CLUSTERDOWN")      \
+    XX(MASTERDOWN, "MASTERDOWN")        \
+    XX(LOADING, "LOADING")              \
+    XX(READONLY, "READONLY")
+
+typedef enum dlock_route_error {
+    DLOCK_ROUTE_NONE = 0, /* an answer, or an error for the caller */
+#define DLOCK_ROUTE_ENUM(kind, prefix) DLOCK_ROUTE_##kind,
+    DLOCK_ROUTE_ERRORS(DLOCK_ROUTE_ENUM)
+#undef DLOCK_ROUTE_ENUM
+} dlock_route_error;
+
+/* Which of them an error reply's text is. */
+dlock_route_error dlock_route_classify(const char *err);
+
 /* Parse `url` and set up, without connecting yet. */
 dlock_status dlock_topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
                              int command_timeout_ms, dlock_topo **out);
