@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dlock.h"
@@ -250,8 +251,125 @@ static void assert_free(const char *name)
     assert_non_null(strstr(r.out, "holder: -\n"));
 }
 
-/* A loopback TCP port nobody listens on (bound, then closed). */
-static int closed_port(void)
+/* ------------------------------------------------------------------------ */
+/* A reader for `status --json`: one flat object of strings, numbers,        */
+/* true, false and null. It checks the whole text, so malformed output      */
+/* (an unescaped quote or newline from a command line) fails the test.      */
+/* ------------------------------------------------------------------------ */
+
+static const char *json_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+/* A JSON string at p (after its opening quote) decoded into out[size]
+ * (\u escapes as UTF-8); returns the text after the closing quote, or
+ * NULL when malformed. */
+static const char *json_read_string(const char *p, char *out, size_t size)
+{
+    size_t n = 0;
+#define JPUT(c) do { if (n + 1 < size) out[n++] = (char)(c); } while (0)
+    for (;;) {
+        unsigned char c = (unsigned char)*p++;
+        if (c == '"') break;
+        if (c < 0x20) return NULL; /* raw control characters are not JSON */
+        if (c != '\\') {
+            JPUT(c);
+            continue;
+        }
+        c = (unsigned char)*p++;
+        if (c == 'n') JPUT('\n');
+        else if (c == 't') JPUT('\t');
+        else if (c == 'r') JPUT('\r');
+        else if (c == 'b') JPUT('\b');
+        else if (c == 'f') JPUT('\f');
+        else if (c == '"' || c == '\\' || c == '/') JPUT(c);
+        else if (c == 'u') {
+            unsigned cp = 0;
+            for (int i = 0; i < 4; i++, p++) {
+                char h = *p;
+                if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F'))) return NULL;
+                cp = cp * 16 + (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+            }
+            if (cp < 0x80) {
+                JPUT(cp);
+            } else if (cp < 0x800) {
+                JPUT(0xc0 | cp >> 6);
+                JPUT(0x80 | (cp & 0x3f));
+            } else {
+                JPUT(0xe0 | cp >> 12);
+                JPUT(0x80 | (cp >> 6 & 0x3f));
+                JPUT(0x80 | (cp & 0x3f));
+            }
+        } else {
+            return NULL;
+        }
+    }
+#undef JPUT
+    out[n] = '\0';
+    return p;
+}
+
+/* A number, true, false or null at p, copied as written; NULL when it is
+ * none of them. */
+static const char *json_read_scalar(const char *p, char *out, size_t size)
+{
+    static const char *const words[] = {"true", "false", "null"};
+    for (size_t i = 0; i < 3; i++)
+        if (strncmp(p, words[i], strlen(words[i])) == 0) {
+            snprintf(out, size, "%s", words[i]);
+            return p + strlen(words[i]);
+        }
+    const char *start = p;
+    if (*p == '-') p++;
+    if (*p < '0' || *p > '9') return NULL;
+    while (*p >= '0' && *p <= '9') p++;
+    snprintf(out, size, "%.*s", (int)(p - start), start);
+    return p;
+}
+
+/* The value of `key` in the JSON object `json` (strings decoded; other
+ * values as written, e.g. "null"), or fails the test if `json` is not one
+ * well-formed flat object on one line or lacks the key. */
+static void json_get(const char *json, const char *key, char *out, size_t size)
+{
+    char k[128], v[1024];
+    int found = 0;
+    const char *p = json_ws(json);
+    if (*p++ != '{') fail_msg("not a JSON object: %s", json);
+    for (;;) {
+        p = json_ws(p);
+        if (*p++ != '"' || !(p = json_read_string(p, k, sizeof k))) fail_msg("bad key in %s", json);
+        p = json_ws(p);
+        if (*p++ != ':') fail_msg("no ':' after \"%s\" in %s", k, json);
+        p = json_ws(p);
+        if (*p == '"') p = json_read_string(p + 1, v, sizeof v);
+        else p = json_read_scalar(p, v, sizeof v);
+        if (!p) fail_msg("bad value of \"%s\" in %s", k, json);
+        if (strcmp(k, key) == 0) {
+            snprintf(out, size, "%s", v);
+            found++;
+        }
+        p = json_ws(p);
+        if (*p == '}') break;
+        if (*p++ != ',') fail_msg("no ',' after \"%s\" in %s", k, json);
+    }
+    if (strcmp(p, "}\n") != 0) fail_msg("not one object on one line: %s", json);
+    if (found != 1) fail_msg("\"%s\" found %d times in %s", key, found, json);
+}
+
+/* json_get for a number (or -1 for null). */
+static long long json_num(const char *json, const char *key)
+{
+    char v[64];
+    json_get(json, key, v, sizeof v);
+    return strcmp(v, "null") == 0 ? -1 : strtoll(v, NULL, 10);
+}
+
+/* A TCP socket bound to a free loopback port, and that port in *port:
+ * nobody else can take the port while the socket is open. */
+static int loopback_socket(int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
@@ -261,8 +379,16 @@ static int closed_port(void)
     assert_true(fd >= 0);
     assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* A loopback TCP port nobody listens on (bound, then closed). */
+static int closed_port(void)
+{
+    int port;
+    close(loopback_socket(&port));
+    return port;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -277,7 +403,9 @@ static void help_and_version_need_no_server(void **state)
     RUN(&r, "redis://127.0.0.1:1", "--help");
     expect_status(&r, 0);
     assert_non_null(strstr(r.out, "usage:"));
-    assert_non_null(strstr(r.out, "[--safety-margin PCT] NAME -- COMMAND"));
+    assert_non_null(strstr(r.out, "[--safety-margin PCT] NAME {[--] COMMAND [ARG...] | -c 'SHELL COMMAND'}"));
+    assert_non_null(strstr(r.out, "--timeout DURATION"));
+    assert_non_null(strstr(r.out, "--url URL"));
     assert_non_null(strstr(r.out, "semaphore -p PERMITS"));
     assert_non_null(strstr(r.out, "latch NAME"));
     RUN(&r, "redis://127.0.0.1:1", "--version");
@@ -301,8 +429,6 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"frob", NULL},
         {"lock", NULL},
         {"lock", "u1", NULL},
-        {"lock", "u1", "sh", "-c", "x", NULL},
-        {"lock", "--", "sh", "-c", "x", NULL},
         {"lock", "u1", "--", NULL},
         {"lock", "-t", "abc", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-t", "-5", "u1", "--", "sh", "-c", "x", NULL},
@@ -340,7 +466,6 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"semaphore", "-p", "0", "s1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "-p", "x2", "s1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "-p", "2", "s1", NULL},
-        {"semaphore", "-p", "2", "--", "sh", "-c", "x", NULL},
         {"latch", "l1", NULL},
         {"latch", "--set", "2", NULL},
         {"latch", "l1", "--set", "0", NULL},
@@ -352,6 +477,50 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "-u", "redis://127.0.0.1:3", "lock", "--fair",
          "u1", "--", "sh", "-c", "x", NULL},
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "status", "u1", NULL},
+        /* Durations: a bare number is ms, else one unit of ms, s, m, h. */
+        {"lock", "-w", "10x", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "-1s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--wait", "1.5s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--wait=10 s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "10S", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "10sec", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "2147484s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "99999999999999h", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "999999999999999999999ms", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "29ms", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--ttl", "0s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "597h", "u1", "--", "sh", "-c", "x", NULL},
+        {"semaphore", "-p", "2", "--wait", "3d", "s1", "--", "sh", "-c", "x", NULL},
+        {"latch", "l1", "--await", "-w", "5x", NULL},
+        {"latch", "l1", "--await", "--wait", "-5", NULL},
+        {"--timeout", "0", "status", "u1", NULL},
+        {"--timeout", "10x", "status", "u1", NULL},
+        {"--timeout", NULL},
+        {"--url", NULL},
+        /* flock's -E, -c and -n. */
+        {"lock", "-E", "256", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-E", "x", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--conflict-exit-code", "-1", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-c", "x", "u1", "--", "true", NULL},
+        {"lock", "-c", "x", "u1", "true", NULL},
+        {"lock", "-c", "x", "-c", "x", "u1", NULL},
+        {"lock", "-c", "x", "u1", "-c", "x", NULL},
+        {"lock", "u1", "-c", NULL},
+        {"lock", "u1", "-c", "x", "extra", NULL},
+        {"lock", "u1", "--command", NULL},
+        {"lock", "-c", NULL},
+        {"lock", "-n", "u1", NULL},
+        {"semaphore", "-p", "1", "-n", "s1", NULL},
+        /* id --count and --date; status --json. */
+        {"id", "--count", NULL},
+        {"id", "--count", "-n", "3", "p", NULL},
+        {"id", "--date", "2024-01-01", "p", NULL},
+        {"id", "--count", "--date", "2023-02-29", "p", NULL},
+        {"id", "--count", "--date", "2024-1-01", "p", NULL},
+        {"id", "--count", "p", "--date", NULL},
+        {"status", "--jsn", "u1", NULL},
+        {"status", "--json", NULL},
     };
     run r;
     run_argv(&r, srv.url, NULL, empty);
@@ -374,6 +543,16 @@ static void every_usage_error_exits_64_with_one_line(void **state)
     RUN(&r, "redis://h:0", "status", "u1");
     expect_status(&r, 64);
     assert_non_null(strstr(r.err, "URL"));
+    /* A bad duration names the option as it was typed, and the value. */
+    RUN(&r, srv.url, "lock", "-w", "10x", "u1", "true");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "bad -w '10x'"));
+    RUN(&r, srv.url, "lock", "--ttl=-1s", "u1", "true");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "bad --ttl '-1s'"));
+    RUN(&r, srv.url, "--timeout", "5 s", "status", "u1");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "bad --timeout '5 s'"));
     assert_false(file_exists(marker));
 }
 
@@ -1139,6 +1318,345 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
     print_message("COMMAND and its child gone %lld ms after dlock was killed\n", th_now_ms() - t0);
 }
 
+/* `dlock SUBCOMMAND --help` (and -h) prints that subcommand's synopsis and
+ * options on stdout and exits 0, for every subcommand, without a server. */
+static void every_subcommand_prints_its_help(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sub, *synopsis, *option;
+    } subs[] = {
+        {"lock", "lock [--fair|--read|--write] [-w WAIT] [-n]", "--conflict-exit-code N"},
+        {"semaphore", "semaphore -p PERMITS", "--permits PERMITS"},
+        {"latch", "latch NAME --set N", "--wait DURATION"},
+        {"id", "id [-n COUNT] PREFIX | id --count PREFIX", "--date YYYY-MM-DD"},
+        {"status", "status [--json] NAME", "--json"},
+        {"unlock", "unlock --force NAME", "--help"},
+    };
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        for (int form = 0; form < 2; form++) {
+            run r;
+            RUN(&r, url, subs[i].sub, form ? "-h" : "--help");
+            if (r.status != 0 || strncmp(r.out, "usage: dlock ", 13) != 0 || !strstr(r.out, subs[i].synopsis) ||
+                !strstr(r.out, subs[i].option) || !strstr(r.out, "--timeout DURATION") || r.err[0]) {
+                print_error("%s %s: exit %d\nstdout: %s\nstderr: %s\n", subs[i].sub, form ? "-h" : "--help",
+                            r.status, r.out, r.err);
+                fail();
+            }
+        }
+    }
+}
+
+/* flock(1)'s forms: -n/--nonblock, durations with units, NAME COMMAND
+ * without '--', -c 'SHELL COMMAND' before or (as in flock) after NAME, and
+ * nothing after NAME taken as an option. */
+static void lock_takes_flock_forms_and_durations_with_units(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "lock", "-n", "flock1", "--", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "lock", "-w", "2s", "-t", "1m", "flock1", "sh", "-c", "exit 5");
+    expect_status(&r, 5);
+    RUN(&r, srv.url, "lock", "--nonblock", "--wait=500ms", "--ttl=90s", "flock1", "true");
+    expect_status(&r, 0);
+    /* -t 1m is 60000 ms: the lease is above the 30 s default. */
+    proc holder;
+    HOLD(&holder, "flock1.ready", "exec sleep 30", "lock", "-t", "1m", "flock1");
+    redisReply *rep = th_target_cmd(&srv, "dlock:{flock1}", "PTTL %s", "dlock:{flock1}");
+    assert_non_null(rep);
+    assert_true(rep->type == REDIS_REPLY_INTEGER && rep->integer > 30000 && rep->integer <= 60000);
+    freeReplyObject(rep);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+
+    /* -c runs one shell command, with the hold's environment. */
+    RUN(&r, srv.url, "lock", "-c", "exit 7", "flock1");
+    expect_status(&r, 7);
+    RUN(&r, srv.url, "lock", "flock1", "-c", "exit 7");
+    expect_status(&r, 7);
+    RUN(&r, srv.url, "lock", "--command", "[ \"$DLOCK_NAME\" = flock1 ] && [ -n \"$DLOCK_TOKEN\" ] && exit 8", "flock1");
+    expect_status(&r, 8);
+    RUN(&r, srv.url, "semaphore", "-p", "1", "-c", "[ -n \"$DLOCK_PERMIT\" ] && exit 6", "flocksem");
+    expect_status(&r, 6);
+    RUN(&r, srv.url, "semaphore", "--permits", "1", "flocksem", "-c", "exit 4");
+    expect_status(&r, 4);
+
+    /* After NAME, options are COMMAND's: "-w" is run (and not found). */
+    RUN(&r, srv.url, "lock", "flock1", "-w", "5", "true");
+    expect_status(&r, 127);
+    assert_non_null(strstr(r.err, "'-w'"));
+    RUN(&r, srv.url, "lock", "flock1", "sh", "-c", "exit $#", "sh", "-t", "-n", "-c");
+    expect_status(&r, 3);
+    assert_free("flock1");
+}
+
+/* Busy: -n and --nonblock give up at once; -E N (--conflict-exit-code)
+ * replaces 75 (0 included) and COMMAND does not run; -w 1s waits a
+ * second, not a millisecond; free, -E changes nothing. */
+static void busy_lock_exits_with_the_conflict_exit_code(void **state)
+{
+    (void)state;
+    char marker[256], touch[300];
+    scratch_file(marker, sizeof marker, "conflict.ran");
+    snprintf(touch, sizeof touch, "touch %s", marker);
+    proc holder;
+    HOLD(&holder, "conflict.ready", "exec sleep 30", "lock", "conflict");
+    run r;
+    RUN(&r, srv.url, "lock", "-n", "conflict", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms < 5000);
+    RUN(&r, srv.url, "lock", "--nonblock", "conflict", "true");
+    expect_status(&r, 75);
+    RUN(&r, srv.url, "lock", "-n", "-E", "3", "conflict", "true");
+    expect_status(&r, 3);
+    RUN(&r, srv.url, "lock", "--conflict-exit-code=0", "-n", "-c", touch, "conflict");
+    expect_status(&r, 0);
+    assert_false(file_exists(marker));
+    RUN(&r, srv.url, "semaphore", "-p", "1", "-n", "-E", "9", "conflict-sem", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "lock", "-w", "1s", "-E", "4", "conflict", "true");
+    expect_status(&r, 4);
+    assert_true(r.ms >= 950);
+    assert_true(r.ms < 10000);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    RUN(&r, srv.url, "lock", "-n", "-E", "3", "conflict", "sh", "-c", "exit 0");
+    expect_status(&r, 0);
+}
+
+/* A server that accepts connections and never answers (a listening socket
+ * nobody reads; the kernel completes the handshake) costs the default
+ * command timeout, 5 s, even with -n. --timeout 300ms makes it 69 within
+ * about that, for lock and status alike. */
+static void timeout_gives_up_on_a_server_that_never_answers(void **state)
+{
+    (void)state;
+    int port, fd = loopback_socket(&port);
+    assert_int_equal(listen(fd, 16), 0);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    run r;
+    RUN(&r, url, "--timeout", "300ms", "lock", "-n", "stall", "true");
+    print_message("lock -n with --timeout 300ms: exit %d after %lld ms\n", r.status, r.ms);
+    expect_status(&r, 69);
+    assert_one_line(r.err);
+    assert_true(r.ms < 1500);
+    RUN(&r, NULL, "--timeout", "300", "--url", url, "status", "stall");
+    expect_status(&r, 69);
+    assert_true(r.ms < 1500);
+    close(fd);
+}
+
+/* Start a holder of NAME whose COMMAND writes its DLOCK_TOKEN to a scratch
+ * file and then sleeps; returns that token. */
+static unsigned long long hold_with_token(proc *p, const char *name, const char *const *opts)
+{
+    char ready[64], tokf[256], body[900], buf[64];
+    const char *args[MAX_ARGS];
+    size_t n = 0;
+    snprintf(ready, sizeof ready, "%s.ready", name);
+    snprintf(buf, sizeof buf, "%s.token", name);
+    scratch_file(tokf, sizeof tokf, buf);
+    unlink(tokf);
+    snprintf(body, sizeof body, "echo $DLOCK_TOKEN > %s.tmp; mv %s.tmp %s; exec sleep 30", tokf, tokf, tokf);
+    args[n++] = "lock";
+    for (; opts[n - 1]; n++) args[n] = opts[n - 1];
+    args[n++] = name;
+    args[n] = NULL;
+    start_holder(p, ready, body, args);
+    assert_true(wait_for_file(tokf, 10000));
+    slurp(tokf, buf, sizeof buf);
+    return strtoull(buf, NULL, 10);
+}
+
+/* `status --json` while a dlock holds NAME: who (this host, the holding
+ * dlock's pid, its COMMAND), since when, the token COMMAND got, the lease
+ * left and the count, as one parseable object, also after several leases
+ * (the record is refreshed, not left to expire with the first); the text
+ * form says the same; a waiter is counted; after release it is free, with
+ * nulls, and the record is gone. */
+static void status_json_names_the_holders_host_pid_command_and_token(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"-t", "900ms", NULL};
+    char host[256], v[1024], want[64];
+    assert_int_equal(gethostname(host, sizeof host), 0);
+    proc holder;
+    long long t0 = th_now_ms();
+    unsigned long long token = hold_with_token(&holder, "stjson", opts);
+    assert_true(token > 0);
+    usleep(1500000); /* the record's own TTL is 1.2 s */
+    run r;
+    RUN(&r, srv.url, "status", "--json", "stjson");
+    expect_status(&r, 0);
+    json_get(r.out, "name", v, sizeof v);
+    assert_string_equal(v, "stjson");
+    json_get(r.out, "held", v, sizeof v);
+    assert_string_equal(v, "true");
+    json_get(r.out, "host", v, sizeof v);
+    assert_string_equal(v, host);
+    assert_int_equal(json_num(r.out, "pid"), holder.pid);
+    json_get(r.out, "command", v, sizeof v);
+    assert_int_equal(strncmp(v, "sh -c 'touch ", 13), 0);
+    assert_non_null(strstr(v, "stjson.ready; echo $DLOCK_TOKEN > "));
+    snprintf(want, sizeof want, "%llu", token);
+    json_get(r.out, "token", v, sizeof v);
+    assert_string_equal(v, want);
+    json_get(r.out, "last_token", v, sizeof v);
+    assert_string_equal(v, want);
+    assert_int_equal(json_num(r.out, "count"), 1);
+    long long left = json_num(r.out, "lease_left_ms");
+    assert_true(left > 0 && left <= 900);
+    long long held_for = json_num(r.out, "held_for_ms");
+    assert_true(held_for >= 1400 && held_for <= th_now_ms() - t0 + 1000);
+    json_get(r.out, "since", v, sizeof v);
+    assert_int_equal(strlen(v), strlen("2026-11-25T10:00:00Z"));
+    assert_int_equal(v[strlen(v) - 1], 'Z');
+    assert_true(json_num(r.out, "since_ms") > 1640995200000LL);
+    assert_int_equal(json_num(r.out, "waiting"), 0);
+    json_get(r.out, "writer", v, sizeof v);
+    assert_string_equal(v, "null");
+
+    RUN(&r, srv.url, "status", "stjson");
+    expect_status(&r, 0);
+    assert_int_equal(status_field(r.out, "pid"), holder.pid);
+    assert_int_equal(status_field(r.out, "token"), (long long)token);
+    snprintf(v, sizeof v, "\nhost: %s\n", host);
+    assert_non_null(strstr(r.out, v));
+    assert_non_null(strstr(r.out, "\ncommand: sh -c 'touch "));
+    assert_non_null(strstr(r.out, " ago)\n"));
+    assert_non_null(strstr(r.out, "\nlease_left: "));
+
+    /* One process waiting for it. */
+    proc waiter;
+    START(&waiter, srv.url, "lock", "stjson", "true");
+    long long waiting = 0;
+    for (long long until = th_now_ms() + 10000; waiting != 1 && th_now_ms() < until; usleep(50000)) {
+        RUN(&r, srv.url, "status", "--json", "stjson");
+        waiting = json_num(r.out, "waiting");
+    }
+    assert_int_equal(waiting, 1);
+    kill(waiter.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&waiter, 10000), 128 + SIGTERM);
+
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    RUN(&r, srv.url, "status", "--json", "stjson");
+    expect_status(&r, 1);
+    json_get(r.out, "held", v, sizeof v);
+    assert_string_equal(v, "false");
+    static const char *const nulls[] = {"holder", "host", "pid", "command", "since", "token", "lease_left_ms"};
+    for (size_t i = 0; i < sizeof nulls / sizeof *nulls; i++) {
+        json_get(r.out, nulls[i], v, sizeof v);
+        if (strcmp(v, "null") != 0) fail_msg("%s is %s after the release", nulls[i], v);
+    }
+    redisReply *rep = th_target_cmd(&srv, "dlock:{stjson}:info", "EXISTS %s", "dlock:{stjson}:info");
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 0);
+    freeReplyObject(rep);
+    assert_free("stjson");
+}
+
+/* The command line is kept to about 200 bytes and shown with its control
+ * characters escaped (text: one line; JSON: escapes a parser decodes);
+ * a write hold records itself too; a record whose token is not the
+ * current hold's is not shown. */
+static void status_escapes_the_command_and_shows_only_the_current_holds_record(void **state)
+{
+    (void)state;
+    char body[512], xs[301], v[1024];
+    memset(xs, 'x', 300);
+    xs[300] = '\0';
+    snprintf(body, sizeof body, "exec sleep 30 # tab\tquote' newline\n %s", xs);
+    proc holder;
+    HOLD(&holder, "stesc.ready", body, "lock", "stesc");
+    run r;
+    RUN(&r, srv.url, "status", "stesc");
+    expect_status(&r, 0);
+    const char *line = strstr(r.out, "\ncommand: ");
+    assert_non_null(line);
+    line += 10;
+    const char *eol = strchr(line, '\n');
+    assert_non_null(eol);
+    assert_null(memchr(line, '\t', (size_t)(eol - line)));
+    assert_true(eol - line > 150 && eol - line < 240);
+    assert_non_null(strstr(line, "tab\\tquote'\\\\'' newline\\n xxx"));
+    assert_int_equal(strncmp(eol - 3, "...", 3), 0);
+    assert_int_equal(status_field(r.out, "pid"), holder.pid);
+
+    RUN(&r, srv.url, "status", "--json", "stesc");
+    expect_status(&r, 0);
+    json_get(r.out, "command", v, sizeof v);
+    assert_non_null(strstr(v, "tab\tquote'\\'' newline\n xxx"));
+    assert_true(strlen(v) <= 200 && strlen(v) > 190);
+    assert_string_equal(v + strlen(v) - 3, "...");
+
+    /* Not the current hold's: shown as unknown, while the lock's own
+     * facts stay. */
+    redisReply *rep = th_target_cmd(&srv, "dlock:{stesc}:info", "HSET %s token 1", "dlock:{stesc}:info");
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    RUN(&r, srv.url, "status", "stesc");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "\nhost: -\npid: -\ncommand: -\nsince: -\n"));
+    assert_true(status_field(r.out, "token") > 0);
+    RUN(&r, srv.url, "status", "--json", "stesc");
+    assert_int_equal(json_num(r.out, "pid"), -1);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+
+    static const char *const write_opts[] = {"--write", NULL};
+    unsigned long long token = hold_with_token(&holder, "stw", write_opts);
+    RUN(&r, srv.url, "status", "--json", "stw");
+    expect_status(&r, 0);
+    json_get(r.out, "holder", v, sizeof v);
+    assert_string_equal(v, "null");
+    json_get(r.out, "writer", v, sizeof v);
+    assert_string_not_equal(v, "null");
+    assert_int_equal(json_num(r.out, "pid"), holder.pid);
+    char want[32];
+    snprintf(want, sizeof want, "%llu", token);
+    json_get(r.out, "token", v, sizeof v);
+    assert_string_equal(v, want);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+}
+
+/* `id --count PREFIX` is how many IDs PREFIX handed out today (UTC), or on
+ * --date; a day without any is 0. */
+static void id_count_tells_how_many_ids_a_day_handed_out(void **state)
+{
+    (void)state;
+    char today[16], today2[16];
+    run r;
+    for (int attempt = 0; attempt < 3; attempt++) { /* UTC midnight may pass */
+        time_t t = time(NULL);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(today, sizeof today, "%Y-%m-%d", &tm);
+        RUN(&r, srv.url, "id", "--count", attempt ? "cnt-cli2" : "cnt-cli");
+        expect_status(&r, 0);
+        assert_string_equal(r.out, "0\n");
+        RUN(&r, srv.url, "id", "-n", "5", attempt ? "cnt-cli2" : "cnt-cli");
+        expect_status(&r, 0);
+        RUN(&r, srv.url, "id", attempt ? "cnt-cli2" : "cnt-cli");
+        expect_status(&r, 0);
+        RUN(&r, srv.url, "id", "--count", attempt ? "cnt-cli2" : "cnt-cli", "--date", today);
+        t = time(NULL);
+        gmtime_r(&t, &tm);
+        strftime(today2, sizeof today2, "%Y-%m-%d", &tm);
+        if (strcmp(today, today2) == 0) break;
+    }
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "6\n");
+    RUN(&r, srv.url, "id", "--count", "--date", "2023-01-01", "cnt-cli");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "0\n");
+}
+
 /* ------------------------------------------------------------------------ */
 
 static int setup(void **state)
@@ -1194,6 +1712,13 @@ int main(void)
         cmocka_unit_test(redlock_over_three_urls_holds_with_a_majority_only),
         cmocka_unit_test(cut_off_holder_stops_command_before_the_lease_ends),
         cmocka_unit_test(killed_dlock_takes_command_and_its_group_down),
+        cmocka_unit_test(every_subcommand_prints_its_help),
+        cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),
+        cmocka_unit_test(busy_lock_exits_with_the_conflict_exit_code),
+        cmocka_unit_test(timeout_gives_up_on_a_server_that_never_answers),
+        cmocka_unit_test(status_json_names_the_holders_host_pid_command_and_token),
+        cmocka_unit_test(status_escapes_the_command_and_shows_only_the_current_holds_record),
+        cmocka_unit_test(id_count_tells_how_many_ids_a_day_handed_out),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,17 +1,21 @@
 /*
  * dlock -- a distributed flock(1) on Redis.
  *
- *   dlock [-u URL] lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
- *   dlock -u URL1 -u URL2 -u URL3 ... lock [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
- *   dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] NAME -- COMMAND [ARG...]
- *   dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT_MS]
- *   dlock [-u URL] id [-n COUNT] PREFIX
- *   dlock [-u URL] status NAME
+ *   dlock [-u URL] lock [--fair|--read|--write] [-w WAIT] [-n] [-t TTL] [-E N] NAME [--] COMMAND [ARG...]
+ *   dlock [-u URL] lock [OPTIONS] NAME -c 'SHELL COMMAND'
+ *   dlock -u URL1 -u URL2 -u URL3 ... lock [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
+ *   dlock [-u URL] semaphore -p PERMITS [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
+ *   dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]
+ *   dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]
+ *   dlock [-u URL] status [--json] NAME
  *   dlock [-u URL] unlock --force NAME
- *   dlock --help | --version
+ *   dlock --help | --version | dlock SUBCOMMAND --help
  *
- * Every form takes --password-file FILE before the subcommand, as it
- * takes -u. The interesting part is `lock`: it takes the lock with a watchdog lease,
+ * Every form takes --password-file FILE and --timeout DURATION before the
+ * subcommand, as it takes -u (--url). Durations are milliseconds, or carry
+ * a unit (500ms, 10s, 2m, 1h). The options follow flock(1) where it has
+ * one: -w/--wait, -n/--nonblock, -E/--conflict-exit-code, -c.
+ * The interesting part is `lock`: it takes the lock with a watchdog lease,
  * runs COMMAND as a child and waits for one of three things with a single
  * poll() on a self-pipe: the child ended (SIGCHLD), a signal to pass on
  * (SIGINT, SIGTERM, ...), or the library's watchdog reporting the lease
@@ -39,6 +43,7 @@
 
 #include "child.h"
 #include "dlock.h"
+#include "holdinfo.h"
 #include "pwfile.h"
 
 extern char **environ;
@@ -71,16 +76,22 @@ extern char **environ;
  * that nothing runs under the lock once the server may hand it on. */
 #define DEFAULT_MARGIN_PCT 10
 
-#define USAGE_LOCK                                                                                \
-    "dlock [-u URL]... lock [--fair|--read|--write] [-t TTL_MS] [-w WAIT_MS] [--fence-floor TOKEN] " \
-    "[--safety-margin PCT] NAME -- COMMAND [ARG...]"
-#define USAGE_SEM \
-    "dlock [-u URL] semaphore -p PERMITS [-t TTL_MS] [-w WAIT_MS] [--safety-margin PCT] NAME -- COMMAND [ARG...]"
-#define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT_MS]"
-#define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX"
-#define USAGE_STATUS "dlock [-u URL] status NAME"
+#define USAGE_LOCK                                                                                   \
+    "dlock [-u URL]... lock [--fair|--read|--write] [-w WAIT] [-n] [-t TTL] [-E N] [--fence-floor TOKEN] " \
+    "[--safety-margin PCT] NAME {[--] COMMAND [ARG...] | -c 'SHELL COMMAND'}"
+#define USAGE_SEM                                                                                    \
+    "dlock [-u URL] semaphore -p PERMITS [-w WAIT] [-n] [-t TTL] [-E N] [--safety-margin PCT] NAME " \
+    "{[--] COMMAND [ARG...] | -c 'SHELL COMMAND'}"
+#define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]"
+#define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]"
+#define USAGE_STATUS "dlock [-u URL] status [--json] NAME"
 #define USAGE_UNLOCK "dlock [-u URL] unlock --force NAME"
-#define USAGE_MISC "dlock --help | --version"
+#define USAGE_MISC "dlock --help | --version | dlock SUBCOMMAND --help"
+/* How a duration is written, for help and usage errors. */
+#define DURATION_FORMS "milliseconds, or a number with a unit: 500ms, 10s, 2m, 1h"
+#define DURATION_UNITS "a bare number is milliseconds; units: 500ms, 10s, 2m, 1h"
+/* -E takes an exit status, which a shell sees modulo 256. */
+#define MAX_EXIT_CODE 255
 
 /* The signals dlock passes on to COMMAND. */
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
@@ -96,6 +107,9 @@ static int lost_reported;
 /* The password from --password-file or DLOCK_PASSWORD, or NULL: given to
  * every client in place of the URLs' own (see open_client). */
 static char *password;
+/* --timeout: connect and command timeout of every client, 0 for the
+ * library's defaults (2 s to connect, 5 s a command). */
+static long timeout_ms;
 
 /* File descriptors open when dlock started; see mark_library_fds(). */
 #define FD_TRACK_MAX 1024
@@ -153,7 +167,7 @@ static void errorf(const char *fmt, ...)
 static int usage_error(const char *synopsis, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int usage_error(const char *synopsis, const char *fmt, ...)
 {
-    char tail[256];
+    char tail[512];
     snprintf(tail, sizeof tail, "; usage: %s", synopsis);
     va_list ap;
     va_start(ap, fmt);
@@ -196,53 +210,143 @@ static void print_synopsis(FILE *f)
           f);
 }
 
+/* The global options, shared by --help and every subcommand's help. */
+#define HELP_GLOBAL                                                                                  \
+    "Global options (before the subcommand):\n"                                                      \
+    "  -u, --url URL   redis://[[user]:password@]host[:port][/db], unix:///path?db=N,\n"             \
+    "                  redis-sentinel://..., redis-cluster://...\n"                                   \
+    "                  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"                                 \
+    "  --password-file FILE  Redis password: FILE's first line; FILE must be mode\n"                \
+    "                  0600 or 0400 (default: $DLOCK_PASSWORD)\n"                                     \
+    "  --timeout DURATION  connect and command timeout (default 2s and 5s)\n"                        \
+    "\n"                                                                                             \
+    "DURATION is " DURATION_FORMS ".\n"
+
 /* --help: the synopsis and one screen of reminders; dlock(1) has the rest. */
 static void print_help(void)
 {
     print_synopsis(stdout);
     fputs("\n"
           "Run COMMAND while holding the Redis lock NAME (a distributed flock),\n"
-          "make global IDs, or inspect and break locks.\n"
-          "\n"
-          "  -u URL      redis://[[user]:password@]host[:port][/db] or\n"
-          "              unix:///path?db=N  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"
-          "              given 3 or more times: RedLock over those independent masters\n"
-          "              (twice is refused: a majority of two masters is both)\n"
-          "  --password-file FILE  Redis password: FILE's first line; FILE must be\n"
-          "              mode 0600 or 0400 (default: $DLOCK_PASSWORD); replaces the\n"
-          "              password of every URL\n"
-          "  -t TTL_MS   lock lease, renewed every TTL/3 while COMMAND runs (default 30000)\n"
-          "  -w WAIT_MS  give up after WAIT_MS (default: wait forever; 0 tries once)\n"
-          "  --fair      FIFO lock; --read / --write: shared / exclusive read-write lock\n"
-          "  --fence-floor TOKEN  the fencing token handed out is above TOKEN (pass the\n"
-          "              highest token your fenced resource has accepted)\n"
-          "  --safety-margin PCT  stop trusting the lease PCT % of TTL (+1 % + 2 ms for clock\n"
-          "              drift) before it could end, by our clock, when renewals fail:\n"
-          "              COMMAND gets SIGTERM then, its process group SIGKILL PCT % of\n"
-          "              TTL later (default 10)\n"
-          "  -p PERMITS  semaphore size, set by the first user of NAME\n"
-          "  -n COUNT    number of IDs to print, 1 to 1000000 (default 1)\n"
+          "make global IDs, or inspect and break locks. `dlock SUBCOMMAND --help`\n"
+          "lists each subcommand's options.\n"
+          "\n" HELP_GLOBAL
+          "  -u given 3 or more times: `lock` is a RedLock over those independent\n"
+          "  masters (twice is refused: a majority of two masters is both).\n"
           "\n"
           "COMMAND gets DLOCK_NAME and DLOCK_TOKEN (the fencing token) in its environment.\n"
           "\n"
-          "Exit status: COMMAND's own (128+N if killed by signal N); 75 lock busy;\n"
-          "76 lock lost while COMMAND ran; 69 Redis unreachable or AUTH failed;\n"
-          "64 usage error; 127 COMMAND not executable; 70 internal error.\n"
+          "Exit status: COMMAND's own (128+N if killed by signal N); 75 lock busy\n"
+          "(or -E N); 76 lock lost while COMMAND ran; 69 Redis unreachable or AUTH\n"
+          "failed; 64 usage error; 127 COMMAND not executable; 70 internal error.\n"
           "See dlock(1).\n",
           stdout);
 }
 
-/* The offending option as the user typed it, for an error line: getopt
- * leaves it in optopt for a short option and in argv for a long one. */
+/* The options `lock` and `semaphore` share, in their --help ... */
+#define HELP_HOLD_COMMON                                                                             \
+    "  -w, --wait DURATION   give up after DURATION, exit 75 (default: wait forever)\n"              \
+    "  -n, --nonblock        try once: the same as -w 0\n"                                           \
+    "  -t, --ttl DURATION    lease, renewed every third of it while COMMAND runs\n"                  \
+    "                        (default 30s)\n"                                                        \
+    "  -E, --conflict-exit-code N  exit N (0 to 255) instead of 75 when not acquired\n"              \
+    "  -c, --command 'SHELL COMMAND'  run it with /bin/sh -c (also after NAME, as\n"                 \
+    "                        in flock(1))\n"                                                         \
+    "  --safety-margin PCT   when renewals fail, stop trusting the lease PCT % of TTL\n"             \
+    "                        (+1 % + 2 ms) before it could end: COMMAND gets SIGTERM,\n"             \
+    "                        its process group SIGKILL PCT % later (default 10)\n"                   \
+    "  -h, --help            this text\n"
+/* ... and what follows them. */
+#define HELP_HOLD_END                                                                                \
+    "\n"                                                                                             \
+    "Options end at NAME: everything after it is COMMAND and its arguments ('--'\n"                  \
+    "before COMMAND is optional). COMMAND gets DLOCK_NAME and DLOCK_TOKEN (a\n"                      \
+    "semaphore's: DLOCK_PERMIT). Exit status: COMMAND's; 75 (or -E N) not acquired,\n"              \
+    "76 lost while COMMAND ran, 69 Redis unreachable, 64 usage, 127 not executable.\n"
+
+/* `dlock SUBCOMMAND --help`: that subcommand's synopsis and options, for
+ * someone who knows which subcommand they want and not its flags. */
+static void print_sub_help(const char *cmd)
+{
+    if (strcmp(cmd, "lock") == 0) {
+        fputs("usage: " USAGE_LOCK "\n"
+              "\n"
+              "Run COMMAND while holding the lock NAME, and exit with its status.\n"
+              "\n" HELP_HOLD_COMMON
+              "  --fair                FIFO lock: waiters get it in the order they came\n"
+              "  --read, --write       shared / exclusive side of a read-write lock\n"
+              "  --fence-floor TOKEN   the fencing token handed out is above TOKEN\n" HELP_HOLD_END,
+              stdout);
+    } else if (strcmp(cmd, "semaphore") == 0) {
+        fputs("usage: " USAGE_SEM "\n"
+              "\n"
+              "Run COMMAND holding one of PERMITS permits of the semaphore NAME.\n"
+              "\n"
+              "  -p, --permits PERMITS the semaphore's size, set by its first user\n" HELP_HOLD_COMMON
+                  HELP_HOLD_END,
+              stdout);
+    } else if (strcmp(cmd, "latch") == 0) {
+        fputs("usage: " USAGE_LATCH "\n"
+              "\n"
+              "A count-down latch: --set N once, --count-down (prints what is left),\n"
+              "--await until it is zero.\n"
+              "\n"
+              "  -w, --wait DURATION   --await gives up after DURATION, exit 75\n"
+              "  -h, --help            this text\n",
+              stdout);
+    } else if (strcmp(cmd, "id") == 0) {
+        fputs("usage: " USAGE_ID "\n"
+              "\n"
+              "Print global IDs, one per line, or how many a day handed out.\n"
+              "\n"
+              "  -n COUNT              how many IDs, 1 to 1000000 (default 1)\n"
+              "  --count               print how many IDs PREFIX handed out on one UTC day\n"
+              "  --date YYYY-MM-DD     that day (default: today, UTC)\n"
+              "  -h, --help            this text\n",
+              stdout);
+    } else if (strcmp(cmd, "status") == 0) {
+        fputs("usage: " USAGE_STATUS "\n"
+              "\n"
+              "Show who holds NAME: key: value lines (exit 0 held, 1 free).\n"
+              "\n"
+              "  --json                the same as one JSON object\n"
+              "  -h, --help            this text\n",
+              stdout);
+    } else {
+        fputs("usage: " USAGE_UNLOCK "\n"
+              "\n"
+              "Break the lock NAME whoever holds it (exit 0 held, 1 was free).\n"
+              "\n"
+              "  -h, --help            this text\n",
+              stdout);
+    }
+    fputs("\n" HELP_GLOBAL, stdout);
+}
+
+/* Exit status of a help request: 0 unless stdout could not be written. */
+static int help_done(void)
+{
+    return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
+}
+
+/* The offending option as the user typed it, for an error line: a long
+ * one is in argv (getopt has stepped past it), a short one in optopt
+ * (argv may hold several, as in -nq). */
 static const char *bad_option(char **argv)
 {
-    static char buf[3];
+    static char buf[64];
+    const char *last = optind > 0 ? argv[optind - 1] : "";
+    if (strncmp(last, "--", 2) == 0 && last[2]) {
+        snprintf(buf, sizeof buf, "%.*s", (int)strcspn(last, "="), last);
+        return buf;
+    }
     if (optopt > 0 && optopt < 128) {
         buf[0] = '-';
         buf[1] = (char)optopt;
+        buf[2] = '\0';
         return buf;
     }
-    return argv[optind - 1];
+    return last;
 }
 
 /* Strict decimal parsing: the whole string must be digits and the value in
@@ -272,6 +376,55 @@ static int parse_token(const char *s, uint64_t *out)
     return 0;
 }
 
+/*
+ * A duration: digits, then nothing (milliseconds, as every duration was
+ * before units) or one of the units ms, s, m, h, into milliseconds within
+ * [lo, hi]. As strict as parse_number: no sign, space, fraction or other
+ * unit, and no overflow when the unit multiplies, so that "10x", "-1s" or
+ * "99999999999h" is an error and never some other lease.
+ */
+static int parse_duration(const char *s, long lo, long hi, long *out)
+{
+    static const struct {
+        const char *unit;
+        long ms;
+    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+    if (!s || *s < '0' || *s > '9') return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0) return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].unit) != 0) continue;
+        if (v > hi / units[i].ms) return -1;
+        v *= units[i].ms;
+        if (v < lo) return -1;
+        *out = (long)v;
+        return 0;
+    }
+    return -1;
+}
+
+/* The option getopt just handled, as typed ("-w" or "--wait"), for an
+ * error about its value: the user may have written either. */
+static const char *typed_option(char **argv)
+{
+    static char buf[64];
+    /* The value is its own argument, or attached to the option's. */
+    const char *opt = argv[optind - 1] == optarg && optind >= 2 ? argv[optind - 2] : argv[optind - 1];
+    size_t n = strncmp(opt, "--", 2) == 0 ? strcspn(opt, "=") : 2;
+    snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), opt);
+    return buf;
+}
+
+/* A duration option's value, or the one-line usage error naming it. */
+static int duration_arg(const char *synopsis, char **argv, long lo, long hi, long *out)
+{
+    if (parse_duration(optarg, lo, hi, out) == 0) return 0;
+    return usage_error(synopsis, "bad %s '%s': expected a duration from %ld to %ld ms (%s)", typed_option(argv),
+                       optarg, lo, hi, DURATION_UNITS);
+}
+
 /* The sysexits status for a failed library call outside of `lock`'s own
  * special cases: callers of the tool care whether retrying later can help
  * (69) or whether they typed something wrong (64). */
@@ -288,11 +441,24 @@ static int exit_for(dlock_status st)
     }
 }
 
+/* The options every client of ours gets: the caller's `base` (may be
+ * NULL), with the password of --password-file or DLOCK_PASSWORD and the
+ * timeouts of --timeout. */
+static dlock_options client_options(const dlock_options *base)
+{
+    dlock_options o = {0};
+    if (base) o = *base;
+    o.password = password;
+    if (timeout_ms > 0) o.connect_timeout_ms = o.command_timeout_ms = (int)timeout_ms;
+    return o;
+}
+
 /* Check the URL and connect. The URL is parsed first so that a typo is a
  * usage error (64) with the parser's explanation, never a connection error.
  * The URL itself is not printed: it may carry a password. The password of
  * --password-file or DLOCK_PASSWORD goes to the library as an option, so
- * it is never written into a URL. */
+ * it is never written into a URL. --timeout, when given, is both timeouts
+ * of every client, RedLock masters' included. */
 static int open_client(const char *url, const dlock_options *opts, dlock_client **out)
 {
     dlock_url parsed;
@@ -301,9 +467,7 @@ static int open_client(const char *url, const dlock_options *opts, dlock_client 
         return EXIT_USAGE;
     }
     dlock_url_free(&parsed);
-    dlock_options o = {0};
-    if (opts) o = *opts;
-    o.password = password;
+    dlock_options o = client_options(opts);
     dlock_status st = dlock_client_new(url, &o, out);
     if (st != DLOCK_OK) {
         errorf("cannot connect to Redis: %s", dlock_last_error());
@@ -491,43 +655,87 @@ typedef struct hold_args {
     enum hold_kind kind;
     long ttl, wait_ms, permits;
     long margin_pct; /* --safety-margin */
+    long busy_exit;  /* -E: the exit status when not acquired */
     uint64_t fence_floor; /* --fence-floor: tokens go above it */
     const char *name;
+    const char *shell_command; /* -c */
+    char *shell_argv[4];       /* /bin/sh -c SHELL_COMMAND */
     char **command;
 } hold_args;
 
+/* COMMAND from what follows NAME: "[--] COMMAND [ARG...]", or flock(1)'s
+ * "-c 'SHELL COMMAND'" right after NAME; nothing else after NAME is read
+ * as an option, so COMMAND's own options stay COMMAND's. */
+static int parse_command(const char *synopsis, int argc, char **argv, int at, hold_args *h)
+{
+    const char *sub = argv[0];
+    if (at < argc && (strcmp(argv[at], "-c") == 0 || strcmp(argv[at], "--command") == 0)) {
+        if (h->shell_command) return usage_error(synopsis, "%s: -c given twice", sub);
+        if (at + 2 != argc) return usage_error(synopsis, "%s: %s takes exactly one SHELL COMMAND", sub, argv[at]);
+        h->shell_command = argv[at + 1];
+        at = argc;
+    } else if (at < argc && strcmp(argv[at], "--") == 0) {
+        at++;
+    }
+    if (h->shell_command) {
+        if (at < argc) return usage_error(synopsis, "%s: give COMMAND or -c, not both", sub);
+        h->shell_argv[0] = "/bin/sh";
+        h->shell_argv[1] = "-c";
+        h->shell_argv[2] = (char *)h->shell_command;
+        h->shell_argv[3] = NULL;
+        h->command = h->shell_argv;
+        return 0;
+    }
+    if (at >= argc) return usage_error(synopsis, "%s: missing COMMAND after NAME", sub);
+    h->command = argv + at;
+    return 0;
+}
+
 /* Parse the arguments of `lock` (is_sem 0) or `semaphore` (is_sem 1).
- * Returns 0 or the exit status of a usage error. `argv[0]` is the
- * subcommand. */
+ * Returns 0, the exit status of a usage error, or -1 after printing the
+ * subcommand's help. `argv[0]` is the subcommand. */
 static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
 {
+#define HOLD_COMMON_OPTS                                                                    \
+    {"wait", required_argument, NULL, 'w'}, {"ttl", required_argument, NULL, 't'},          \
+        {"nonblock", no_argument, NULL, 'n'}, {"conflict-exit-code", required_argument, NULL, 'E'}, \
+        {"command", required_argument, NULL, 'c'}, {"safety-margin", required_argument, NULL, 'm'}, \
+        {"help", no_argument, NULL, 'h'}
     static const struct option lock_opts[] = {
+        HOLD_COMMON_OPTS,
         {"fair", no_argument, NULL, 'F'},
         {"read", no_argument, NULL, 'R'},
         {"write", no_argument, NULL, 'W'},
         {"fence-floor", required_argument, NULL, 'f'},
-        {"safety-margin", required_argument, NULL, 'm'},
         {NULL, 0, NULL, 0},
     };
     static const struct option sem_opts[] = {
-        {"safety-margin", required_argument, NULL, 'm'},
+        HOLD_COMMON_OPTS,
+        {"permits", required_argument, NULL, 'p'},
         {NULL, 0, NULL, 0},
     };
+#undef HOLD_COMMON_OPTS
     const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
     int opt, kinds = 0;
     optind = 0; /* 0: full getopt reset in glibc, honouring the '+' again */
-    while ((opt = getopt_long(argc, argv, is_sem ? "+:t:w:p:" : "+:t:w:", is_sem ? sem_opts : lock_opts, NULL)) !=
-           -1) {
+    while ((opt = getopt_long(argc, argv, is_sem ? "+:t:w:p:nE:c:h" : "+:t:w:nE:c:h", is_sem ? sem_opts : lock_opts,
+                              NULL)) != -1) {
         switch (opt) {
         case 't':
-            if (parse_number(optarg, MIN_TTL_MS, DLOCK_LEASE_MAX_MS, &h->ttl) != 0)
-                return usage_error(synopsis, "bad TTL '%s': expected milliseconds from %ld to %ld", optarg,
-                                   MIN_TTL_MS, DLOCK_LEASE_MAX_MS);
+            if (duration_arg(synopsis, argv, MIN_TTL_MS, DLOCK_LEASE_MAX_MS, &h->ttl) != 0) return EXIT_USAGE;
             break;
         case 'w':
-            if (parse_number(optarg, 0, MAX_MS, &h->wait_ms) != 0)
-                return usage_error(synopsis, "bad WAIT '%s': expected milliseconds from 0 to %ld", optarg,
-                                   MAX_MS);
+            if (duration_arg(synopsis, argv, 0, MAX_MS, &h->wait_ms) != 0) return EXIT_USAGE;
+            break;
+        case 'n': h->wait_ms = 0; break;
+        case 'E':
+            if (parse_number(optarg, 0, MAX_EXIT_CODE, &h->busy_exit) != 0)
+                return usage_error(synopsis, "bad %s '%s': expected an exit status from 0 to %d", typed_option(argv),
+                                   optarg, MAX_EXIT_CODE);
+            break;
+        case 'c':
+            if (h->shell_command) return usage_error(synopsis, "%s: -c given twice", argv[0]);
+            h->shell_command = optarg;
             break;
         case 'p':
             if (parse_number(optarg, 1, MAX_MS, &h->permits) != 0)
@@ -544,6 +752,7 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
         case 'F': h->kind = HOLD_FAIR; kinds++; break;
         case 'R': h->kind = HOLD_READ; kinds++; break;
         case 'W': h->kind = HOLD_WRITE; kinds++; break;
+        case 'h': print_sub_help(argv[0]); return -1;
         case ':': return usage_error(synopsis, "option %s needs a value", bad_option(argv));
         default: return usage_error(synopsis, "unknown option '%s'", bad_option(argv));
         }
@@ -554,12 +763,7 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     h->name = argv[optind++];
     int bad = check_name(synopsis, h->name, 0);
     if (bad) return bad;
-    if (optind >= argc || strcmp(argv[optind], "--") != 0)
-        return usage_error(synopsis, "%s: expected '--' between NAME and COMMAND", argv[0]);
-    optind++;
-    if (optind >= argc) return usage_error(synopsis, "%s: missing COMMAND after '--'", argv[0]);
-    h->command = argv + optind;
-    return 0;
+    return parse_command(synopsis, argc, argv, optind, h);
 }
 
 /* Run COMMAND under the hold just acquired and return the status dlock
@@ -751,8 +955,9 @@ static void holder_close(holder *h)
 static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, char **argv)
 {
     hold_args a = {.kind = HOLD_PLAIN, .ttl = DEFAULT_TTL_MS, .wait_ms = DLOCK_WAIT_FOREVER,
-                   .margin_pct = DEFAULT_MARGIN_PCT};
+                   .margin_pct = DEFAULT_MARGIN_PCT, .busy_exit = EXIT_BUSY};
     int rc = parse_hold_args(argc, argv, is_sem, &a);
+    if (rc < 0) return help_done();
     if (rc != 0) return rc;
     const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
     if (is_sem) a.kind = HOLD_PERMIT;
@@ -795,7 +1000,7 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
     if (st == DLOCK_ERR_TIMEOUT) {
         errorf("%s '%s' not acquired within %ld ms: %s", is_sem ? "semaphore" : "lock", a.name, a.wait_ms,
                dlock_last_error());
-        rc = EXIT_BUSY;
+        rc = (int)a.busy_exit;
         goto out;
     } else if (st != DLOCK_OK) {
         errorf("cannot acquire '%s': %s", a.name, dlock_last_error());
@@ -803,10 +1008,21 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
         goto out;
     }
 
+    /* Who holds it, for `dlock status`: the kinds it can show. */
+    holdinfo *info = NULL;
+    if (a.kind == HOLD_PLAIN || a.kind == HOLD_FAIR || a.kind == HOLD_WRITE) {
+        dlock_options ko = client_options(NULL);
+        info = holdinfo_start(h.clients[0], urls[0], &ko, a.kind == HOLD_WRITE ? HOLDINFO_WRITE : HOLDINFO_LOCK,
+                              a.name, token, a.ttl, a.command, &lease_lost);
+    }
+
     rc = run_command(a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command,
                      a.ttl * a.margin_pct / 100, holder_lost, &h);
 
     st = holder_release(&h);
+    /* After the release, so waiters are not kept waiting for it; a record
+     * the release could not be sent for expires by itself. */
+    holdinfo_stop(info, st == DLOCK_OK);
     if (atomic_load(&lease_lost) || lost_reported) {
         /* Reported when it happened, unless COMMAND had just ended. */
         if (!lost_reported) errorf("lost '%s' while COMMAND ran", a.name);
@@ -832,13 +1048,15 @@ static int cmd_latch(const char *url, int argc, char **argv)
         {"set", required_argument, NULL, 'S'},
         {"count-down", no_argument, NULL, 'D'},
         {"await", no_argument, NULL, 'A'},
+        {"wait", required_argument, NULL, 'w'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     long count = 0, wait_ms = DLOCK_WAIT_FOREVER;
     int action = 0, actions = 0, waited = 0, opt;
     optind = 0;
     /* No '+': NAME may come before or after the action. */
-    while ((opt = getopt_long(argc, argv, ":w:", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":w:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'S':
             if (parse_number(optarg, 1, MAX_MS, &count) != 0)
@@ -849,11 +1067,10 @@ static int cmd_latch(const char *url, int argc, char **argv)
         case 'D': action = 'D'; actions++; break;
         case 'A': action = 'A'; actions++; break;
         case 'w':
-            if (parse_number(optarg, 0, MAX_MS, &wait_ms) != 0)
-                return usage_error(USAGE_LATCH, "bad WAIT '%s': expected milliseconds from 0 to %ld", optarg,
-                                   MAX_MS);
+            if (duration_arg(USAGE_LATCH, argv, 0, MAX_MS, &wait_ms) != 0) return EXIT_USAGE;
             waited = 1;
             break;
+        case 'h': print_sub_help(argv[0]); return help_done();
         case ':': return usage_error(USAGE_LATCH, "option %s needs a value", bad_option(argv));
         default: return usage_error(USAGE_LATCH, "unknown option '%s'", bad_option(argv));
         }
@@ -904,29 +1121,69 @@ static int cmd_latch(const char *url, int argc, char **argv)
 /* id, status, unlock                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* Print how many IDs PREFIX handed out on one UTC day (`date`, or today
+ * when NULL): the day's sequence starts above a floor and cannot say. */
+static int print_id_count(const char *url, const char *prefix, const char *date)
+{
+    dlock_client *client = NULL;
+    int rc = open_client(url, NULL, &client);
+    if (rc != 0) return rc;
+    uint64_t n = 0;
+    dlock_status st = dlock_id_count(client, prefix, date, &n);
+    if (st != DLOCK_OK) {
+        errorf("cannot count IDs of '%s': %s", prefix, dlock_last_error());
+        rc = exit_for(st);
+    } else {
+        printf("%llu\n", (unsigned long long)n);
+        if (fflush(stdout) != 0) rc = EXIT_SOFTWARE;
+    }
+    dlock_client_free(client);
+    return rc;
+}
+
 /* Print COUNT global IDs, one per line, for scripts that need unique keys.
- * One call reserves the whole batch, so any COUNT costs one round trip. */
+ * One call reserves the whole batch, so any COUNT costs one round trip.
+ * With --count, print how many a day handed out instead. */
 static int cmd_id(const char *url, int argc, char **argv)
 {
+    static const struct option opts[] = {
+        {"count", no_argument, NULL, 'C'},
+        {"date", required_argument, NULL, 'D'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     long count = 1;
-    int opt;
+    int opt, counting = 0, numbered = 0;
+    const char *date = NULL;
     optind = 0;
-    while ((opt = getopt(argc, argv, "+:n:")) != -1) {
+    /* No '+': --date may follow PREFIX, as in `id --count order --date D`. */
+    while ((opt = getopt_long(argc, argv, ":n:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'n':
             if (parse_number(optarg, 1, MAX_ID_COUNT, &count) != 0)
                 return usage_error(USAGE_ID, "bad COUNT '%s': expected a number from 1 to %ld", optarg,
                                    MAX_ID_COUNT);
+            numbered = 1;
             break;
-        case ':': return usage_error(USAGE_ID, "option -%c needs a value", optopt);
+        case 'C': counting = 1; break;
+        case 'D':
+            if (dlock_check_id_date(optarg) != DLOCK_OK)
+                return usage_error(USAGE_ID, "bad --date '%s': expected a calendar day as YYYY-MM-DD", optarg);
+            date = optarg;
+            break;
+        case 'h': print_sub_help(argv[0]); return help_done();
+        case ':': return usage_error(USAGE_ID, "option %s needs a value", bad_option(argv));
         default: return usage_error(USAGE_ID, "unknown option '%s'", bad_option(argv));
         }
     }
+    if (counting && numbered) return usage_error(USAGE_ID, "id: -n makes IDs, --count counts them: not both");
+    if (date && !counting) return usage_error(USAGE_ID, "id: --date goes with --count");
     if (optind >= argc) return usage_error(USAGE_ID, "id: missing PREFIX");
     if (optind + 1 < argc) return usage_error(USAGE_ID, "id: too many arguments");
     const char *prefix = argv[optind];
     int bad = check_name(USAGE_ID, prefix, 1);
     if (bad) return bad;
+    if (counting) return print_id_count(url, prefix, date);
 
     uint64_t *ids = calloc((size_t)count, sizeof *ids);
     if (!ids) {
@@ -966,32 +1223,231 @@ static int one_name(const char *synopsis, int argc, char **argv, int first, cons
     return check_name(synopsis, *name, 0);
 }
 
-/* Show who holds NAME, for operators and for scripts (`key: value` lines,
- * exit 0 when held, 1 when free). One NAME may be used as a plain or fair
- * lock (`lock`, `lock --fair`) and as a read-write lock (`lock --read`,
- * `--write`): they are different keys, and either kind of holder counts,
- * so both are shown. */
+/* A span of time as a person reads it at a glance: 850ms, 12.3s, 3m12s,
+ * 2h05m, 3d04h. */
+static void human_ms(long long ms, char *buf, size_t size)
+{
+    if (ms < 0) ms = 0;
+    long long s = ms / 1000;
+    if (ms < 1000) snprintf(buf, size, "%lldms", ms);
+    else if (s < 60) snprintf(buf, size, "%lld.%llds", s, ms % 1000 / 100);
+    else if (s < 3600) snprintf(buf, size, "%lldm%02llds", s / 60, s % 60);
+    else if (s < 86400) snprintf(buf, size, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+    else snprintf(buf, size, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+}
+
+/* Milliseconds since 1970 as an ISO 8601 UTC time, e.g.
+ * 2026-11-25T10:00:00Z: one spelling for every host's time zone. */
+static void utc_time(long long ms, char *buf, size_t size)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) snprintf(buf, size, "?");
+}
+
+/* Length of the valid UTF-8 character at `s`, or 0 if it is not one:
+ * JSON must be UTF-8, and names and command lines are any bytes. */
+static int utf8_len(const unsigned char *s)
+{
+    int n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) n = 2;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef) n = 3;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4) n = 4;
+    else return 0;
+    if (s[0] == 0xe0) lo = 0xa0;      /* overlong */
+    else if (s[0] == 0xed) hi = 0x9f; /* surrogates */
+    else if (s[0] == 0xf0) lo = 0x90; /* overlong */
+    else if (s[0] == 0xf4) hi = 0x8f; /* above U+10FFFF */
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+    return n;
+}
+
+/* `s` as a JSON string: quotes, backslashes and control characters
+ * escaped, bytes that are not UTF-8 replaced by U+FFFD, so that any name
+ * or command line gives a document every parser takes. */
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p++);
+        else if (*p == '\n') fputs("\\n", f), p++;
+        else if (*p == '\t') fputs("\\t", f), p++;
+        else if (*p == '\r') fputs("\\r", f), p++;
+        else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\u%04x", *p++);
+        else if (*p < 0x80) fputc(*p++, f);
+        else {
+            int n = utf8_len(p);
+            if (n == 0) {
+                fputs("\\ufffd", f);
+                p++;
+            } else {
+                fwrite(p, 1, (size_t)n, f);
+                p += n;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+/* One `"key": value` member of the status object; a NULL string is null. */
+static void json_str_member(FILE *f, const char *key, const char *value)
+{
+    fprintf(f, ",\"%s\":", key);
+    if (value) json_string(f, value);
+    else fputs("null", f);
+}
+
+static void json_num_member(FILE *f, const char *key, long long value, int known)
+{
+    if (known) fprintf(f, ",\"%s\":%lld", key, value);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+/* What `status` reports, gathered before printing it either way. */
+typedef struct status_report {
+    const char *name;
+    dlock_lock_info lock;
+    dlock_rwlock_info rw;
+    holdinfo_view v;
+    /* The hold described by token..lease_left: the plain or fair lock when
+     * held, else the write hold, else none. */
+    const char *token;
+    const holdinfo_meta *meta;
+    long lease_left_ms; /* -1 when free */
+} status_report;
+
+/* The JSON form: the same facts as the text, as one object, with tokens as
+ * strings (they may pass 2^53, beyond what a double holds exactly) and
+ * null for what is not known. */
+static void print_status_json(const status_report *r)
+{
+    const holdinfo_meta *m = r->meta;
+    char since[32], token[24];
+    fputs("{\"name\":", stdout);
+    json_string(stdout, r->name);
+    fprintf(stdout, ",\"held\":%s", r->lock.held || r->rw.held ? "true" : "false");
+    json_str_member(stdout, "holder", r->lock.held ? r->lock.holder : NULL);
+    json_num_member(stdout, "count", r->lock.held ? r->lock.hold_count : 0, 1);
+    json_num_member(stdout, "ttl_ms", r->lock.ttl_ms, 1);
+    snprintf(token, sizeof token, "%llu", (unsigned long long)r->lock.last_token);
+    json_str_member(stdout, "last_token", token);
+    json_str_member(stdout, "writer", r->rw.writer[0] ? r->rw.writer : NULL);
+    json_num_member(stdout, "readers", r->rw.readers, 1);
+    json_num_member(stdout, "rw_ttl_ms", r->rw.ttl_ms, 1);
+    snprintf(token, sizeof token, "%llu", (unsigned long long)r->rw.last_token);
+    json_str_member(stdout, "rw_last_token", token);
+    json_num_member(stdout, "waiting", r->v.waiting, r->v.waiting >= 0);
+    json_num_member(stdout, "rw_waiting", r->v.rw_waiting, r->v.rw_waiting >= 0);
+    json_str_member(stdout, "token", r->token);
+    json_str_member(stdout, "host", m ? m->host : NULL);
+    json_num_member(stdout, "pid", m ? m->pid : 0, m != NULL);
+    json_str_member(stdout, "command", m ? m->command : NULL);
+    if (m) utc_time(m->since_ms, since, sizeof since);
+    json_str_member(stdout, "since", m ? since : NULL);
+    json_num_member(stdout, "since_ms", m ? m->since_ms : 0, m != NULL);
+    json_num_member(stdout, "held_for_ms", m ? r->v.now_ms - m->since_ms : 0, m != NULL);
+    json_num_member(stdout, "lease_left_ms", r->lease_left_ms, r->lease_left_ms >= 0);
+    fputs("}\n", stdout);
+}
+
+/* A count that may be unknown, for a text line. */
+static void put_count(const char *key, long n)
+{
+    if (n >= 0) printf("%s: %ld\n", key, n);
+    else printf("%s: -\n", key);
+}
+
+/* The text form: the library's `key: value` lines as they always were,
+ * then who holds it in words (host, pid, command, since when, how long
+ * the lease has left) and how many wait; "-" for what is not known. */
+static void print_status_text(const status_report *r)
+{
+    const holdinfo_meta *m = r->meta;
+    char buf[64];
+    printf("holder: %s\ncount: %ld\nttl_ms: %ld\nlast_token: %llu\n"
+           "writer: %s\nreaders: %ld\nrw_ttl_ms: %ld\nrw_last_token: %llu\n",
+           r->lock.held ? r->lock.holder : "-", r->lock.held ? r->lock.hold_count : 0L, r->lock.ttl_ms,
+           (unsigned long long)r->lock.last_token, r->rw.writer[0] ? r->rw.writer : "-", r->rw.readers,
+           r->rw.ttl_ms, (unsigned long long)r->rw.last_token);
+    put_count("waiting", r->v.waiting);
+    put_count("rw_waiting", r->v.rw_waiting);
+    printf("token: %s\n", r->token ? r->token : "-");
+    fputs("host: ", stdout);
+    put_escaped(stdout, m ? m->host : "-");
+    if (m) printf("\npid: %ld\n", m->pid);
+    else fputs("\npid: -\n", stdout);
+    fputs("command: ", stdout);
+    put_escaped(stdout, m ? m->command : "-");
+    if (m) {
+        char ago[32];
+        utc_time(m->since_ms, buf, sizeof buf);
+        human_ms(r->v.now_ms - m->since_ms, ago, sizeof ago);
+        printf("\nsince: %s (%s ago)\n", buf, ago);
+    } else {
+        fputs("\nsince: -\n", stdout);
+    }
+    if (r->lease_left_ms >= 0) human_ms(r->lease_left_ms, buf, sizeof buf);
+    printf("lease_left: %s\n", r->lease_left_ms >= 0 ? buf : "-");
+}
+
+/* Show who holds NAME, for operators and for scripts (`key: value` lines
+ * or --json, exit 0 when held, 1 when free). One NAME may be used as a
+ * plain or fair lock (`lock`, `lock --fair`) and as a read-write lock
+ * (`lock --read`, `--write`): they are different keys, and either kind of
+ * holder counts, so both are shown. */
 static int cmd_status(const char *url, int argc, char **argv)
 {
-    const char *name;
-    int rc = one_name(USAGE_STATUS, argc, argv, 1, &name);
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int json = 0, opt;
+    optind = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'j': json = 1; break;
+        case 'h': print_sub_help(argv[0]); return help_done();
+        default: return usage_error(USAGE_STATUS, "unknown option '%s'", bad_option(argv));
+        }
+    }
+    status_report r = {.name = NULL};
+    /* getopt took a "--" that ends the options: one_name wants it back, so
+     * that a NAME starting with '-' is still a NAME. */
+    int first = optind > 1 && strcmp(argv[optind - 1], "--") == 0 ? optind - 1 : optind;
+    int rc = one_name(USAGE_STATUS, argc, argv, first, &r.name);
     if (rc != 0) return rc;
+    dlock_url parsed;
+    int cluster = 0;
+    if (dlock_url_parse(url, &parsed) == DLOCK_OK) {
+        cluster = parsed.kind == DLOCK_URL_CLUSTER;
+        dlock_url_free(&parsed);
+    }
     dlock_client *client = NULL;
     if ((rc = open_client(url, NULL, &client)) != 0) return rc;
-    dlock_lock_info info;
-    dlock_rwlock_info rw;
-    dlock_status st = dlock_lock_inspect(client, name, &info);
-    if (st == DLOCK_OK) st = dlock_rwlock_inspect(client, name, &rw);
+    dlock_status st = dlock_lock_inspect(client, r.name, &r.lock);
+    if (st == DLOCK_OK) st = dlock_rwlock_inspect(client, r.name, &r.rw);
+    if (st == DLOCK_OK) st = holdinfo_read(client, r.name, cluster, &r.v);
     if (st != DLOCK_OK) {
-        errorf("cannot inspect lock '%s': %s", name, dlock_last_error());
+        errorf("cannot inspect lock '%s': %s", r.name, dlock_last_error());
         rc = exit_for(st);
     } else {
-        printf("holder: %s\ncount: %ld\nttl_ms: %ld\nlast_token: %llu\n"
-               "writer: %s\nreaders: %ld\nrw_ttl_ms: %ld\nrw_last_token: %llu\n",
-               info.held ? info.holder : "-", info.held ? info.hold_count : 0L, info.ttl_ms,
-               (unsigned long long)info.last_token, rw.writer[0] ? rw.writer : "-", rw.readers, rw.ttl_ms,
-               (unsigned long long)rw.last_token);
-        rc = info.held || rw.held ? 0 : EXIT_NOT_HELD;
+        r.lease_left_ms = -1;
+        if (r.lock.held) {
+            r.token = r.v.lock_token[0] ? r.v.lock_token : NULL;
+            r.meta = r.v.lock.known ? &r.v.lock : NULL;
+            r.lease_left_ms = r.lock.ttl_ms;
+        } else if (r.rw.writer[0]) {
+            r.token = r.v.rw_token[0] ? r.v.rw_token : NULL;
+            r.meta = r.v.rw.known ? &r.v.rw : NULL;
+            r.lease_left_ms = r.rw.ttl_ms;
+        }
+        if (json) print_status_json(&r);
+        else print_status_text(&r);
+        rc = r.lock.held || r.rw.held ? 0 : EXIT_NOT_HELD;
         if (fflush(stdout) != 0) rc = EXIT_SOFTWARE;
     }
     dlock_client_free(client);
@@ -1003,6 +1459,10 @@ static int cmd_status(const char *url, int argc, char **argv)
 static int cmd_unlock(const char *url, int argc, char **argv)
 {
     const char *name;
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        print_sub_help(argv[0]);
+        return help_done();
+    }
     if (argc < 2 || strcmp(argv[1], "--force") != 0)
         return usage_error(USAGE_UNLOCK, "unlock: --force is required (this breaks another holder's lock)");
     int rc = one_name(USAGE_UNLOCK, argc, argv, 2, &name);
@@ -1064,6 +1524,8 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {"password-file", required_argument, NULL, 'P'},
+        {"url", required_argument, NULL, 'u'},
+        {"timeout", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
     const char *url = getenv("DLOCK_URL");
@@ -1083,13 +1545,17 @@ int main(int argc, char **argv)
         case 'h': print_help(); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
         case 'V': printf("dlock %s\n", DLOCK_VERSION); return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
         case 'P': password_file = optarg; break;
-        case ':':
-            if (optopt == 'P') return general_usage_error("option --password-file needs a value");
-            return general_usage_error("option -%c needs a value", optopt);
+        case 'T':
+            if (parse_duration(optarg, 1, MAX_MS, &timeout_ms) != 0)
+                return general_usage_error("bad --timeout '%s': expected a duration from 1 to %ld ms (%s)", optarg,
+                                           MAX_MS, DURATION_UNITS);
+            break;
+        case ':': return general_usage_error("option %s needs a value", bad_option(argv));
         default: return general_usage_error("unknown option '%s'", bad_option(argv));
         }
     }
     if (optind >= argc) return general_usage_error("missing command");
+
     const char *cmd = argv[optind];
     int sub_argc = argc - optind;
     char **sub_argv = argv + optind;
