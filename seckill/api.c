@@ -27,37 +27,25 @@
 const char *sk_result_code(sk_result r)
 {
     switch (r) {
-    case SK_OK: return "ok";
-    case SK_NO_VOUCHER: return "no_voucher";
-    case SK_NOT_STARTED: return "not_started";
-    case SK_ENDED: return "ended";
-    case SK_ALREADY: return "already_ordered";
-    case SK_SOLD_OUT: return "sold_out";
-    case SK_BUSY: return "busy";
-    case SK_NO_ORDER: return "no_order";
-    case SK_INVALID: return "bad_request";
-    case SK_UNAVAILABLE: return "unavailable";
-    case SK_INTERNAL: return "internal";
+#define SK_RESULT_CODE(name, status, code) \
+    case SK_##name: return code;
+        SK_RESULTS(SK_RESULT_CODE)
+#undef SK_RESULT_CODE
+    case SK_RESULT_COUNT: break;
     }
     return "internal";
 }
 
-/* The status of each outcome, in one table: the spec fixes them (409
+/* The status of each outcome (SK_RESULTS): the spec fixes them (409
  * already_ordered, 410 sold_out, ...) and clients branch on them. */
 static int result_status(sk_result r)
 {
     switch (r) {
-    case SK_OK: return 200;
-    case SK_NO_VOUCHER: return 404;
-    case SK_NOT_STARTED: return 403;
-    case SK_ENDED: return 403;
-    case SK_ALREADY: return 409;
-    case SK_SOLD_OUT: return 410;
-    case SK_BUSY: return 429;
-    case SK_NO_ORDER: return 404;
-    case SK_INVALID: return 400;
-    case SK_UNAVAILABLE: return 503;
-    case SK_INTERNAL: return 500;
+#define SK_RESULT_STATUS(name, status, code) \
+    case SK_##name: return status;
+        SK_RESULTS(SK_RESULT_STATUS)
+#undef SK_RESULT_STATUS
+    case SK_RESULT_COUNT: break;
     }
     return 500;
 }

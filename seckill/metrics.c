@@ -22,7 +22,7 @@ static const int statuses[] = {200, 201, 400, 401, 403, 404, 405, 409, 410, 413,
 static const double bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 #define NBOUND (sizeof bounds / sizeof *bounds)
 
-#define NRESULT (SK_INTERNAL + 1)
+#define NRESULT SK_RESULT_COUNT
 
 static atomic_uint_fast64_t requests[SK_ROUTE_COUNT][NSTATUS + 1];
 static atomic_uint_fast64_t buckets[SK_ROUTE_COUNT][NBOUND + 1];

@@ -20,20 +20,33 @@
 #define SK_TIME_MAX 32503680000LL       /* year 3000, in Unix seconds */
 #define SK_BODY_MAX 8192                /* bytes of a request body */
 
-/* What a request came to. The HTTP layer maps each to a status and an
- * error code (api.c); the strategies and the database return them. */
+/*
+ * What a request came to, written once: XX(name, HTTP status, code), the
+ * code being what JSON errors and metrics labels say. The strategies and
+ * the database return them; the HTTP layer answers each with its status
+ * (api.c). SK_BUSY is 429 for every "try again": the user's own other
+ * request holds the lock, Redis is restarting, failing over or being
+ * re-warmed, too few replicas acknowledged, or the order's fate is not
+ * known after a lost reply (seckill(1), NOTES).
+ */
+#define SK_RESULTS(XX)                           \
+    XX(OK, 200, "ok")                            \
+    XX(NO_VOUCHER, 404, "no_voucher")            \
+    XX(NOT_STARTED, 403, "not_started")          \
+    XX(ENDED, 403, "ended")                      \
+    XX(ALREADY, 409, "already_ordered")          \
+    XX(SOLD_OUT, 410, "sold_out")                \
+    XX(BUSY, 429, "busy")                        \
+    XX(NO_ORDER, 404, "no_order")                \
+    XX(INVALID, 400, "bad_request")              \
+    XX(UNAVAILABLE, 503, "unavailable")          \
+    XX(INTERNAL, 500, "internal")
+
 typedef enum sk_result {
-    SK_OK = 0,
-    SK_NO_VOUCHER,   /* 404 no_voucher */
-    SK_NOT_STARTED,  /* 403 not_started */
-    SK_ENDED,        /* 403 ended */
-    SK_ALREADY,      /* 409 already_ordered */
-    SK_SOLD_OUT,     /* 410 sold_out */
-    SK_BUSY,         /* 429 busy: the user's lock was not free in time */
-    SK_NO_ORDER,     /* 404 no_order */
-    SK_INVALID,      /* 400 bad_request */
-    SK_UNAVAILABLE,  /* 503 unavailable: Redis or the database did not answer */
-    SK_INTERNAL      /* 500 internal */
+#define SK_RESULT_ENUM(name, status, code) SK_##name,
+    SK_RESULTS(SK_RESULT_ENUM)
+#undef SK_RESULT_ENUM
+    SK_RESULT_COUNT
 } sk_result;
 
 /* Short name of a result, as used in JSON errors and metrics labels. */
