@@ -8,8 +8,9 @@
  * raises signals.
  *
  * Thread model: one dlock_client per process is the normal use. It is safe
- * to share between threads; each command borrows a connection from the
- * client's pool, so two threads never interleave on one socket. A client
+ * to share between threads: their commands are pipelined on one shared
+ * connection per server (each thread's commands stay whole and in order;
+ * commands that block a connection, WAIT, get one of their own). A client
  * must not be used across fork(): create a new one in the child.
  */
 #ifndef DLOCK_H

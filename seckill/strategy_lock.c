@@ -1,5 +1,5 @@
 /*
- * The seeds' strategy (seed 000, sections 2-7): read the voucher, refuse
+ * The lock strategy, the classic design (docs/HISTORY.md): read the voucher, refuse
  * early when the window is closed or the stock is gone, then take the
  * user's distributed lock ("seckill:user:UID") so one user's parallel
  * requests, on any server, run one at a time; inside it one database

@@ -1,5 +1,5 @@
 /*
- * Global IDs (seed 000 section 1):
+ * Global IDs, the order numbers of the flash sale:
  *
  *     (seconds since 2022-01-01T00:00:00Z) << 32 | INCRBY icr:<prefix>:<yyyy:MM:dd>
  *

@@ -1,5 +1,7 @@
 /*
- * The reentrant lock (seed 000 section 9.2, finished).
+ * The reentrant lock: an owner token per thread and handle, a hold count
+ * for re-entry, release by an atomic script, a lease kept alive by the
+ * watchdog, a fencing token per acquisition, and waiting woken by pub/sub.
  *
  * Redis keys of lock NAME, all with the hash tag {NAME} so that they live in
  * one Cluster slot:
