@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lookup.h"
 #include "tls.h"
 #include "topology.h"
 #include "util.h"
@@ -180,6 +181,60 @@ int dlock_topo_node_index(dlock_topo *t, const char *host, int port, int locked)
     return found;
 }
 
+/* The master the Sentinels name now becomes the node commands go to.
+ * Called with mu held. */
+static dlock_status sentinel_lookup(dlock_topo *t)
+{
+    char *host;
+    int port;
+    dlock_status st = dlock_sentinel_ask(t->sentinels, t->n_sentinels, &t->sentinel_first, t->url.master,
+                                         &t->sentinel_auth_cfg, &host, &port);
+    if (st != DLOCK_OK) return st;
+    int node = dlock_topo_node_index(t, host, port, 1);
+    free(host);
+    if (node < 0) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    int old = atomic_exchange(&t->master, node);
+    /* Connections to a master that is one no more must not be reused,
+     * even if it still answers. */
+    if (old >= 0 && old != node) dlock_pool_drop_idle(dlock_topo_pool(t, old));
+    return DLOCK_OK;
+}
+
+/* A new slot map replaces the old one in one sweep. Called with mu held. */
+static dlock_status cluster_lookup(dlock_topo *t)
+{
+    dlock_pool *nodes[DLOCK_MAX_NODES];
+    int n = atomic_load(&t->n_nodes);
+    for (int i = 0; i < n; i++) nodes[i] = dlock_topo_pool(t, i);
+    dlock_slot_map map;
+    dlock_status st = dlock_cluster_ask(nodes, n, t->any_node >= 0 ? t->any_node : 0, &map);
+    if (st != DLOCK_OK) return st;
+    uint16_t *slots = calloc(DLOCK_SLOTS, sizeof *slots);
+    int first = -1;
+    for (size_t i = 0; slots && i < map.n; i++) {
+        int node = dlock_topo_node_index(t, map.ranges[i].host, map.ranges[i].port, 1);
+        if (node < 0) {
+            free(slots);
+            slots = NULL;
+            break;
+        }
+        if (first < 0) first = node;
+        for (int s = map.ranges[i].from; s <= map.ranges[i].to; s++) slots[s] = (uint16_t)(node + 1);
+    }
+    dlock_slot_map_free(&map);
+    if (!slots) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    /* Keep the node keyless commands use while it still serves slots: it
+     * may have been chosen because another one was unreachable. */
+    int keep = 0;
+    for (int s = 0; s < DLOCK_SLOTS; s++) {
+        atomic_store(&t->slots[s], slots[s]);
+        keep = keep || slots[s] == t->any_node + 1;
+    }
+    if (!keep) t->any_node = first;
+    free(slots);
+    return DLOCK_OK;
+}
+
 /* Look the topology up again if it is stale and nobody did so just now.
  * Returns the status of the most recent lookup. */
 static dlock_status look_up(dlock_topo *t)
@@ -188,7 +243,7 @@ static dlock_status look_up(dlock_topo *t)
     int64_t now = dlock_mono_ms();
     dlock_status st = t->last_lookup;
     if (atomic_load(&t->stale) && (t->looked_up_ms == 0 || now - t->looked_up_ms >= LOOKUP_MIN_MS)) {
-        st = t->url.kind == DLOCK_URL_SENTINEL ? dlock_sentinel_lookup(t) : dlock_cluster_lookup(t);
+        st = t->url.kind == DLOCK_URL_SENTINEL ? sentinel_lookup(t) : cluster_lookup(t);
         t->looked_up_ms = dlock_mono_ms();
         t->last_lookup = st;
         if (st == DLOCK_OK) atomic_store(&t->stale, 0);

@@ -136,9 +136,5 @@ static inline dlock_pool *dlock_topo_pool(dlock_topo *t, int node)
     return atomic_load(&t->nodes[node]);
 }
 
-/* The lookups behind the topology, one file each; called with mu held.
- * Each updates master or slots[] and returns how it went. */
-dlock_status dlock_sentinel_lookup(dlock_topo *t);
-dlock_status dlock_cluster_lookup(dlock_topo *t);
 
 #endif
