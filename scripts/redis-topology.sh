@@ -25,6 +25,12 @@
 #   DLOCK_TOPOLOGY_PASSWORD            requirepass/masterauth on data nodes
 #                                      (Sentinels get auth-pass; they need none)
 #   DLOCK_TOPOLOGY_WAIT_S              how long start waits for readiness (default 30 s)
+#   DLOCK_TOPOLOGY_TLS                 a directory of certificates (scripts/tls-certs.sh):
+#                                      every node also listens for TLS on its port + 1000,
+#                                      nodes reach each other over TLS (replication,
+#                                      the cluster bus, Sentinels), and the URLs printed
+#                                      are rediss-cluster:// / rediss-sentinel:// ones on
+#                                      the TLS ports; NODE lines keep the plaintext ports
 #   DLOCK_TOPOLOGY_SERVER              the data nodes' program (default redis-server;
 #                                      valkey-server for Valkey); Sentinels run its
 #                                      NAME-sentinel, commands go through NAME-cli
@@ -39,6 +45,8 @@ FAILOVER_TIMEOUT=${DLOCK_SENTINEL_FAILOVER_TIMEOUT_MS:-3000}
 PASSWORD=${DLOCK_TOPOLOGY_PASSWORD:-}
 WAIT_S=${DLOCK_TOPOLOGY_WAIT_S:-30}
 SERVER=${DLOCK_TOPOLOGY_SERVER:-redis-server}
+TLS_DIR=${DLOCK_TOPOLOGY_TLS:-}
+TLS_OFFSET=1000
 SENTINEL=${SERVER%-server}-sentinel
 CLI=${SERVER%-server}-cli
 command -v "$CLI" >/dev/null 2>&1 || CLI=redis-cli
@@ -82,28 +90,54 @@ scli() {
     env -u REDISCLI_AUTH timeout 3 "$CLI" -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
 }
 
-# N free loopback ports, each with PORT+10000 free as well when BUS is 1.
-# Binding port 0 lets the kernel choose; all probes stay open until the
-# whole set is chosen so the ports are distinct.
+# N free loopback ports, each with PORT+10000 free as well when BUS is 1,
+# and PORT+1000 (its TLS port) with DLOCK_TOPOLOGY_TLS. Binding port 0
+# lets the kernel choose; all probes stay open until the whole set is
+# chosen so the ports are distinct.
 free_ports() {
     perl -MIO::Socket::INET -e '
-        my ($n, $bus) = @ARGV;
+        my ($n, $bus, $tls) = @ARGV;
         my (@keep, @out);
         for (my $i = 0; @out < $n && $i < 2000; $i++) {
             my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
                                           Proto => "tcp", Listen => 1) or next;
             my $p = $s->sockport;
-            if ($bus) {
-                next if $p + 10000 > 65535;
+            my @more;
+            push @more, $p + 10000 if $bus;
+            push @more, $p + $tls if $tls;
+            my $ok = 1;
+            for my $q (@more) {
+                if ($q > 65535) { $ok = 0; last }
                 my $b = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
-                    LocalPort => $p + 10000, Proto => "tcp", Listen => 1) or next;
+                    LocalPort => $q, Proto => "tcp", Listen => 1) or do { $ok = 0; last };
                 push @keep, $b;
             }
+            next unless $ok;
             push @keep, $s;
             push @out, $p;
         }
         exit 1 if @out < $n;
-        print join(" ", @out), "\n";' "$1" "$2"
+        print join(" ", @out), "\n";' "$1" "$2" "${TLS_DIR:+$TLS_OFFSET}"
+}
+
+# The port other nodes and clients use for a node: its TLS port with
+# DLOCK_TOPOLOGY_TLS, else the port itself.
+peer_port() {
+    if [ -n "$TLS_DIR" ]; then echo $(($1 + TLS_OFFSET)); else echo "$1"; fi
+}
+
+# The other way: a port a node reported (a replica's master), as NODE
+# lines give it.
+plain_port() {
+    if [ -n "$TLS_DIR" ] && [ "$1" -gt "$TLS_OFFSET" ] 2>/dev/null; then echo $(($1 - TLS_OFFSET)); else echo "$1"; fi
+}
+
+# "redis" or "rediss", and the URL's TLS parameters.
+url_scheme() {
+    if [ -n "$TLS_DIR" ]; then echo rediss; else echo redis; fi
+}
+url_query() {
+    if [ -n "$TLS_DIR" ]; then echo "?cacert=$TLS_DIR/ca.pem"; fi
 }
 
 # Ports for this start: given base and count, or free ones.
@@ -177,6 +211,11 @@ stop_pids() {
 process_conf() {
     printf 'port %s\nbind 127.0.0.1\ndaemonize yes\npidfile %s/redis.pid\nlogfile %s/redis.log\ndir %s\n' \
         "$2" "$1" "$1" "$1"
+    if [ -n "$TLS_DIR" ]; then
+        printf 'tls-port %s\ntls-cert-file %s/server.pem\ntls-key-file %s/server.key\n' \
+            "$(($2 + TLS_OFFSET))" "$TLS_DIR" "$TLS_DIR"
+        printf 'tls-ca-cert-file %s/ca.pem\ntls-auth-clients no\ntls-replication yes\n' "$TLS_DIR"
+    fi
 }
 
 # Write the config shared by every data node (cluster or sentinel-managed).
@@ -281,6 +320,7 @@ cluster-node-timeout $NODE_TIMEOUT
 cluster-replica-validity-factor 0
 cluster-announce-ip 127.0.0.1
 EOF
+    [ -z "$TLS_DIR" ] || echo "tls-cluster yes" >>"$1/redis.conf"
 }
 
 # Node table from one node's CLUSTER NODES: "port role master-port" lines
@@ -347,7 +387,8 @@ print_cluster() {
     echo "$roles" | while read -r port role mport; do
         echo "NODE $port $(pid_of "$dir" "$port") $role $mport"
     done
-    echo "URL redis-cluster://$(echo "$roles" | awk '{ printf "%s127.0.0.1:%s", (NR > 1 ? "," : ""), $1 }')"
+    echo "URL $(url_scheme)-cluster://$(echo "$roles" | awk -v off="${TLS_DIR:+$TLS_OFFSET}" \
+        '{ printf "%s127.0.0.1:%s", (NR > 1 ? "," : ""), $1 + off }')$(url_query)"
 }
 
 # --------------------------------------------------------------- sentinel
@@ -357,7 +398,7 @@ write_sentinel_conf() {
     process_conf "$d" "$port" >"$d/sentinel.conf"
     cat >>"$d/sentinel.conf" <<EOF
 sentinel announce-ip 127.0.0.1
-sentinel monitor $MASTER_NAME 127.0.0.1 $SENTINEL_MASTER_PORT 2
+sentinel monitor $MASTER_NAME 127.0.0.1 $(peer_port "$SENTINEL_MASTER_PORT") 2
 sentinel down-after-milliseconds $MASTER_NAME $DOWN_AFTER
 sentinel failover-timeout $MASTER_NAME $FAILOVER_TIMEOUT
 sentinel parallel-syncs $MASTER_NAME 1
@@ -369,7 +410,7 @@ EOF
 
 write_replica_conf() {
     write_data_conf "$1" "$2"
-    echo "replicaof 127.0.0.1 $SENTINEL_MASTER_PORT" >>"$1/redis.conf"
+    echo "replicaof 127.0.0.1 $(peer_port "$SENTINEL_MASTER_PORT")" >>"$1/redis.conf"
 }
 
 replica_link_up() {
@@ -417,7 +458,7 @@ sentinel_start() {
     echo "NODE $1 $(pid_of "$dir" "$1") master -"
     echo "NODE $2 $(pid_of "$dir" "$2") replica $1"
     for s in "$3" "$4" "$5"; do echo "NODE $s $(pid_of "$dir" "$s") sentinel -"; done
-    echo "URL redis-sentinel://127.0.0.1:$3,127.0.0.1:$4,127.0.0.1:$5/$MASTER_NAME"
+    echo "URL $(url_scheme)-sentinel://127.0.0.1:$(peer_port "$3"),127.0.0.1:$(peer_port "$4"),127.0.0.1:$(peer_port "$5")/$MASTER_NAME$(url_query)"
 }
 
 # ---------------------------------------------------------------- common
@@ -437,22 +478,22 @@ status() {
         if [ -f "$d/sentinel.conf" ]; then
             role=sentinel
             [ "$(scli "$port" PING)" = PONG ] || role=down
-            sentinels="$sentinels,127.0.0.1:$port"
+            sentinels="$sentinels,127.0.0.1:$(peer_port "$port")"
         else
             r=$(rcli "$port" ROLE) || r=""
             case $r in
                 master*) role=master ;;
-                slave*) role=replica; mport=$(echo "$r" | sed -n 3p) ;;
+                slave*) role=replica; mport=$(plain_port "$(echo "$r" | sed -n 3p)") ;;
                 *) role=down ;;
             esac
-            seeds="$seeds,127.0.0.1:$port"
+            seeds="$seeds,127.0.0.1:$(peer_port "$port")"
         fi
         echo "NODE $port $pid $role $mport"
     done
     if [ "$kind" = cluster ]; then
-        echo "URL redis-cluster://${seeds#,}"
+        echo "URL $(url_scheme)-cluster://${seeds#,}$(url_query)"
     else
-        echo "URL redis-sentinel://${sentinels#,}/$MASTER_NAME"
+        echo "URL $(url_scheme)-sentinel://${sentinels#,}/$MASTER_NAME$(url_query)"
     fi
 }
 

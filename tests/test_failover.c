@@ -554,11 +554,13 @@ static void topologies_with_a_password(int cluster)
     o.password = "topo-pw";
     th_topology t;
     assert_int_equal(cluster ? th_cluster_start(&t, &o) : th_sentinel_start(&t, &o), 0);
-    const char *scheme = cluster ? "redis-cluster://" : "redis-sentinel://";
-    const char *rest = t.url + strlen(scheme);
+    /* The credentials go after the scheme, whichever it is (rediss-* with
+     * DLOCK_TEST_TLS). */
+    const char *rest = strstr(t.url, "://") + 3;
+    int scheme_len = (int)(rest - t.url);
     char good[1024], bad[1024];
-    snprintf(good, sizeof good, "%s:topo-pw@%s", scheme, rest);
-    snprintf(bad, sizeof bad, "%s:wrong@%s", scheme, rest);
+    snprintf(good, sizeof good, "%.*s:topo-pw@%s", scheme_len, t.url, rest);
+    snprintf(bad, sizeof bad, "%.*s:wrong@%s", scheme_len, t.url, rest);
     dlock_client *c = NULL;
     assert_int_equal(dlock_client_new(bad, NULL, &c), DLOCK_ERR_AUTH);
     assert_null(c);

@@ -36,12 +36,17 @@ static const char *script_path(void)
  * that a suite's single servers and topologies are the same server.
  * Strings live in `store`. */
 static char **script_env(const th_topology *t, const th_topology_opts *o,
-                         char store[5][96], char **envp, size_t max)
+                         char store[6][128], char **envp, size_t max)
 {
     size_t n = 0;
-    for (char **e = environ; *e && n + 6 < max; e++)
-        if (strncmp(*e, "DLOCK_TOPOLOGY_PASSWORD=", 24) != 0 && strncmp(*e, "DLOCK_TOPOLOGY_SERVER=", 22) != 0)
+    for (char **e = environ; *e && n + 7 < max; e++)
+        if (strncmp(*e, "DLOCK_TOPOLOGY_PASSWORD=", 24) != 0 && strncmp(*e, "DLOCK_TOPOLOGY_SERVER=", 22) != 0 &&
+            strncmp(*e, "DLOCK_TOPOLOGY_TLS=", 19) != 0)
             envp[n++] = *e;
+    if (t->tls[0]) {
+        snprintf(store[5], 128, "DLOCK_TOPOLOGY_TLS=%s", t->tls);
+        envp[n++] = store[5];
+    }
     snprintf(store[4], 96, "DLOCK_TOPOLOGY_SERVER=%s", th_server_binary());
     envp[n++] = store[4];
     if (o && o->node_timeout_ms > 0) {
@@ -71,7 +76,7 @@ static char **script_env(const th_topology *t, const th_topology_opts *o,
 static int run_script(const th_topology *t, const th_topology_opts *o,
                       const char *const *args, char *out, size_t outsz)
 {
-    char store[5][96];
+    char store[6][128];
     char *envp[512];
     char *argv[8];
     size_t na = 0;
@@ -179,6 +184,14 @@ static int topology_start(th_topology *t, const th_topology_opts *o, int cluster
     snprintf(t->dir, sizeof t->dir, "/tmp/dlock-topo-XXXXXX");
     if (!mkdtemp(t->dir)) return -1;
     if (guardian_start(t) != 0) { rmdir(t->dir); return -1; }
+    const char *tls = getenv("DLOCK_TEST_TLS");
+    if (tls && strcmp(tls, "1") == 0) {
+        snprintf(t->tls, sizeof t->tls, "%s/certs", t->dir);
+        if (th_tls_certs(t->tls) != 0) {
+            th_topology_stop(t);
+            return -1;
+        }
+    }
     const char *args[] = {cluster ? "cluster" : "sentinel", "start", t->dir, NULL};
     char out[4096];
     if (run_script(t, o, args, out, sizeof out) != 0 || parse_output(t, out) != 0 ||
@@ -300,7 +313,7 @@ static th_role query_role(const th_topology *t, int port, int *master_port, int 
         r->element[0]->type == REDIS_REPLY_STRING) {
         role = role_named(r->element[0]->str);
         if (role == TH_REPLICA && r->elements >= 4) {
-            *master_port = (int)r->element[2]->integer;
+            *master_port = th_topology_plain_port(t, (int)r->element[2]->integer);
             *linked = r->element[3]->type == REDIS_REPLY_STRING &&
                       strcmp(r->element[3]->str, "connected") == 0;
         }
@@ -338,6 +351,11 @@ int th_topology_masters(th_topology *t, int *ports, int max)
     for (int i = 0; i < t->n && n < max; i++)
         if (t->node[i].pid > 0 && t->node[i].role == TH_MASTER) ports[n++] = t->node[i].port;
     return n;
+}
+
+int th_topology_plain_port(const th_topology *t, int port)
+{
+    return t->tls[0] && port > 1000 ? port - 1000 : port;
 }
 
 int th_topology_replica_of(th_topology *t, int master_port)

@@ -50,6 +50,9 @@ typedef struct th_topology {
     char url[512];             /* redis-cluster://127.0.0.1:P,... (all 6 nodes) or
                                   redis-sentinel://127.0.0.1:S1,S2,S3/mymaster */
     char password[64];
+    char tls[96];              /* DLOCK_TEST_TLS=1: the certificates' directory; the
+                                  URL is then rediss-*:// on each node's TLS port (its
+                                  port + 1000); the harness keeps the plaintext ports */
     int n;                     /* nodes, in the script's order: cluster masters
                                   first; sentinel: master, replica, 3 Sentinels */
     th_node node[TH_TOPO_MAX_NODES];
@@ -119,6 +122,11 @@ redisContext *th_node_connect(const th_topology *t, int port);
 /* One command on a fresh connection to the node; free the reply with
  * freeReplyObject(). NULL when the node cannot be reached. */
 redisReply *th_node_cmd(const th_topology *t, int port, const char *fmt, ...);
+
+/* A port a node reported about another (a replica's master, the master a
+ * Sentinel names), as the node table knows it: with TLS nodes name each
+ * other's TLS ports, the table holds the plaintext ones. */
+int th_topology_plain_port(const th_topology *t, int port);
 
 /* ---- Redis Cluster (topology_cluster.c) ---- */
 

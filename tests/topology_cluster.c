@@ -246,7 +246,8 @@ int th_migration_step(th_migration *m, int max_keys)
             const char **argv = malloc((n + 10) * sizeof *argv);
             size_t *lens = malloc((n + 10) * sizeof *lens);
             char port[16];
-            snprintf(port, sizeof port, "%d", m->to_port);
+            /* With TLS, nodes reach each other on their TLS ports. */
+            snprintf(port, sizeof port, "%d", m->t->tls[0] ? m->to_port + 1000 : m->to_port);
             const char *head[] = {"MIGRATE", "127.0.0.1", port, "", "0", "5000"};
             for (size_t i = 0; i < 6; i++) argv[na++] = head[i];
             if (m->t->password[0]) { argv[na++] = "AUTH"; argv[na++] = m->t->password; }

@@ -15,7 +15,7 @@ static int asked_master_port(th_topology *t, int sentinel_port)
     int port = -1;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_STRING)
-        port = atoi(r->element[1]->str);
+        port = th_topology_plain_port(t, atoi(r->element[1]->str));
     if (r) freeReplyObject(r);
     return port;
 }

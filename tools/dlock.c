@@ -466,6 +466,11 @@ static int open_client(const char *url, const dlock_options *opts, dlock_client 
         errorf("bad Redis URL: %s", dlock_last_error());
         return EXIT_USAGE;
     }
+    /* Said once, whatever the number of -u: a choice nobody should make
+     * by accident. */
+    static int warned;
+    if (parsed.tls && !parsed.tls_verify && !warned++)
+        errorf("warning: TLS certificate verification is off (verify=no): anyone on the path can pose as the server");
     dlock_url_free(&parsed);
     dlock_options o = client_options(opts);
     dlock_status st = dlock_client_new(url, &o, out);
