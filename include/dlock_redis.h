@@ -60,7 +60,9 @@ DLOCK_API dlock_status dlock_redis_command(dlock_client *client, const char *key
  * (NULL: any data node), with AUTH and SELECT done and, on Sentinel, the
  * master checked: for blocking commands (XREADGROUP ... BLOCK) that must
  * not hold one of the pool's connections. It does not follow failovers or
- * redirections; on any error, close it and ask for a new one.
+ * redirections; on any error, close it and ask for a new one. Not over
+ * TLS (DLOCK_ERR_INVALID): a hiredis 0.14 context cannot speak it; use
+ * dlock_redis_command() with DLOCK_REDIS_BLOCKING there.
  */
 DLOCK_API dlock_status dlock_redis_connect(dlock_client *client, const char *key, redisContext **out);
 

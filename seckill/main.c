@@ -301,6 +301,14 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
            DLOCK_VERSION, dlock_version(), (int)(colon - o->listen), o->listen, sk_http_port(s->http), o->strategy,
            rs, db, o->threads, o->limits.max_connections, o->limits.per_client, o->limits.idle_timeout_s,
            o->replica_acks, o->access_log ? o->access_log : "off");
+    /* verify=no must be a choice somebody sees, not a default nobody does. */
+    dlock_url u;
+    if (redis_url && dlock_url_parse(redis_url, &u) == DLOCK_OK) {
+        if (u.tls && !u.tls_verify)
+            sk_log(SK_LOG_WARN, "TLS certificate verification is off for Redis (verify=no): anyone on the path "
+                                "can pose as the server");
+        dlock_url_free(&u);
+    }
 }
 
 /* Start everything, print the listening line, wait for SIGINT/SIGTERM. */
