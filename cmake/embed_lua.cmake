@@ -11,7 +11,8 @@
 #
 # A line "--@include NAME" in a script is replaced by the text of
 # LIB/NAME.lua: Lua shared by several scripts (local functions) is written
-# once, and Redis still gets one self-contained script per call. A missing
+# once, and Redis still gets one self-contained script per call. Each
+# script's SHA1 (dlock_lua_NAME_sha) is computed here too. A missing
 # fragment, a malformed or indented include, or an include inside a
 # fragment stops the build rather than leaving a script that fails only
 # when Redis runs it.
@@ -71,11 +72,15 @@ foreach(path IN LISTS SCRIPTS)
     # timestamps must say they are up to date. Nothing compiles them.
     file(WRITE "${EXPANDED}/${name}.lua" "${text}")
   endif()
+  # The SHA1 Redis will know the script by (EVALSHA), computed here so a
+  # client never has to ask (SCRIPT LOAD) or compute it at run time.
+  string(SHA1 sha "${text}")
   string(REPLACE "\\" "\\\\" text "${text}")
   string(REPLACE "\"" "\\\"" text "${text}")
   string(REPLACE "\n" "\\n\"\n    \"" text "${text}")
-  string(APPEND body "const char dlock_lua_${name}[] =\n    \"${text}\";\n\n")
-  string(APPEND decls "extern const char dlock_lua_${name}[];\n")
+  string(APPEND body "const char dlock_lua_${name}[] =\n    \"${text}\";\n")
+  string(APPEND body "const char dlock_lua_${name}_sha[] = \"${sha}\";\n\n")
+  string(APPEND decls "extern const char dlock_lua_${name}[];\nextern const char dlock_lua_${name}_sha[];\n")
   string(TOUPPER "${name}" upper)
   string(APPEND map " \\\n    XX(${upper}, ${name})")
 endforeach()

@@ -66,9 +66,17 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     c->publish = c->topo->url.kind == DLOCK_URL_CLUSTER ? "spublish" : "publish";
     pthread_mutex_init(&c->mu, NULL);
     st = dlock_random_hex(c->id, 16);
-    /* Loading the scripts doubles as the connectivity and AUTH check. An
-     * offline_ok client that cannot connect yet loads them on first use. */
     if (st == DLOCK_OK) st = dlock_scripts_ensure(c);
+    /* One PING makes the first connection, with AUTH, SELECT and (on
+     * Sentinel) ROLE: a wrong address or password is reported here, not
+     * at the first lock. An offline_ok client connects on first use. */
+    if (st == DLOCK_OK) {
+        const char *argv[1] = {"PING"};
+        redisReply *r = NULL;
+        st = dlock_topo_command(c->topo, NULL, 1, argv, NULL, &r, NULL);
+        if (st == DLOCK_OK && r->type == REDIS_REPLY_ERROR) st = dlock_reply_error(r, "PING");
+        if (r) freeReplyObject(r);
+    }
     if (st == DLOCK_ERR_CONNECT && o.offline_ok) st = DLOCK_OK;
     if (st != DLOCK_OK) {
         dlock_client_free(c);

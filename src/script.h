@@ -17,8 +17,8 @@ typedef enum dlock_script_id {
     DLOCK_SCRIPT_COUNT
 } dlock_script_id;
 
-/* Load every script with SCRIPT LOAD and remember its SHA1 in the client,
- * unless that was done already. Thread-safe. */
+/* Give the client the SHA1 of every script (computed once per process),
+ * unless that was done already. Thread-safe; no I/O. */
 dlock_status dlock_scripts_ensure(dlock_client *client);
 
 /* WAIT after a command: for how many replicas, how long, and (out) how

@@ -89,7 +89,17 @@ static void exec_command(pid_t guard, int report_fd, char *const *argv, char *co
 /* The guard: wait for dlock's go, start COMMAND, then report what becomes
  * of it, and kill the group when COMMAND ends or dlock dies. Never
  * returns. */
-static void guard_main(int report_fd, int lifeline_fd, int max_fd, char *const *argv, char *const *env,
+/* dlock's own descriptors, listed before fork (the guard may not read a
+ * directory: opendir allocates). */
+#define MAX_OWN_FDS 256
+typedef struct own_fds {
+    int fd[MAX_OWN_FDS];
+    int n;
+    int overflow; /* more than MAX_OWN_FDS: the guard tries every number */
+    int max;      /* the highest descriptor open */
+} own_fds;
+
+static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char *const *argv, char *const *env,
                        const sigset_t *defaults, const sigset_t *mask, const struct sigaction *job_orig)
 {
     pid_t me = getpid();
@@ -98,9 +108,14 @@ static void guard_main(int report_fd, int lifeline_fd, int max_fd, char *const *
      * close-on-exec: COMMAND never gets them, and the guard, which does
      * not exec, must not keep them open (a connection dlock closes would
      * stay half open in here). Those dlock inherited are COMMAND's. */
-    for (int fd = 3; fd <= max_fd; fd++) {
-        int flags = fcntl(fd, F_GETFD);
-        if (flags >= 0 && (flags & FD_CLOEXEC) && fd != report_fd && fd != lifeline_fd) close(fd);
+    if (own->overflow) {
+        for (int fd = 3; fd <= own->max; fd++) {
+            int flags = fcntl(fd, F_GETFD);
+            if (flags >= 0 && (flags & FD_CLOEXEC) && fd != report_fd && fd != lifeline_fd) close(fd);
+        }
+    } else {
+        for (int i = 0; i < own->n; i++)
+            if (own->fd[i] != report_fd && own->fd[i] != lifeline_fd) close(own->fd[i]);
     }
     struct sigaction ign;
     memset(&ign, 0, sizeof ign);
@@ -155,21 +170,30 @@ static void guard_main(int report_fd, int lifeline_fd, int max_fd, char *const *
     }
 }
 
-/* The highest descriptor open now (dlock's side, before fork: opendir
- * allocates). */
-static int highest_fd(void)
+/* dlock's own descriptors (close-on-exec: COMMAND's are not) and the
+ * highest one open, read before fork. */
+static void list_own_fds(own_fds *own)
 {
-    int max = 1024;
+    own->n = own->overflow = 0;
+    own->max = 1024;
     DIR *d = opendir("/proc/self/fd");
-    if (!d) return max;
-    max = 2;
+    if (!d) {
+        own->overflow = 1;
+        return;
+    }
+    int dfd = dirfd(d);
+    own->max = 2;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
         int fd = atoi(e->d_name);
-        if (fd > max) max = fd;
+        if (fd > own->max) own->max = fd;
+        int flags = fcntl(fd, F_GETFD);
+        if (fd < 3 || fd == dfd || flags < 0 || !(flags & FD_CLOEXEC)) continue;
+        if (own->n < MAX_OWN_FDS) own->fd[own->n++] = fd;
+        else own->overflow = 1;
     }
     closedir(d);
-    return max;
 }
 
 /* The terminal dlock runs in the foreground of, or -1. */
@@ -205,7 +229,8 @@ int child_start(child *c, char *const *argv, char *const *env, const sigset_t *d
     }
     struct sigaction job_orig[N_JOB];
     for (size_t i = 0; i < N_JOB; i++) sigaction(job_signals[i], NULL, &job_orig[i]);
-    int max_fd = highest_fd();
+    own_fds own;
+    list_own_fds(&own);
     pid_t g = fork();
     if (g < 0) {
         int e = errno;
@@ -218,7 +243,7 @@ int child_start(child *c, char *const *argv, char *const *env, const sigset_t *d
     if (g == 0) {
         close(rep[0]);
         close(life[1]);
-        guard_main(rep[1], life[0], max_fd, argv, env, defaults, mask, job_orig);
+        guard_main(rep[1], life[0], &own, argv, env, defaults, mask, job_orig);
     }
     close(rep[1]);
     close(life[0]);
