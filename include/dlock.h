@@ -739,6 +739,146 @@ DLOCK_API int dlock_redlock_lost(dlock_redlock *rl);
 /* Register the loss callback (NULL removes it). */
 DLOCK_API void dlock_redlock_on_lost(dlock_redlock *rl, dlock_redlock_lost_fn fn, void *arg);
 
+/* ------------------------------------------------------------------------ */
+/* Lock metrics                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every client counts what its locks do, so that contention shows before
+ * it hurts: acquisitions, failures by reason, how long acquire calls
+ * waited and holds lasted, renewals and their latency, losses and
+ * wake-ups, each by kind of lock. Counting is always on and costs a few
+ * uncontended atomic additions per acquire and release (measured in
+ * docs/BENCHMARKS.md, "Cost of the lock metrics"). Counters start at zero
+ * when the client is made and only grow. Nothing is counted per lock
+ * name: names are unbounded, and a bounded table (the busiest N names)
+ * would need a shared structure on the hot path; label your own metrics
+ * by name where you need that.
+ *
+ * What is counted where:
+ *  - an acquire call (dlock_lock_acquire, dlock_rwlock_acquire,
+ *    dlock_semaphore_acquire, dlock_psem_acquire, dlock_redlock_acquire,
+ *    and dlock_latch_await) on a handle counts once when it returns: as an
+ *    acquisition when it succeeded (a re-entry too), otherwise as a
+ *    failure with its reason; either way its duration goes to the wait
+ *    histogram. A multi-lock counts as the plain-lock calls it makes.
+ *  - a hold (lock, fair, read, write, permit, redlock: from the return of
+ *    the acquire that began it to the release that ends it, re-entries
+ *    inside) goes to the hold histogram when that release returns,
+ *    whatever it returns. A plain semaphore has no owner and a latch no
+ *    hold, so neither has hold times.
+ *  - each renewal of a hold by the watchdog: renewed, or failed (an error,
+ *    or the server no longer had it), with the duration of the renewal
+ *    call it rode in (holds renewed together share one call).
+ *  - a loss: a hold the watchdog reported lost (callback), or one whose
+ *    release found it expired (DLOCK_ERR_LOST); once per hold.
+ *  - a wake-up: a waiting call woken by a release (or by its
+ *    subscription being made again after a broken link) rather than by
+ *    its own timer.
+ * A RedLock counts its acquire calls, holds and losses on the client of
+ * its first master, and its renewals on each master's own client.
+ */
+typedef enum dlock_stats_kind {
+    DLOCK_STATS_LOCK = 0,  /* kind="lock": dlock_lock_new() */
+    DLOCK_STATS_FAIR,      /* kind="fair": dlock_lock_new_fair() */
+    DLOCK_STATS_READ,      /* kind="read": read holds of dlock_rwlock */
+    DLOCK_STATS_WRITE,     /* kind="write": write holds of dlock_rwlock */
+    DLOCK_STATS_SEMAPHORE, /* kind="semaphore": dlock_semaphore */
+    DLOCK_STATS_PERMIT,    /* kind="permit": dlock_psem */
+    DLOCK_STATS_REDLOCK,   /* kind="redlock": dlock_redlock */
+    DLOCK_STATS_LATCH,     /* kind="latch": dlock_latch_await() */
+    DLOCK_STATS_KINDS      /* how many kinds there are */
+} dlock_stats_kind;
+
+/* Why an acquire call failed, from its status. */
+typedef enum dlock_stats_reason {
+    DLOCK_STATS_TIMEOUT = 0, /* reason="timeout": DLOCK_ERR_TIMEOUT */
+    DLOCK_STATS_CONNECT,     /* reason="connect": DLOCK_ERR_CONNECT */
+    DLOCK_STATS_LOST,        /* reason="lost": DLOCK_ERR_LOST (re-entry into a lost hold) */
+    DLOCK_STATS_REDIS,       /* reason="redis": DLOCK_ERR_REDIS */
+    DLOCK_STATS_OTHER,       /* reason="other": every other status */
+    DLOCK_STATS_REASONS      /* how many reasons there are */
+} dlock_stats_reason;
+
+/* The upper bounds of the histograms' buckets, in microseconds (25 us, an
+ * uncontended acquire on a local socket, to 60 s, as Prometheus's "le"),
+ * for `static const long b[] = {DLOCK_STATS_BOUNDS_US};`. One more bucket
+ * takes everything above. */
+#define DLOCK_STATS_BOUNDS_US                                                                             \
+    25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, \
+        5000000, 10000000, 30000000, 60000000
+/* Buckets per histogram: the bounds above and +Inf. */
+#define DLOCK_STATS_BUCKETS 21
+
+/* A histogram of durations. buckets[i] counts the observations up to
+ * bound i (cumulative, as Prometheus's), so buckets[DLOCK_STATS_BUCKETS-1]
+ * (+Inf) equals count. */
+typedef struct dlock_histogram {
+    uint64_t count;
+    uint64_t sum_ns; /* their total, in nanoseconds */
+    uint64_t buckets[DLOCK_STATS_BUCKETS];
+} dlock_histogram;
+
+/* The numbers of one kind of lock (see above for what each counts). */
+typedef struct dlock_kind_stats {
+    uint64_t acquisitions;                     /* acquire calls that succeeded, re-entries included */
+    uint64_t failures[DLOCK_STATS_REASONS];    /* acquire calls that failed, by dlock_stats_reason */
+    uint64_t renewals;                         /* watchdog renewals that renewed a hold */
+    uint64_t renewal_failures;                 /* ... that did not (error, or hold gone) */
+    uint64_t losses;                           /* holds found lost */
+    uint64_t wakeups;                          /* waiting calls woken by a release */
+    dlock_histogram wait;                      /* duration of every acquire call */
+    dlock_histogram hold;                      /* holds, acquire return to release */
+    dlock_histogram renewal;                   /* renewal calls, one observation per hold renewed or not
+                                                  (count == renewals + renewal_failures) */
+} dlock_kind_stats;
+
+/*
+ * A copy of a client's metrics, indexed by dlock_stats_kind. A struct tag
+ * without a typedef, as POSIX's struct stat beside stat(): the function
+ * below has the name. New kinds or fields may be added in a later version
+ * (rebuild against the new header).
+ */
+struct dlock_stats {
+    dlock_kind_stats kind[DLOCK_STATS_KINDS];
+};
+
+/*
+ * Copy client's metrics into *out. Each value is read atomically, but not
+ * all of them at one instant: while other threads work, a copy may show a
+ * call counted in one place and not yet in another (a wait observation
+ * one ahead of its acquisition); when nothing runs, every total agrees
+ * (wait.count == acquisitions plus all failures). Lock-free; cheap enough
+ * for a scrape every second. DLOCK_ERR_INVALID when either is NULL.
+ */
+DLOCK_API dlock_status dlock_stats(dlock_client *client, struct dlock_stats *out);
+
+/*
+ * Render client's metrics in the Prometheus text exposition format
+ * (version 0.0.4) into buf: per family a "# HELP" and a "# TYPE" line,
+ * then its samples, labelled kind="..." (and reason="..." for failures):
+ * dlock_acquisitions_total, dlock_acquire_failures_total,
+ * dlock_wait_seconds (histogram), dlock_hold_seconds (histogram),
+ * dlock_renewals_total, dlock_renewal_failures_total,
+ * dlock_renewal_seconds (histogram), dlock_losses_total and
+ * dlock_wakeups_total. A kind's samples appear once anything of that kind
+ * was counted (all of them then, zeros included, so rates start right),
+ * and only in the families that apply to it (no hold times for
+ * semaphores and latches). Every family's HELP and TYPE lines are always
+ * there. The text ends with a newline and is NUL-terminated; to serve it
+ * beside other metrics, append it (names all start with "dlock_"). One
+ * client per exposition, since the HELP and TYPE lines may appear only
+ * once: a program with several clients (the masters of a RedLock) serves
+ * the one it cares about, or adds up their dlock_stats itself.
+ * DLOCK_OK when the text and its NUL fit in `size` bytes; otherwise
+ * DLOCK_ERR_INVALID, with buf holding "" (when size > 0). Either way
+ * *needed (if not NULL) gets the size this rendering took or would take,
+ * NUL included: call with (NULL, 0) to learn it, and leave room to spare,
+ * since the text grows when another kind is first used (a 64 KiB buffer
+ * holds every kind). Lock-free; never allocates.
+ */
+DLOCK_API dlock_status dlock_stats_prometheus(dlock_client *client, char *buf, size_t size, size_t *needed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 #include "async.h"
 #include "fence.h"
 #include "script.h"
+#include "stats.h"
 #include "topology.h"
 
 struct dlock_subscriber;
@@ -31,6 +32,7 @@ struct dlock_client {
     struct dlock_watchdog *wd;          /* started by the first renewed hold */
     dlock_async async;                  /* asynchronous calls in flight, and the slow lane */
     dlock_fence_cache fences;           /* the highest fencing token seen per name */
+    dlock_stats_data stats;             /* lock metrics (stats.c) */
 };
 
 /* The subscriber and watchdog threads are started on first need, so a

@@ -102,16 +102,25 @@ static int latch_try(void *ctx, long *retry_ms)
     return count <= 0 ? DLOCK_OK : DLOCK_BUSY;
 }
 
-dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
+static dlock_status latch_await(dlock_latch *l, long wait_ms)
 {
-    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     int64_t deadline = dlock_deadline(wait_ms);
     long retry = -1;
     int result = latch_try(l, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(l->client, l->channel, deadline, latch_try, l, result, retry);
+        result = dlock_wait_for(l->client, DLOCK_STATS_LATCH, l->channel, deadline, latch_try, l, result, retry);
     if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
+}
+
+/* An await is the latch's acquire: counted as one, however it ends. */
+dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
+{
+    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
+    int64_t since = dlock_stats_clock();
+    dlock_status st = latch_await(l, wait_ms);
+    dlock_stats_acquired(&l->client->stats, DLOCK_STATS_LATCH, since, st);
+    return st;
 }

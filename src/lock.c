@@ -51,6 +51,7 @@ typedef struct dlock_hold {
     long lease_ms;
     int renewed;       /* registered with the watchdog (owner thread only) */
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
+    int64_t held_since;    /* when the acquire that began the hold returned (dlock_stats_clock) */
     atomic_int lost;
     char *wake_channel; /* fair locks: this waiter's own channel */
     struct dlock_hold *next;
@@ -68,6 +69,12 @@ struct dlock_lock {
     dlock_lost_fn fn;
     void *arg;
 };
+
+/* The metrics count the two kinds apart: their waits differ by design. */
+static dlock_stats_kind lock_kind(const dlock_lock *l)
+{
+    return l->fair ? DLOCK_STATS_FAIR : DLOCK_STATS_LOCK;
+}
 
 /* The three key names of a lock; -1 on allocation failure. */
 static int make_keys(const char *name, char **key, char **fence, char **channel)
@@ -182,7 +189,7 @@ static void hold_lost(dlock_wd_entry *e)
 {
     dlock_hold *h = (dlock_hold *)e;
     dlock_lock *l = h->lock;
-    atomic_store(&h->lost, 1);
+    if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&l->client->stats, lock_kind(l));
     pthread_mutex_lock(&l->mu);
     dlock_lost_fn fn = l->fn;
     void *arg = l->arg;
@@ -286,9 +293,8 @@ static void fair_leave(dlock_lock *l, dlock_hold *h)
     dlock_eval_int(l->client, DLOCK_SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
 }
 
-dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
+static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
 {
-    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
@@ -311,7 +317,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     a.replica_short = result == REPLICA_SHORT;
     if (result == REPLICA_SHORT) result = DLOCK_BUSY;
     if (dlock_should_wait(result, wait_ms)) {
-        result = dlock_wait_for(l->client, l->fair ? h->wake_channel : l->channel, deadline,
+        result = dlock_wait_for(l->client, lock_kind(l), l->fair ? h->wake_channel : l->channel, deadline,
                                 try_again, &a, result, pttl);
         if (result != DLOCK_OK && l->fair) {
             dlock_status keep = (dlock_status)result;
@@ -326,7 +332,10 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
         return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->name);
     if (result != DLOCK_OK) return (dlock_status)result;
 
-    if (before == 0) atomic_store(&h->lost, 0);
+    if (before == 0) {
+        atomic_store(&h->lost, 0);
+        h->held_since = dlock_stats_clock();
+    }
     h->lease_ms = lease;
     h->trusted_until = watchdog ? 0 : a.sent + dlock_lease_trust_ms(lease, l->client->safety_margin_pct);
     if (watchdog) {
@@ -336,6 +345,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
             return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
         }
         h->wd.script = DLOCK_SCRIPT_RENEW;
+        h->wd.kind = lock_kind(l);
         h->wd.key = l->key;
         h->wd.owner = h->owner;
         h->wd.lease_ms = lease;
@@ -347,9 +357,22 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     return DLOCK_OK;
 }
 
-/* Forget the calling thread's hold after it ended one way or another. */
+/* Every call is counted, however it ends, so the body above may return
+ * anywhere. */
+dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
+{
+    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
+    int64_t since = dlock_stats_clock();
+    dlock_status st = lock_acquire(l, wait_ms, lease_ms, token);
+    dlock_stats_acquired(&l->client->stats, lock_kind(l), since, st);
+    return st;
+}
+
+/* Forget the calling thread's hold after its release, whatever that
+ * release found. */
 static void hold_end(dlock_lock *l, dlock_hold *h)
 {
+    dlock_stats_released(&l->client->stats, lock_kind(l), h->held_since);
     h->count = 0;
     if (h->renewed) {
         dlock_wd_remove(l->client->wd, &h->wd);
@@ -396,7 +419,7 @@ dlock_status dlock_lock_release(dlock_lock *l)
         left = 0;
     }
     if (left < 0) {
-        atomic_store(&h->lost, 1);
+        if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&l->client->stats, lock_kind(l));
         hold_end(l, h);
         return dlock_fail(DLOCK_ERR_LOST,
                           "lock '%s' expired before release; another owner may hold it", l->name);

@@ -38,6 +38,7 @@ struct dlock_permit {
     int renewed;
     int64_t sent;          /* when the last acquire attempt was sent */
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
+    int64_t held_since;    /* when its acquire returned (dlock_stats_clock) */
     atomic_int lost;
 };
 
@@ -97,7 +98,7 @@ static void permit_lost(dlock_wd_entry *e)
 {
     dlock_permit *pm = (dlock_permit *)e;
     dlock_psem *p = pm->psem;
-    atomic_store(&pm->lost, 1);
+    if (!atomic_exchange(&pm->lost, 1)) dlock_stats_lost(&p->client->stats, DLOCK_STATS_PERMIT);
     pthread_mutex_lock(&p->mu);
     dlock_permit_lost_fn fn = p->fn;
     void *arg = p->arg;
@@ -134,7 +135,7 @@ static int psem_try(void *ctx, long *retry_ms)
     return result;
 }
 
-dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit **out)
+static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit **out)
 {
     if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
     *out = NULL;
@@ -156,12 +157,13 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
     long retry = -1;
     int result = psem_try(pm, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(p->client, p->channel, deadline, psem_try, pm, result, retry);
+        result = dlock_wait_for(p->client, DLOCK_STATS_PERMIT, p->channel, deadline, psem_try, pm, result, retry);
     if (result != DLOCK_OK) {
         free(pm);
         if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");
         return (dlock_status)result;
     }
+    pm->held_since = dlock_stats_clock();
     if (lease_ms != DLOCK_LEASE_WATCHDOG)
         pm->trusted_until = pm->sent + dlock_lease_trust_ms(pm->lease_ms, p->client->safety_margin_pct);
     if (lease_ms == DLOCK_LEASE_WATCHDOG) {
@@ -171,6 +173,7 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
             return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
         }
         pm->wd.script = DLOCK_SCRIPT_PSEM_RENEW;
+        pm->wd.kind = DLOCK_STATS_PERMIT;
         pm->wd.key = p->held;
         pm->wd.owner = pm->id;
         pm->wd.lease_ms = pm->lease_ms;
@@ -180,6 +183,15 @@ dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dloc
     }
     *out = pm;
     return DLOCK_OK;
+}
+
+/* Every call is counted, however it ends (as dlock_lock_acquire). */
+dlock_status dlock_psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit **out)
+{
+    int64_t since = dlock_stats_clock();
+    dlock_status st = psem_acquire(p, wait_ms, lease_ms, out);
+    if (p) dlock_stats_acquired(&p->client->stats, DLOCK_STATS_PERMIT, since, st);
+    return st;
 }
 
 const char *dlock_permit_id(const dlock_permit *pm)
@@ -233,6 +245,10 @@ dlock_status dlock_psem_release(dlock_psem *p, dlock_permit *pm)
     }
     int released = 0;
     dlock_status st = atomic_load(&pm->lost) ? DLOCK_OK : release_id(p, pm->id, &released);
+    /* Its entry is gone, so the watchdog can no longer count a loss. */
+    dlock_stats_released(&p->client->stats, DLOCK_STATS_PERMIT, pm->held_since);
+    if (st == DLOCK_OK && !released && !atomic_load(&pm->lost))
+        dlock_stats_lost(&p->client->stats, DLOCK_STATS_PERMIT);
     free(pm);
     if (st != DLOCK_OK) return st;
     if (!released) return dlock_fail(DLOCK_ERR_LOST, "the permit had expired before release");

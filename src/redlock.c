@@ -76,6 +76,7 @@ struct dlock_redlock {
     atomic_int alive; /* shares still held, watched by the loss check */
     atomic_int lost;
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
+    int64_t held_since;    /* when the acquire of the current hold returned (dlock_stats_clock) */
     pthread_mutex_t mu; /* guards fn, arg */
     dlock_redlock_lost_fn fn;
     void *arg;
@@ -208,6 +209,7 @@ static void rl_share_lost(dlock_wd_entry *e)
     dlock_redlock *rl = s->rl;
     int left = atomic_fetch_sub(&rl->alive, 1) - 1;
     if (left >= (int)rl->quorum || atomic_exchange(&rl->lost, 1)) return;
+    dlock_stats_lost(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK);
     pthread_mutex_lock(&rl->mu);
     dlock_redlock_lost_fn fn = rl->fn;
     void *arg = rl->arg;
@@ -291,10 +293,8 @@ void dlock_redlock_free(dlock_redlock *rl)
     free(rl);
 }
 
-dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms,
-                                   uint64_t *token)
+static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms, uint64_t *token)
 {
-    if (!rl) return dlock_fail(DLOCK_ERR_INVALID, "redlock is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock_check_lease(lease_ms, 10, 1);
@@ -336,6 +336,7 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
         long validity = lease - (long)(now - t0) - drift;
         if (granted >= rl->quorum && validity > 0) {
             rl->held = 1;
+            rl->held_since = dlock_stats_clock();
             atomic_store(&rl->lost, 0);
             atomic_store(&rl->alive, (int)granted);
             rl->trusted_until = watchdog ? 0 : t0 + dlock_lease_trust_ms(lease, rl->masters[0]->safety_margin_pct);
@@ -349,6 +350,7 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
                         return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
                     }
                     s->wd.script = DLOCK_SCRIPT_RENEW;
+                    s->wd.kind = DLOCK_STATS_REDLOCK;
                     s->wd.key = rl->key;
                     s->wd.owner = rl->owner;
                     s->wd.lease_ms = lease;
@@ -381,6 +383,18 @@ dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_m
     }
 }
 
+/* Every call is counted, however it ends (as dlock_lock_acquire), on the
+ * first master's client: one RedLock, one place to look. */
+dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms,
+                                   uint64_t *token)
+{
+    if (!rl) return dlock_fail(DLOCK_ERR_INVALID, "redlock is NULL");
+    int64_t since = dlock_stats_clock();
+    dlock_status st = rl_acquire(rl, wait_ms, lease_ms, validity_ms, token);
+    dlock_stats_acquired(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK, since, st);
+    return st;
+}
+
 dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validity_ms)
 {
     if (!rl) return dlock_fail(DLOCK_ERR_INVALID, "redlock is NULL");
@@ -411,6 +425,10 @@ dlock_status dlock_redlock_release(dlock_redlock *rl)
     rl_stop_renewal(rl);
     size_t confirmed = rl_release_all(rl);
     rl->held = 0;
+    /* Renewal has stopped, so rl->lost no longer changes under us. */
+    dlock_stats_released(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK, rl->held_since);
+    if (!atomic_load(&rl->lost) && confirmed < rl->quorum)
+        dlock_stats_lost(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK);
     if (atomic_load(&rl->lost) || confirmed < rl->quorum)
         return dlock_fail(DLOCK_ERR_LOST, "redlock '%s' was held on only %zu of %zu masters at release",
                           rl->name, confirmed, rl->n);

@@ -27,6 +27,7 @@ typedef struct rw_hold {
     long lease_ms;
     int renewed;
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
+    int64_t held_since;    /* when the acquire that began the hold returned (dlock_stats_clock) */
     atomic_int lost;
 } rw_hold;
 
@@ -51,6 +52,7 @@ struct dlock_rwlock {
 };
 
 static const char *const mode_name[2] = {"read", "write"};
+static const dlock_stats_kind mode_kind[2] = {DLOCK_STATS_READ, DLOCK_STATS_WRITE};
 
 dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_rwlock **out)
 {
@@ -121,7 +123,7 @@ static void hold_lost(dlock_wd_entry *e)
 {
     rw_hold *h = (rw_hold *)e;
     dlock_rwlock *rw = h->t->rw;
-    atomic_store(&h->lost, 1);
+    if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&rw->client->stats, mode_kind[h->mode]);
     pthread_mutex_lock(&rw->mu);
     dlock_rw_lost_fn fn = rw->fn;
     void *arg = rw->arg;
@@ -174,11 +176,8 @@ static int rw_try(void *ctx, long *retry_ms)
     return result;
 }
 
-dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
-                                  uint64_t *token)
+static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms, uint64_t *token)
 {
-    if (!rw) return dlock_fail(DLOCK_ERR_INVALID, "rwlock is NULL");
-    if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock_fail(DLOCK_ERR_INVALID, "bad mode");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
@@ -200,12 +199,15 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     long before = h->count;
     int result = rw_try(&a, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(rw->client, rw->channel, deadline, rw_try, &a, result, retry);
+        result = dlock_wait_for(rw->client, mode_kind[mode], rw->channel, deadline, rw_try, &a, result, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);
     if (result != DLOCK_OK) return (dlock_status)result;
 
-    if (before == 0) atomic_store(&h->lost, 0);
+    if (before == 0) {
+        atomic_store(&h->lost, 0);
+        h->held_since = dlock_stats_clock();
+    }
     h->count = before + 1;
     h->lease_ms = a.lease;
     h->trusted_until = watchdog ? 0 : a.sent + dlock_lease_trust_ms(a.lease, rw->client->safety_margin_pct);
@@ -217,6 +219,7 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
             return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
         }
         h->wd.script = mode == DLOCK_WRITE ? DLOCK_SCRIPT_RW_RENEW_WRITE : DLOCK_SCRIPT_RW_RENEW_READ;
+        h->wd.kind = mode_kind[mode];
         h->wd.key = rw->key;
         h->wd.owner = t->owner;
         h->wd.lease_ms = a.lease;
@@ -228,8 +231,21 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     return DLOCK_OK;
 }
 
+/* Every call is counted, however it ends (as dlock_lock_acquire). */
+dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
+                                  uint64_t *token)
+{
+    if (!rw) return dlock_fail(DLOCK_ERR_INVALID, "rwlock is NULL");
+    if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock_fail(DLOCK_ERR_INVALID, "bad mode");
+    int64_t since = dlock_stats_clock();
+    dlock_status st = rw_acquire(rw, mode, wait_ms, lease_ms, token);
+    dlock_stats_acquired(&rw->client->stats, mode_kind[mode], since, st);
+    return st;
+}
+
 static void hold_end(dlock_rwlock *rw, rw_hold *h)
 {
+    dlock_stats_released(&rw->client->stats, mode_kind[h->mode], h->held_since);
     h->count = 0;
     if (h->renewed) {
         dlock_wd_remove(rw->client->wd, &h->wd);
@@ -271,7 +287,7 @@ dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode)
     freeReplyObject(r);
     if (left < 0 && retried && h->count == 1) left = 0; /* see dlock_lock_release() */
     if (left < 0) {
-        atomic_store(&h->lost, 1);
+        if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&rw->client->stats, mode_kind[mode]);
         hold_end(rw, h);
         return dlock_fail(DLOCK_ERR_LOST, "the %s hold expired before release", mode_name[mode]);
     }

@@ -86,9 +86,8 @@ static int sem_try(void *ctx, long *retry_ms)
     return got == 1 ? DLOCK_OK : DLOCK_BUSY;
 }
 
-dlock_status dlock_semaphore_acquire(dlock_semaphore *s, long permits, long wait_ms)
+static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
 {
-    if (!s) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
     if (permits < 1 || permits > PERMITS_MAX)
         return dlock_fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
     if (wait_ms < DLOCK_WAIT_FOREVER)
@@ -100,10 +99,20 @@ dlock_status dlock_semaphore_acquire(dlock_semaphore *s, long permits, long wait
     long retry = -1;
     int result = sem_try(&a, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(s->client, s->channel, deadline, sem_try, &a, result, retry);
+        result = dlock_wait_for(s->client, DLOCK_STATS_SEMAPHORE, s->channel, deadline, sem_try, &a, result, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
     return (dlock_status)result;
+}
+
+/* Every call is counted, however it ends (as dlock_lock_acquire). */
+dlock_status dlock_semaphore_acquire(dlock_semaphore *s, long permits, long wait_ms)
+{
+    if (!s) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+    int64_t since = dlock_stats_clock();
+    dlock_status st = sem_acquire(s, permits, wait_ms);
+    dlock_stats_acquired(&s->client->stats, DLOCK_STATS_SEMAPHORE, since, st);
+    return st;
 }
 
 dlock_status dlock_semaphore_release(dlock_semaphore *s, long permits)

@@ -22,8 +22,8 @@
 /* Longest sleep when the holder's lease is unknown. */
 #define SAFETY_NET_MS 2000
 
-int dlock_wait_for(dlock_client *client, const char *channel, int64_t deadline_ms, dlock_try_fn try,
-                   void *ctx, int first, long retry_ms)
+int dlock_wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
+                   dlock_try_fn try, void *ctx, int first, long retry_ms)
 {
     struct dlock_subscriber *sub = dlock_client_subscriber(client);
     if (!sub) return dlock_fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
@@ -54,7 +54,7 @@ int dlock_wait_for(dlock_client *client, const char *channel, int64_t deadline_m
             if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
         }
         if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-        if (until > now) dlock_sub_wait(sub, e, until);
+        if (until > now && dlock_sub_wait(sub, e, until)) dlock_stats_woken(&client->stats, kind);
     }
     dlock_sub_leave(sub, e);
     return result;

@@ -34,9 +34,9 @@ static inline int dlock_should_wait(int result, long wait_ms)
  * Connection failures are waited out with backoff until the deadline. At
  * the deadline the last attempt's result is returned: DLOCK_BUSY when the
  * resource was taken, DLOCK_ERR_CONNECT when the server could not be
- * reached to find out.
+ * reached to find out. Wake-ups count in the client's metrics as `kind`.
  */
-int dlock_wait_for(dlock_client *client, const char *channel, int64_t deadline_ms, dlock_try_fn try,
-                   void *ctx, int first, long retry_ms);
+int dlock_wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
+                   dlock_try_fn try, void *ctx, int first, long retry_ms);
 
 #endif

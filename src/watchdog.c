@@ -143,20 +143,25 @@ static void report_lost(struct dlock_watchdog *wd, dlock_wd_entry *e)
 /* Take in the answer of one batch. Called with mu held. `sent` is when
  * the call went out: a lease it renewed started no earlier. A hold the
  * server no longer has gets lost_ms in the past, for the scheduler to
- * report (callbacks run on one thread only). */
+ * report (callbacks run on one thread only). `took_ns` is the call's
+ * duration, which every hold in it counts as its renewal latency; a
+ * "not owned" for a hold being released is its release's doing and
+ * counts for nothing. */
 static void take_answer(struct dlock_watchdog *wd, wd_batch *b, dlock_status st, const redisReply *r, int64_t sent,
-                        int64_t after)
+                        int64_t after, int64_t took_ns)
 {
     int pct = wd->client->safety_margin_pct;
     for (int i = 0; i < b->n; i++) {
         dlock_wd_entry *e = b->e[i];
         if (!e || !e->registered || e->gen != b->gen[i]) continue;
+        int renewed = st == DLOCK_OK && r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1;
+        if (renewed || !e->releasing) dlock_stats_renewal(&wd->client->stats, e->kind, renewed, took_ns);
         if (st != DLOCK_OK) {
             long retry = e->lease_ms / DLOCK_RENEW_RETRY_DIVISOR;
             if (retry < DLOCK_RENEW_RETRY_MIN_MS) retry = DLOCK_RENEW_RETRY_MIN_MS;
             if (retry > DLOCK_RENEW_RETRY_MAX_MS) retry = DLOCK_RENEW_RETRY_MAX_MS;
             e->next_ms = after + retry;
-        } else if (r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1) {
+        } else if (renewed) {
             e->lost_ms = sent + dlock_lease_trust_ms(e->lease_ms, pct);
             atomic_store(&e->trusted_until, e->lost_ms);
             e->next_ms = sent + e->lease_ms / DLOCK_RENEW_DIVISOR;
@@ -175,14 +180,14 @@ static void take_answer(struct dlock_watchdog *wd, wd_batch *b, dlock_status st,
  * the call, which may block as long as the connection layer allows. */
 static void run_batch(struct dlock_watchdog *wd, wd_batch *b)
 {
-    int64_t sent = dlock_mono_ms();
+    int64_t sent = dlock_mono_ms(), sent_ns = dlock_stats_clock();
     pthread_mutex_unlock(&wd->mu);
     redisReply *r = NULL;
     dlock_status st = dlock_eval(wd->client, b->script, b->n, b->keys, 2 * b->n, b->args, &r, NULL);
     if (st == DLOCK_OK && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n)) st = DLOCK_ERR_REDIS;
-    int64_t after = dlock_mono_ms();
+    int64_t after = dlock_mono_ms(), took_ns = dlock_stats_clock() - sent_ns;
     pthread_mutex_lock(&wd->mu);
-    take_answer(wd, b, st, r, sent, after);
+    take_answer(wd, b, st, r, sent, after, took_ns);
     if (r) freeReplyObject(r);
     for (wd_batch **p = &wd->active; *p; p = &(*p)->next)
         if (*p == b) {

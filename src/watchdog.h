@@ -28,6 +28,7 @@
  */
 typedef struct dlock_wd_entry {
     dlock_script_id script; /* renew script: KEYS[i], ARGV[2i-1] owner, ARGV[2i] lease */
+    dlock_stats_kind kind;  /* whose renewals the client's metrics count */
     const char *key;        /* the key that holds the hold */
     const char *owner;
     long lease_ms;
