@@ -259,6 +259,7 @@ static void server_down(server *s)
     if (s->app.strategy.ops) s->app.strategy.ops->destroy(s->app.strategy.ctx);
     sk_writer_stop(s->writer);
     sk_orderids_free(s->ids);
+    sk_metrics_lock_client(NULL);
     if (s->client) dlock_client_free(s->client);
     sk_db_close(s->db);
     free(s->secret);
@@ -384,6 +385,7 @@ static int serve(int argc, char **argv)
         goto fail;
     }
     sk_metrics_build_info(DLOCK_VERSION, dlock_version(), o.strategy);
+    sk_metrics_lock_client(s.client);
     s.app.secret = s.secret;
     s.app.secret_len = s.secret_len;
     raise_fd_limit(o.limits.max_connections);

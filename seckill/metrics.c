@@ -89,12 +89,18 @@ void sk_metrics_stream(int64_t lag, int64_t pending)
 }
 
 static const char *b_version = "", *b_libdlock = "", *b_strategy = "";
+static _Atomic(dlock_client *) lock_client;
 
 void sk_metrics_build_info(const char *version, const char *libdlock, const char *strategy)
 {
     b_version = version;
     b_libdlock = libdlock;
     b_strategy = strategy;
+}
+
+void sk_metrics_lock_client(dlock_client *client)
+{
+    atomic_store(&lock_client, client);
 }
 
 /* A growable string; rendering is rare (a scrape every few seconds), so
@@ -104,6 +110,20 @@ typedef struct buf {
     size_t len, cap;
     int oom;
 } buf;
+
+/* Make room for `cap` bytes in all; 0, or -1 (remembered) when out of
+ * memory. */
+static int grow(buf *b, size_t cap)
+{
+    char *q = realloc(b->p, cap);
+    if (!q) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = q;
+    b->cap = cap;
+    return 0;
+}
 
 static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append with printf formatting, growing the buffer; remembers failure
@@ -124,14 +144,7 @@ static void put(buf *b, const char *fmt, ...)
             b->len += (size_t)n;
             return;
         }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
+        if (grow(b, b->cap * 2 + (size_t)n) != 0) return;
     }
 }
 
@@ -195,6 +208,24 @@ static void process_metrics(buf *b)
                "# TYPE process_max_fds gauge\n"
                "process_max_fds %llu\n",
             (unsigned long long)rl.rlim_cur);
+}
+
+/* The library's lock metrics of the process's one client (the lock
+ * strategy's per-user locks: how long buyers wait for their own lock, and
+ * whether they time out), written straight into the buffer, which grows
+ * until they fit. */
+static void lock_metrics(buf *b)
+{
+    dlock_client *c = atomic_load(&lock_client);
+    while (c && !b->oom) {
+        size_t needed = 0;
+        if (dlock_stats_prometheus(c, b->p + b->len, b->cap - b->len, &needed) == DLOCK_OK) {
+            b->len += needed - 1;
+            return;
+        }
+        if (needed == 0) return; /* refused for another reason: leave them out */
+        grow(b, b->len + needed + 4096); /* room for a kind first used meanwhile */
+    }
 }
 
 /* Prometheus text format 0.0.4. Request counters never hit are left out
@@ -266,6 +297,7 @@ char *sk_metrics_render(void)
             "seckill_build_info{version=\"%s\",libdlock=\"%s\",strategy=\"%s\"} 1\n",
         b_version, b_libdlock, b_strategy);
     process_metrics(&b);
+    lock_metrics(&b);
     if (b.oom) {
         free(b.p);
         return NULL;

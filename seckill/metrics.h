@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "dlock.h"
 #include "seckill.h"
 
 /* The API's routes, as metrics labels. */
@@ -37,6 +38,10 @@ void sk_metrics_stream(int64_t lag, int64_t pending);
 
 /* What seckill_build_info says (static strings, kept by pointer). */
 void sk_metrics_build_info(const char *version, const char *libdlock, const char *strategy);
+
+/* The client whose lock metrics (dlock_*) each scrape appends; NULL
+ * (before the client goes away) stops that. */
+void sk_metrics_lock_client(dlock_client *client);
 
 /* The whole exposition as a malloc'ed string. */
 char *sk_metrics_render(void);

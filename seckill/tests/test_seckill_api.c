@@ -145,6 +145,13 @@ static void test_health_and_metrics(void **state)
     assert_true(rss > 1e6 && rss < 1e10);
     assert_true(fds >= 5 && fds <= maxfds); /* stdio, listen socket, Redis, database, ... */
     assert_true(start > (double)now_s() - 600 && start <= (double)now_s() + 1);
+    /* The library's lock metrics: every family declared; no samples, since
+     * the redis strategy takes no lock (the lock strategy's are checked in
+     * test_retry_after_sold_out_both_strategies). */
+    assert_non_null(strstr(resp, "\n# TYPE dlock_acquisitions_total counter\n"));
+    assert_non_null(strstr(resp, "\n# TYPE dlock_wait_seconds histogram\n"));
+    assert_non_null(strstr(resp, "\n# TYPE dlock_hold_seconds histogram\n"));
+    assert_null(strstr(resp, "dlock_acquisitions_total{"));
     /* An open connection is one descriptor more. */
     int fd = skt_connect(sv.port);
     assert_true(fd >= 0);
@@ -434,6 +441,9 @@ static void retry_after_sold_out(int port)
     expect_error(skt_http(port, "POST", path, user2, NULL, resp, sizeof resp), resp, 410, "sold_out");
 }
 
+/* The lock strategy's /metrics also shows its locks: of the four orders
+ * only the first gets as far as the user's lock (the others are refused
+ * on the database's stock first), one acquisition, one hold, no failure. */
 static void test_retry_after_sold_out_both_strategies(void **state)
 {
     (void)state;
@@ -441,6 +451,15 @@ static void test_retry_after_sold_out_both_strategies(void **state)
     skt_serve lk;
     assert_int_equal(skt_serve_start(&lk, &dir, srv.url, "lock", NULL, NULL), 0);
     retry_after_sold_out(lk.port);
+    char resp[65536];
+    assert_int_equal(skt_http(lk.port, "GET", "/metrics", NULL, NULL, resp, sizeof resp), 200);
+    assert_true(metric(resp, "dlock_acquisitions_total{kind=\"lock\"}") == 1);
+    assert_true(metric(resp, "dlock_acquire_failures_total{kind=\"lock\",reason=\"timeout\"}") == 0);
+    assert_true(metric(resp, "dlock_wait_seconds_bucket{kind=\"lock\",le=\"+Inf\"}") == 1);
+    assert_true(metric(resp, "dlock_hold_seconds_count{kind=\"lock\"}") == 1);
+    double held = metric(resp, "dlock_hold_seconds_sum{kind=\"lock\"}");
+    assert_true(held > 0 && held < 10); /* one transaction under the lock */
+    assert_null(strstr(resp, "kind=\"fair\""));
     int rc = skt_serve_stop(&lk);
     if (rc != 0) skt_serve_dump(&lk);
     assert_int_equal(rc, 0);
