@@ -20,8 +20,8 @@
 #include <jansson.h>
 
 #include "../../fuzz/fuzz_check.h" /* checks that survive -DNDEBUG */
-#include "api.h"
-#include "seckill.h"
+#include "common/seckill.h"
+#include "service/api.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -17,9 +17,9 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
-#include "auth.h"
-#include "httpc.h"
 #include "pg_harness.h"
+#include "service/auth.h"
+#include "tools/httpc.h"
 
 #ifndef SECKILL_BIN
 #define SECKILL_BIN "seckill"

@@ -28,11 +28,11 @@
 
 #include <jansson.h>
 
-#include "auth.h"
+#include "common/log.h"
+#include "common/skutil.h"
 #include "dlock.h"
-#include "log.h"
+#include "service/auth.h"
 #include "sk_test.h"
-#include "skutil.h"
 
 static th_target srv;
 static skt_dir dir;

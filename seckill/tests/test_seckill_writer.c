@@ -40,10 +40,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "acked.h"
-#include "httpc.h"
+#include "common/skutil.h"
+#include "service/acked.h"
 #include "sk_test.h"
-#include "skutil.h"
+#include "tools/httpc.h"
 
 static th_target srv;
 

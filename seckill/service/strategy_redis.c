@@ -19,10 +19,10 @@
 #include <string.h>
 
 #include "acked.h"
+#include "common/log.h"
+#include "common/skutil.h"
 #include "keys.h"
-#include "log.h"
 #include "scripts.h"
-#include "skutil.h"
 #include "warm.h"
 #include "writer.h"
 

@@ -18,9 +18,9 @@
 #include <microhttpd.h>
 
 #include "api.h"
-#include "log.h"
+#include "common/log.h"
+#include "common/skutil.h"
 #include "metrics.h"
-#include "skutil.h"
 
 struct sk_http {
     struct MHD_Daemon *daemon;

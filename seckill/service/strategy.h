@@ -13,11 +13,11 @@
 #ifndef SECKILL_STRATEGY_H
 #define SECKILL_STRATEGY_H
 
-#include "db.h"
+#include "common/seckill.h"
 #include "dlock.h"
 #include "orderid.h"
-#include "seckill.h"
 #include "skredis.h"
+#include "store/db.h"
 
 struct sk_writer;
 

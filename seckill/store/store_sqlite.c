@@ -14,7 +14,7 @@
 
 #include <sqlite3.h>
 
-#include "log.h"
+#include "common/log.h"
 
 #define BUSY_TIMEOUT_MS 10000
 

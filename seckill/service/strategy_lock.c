@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "log.h"
-#include "skutil.h"
+#include "common/log.h"
+#include "common/skutil.h"
 
 #define LOCK_WAIT_MS 2000   /* longer than this and the user gets 429 busy */
 #define LOCK_LEASE_MS 10000 /* far above one transaction; bounds a crashed holder */

@@ -14,7 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "skutil.h"
+#include "common/skutil.h"
 
 /* Remove the files we made and the directory; nothing else is in it. */
 static void remove_dir(const char *dir)

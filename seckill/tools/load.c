@@ -33,10 +33,10 @@
 
 #include <jansson.h>
 
-#include "auth.h"
-#include "commands.h"
+#include "common/cli.h"
+#include "common/skutil.h"
 #include "httpc.h"
-#include "skutil.h"
+#include "service/auth.h"
 
 #define CONNS_MAX 10000
 #define THREADS_MAX 64

@@ -30,11 +30,11 @@
 #include <unistd.h>
 
 #include "acked.h"
+#include "common/log.h"
+#include "common/skutil.h"
 #include "keys.h"
-#include "log.h"
 #include "metrics.h"
 #include "scripts.h"
-#include "skutil.h"
 
 #define STREAMS_MAX 256           /* vouchers followed at once */
 #define ENDED_GRACE_S (7 * 86400) /* follow a voucher's stream this long after its sale */

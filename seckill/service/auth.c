@@ -23,7 +23,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#include "skutil.h"
+#include "common/skutil.h"
 
 #define MAC_LEN 32
 

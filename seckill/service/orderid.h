@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
+#include "common/seckill.h"
 #include "dlock.h"
-#include "seckill.h"
 
 typedef struct sk_orderids sk_orderids;
 

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "seckill.h"
+#include "common/seckill.h"
 
 typedef struct sk_http sk_http;
 

@@ -34,8 +34,8 @@
 
 #include <stdint.h>
 
-#include "db.h"
 #include "skredis.h"
+#include "store/db.h"
 
 typedef struct sk_writer sk_writer;
 

@@ -20,7 +20,7 @@
 #include <jansson.h>
 
 #include "auth.h"
-#include "skutil.h"
+#include "common/skutil.h"
 
 /* One name per outcome, shared by JSON errors and metrics labels, so a
  * client's error code and the counter it lands in always agree. */

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "seckill.h"
+#include "common/seckill.h"
 
 typedef struct sk_db sk_db;
 

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "common/skutil.h"
 #include "keys.h"
-#include "log.h"
-#include "skutil.h"
 
 #define WARM_CHUNK 500
 

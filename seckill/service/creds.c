@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "common/log.h"
 #include "pwfile.h"
 
 const char *sk_env_url(const char *name)

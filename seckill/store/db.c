@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
+#include "common/log.h"
 
 /* One URL option for every backend keeps the command line the same for
  * SQLite and PostgreSQL. */

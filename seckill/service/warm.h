@@ -9,9 +9,9 @@
 
 #include <stdint.h>
 
-#include "db.h"
-#include "seckill.h"
+#include "common/seckill.h"
 #include "skredis.h"
+#include "store/db.h"
 
 /* Load a voucher's stock, window and buyers into Redis, from the database
  * minus the orders its stream holds unacknowledged, unless it is warm

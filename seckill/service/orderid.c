@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "common/log.h"
 
 #define BATCH_MAX 4096
 

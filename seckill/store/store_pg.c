@@ -28,7 +28,7 @@
 
 #include <libpq-fe.h>
 
-#include "log.h"
+#include "common/log.h"
 
 /* pg_advisory_xact_lock key serialising schema creation ("SECKILL\0"):
  * CREATE TABLE IF NOT EXISTS is not safe against itself when two

@@ -29,12 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
-#include "creds.h"
-#include "db.h"
-#include "keys.h"
-#include "skredis.h"
-#include "skutil.h"
+#include "common/cli.h"
+#include "common/skutil.h"
+#include "service/creds.h"
+#include "service/keys.h"
+#include "service/skredis.h"
+#include "store/db.h"
 
 #define VOUCHERS_MAX 256
 

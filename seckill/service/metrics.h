@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
+#include "common/seckill.h"
 #include "dlock.h"
-#include "seckill.h"
 
 /* The API's routes, as metrics labels. */
 typedef enum sk_route {

@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
+#include "common/seckill.h"
 #include "metrics.h"
-#include "seckill.h"
 
 typedef struct sk_request {
     const char *method;        /* "GET", "POST", ... */
