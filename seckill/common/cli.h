@@ -1,14 +1,18 @@
 /*
- * commands.h -- the subcommands other than serve and token, each in its
- * own file, and what they share with main.c: the usage text and the exit
- * codes (documented in the usage text and docs/seckill.1).
+ * cli.h -- what seckill's subcommands share on the command line, so that
+ * main.c, serve (service/serve.c) and the tools (tools/) agree without
+ * calling each other: the defaults, the exit codes (documented in the
+ * usage text and docs/seckill.1), the usage text and how an option error
+ * is said (cli.c).
  */
-#ifndef SECKILL_COMMANDS_H
-#define SECKILL_COMMANDS_H
+#ifndef SECKILL_CLI_H
+#define SECKILL_CLI_H
 
 #include <stdio.h>
 
+#define DEFAULT_LISTEN "127.0.0.1:8080"
 #define DEFAULT_DB "seckill.db"
+#define SK_DEFAULT_SECRET_FILE "seckill.secret"
 
 /* Exit codes, after sysexits.h where one fits (as the dlock CLI does). */
 #define EXIT_CHECK 1        /* verify: an invariant broke; load: the run was not correct */
@@ -26,8 +30,5 @@ void sk_usage(FILE *f);
 /* getopt_long's complaint about argv (optstring ":", opterr 0: c is '?'
  * for an unknown option, ':' for a missing value) as one line on stderr. */
 void sk_opt_error(const char *cmd, int c, char *const *argv);
-
-int sk_cmd_verify(int argc, char **argv);
-int sk_cmd_load(int argc, char **argv);
 
 #endif

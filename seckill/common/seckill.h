@@ -49,7 +49,8 @@ typedef enum sk_result {
     SK_RESULT_COUNT
 } sk_result;
 
-/* Short name of a result, as used in JSON errors and metrics labels. */
+/* Short name of a result, as used in JSON errors and metrics labels
+ * (seckill.c). */
 const char *sk_result_code(sk_result r);
 
 typedef struct sk_voucher {
@@ -109,8 +110,8 @@ typedef struct sk_strategy {
     void *ctx;
 } sk_strategy;
 
-/* Everything a request handler needs. Built by main.c for `serve`, by the
- * fuzz target with an in-memory strategy. */
+/* Everything a request handler needs. Built by `serve` (service/serve.c),
+ * and by the fuzz target with an in-memory strategy. */
 struct sk_app {
     sk_strategy strategy;
     const unsigned char *secret; /* token key */

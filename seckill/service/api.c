@@ -22,20 +22,6 @@
 #include "auth.h"
 #include "common/skutil.h"
 
-/* One name per outcome, shared by JSON errors and metrics labels, so a
- * client's error code and the counter it lands in always agree. */
-const char *sk_result_code(sk_result r)
-{
-    switch (r) {
-#define SK_RESULT_CODE(name, status, code) \
-    case SK_##name: return code;
-        SK_RESULTS(SK_RESULT_CODE)
-#undef SK_RESULT_CODE
-    case SK_RESULT_COUNT: break;
-    }
-    return "internal";
-}
-
 /* The status of each outcome (SK_RESULTS): the spec fixes them (409
  * already_ordered, 410 sold_out, ...) and clients branch on them. */
 static int result_status(sk_result r)

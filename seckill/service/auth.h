@@ -11,7 +11,6 @@
 #define SK_SECRET_MIN 16        /* bytes: shorter secrets are refused */
 #define SK_SECRET_MAX 4096
 #define SK_TOKEN_MAX 128        /* a longer Authorization value is refused unread */
-#define SK_DEFAULT_SECRET_FILE "seckill.secret"
 
 /* Write a token for `user_id` valid until `expiry` (Unix seconds) into
  * out[cap]. Returns 0, or -1 if it does not fit or the ids are negative. */

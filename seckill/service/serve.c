@@ -1,18 +1,14 @@
 /*
- * seckill: a flash-sale service on Redis and a database.
- *
- *   seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]
- *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
- *                 [--replica-acks N] [--log-level L] [--log-format F] [--access-log FILE|-]
- *                 [--max-connections N] [--max-connections-per-client N] [--idle-timeout S]
- *                 [--redis-password-file FILE] [--db-password-file FILE]
- *   seckill token [--secret-file FILE] [--ttl S] USER_ID
- *   seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]
- *                --secret-file FILE
- *   seckill verify --db URL [--redis URL] --voucher ID
- *
- * Exit codes: see sk_usage() below and docs/seckill.1.
+ * seckill serve: the flash-sale service's start-up and shutdown. The
+ * flags are checked before anything starts; then the secret, the
+ * database, the process's one dlock_client (or a private redis-server
+ * first), the order ids, the strategy (with the writer for the redis
+ * strategy) and the HTTP server come up in that order, and go down in
+ * reverse on SIGINT or SIGTERM. The usage text and the exit codes:
+ * common/cli.c and docs/seckill.1.
  */
+#include "serve.h"
+
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,7 +26,6 @@
 #include "dlock.h"
 #include "embedded.h"
 #include "http.h"
-#include "keys.h"
 #include "metrics.h"
 #include "orderid.h"
 #include "skredis.h"
@@ -38,72 +33,7 @@
 #include "strategy.h"
 #include "writer.h"
 
-#define DEFAULT_LISTEN "127.0.0.1:8080"
 #define DEFAULT_WARM_GRACE_S 5
-
-/* One usage text for every subcommand: errors and --help print the same. */
-void sk_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]\n"
-            "                     [--strategy redis|lock] [--secret-file FILE] [--threads N]\n"
-            "                     [--replica-acks N] [--log-level debug|info|warn|error]\n"
-            "                     [--log-format text|json] [--access-log FILE|-]\n"
-            "                     [--max-connections N] [--max-connections-per-client N]\n"
-            "                     [--idle-timeout S] [--redis-password-file FILE]\n"
-            "                     [--db-password-file FILE]\n"
-            "       seckill token [--secret-file FILE] [--ttl S] USER_ID\n"
-            "       seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]\n"
-            "                    --secret-file FILE [--stock S] [--threads T] [--csv FILE]\n"
-            "       seckill verify --db URL [--redis URL] --voucher ID [--voucher ID...] [--wait S]\n"
-            "                      [--redis-password-file FILE] [--db-password-file FILE]\n"
-            "       seckill --help | --version\n"
-            "\n"
-            "serve   run the HTTP API (default %s, strategy redis). --redis takes redis://,\n"
-            "        unix://, redis-sentinel://HOST:PORT[,...]/MASTER or redis-cluster://HOST:PORT[,...];\n"
-            "        without it a private redis-server is started on a unix socket and stopped at\n"
-            "        exit. Without --db the SQLite file %s is used. --db takes sqlite://PATH, a\n"
-            "        file path, or postgres://USER@HOST/DB (PostgreSQL, for several instances).\n"
-            "        --replica-acks N (redis strategy): answer 201 only once N replicas have the\n"
-            "        order, and persist only orders N replicas have (WAIT), so a failover loses\n"
-            "        no acknowledged order. Logs go to stderr (--log-level, default info;\n"
-            "        --log-format text or json); --access-log writes one line per request.\n"
-            "        Connections: at most 4096 (--max-connections), 1024 per client address\n"
-            "        (--max-connections-per-client, 0 for none), closed after 30 s idle\n"
-            "        (--idle-timeout, 0 for never).\n"
-            "        serve and verify: --redis and --db default to $SECKILL_REDIS_URL and\n"
-            "        $SECKILL_DB_URL; a password file's first line (mode 0600 or 0400), else\n"
-            "        $SECKILL_REDIS_PASSWORD / $SECKILL_DB_PASSWORD, replaces the URL's password.\n"
-            "token   print a bearer token for USER_ID (0 is the admin), valid --ttl seconds\n"
-            "        (default 86400), signed with the secret in --secret-file (default %s,\n"
-            "        created when missing; the same default for every subcommand).\n"
-            "load    N users each send K orders (default 1) for voucher ID over C keep-alive\n"
-            "        connections, all released at once; --stock S creates a voucher with S units\n"
-            "        instead of --voucher. Prints a table and one JSON line (requests/s,\n"
-            "        outcomes, p50/p99/p999 latency); a progress bar when stderr is a terminal;\n"
-            "        --csv FILE: per 100 ms, requests, answers by status, p50/p99 (bench/plot.sh).\n"
-            "verify  check a voucher: orders <= initial stock, one order per user, stock + orders\n"
-            "        = initial stock; with --redis, once the order stream is drained (waiting up\n"
-            "        to --wait seconds, default 10): Redis stock and buyers equal the database's.\n"
-            "\n"
-            "exit status: 0 success; 1 a check failed (verify: an invariant is broken; load: more\n"
-            "  orders than stock or users, stock not adding up, 5xx answers, transport errors or\n"
-            "  unexpected 4xx); 64 usage error; 69 Redis, the database, the server, the listen\n"
-            "  address or the secret file could not be used; 70 internal error; 75 verify: the\n"
-            "  order stream did not drain within --wait, so Redis was not compared.\n"
-            "See seckill(1) for details and the environment variables.\n",
-            DEFAULT_LISTEN, DEFAULT_DB, SK_DEFAULT_SECRET_FILE);
-}
-
-/* getopt's own messages name the program by argv[0], which is the
- * subcommand here ("serve: unrecognized option"); ours name both. */
-void sk_opt_error(const char *cmd, int c, char *const *argv)
-{
-    const char *arg = optind > 0 ? argv[optind - 1] : "?";
-    if (c == ':') fprintf(stderr, "seckill %s: option %s needs a value\n", cmd, arg);
-    else if (optopt && strncmp(arg, "--", 2) != 0) fprintf(stderr, "seckill %s: unknown option -%c\n", cmd, optopt);
-    else fprintf(stderr, "seckill %s: unknown option %s\n", cmd, arg);
-}
 
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
@@ -313,7 +243,7 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
 }
 
 /* Start everything, print the listening line, wait for SIGINT/SIGTERM. */
-static int serve(int argc, char **argv)
+int sk_cmd_serve(int argc, char **argv)
 {
     serve_opts o;
     if (parse_serve(argc, argv, &o) != 0) {
@@ -408,83 +338,4 @@ fail:
     sk_passwords_free(&pw);
     server_down(&s);
     return EXIT_UNAVAILABLE;
-}
-
-/* ------------------------------------------------------------------------ */
-/* token                                                                     */
-/* ------------------------------------------------------------------------ */
-
-static int token(int argc, char **argv)
-{
-    static const struct option longs[] = {
-        {"secret-file", required_argument, NULL, 'k'},
-        {"ttl", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *secret_file = SK_DEFAULT_SECRET_FILE;
-    uint64_t ttl = 86400;
-    int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
-        switch (c) {
-        case 'k': secret_file = optarg; break;
-        case 't':
-            if (sk_parse_u64(optarg, strlen(optarg), 10ULL * 365 * 86400, &ttl) != 0 || ttl == 0) {
-                fprintf(stderr, "seckill: --ttl wants 1 to 315360000 seconds\n" SK_HELP_HINT);
-                return EXIT_USAGE;
-            }
-            break;
-        case 'h': sk_usage(stdout); return 0;
-        default: sk_opt_error("token", c, argv); fputs(SK_HELP_HINT, stderr); return EXIT_USAGE;
-        }
-    }
-    int64_t uid;
-    if (optind != argc - 1 || sk_parse_i64(argv[optind], strlen(argv[optind]), INT64_MAX, &uid) != 0) {
-        fprintf(stderr, "seckill: token wants one USER_ID, a decimal number (0 is the admin)\n" SK_HELP_HINT);
-        return EXIT_USAGE;
-    }
-    unsigned char *secret;
-    size_t len;
-    int created;
-    char err[512];
-    if (sk_secret_load(secret_file, &secret, &len, &created, err, sizeof err) != 0) {
-        fprintf(stderr, "seckill: %s\n", err);
-        return EXIT_UNAVAILABLE;
-    }
-    if (created) fprintf(stderr, "seckill: created secret file %s\n", secret_file);
-    char tok[SK_TOKEN_MAX + 1];
-    int rc = sk_token_make(secret, len, uid, sk_unix_now() + (int64_t)ttl, tok, sizeof tok);
-    free(secret);
-    if (rc != 0) {
-        fprintf(stderr, "seckill: cannot make a token\n");
-        return EXIT_SOFTWARE;
-    }
-    printf("%s\n", tok);
-    return 0;
-}
-
-/* Subcommand dispatch, git-style. */
-int main(int argc, char **argv)
-{
-    if (argc < 2) {
-        fprintf(stderr, "seckill: no command (serve, token, load or verify)\n" SK_HELP_HINT);
-        return EXIT_USAGE;
-    }
-    const char *cmd = argv[1];
-    if (!strcmp(cmd, "serve")) return serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "token")) return token(argc - 1, argv + 1);
-    if (!strcmp(cmd, "verify")) return sk_cmd_verify(argc - 1, argv + 1);
-    if (!strcmp(cmd, "load")) return sk_cmd_load(argc - 1, argv + 1);
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        sk_usage(stdout);
-        return 0;
-    }
-    if (!strcmp(cmd, "--version")) {
-        printf("seckill %s (libdlock %s)\n", DLOCK_VERSION, dlock_version());
-        return 0;
-    }
-    fprintf(stderr, "seckill: unknown command \"%s\"\n" SK_HELP_HINT, cmd);
-    return EXIT_USAGE;
 }

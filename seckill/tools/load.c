@@ -18,6 +18,8 @@
  * orders than stock or users, a stock that does not add up, 5xx answers,
  * transport errors or unexpected 4xx), 64 usage, 69 server unreachable.
  */
+#include "tools.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>

@@ -24,6 +24,8 @@
  * Redis cannot be read, 75 the stream did not drain in time (no breach
  * found, but the comparison could not be made).
  */
+#include "tools.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
