@@ -5,7 +5,7 @@
  * "tls" (one redis-server the library reaches over TLS only: rediss://,
  * certificates from th_tls_certs; the harness's own commands use its
  * plaintext unix socket), "sentinel" or "cluster" (the topologies of
- * topology.h). ctest runs each such suite once per target
+ * th_topology.h). ctest runs each such suite once per target
  * (tests/CMakeLists.txt).
  *
  * A suite talks to the servers only through these calls: commands go to
@@ -21,7 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "harness.h"
-#include "topology.h"
+#include "th_topology.h"
 
 typedef enum th_target_kind { TH_TARGET_SINGLE = 0, TH_TARGET_SENTINEL, TH_TARGET_CLUSTER } th_target_kind;
 

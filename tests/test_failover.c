@@ -1,6 +1,6 @@
 /*
  * Failovers and slot migrations under load, on real Redis Cluster and
- * Sentinel topologies (scripts/redis-topology.sh through topology.h).
+ * Sentinel topologies (scripts/redis-topology.sh through th_topology.h).
  *
  * A load of worker threads takes and releases locks on many names while a
  * master is killed, or while a lock's slot is migrated. For every grant we
@@ -41,7 +41,7 @@
 
 #include "dlock.h"
 #include "harness.h"
-#include "topology.h"
+#include "th_topology.h"
 
 #define WORKERS 8
 #define NAMES 16

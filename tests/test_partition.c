@@ -32,7 +32,7 @@
 #include "dlock.h"
 #include "harness.h"
 #include "proxy.h"
-#include "topology.h"
+#include "th_topology.h"
 
 #define LEASE_MS 1000L
 

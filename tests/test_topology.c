@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "topology.h"
+#include "th_topology.h"
 
 #define FAILOVER_BOUND_MS 30000
 

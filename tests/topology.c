@@ -1,6 +1,6 @@
 /* Starting, stopping and driving the processes of a multi-node topology
- * through scripts/redis-topology.sh; see topology.h. */
-#include "topology.h"
+ * through scripts/redis-topology.sh; see th_topology.h. */
+#include "th_topology.h"
 #include "harness.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* Redis Cluster helpers for the suites: slot hashing, the slot map as the
  * nodes see it, waiting for agreement and failover, slot migration; see
- * topology.h. */
-#include "topology.h"
+ * th_topology.h. */
+#include "th_topology.h"
 #include "harness.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Redis Sentinel helpers for the suites: who the master is, killing or
- * pausing it, waiting for the failover; see topology.h. */
-#include "topology.h"
+ * pausing it, waiting for the failover; see th_topology.h. */
+#include "th_topology.h"
 #include "harness.h"
 
 #include <stdlib.h>

@@ -43,7 +43,7 @@
 #include "harness.h"
 #include "history.h"
 #include "proxy.h"
-#include "topology.h"
+#include "th_topology.h"
 
 #define MAX_CLIENTS 8
 #define MAX_MASTERS 3

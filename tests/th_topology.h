@@ -15,8 +15,8 @@
  * One topology must not be driven from two threads at once; th_node_cmd()
  * and th_node_connect() open their own connections and are safe anywhere.
  */
-#ifndef DLOCK_TEST_TOPOLOGY_H
-#define DLOCK_TEST_TOPOLOGY_H
+#ifndef DLOCK_TH_TOPOLOGY_H
+#define DLOCK_TH_TOPOLOGY_H
 
 #include <stddef.h>
 #include <sys/types.h>
