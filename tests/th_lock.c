@@ -1,0 +1,81 @@
+/* Helpers of the lock's suites; see th_lock.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "th_lock.h"
+
+dlock_client *th_lock_client(const char *url, long watchdog_lease)
+{
+    dlock_options o = {0};
+    o.watchdog_lease_ms = watchdog_lease;
+    dlock_client *c = NULL;
+    return dlock_client_new(url, &o, &c) == DLOCK_OK ? c : NULL;
+}
+
+dlock_client *th_lock_client_or_fail(const char *url, long watchdog_lease)
+{
+    dlock_client *c = th_lock_client(url, watchdog_lease);
+    if (!c) fail_msg("dlock_client_new: %s", dlock_last_error());
+    return c;
+}
+
+dlock_lock *th_lock_new(dlock_client *c, const char *name)
+{
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, name, &l), DLOCK_OK);
+    assert_non_null(l);
+    return l;
+}
+
+long long th_lock_int(th_target *t, const th_redis *r, const char *cmd, const char *key)
+{
+    redisReply *rep = r ? th_redis_cmd(r, cmd, key) : th_target_cmd(t, key, cmd, key);
+    assert_non_null(rep);
+    long long v = -1;
+    if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
+    else if (rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
+    else if (rep->type == REDIS_REPLY_NIL) v = -2;
+    freeReplyObject(rep);
+    return v;
+}
+
+int th_lock_held_by(const dlock_lock_info *info, const dlock_client *c)
+{
+    const char *id = dlock_client_id(c);
+    size_t n = strlen(id);
+    if (!info->held || strncmp(info->holder, id, n) != 0 || info->holder[n] != ':') return 0;
+    const char *p = info->holder + n + 1;
+    int colons = 0;
+    if (!isdigit((unsigned char)*p)) return 0;
+    for (; *p; p++) {
+        if (*p == ':' && isdigit((unsigned char)p[1])) colons++;
+        else if (!isdigit((unsigned char)*p)) return 0;
+    }
+    return colons == 1;
+}
+
+void th_lost_record(dlock_lock *l, uint64_t token, void *arg)
+{
+    (void)l;
+    th_lost *r = arg;
+    atomic_store(&r->token, token);
+    atomic_fetch_add(&r->calls, 1);
+}
+
+long long th_lock_wait_lost(dlock_lock *l, long ms)
+{
+    long long t0 = th_now_ms();
+    while (th_now_ms() - t0 < ms) {
+        if (dlock_lock_lost(l)) return th_now_ms() - t0;
+        usleep(5000);
+    }
+    return -1;
+}

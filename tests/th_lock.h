@@ -1,0 +1,48 @@
+/*
+ * Helpers of the suites about the lock itself, which share them:
+ * test_lock.c (the lock), test_watchdog.c (renewals and loss reports) and
+ * test_connection.c (AUTH, ACL, SELECT and the URL). Every one of them
+ * fails the calling cmocka test on a broken precondition, except
+ * th_lock_client(), which child processes use.
+ */
+#ifndef DLOCK_TH_LOCK_H
+#define DLOCK_TH_LOCK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "dlock.h"
+#include "target.h"
+
+/* A client of `url` with the given watchdog lease (0: default); NULL when
+ * it cannot be made, for use in child processes. */
+dlock_client *th_lock_client(const char *url, long watchdog_lease);
+
+/* The same, failing the test when it cannot be made. */
+dlock_client *th_lock_client_or_fail(const char *url, long watchdog_lease);
+
+/* A handle on lock `name`. */
+dlock_lock *th_lock_new(dlock_client *c, const char *name);
+
+/* Run `cmd` (one key, its argument) on `r`, or on the target's master
+ * serving the key when `r` is NULL, and return its integer (or
+ * number-string) reply; -2 for nil. */
+long long th_lock_int(th_target *t, const th_redis *r, const char *cmd, const char *key);
+
+/* The holder recorded in Redis belongs to client `c`:
+ * "<id>:<thread digits>:<handle digits>". */
+int th_lock_held_by(const dlock_lock_info *info, const dlock_client *c);
+
+/* What a lock's loss callback saw: how many calls, the last token. */
+typedef struct th_lost {
+    atomic_int calls;
+    _Atomic uint64_t token;
+} th_lost;
+
+/* A dlock_lock_on_lost() callback; `arg` is a th_lost. */
+void th_lost_record(dlock_lock *l, uint64_t token, void *arg);
+
+/* Poll dlock_lock_lost() for up to `ms`; the time it took, or -1. */
+long long th_lock_wait_lost(dlock_lock *l, long ms);
+
+#endif
