@@ -116,7 +116,7 @@ static double metric(const char *body, const char *name)
     return p ? atof(p + strlen(key)) : -1;
 }
 
-static void test_health_and_metrics(void **state)
+static void healthz_is_ok_and_metrics_show_requests_process_and_lock_families(void **state)
 {
     (void)state;
     char resp[65536];
@@ -147,7 +147,7 @@ static void test_health_and_metrics(void **state)
     assert_true(start > (double)now_s() - 600 && start <= (double)now_s() + 1);
     /* The library's lock metrics: every family declared; no samples, since
      * the redis strategy takes no lock (the lock strategy's are checked in
-     * test_retry_after_sold_out_both_strategies). */
+     * buyer_retrying_after_sold_out_finds_its_order_with_either_strategy). */
     assert_non_null(strstr(resp, "\n# TYPE dlock_acquisitions_total counter\n"));
     assert_non_null(strstr(resp, "\n# TYPE dlock_wait_seconds histogram\n"));
     assert_non_null(strstr(resp, "\n# TYPE dlock_hold_seconds histogram\n"));
@@ -166,7 +166,7 @@ static void test_health_and_metrics(void **state)
     for (int i = 0; i < 4; i++) close(held[i]);
 }
 
-static void test_tokens(void **state)
+static void forged_expired_and_malformed_tokens_are_refused_with_their_reason(void **state)
 {
     (void)state;
     char resp[4096], tok[512];
@@ -260,7 +260,7 @@ static void test_tokens(void **state)
     assert_int_equal(strncmp(tok, "77.", 3), 0);
 }
 
-static void test_vouchers(void **state)
+static void voucher_reads_back_as_created_and_only_the_admin_creates_one(void **state)
 {
     (void)state;
     char resp[4096], body[512];
@@ -296,7 +296,7 @@ static void test_vouchers(void **state)
     }
 }
 
-static void test_malformed(void **state)
+static void malformed_requests_get_a_json_4xx_and_the_server_lives_on(void **state)
 {
     (void)state;
     char resp[4096];
@@ -383,7 +383,7 @@ static void test_malformed(void **state)
     assert_int_equal(skt_http(sv.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp), 200);
 }
 
-static void test_orders(void **state)
+static void one_order_per_user_seen_by_its_owner_within_the_sale_window(void **state)
 {
     (void)state;
     char resp[4096], path[96], opath[96];
@@ -449,7 +449,7 @@ static void retry_after_sold_out(int port)
 /* The lock strategy's /metrics also shows its locks: of the four orders
  * only the first gets as far as the user's lock (the others are refused
  * on the database's stock first), one acquisition, one hold, no failure. */
-static void test_retry_after_sold_out_both_strategies(void **state)
+static void buyer_retrying_after_sold_out_finds_its_order_with_either_strategy(void **state)
 {
     (void)state;
     retry_after_sold_out(sv.port);
@@ -470,7 +470,7 @@ static void test_retry_after_sold_out_both_strategies(void **state)
     assert_int_equal(rc, 0);
 }
 
-static void test_keepalive(void **state)
+static void keep_alive_connection_serves_requests_and_errors_alike(void **state)
 {
     (void)state;
     char resp[4096];
@@ -530,7 +530,7 @@ static int wait_gone(long pid)
     return 0;
 }
 
-static void test_embedded_redis(void **state)
+static void private_redis_server_stops_with_the_service_even_when_it_is_killed(void **state)
 {
     (void)state;
     skt_serve s;
@@ -591,7 +591,7 @@ static int is_timestamp(const char *s)
  * Redis (password masked), database and threads; the access log has one
  * object per request; and with Redis down, its error comes once a second
  * with a count, not once per request. */
-static void test_logs_json_and_repeated_errors(void **state)
+static void json_logs_are_one_object_a_line_and_repeated_errors_come_once_a_second(void **state)
 {
     (void)state;
     th_redis r;
@@ -680,7 +680,7 @@ static void test_logs_json_and_repeated_errors(void **state)
 /* Text logs: "TIMESTAMP LEVEL message"; the access log's text line; a
  * level above info hides the start-up line (stdout still has the port);
  * no access log unless asked; bad values are usage errors. */
-static void test_logs_text_and_levels(void **state)
+static void text_logs_follow_the_level_and_the_access_log_is_opt_in(void **state)
 {
     (void)state;
     char access[256], text[65536], resp[1024];
@@ -753,7 +753,7 @@ static int closed_by_server(int fd, int ms)
  * the fifth is closed unanswered while another client is served); all
  * clients together stop at --max-connections; an idle connection is
  * closed after --idle-timeout and its slot is free again. */
-static void test_connection_limits(void **state)
+static void one_client_cannot_take_every_connection_and_idle_ones_are_closed(void **state)
 {
     (void)state;
     char resp[1024];
@@ -816,7 +816,7 @@ static void test_connection_limits(void **state)
 }
 
 /* HTTP/1.1 without Host is 400 with a JSON error; HTTP/1.0 needs none. */
-static void test_host_required(void **state)
+static void http_1_1_request_without_host_is_refused(void **state)
 {
     (void)state;
     char resp[1024];
@@ -833,7 +833,7 @@ static void test_host_required(void **state)
 
 /* A usage error is one line saying what is wrong and the hint to use
  * --help (not the whole usage text), with exit status 64. */
-static void test_usage_errors(void **state)
+static void usage_error_is_one_line_and_exit_status_64(void **state)
 {
     (void)state;
     static const char *const hint = "Try 'seckill --help' for more information.\n";
@@ -870,7 +870,7 @@ static void test_usage_errors(void **state)
  * is skipped, said so, where systemd-analyze is missing), and `seckill
  * serve` accepts every option its ExecStart gives (parsed up to --help,
  * which then exits 0), so the example cannot drift from the options. */
-static void test_systemd_unit(void **state)
+static void example_systemd_unit_verifies_and_serve_takes_its_options(void **state)
 {
     (void)state;
     char unit[256], text[8192];
@@ -926,7 +926,7 @@ static void test_systemd_unit(void **state)
 }
 
 /* Passwords never reach a log line, in every spelling of a URL. */
-static void test_mask_url(void **state)
+static void passwords_never_reach_a_log_line(void **state)
 {
     (void)state;
     static const char *const cases[][2] = {
@@ -954,14 +954,21 @@ int main(int argc, char **argv)
     int rc = skt_backend_init(argc, argv);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_health_and_metrics), cmocka_unit_test(test_tokens),
-        cmocka_unit_test(test_vouchers),           cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_orders),             cmocka_unit_test(test_keepalive),
-        cmocka_unit_test(test_embedded_redis),     cmocka_unit_test(test_retry_after_sold_out_both_strategies),
-        cmocka_unit_test(test_logs_json_and_repeated_errors), cmocka_unit_test(test_logs_text_and_levels),
-        cmocka_unit_test(test_mask_url),           cmocka_unit_test(test_connection_limits),
-        cmocka_unit_test(test_host_required),      cmocka_unit_test(test_usage_errors),
-        cmocka_unit_test(test_systemd_unit),
+        cmocka_unit_test(healthz_is_ok_and_metrics_show_requests_process_and_lock_families),
+        cmocka_unit_test(forged_expired_and_malformed_tokens_are_refused_with_their_reason),
+        cmocka_unit_test(voucher_reads_back_as_created_and_only_the_admin_creates_one),
+        cmocka_unit_test(malformed_requests_get_a_json_4xx_and_the_server_lives_on),
+        cmocka_unit_test(one_order_per_user_seen_by_its_owner_within_the_sale_window),
+        cmocka_unit_test(keep_alive_connection_serves_requests_and_errors_alike),
+        cmocka_unit_test(private_redis_server_stops_with_the_service_even_when_it_is_killed),
+        cmocka_unit_test(buyer_retrying_after_sold_out_finds_its_order_with_either_strategy),
+        cmocka_unit_test(json_logs_are_one_object_a_line_and_repeated_errors_come_once_a_second),
+        cmocka_unit_test(text_logs_follow_the_level_and_the_access_log_is_opt_in),
+        cmocka_unit_test(passwords_never_reach_a_log_line),
+        cmocka_unit_test(one_client_cannot_take_every_connection_and_idle_ones_are_closed),
+        cmocka_unit_test(http_1_1_request_without_host_is_refused),
+        cmocka_unit_test(usage_error_is_one_line_and_exit_status_64),
+        cmocka_unit_test(example_systemd_unit_verifies_and_serve_takes_its_options),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();

@@ -420,19 +420,19 @@ static void failover_sale(event how, int replica_acks)
     skt_dir_remove(&dir);
 }
 
-static void test_master_killed_mid_sale_sale_completes_without_oversell(void **state)
+static void sale_completes_without_oversell_when_the_master_is_killed(void **state)
 {
     (void)state;
     failover_sale(PLAIN_KILL, 0);
 }
 
-static void test_replica_behind_then_master_killed_loses_acknowledged_orders(void **state)
+static void master_killed_with_its_replica_behind_loses_acknowledged_orders(void **state)
 {
     (void)state;
     failover_sale(BACKLOG_THEN_KILL, 0);
 }
 
-static void test_replica_acks_lose_no_acknowledged_order(void **state)
+static void replica_acks_lose_no_acknowledged_order_when_the_master_is_killed(void **state)
 {
     (void)state;
     failover_sale(BACKLOG_THEN_KILL, 1);
@@ -458,11 +458,12 @@ int main(int argc, char **argv)
     int rc = skt_backend_init(argc, argv);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_master_killed_mid_sale_sale_completes_without_oversell, before_test,
-                                        after_test),
-        cmocka_unit_test_setup_teardown(test_replica_behind_then_master_killed_loses_acknowledged_orders,
+        cmocka_unit_test_setup_teardown(sale_completes_without_oversell_when_the_master_is_killed,
                                         before_test, after_test),
-        cmocka_unit_test_setup_teardown(test_replica_acks_lose_no_acknowledged_order, before_test, after_test),
+        cmocka_unit_test_setup_teardown(master_killed_with_its_replica_behind_loses_acknowledged_orders,
+                                        before_test, after_test),
+        cmocka_unit_test_setup_teardown(replica_acks_lose_no_acknowledged_order_when_the_master_is_killed,
+                                        before_test, after_test),
     };
     if (getenv("SECKILL_TEST_FILTER")) cmocka_set_test_filter(getenv("SECKILL_TEST_FILTER"));
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, NULL, NULL);

@@ -202,27 +202,27 @@ static void flash_sale(const char *strategy, int instances)
     skt_dir_remove(&dir);
 }
 
-static void test_redis_strategy_stock_100_users_2000(void **state)
+static void redis_strategy_sells_100_units_to_2000_users_exactly(void **state)
 {
     (void)state;
     flash_sale("redis", 1);
 }
 
-static void test_lock_strategy_stock_100_users_2000(void **state)
+static void lock_strategy_sells_100_units_to_2000_users_exactly(void **state)
 {
     (void)state;
     flash_sale("lock", 1);
 }
 
 /* Two writers share the stream; two processes share the database. */
-static void test_redis_strategy_two_instances(void **state)
+static void two_redis_strategy_instances_together_sell_exactly_the_stock(void **state)
 {
     (void)state;
     flash_sale("redis", 2);
 }
 
 /* The per-user lock and the database's row locks work across processes. */
-static void test_lock_strategy_two_instances(void **state)
+static void two_lock_strategy_instances_together_sell_exactly_the_stock(void **state)
 {
     (void)state;
     flash_sale("lock", 2);
@@ -254,7 +254,7 @@ static double load_json_real(const char *out, const char *key)
 
 /* `seckill load` against a live server, with the issue's spelling, then
  * `seckill verify` before and after the database is corrupted on purpose. */
-static void test_load_and_verify(void **state)
+static void load_reports_a_correct_sale_and_verify_catches_a_corrupted_database(void **state)
 {
     (void)state;
     assert_int_equal(th_target_flush(&srv), 0);
@@ -405,11 +405,11 @@ int main(int argc, char **argv)
     int rc = skt_backend_init(argc, argv);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_redis_strategy_stock_100_users_2000, after_test),
-        cmocka_unit_test_teardown(test_lock_strategy_stock_100_users_2000, after_test),
-        cmocka_unit_test_teardown(test_redis_strategy_two_instances, after_test),
-        cmocka_unit_test_teardown(test_lock_strategy_two_instances, after_test),
-        cmocka_unit_test_teardown(test_load_and_verify, after_test),
+        cmocka_unit_test_teardown(redis_strategy_sells_100_units_to_2000_users_exactly, after_test),
+        cmocka_unit_test_teardown(lock_strategy_sells_100_units_to_2000_users_exactly, after_test),
+        cmocka_unit_test_teardown(two_redis_strategy_instances_together_sell_exactly_the_stock, after_test),
+        cmocka_unit_test_teardown(two_lock_strategy_instances_together_sell_exactly_the_stock, after_test),
+        cmocka_unit_test_teardown(load_reports_a_correct_sale_and_verify_catches_a_corrupted_database, after_test),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();

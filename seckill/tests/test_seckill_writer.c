@@ -214,25 +214,25 @@ static void crash_and_recover(const char *hook, int same_consumer)
     skt_dir_remove(&dir);
 }
 
-static void test_killed_before_commit_order_appears_after_restart(void **state)
+static void killed_before_commit_order_is_persisted_after_restart(void **state)
 {
     (void)state;
     crash_and_recover("BEFORE", 1);
 }
 
-static void test_killed_before_commit_order_claimed_by_another_writer(void **state)
+static void killed_before_commit_order_is_claimed_by_another_writer(void **state)
 {
     (void)state;
     crash_and_recover("BEFORE", 0);
 }
 
-static void test_killed_between_commit_and_ack_no_duplicate(void **state)
+static void killed_after_commit_order_is_stored_once_after_restart(void **state)
 {
     (void)state;
     crash_and_recover("AFTER", 1);
 }
 
-static void test_killed_between_commit_and_ack_claimed_no_duplicate(void **state)
+static void killed_after_commit_order_claimed_by_another_writer_is_stored_once(void **state)
 {
     (void)state;
     crash_and_recover("AFTER", 0);
@@ -271,7 +271,7 @@ static void dead_reason(long long v, size_t index, char *out, size_t cap)
     freeReplyObject(r);
 }
 
-static void test_poison_messages(void **state)
+static void unreadable_or_redelivered_entries_go_to_the_dead_letter_stream(void **state)
 {
     (void)state;
     flush();
@@ -347,7 +347,7 @@ static void test_poison_messages(void **state)
 
 /* Pending while the database is stalled, created once the writer commits;
  * `seckill verify` meanwhile says "not drained" (75), not OK. */
-static void test_order_pending_until_persisted(void **state)
+static void order_is_pending_until_persisted_and_verify_waits_for_it(void **state)
 {
     (void)state;
     skt_dir dir;
@@ -401,7 +401,7 @@ static int masters_of(const long long *vids, int n)
  * reads every voucher's stream, and GET /api/orders finds every pending
  * order, though no command may span two vouchers' slots there.
  */
-static void test_orders_of_vouchers_on_every_master_pending_then_created(void **state)
+static void orders_of_vouchers_on_every_master_are_pending_then_created(void **state)
 {
     (void)state;
     skt_dir dir;
@@ -494,7 +494,7 @@ static long long two_persisted_orders(skt_dir *dir, skt_serve *sv, const char *e
  * 5xx; the in-flight order lands meanwhile; the re-warm then counts it,
  * so exactly the initial stock is sold and nothing is rejected.
  */
-static void test_redis_restart_busy_until_rewarmed(void **state)
+static void redis_restart_is_busy_until_rewarmed_then_sells_exactly_the_stock(void **state)
 {
     (void)state;
     th_target_require_single(&srv); /* a restart without persistence; failovers: test_seckill_failover */
@@ -576,7 +576,7 @@ static void test_redis_restart_busy_until_rewarmed(void **state)
 /* The stock key vanishes (eviction, an operator) while two accepted
  * orders wait in the stream: the re-warm takes the database's stock minus
  * those two, and their buyers stay refused. */
-static void test_rewarm_subtracts_orders_still_in_stream(void **state)
+static void rewarm_subtracts_orders_still_in_the_stream(void **state)
 {
     (void)state;
     skt_dir dir;
@@ -634,7 +634,7 @@ static void *crowd_buyer(void *arg)
 
 /* The lock strategy while Redis restarts under load: answers stay 201,
  * 409, 410 or 429; the database never sells more than its stock. */
-static void test_lock_strategy_redis_restart_no_oversell(void **state)
+static void lock_strategy_never_oversells_while_redis_restarts(void **state)
 {
     (void)state;
     th_target_require_single(&srv); /* a restart without persistence; failovers: test_seckill_failover */
@@ -715,7 +715,7 @@ static void buyers_expect(lost_buyer *b, pthread_t *th, int k, int status)
  * These orders take the asynchronous path (the redis strategy without
  * --replica-acks), whose lost replies must end as the synchronous ones do.
  */
-static void test_reply_lost_after_send_is_busy_never_sold_twice(void **state)
+static void lost_order_reply_is_busy_and_never_sold_twice(void **state)
 {
     (void)state;
     th_target_require_single(&srv); /* a restart without persistence */
@@ -762,7 +762,7 @@ static void test_reply_lost_after_send_is_busy_never_sold_twice(void **state)
  * tears MHD down with a connection suspended or an answer unsent (a buyer
  * left without one), or frees what a late answer still uses (ASan).
  */
-static void test_stop_answers_orders_in_flight(void **state)
+static void stop_answers_every_order_in_flight(void **state)
 {
     (void)state;
     skt_dir dir;
@@ -810,7 +810,7 @@ static int after_test(void **state)
  * for it, which names the thread's last failed *library* call, e.g. a
  * harmless BUSYGROUP from creating the group (the log after a Sentinel
  * failover read "XCLAIM before WAIT: XGROUP: BUSYGROUP ..."). */
-static void test_acked_failure_names_its_own_cause(void **state)
+static void failed_command_and_wait_names_its_own_cause(void **state)
 {
     (void)state;
     th_target_require_single(&srv);
@@ -858,19 +858,19 @@ int main(int argc, char **argv)
     int rc = skt_backend_init(argc, argv);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_killed_before_commit_order_appears_after_restart, after_test),
-        cmocka_unit_test_teardown(test_killed_before_commit_order_claimed_by_another_writer, after_test),
-        cmocka_unit_test_teardown(test_killed_between_commit_and_ack_no_duplicate, after_test),
-        cmocka_unit_test_teardown(test_killed_between_commit_and_ack_claimed_no_duplicate, after_test),
-        cmocka_unit_test_teardown(test_poison_messages, after_test),
-        cmocka_unit_test_teardown(test_order_pending_until_persisted, after_test),
-        cmocka_unit_test_teardown(test_orders_of_vouchers_on_every_master_pending_then_created, after_test),
-        cmocka_unit_test_teardown(test_redis_restart_busy_until_rewarmed, after_test),
-        cmocka_unit_test_teardown(test_rewarm_subtracts_orders_still_in_stream, after_test),
-        cmocka_unit_test_teardown(test_lock_strategy_redis_restart_no_oversell, after_test),
-        cmocka_unit_test_teardown(test_reply_lost_after_send_is_busy_never_sold_twice, after_test),
-        cmocka_unit_test_teardown(test_stop_answers_orders_in_flight, after_test),
-        cmocka_unit_test_teardown(test_acked_failure_names_its_own_cause, after_test),
+        cmocka_unit_test_teardown(killed_before_commit_order_is_persisted_after_restart, after_test),
+        cmocka_unit_test_teardown(killed_before_commit_order_is_claimed_by_another_writer, after_test),
+        cmocka_unit_test_teardown(killed_after_commit_order_is_stored_once_after_restart, after_test),
+        cmocka_unit_test_teardown(killed_after_commit_order_claimed_by_another_writer_is_stored_once, after_test),
+        cmocka_unit_test_teardown(unreadable_or_redelivered_entries_go_to_the_dead_letter_stream, after_test),
+        cmocka_unit_test_teardown(order_is_pending_until_persisted_and_verify_waits_for_it, after_test),
+        cmocka_unit_test_teardown(orders_of_vouchers_on_every_master_are_pending_then_created, after_test),
+        cmocka_unit_test_teardown(redis_restart_is_busy_until_rewarmed_then_sells_exactly_the_stock, after_test),
+        cmocka_unit_test_teardown(rewarm_subtracts_orders_still_in_the_stream, after_test),
+        cmocka_unit_test_teardown(lock_strategy_never_oversells_while_redis_restarts, after_test),
+        cmocka_unit_test_teardown(lost_order_reply_is_busy_and_never_sold_twice, after_test),
+        cmocka_unit_test_teardown(stop_answers_every_order_in_flight, after_test),
+        cmocka_unit_test_teardown(failed_command_and_wait_names_its_own_cause, after_test),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();
