@@ -211,7 +211,7 @@ typedef struct dlock_options {
                                 lock acquisition (plain or fair), WAIT until this
                                 many replicas have it; if fewer acknowledge in
                                 time the acquisition is undone (see
-                                DLOCK_ERR_REPLICA and docs/ARCHITECTURE.md) */
+                                DLOCK_ERR_REPLICA and docs/design/locks.md) */
     int replica_timeout_ms;  /* how long to WAIT for them; default 100, must be
                                 under command_timeout_ms */
     int safety_margin_pct;   /* percent of a lease, 1 to 50 (default 10): a hold
@@ -355,7 +355,7 @@ DLOCK_API dlock_status dlock_lock_release(dlock_lock *lock);
  * each name and passes it on. What neither covers is a new process after
  * a restart without persistence onto a clock that stepped back: pass the
  * highest token your fenced resource has accepted, and the next token is
- * above it (see docs/ARCHITECTURE.md, "Fencing tokens"). The scripts count
+ * above it (see docs/design/locks.md, "Fencing tokens"). The scripts count
  * in doubles, exact to 2^53: a floor above 2^53 - 2 is taken as that
  * (tokens are microseconds since 1970, about 2^51 today).
  */

@@ -2,7 +2,7 @@
  * Routing commands to the right server.
  *
  * The library's commands are all of one kind: a script (or a GET) on keys
- * that share one hash tag, safe to send again (see ARCHITECTURE.md). That
+ * that share one hash tag, safe to send again (docs/design/locks.md). That
  * makes routing simple to get right. A command goes to the server we think
  * serves its key; every way a server can say "not me, not now" is handled
  * here, so that a lock call sees a slower reply during a failover or a slot

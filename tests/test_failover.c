@@ -10,7 +10,8 @@
  * what it measured (recovery time, failed calls, double grants); the
  * numbers are recorded in docs/TOPOLOGIES.md.
  *
- * What is asserted is what the library promises (ARCHITECTURE.md):
+ * What is asserted is what the library promises (docs/design/routing.md
+ * and docs/design/locks.md):
  *  - the lock is usable again after a failover, with no help from the
  *    caller beyond its normal wait;
  *  - fencing tokens keep rising across it, for every name;

@@ -9,7 +9,7 @@
  * server here runs under libfaketime, 60 s behind the machine's clock, so
  * a floor from its clock alone lands below the last token.
  *
- * What rises, and where (docs/ARCHITECTURE.md says the same):
+ * What rises, and where (docs/design/locks.md says the same):
  *  - with the counter kept (AOF, or a replica that had it), always;
  *  - otherwise, through any client that saw a token for the name before
  *    (it remembers the highest and passes it as a floor), or any caller

@@ -238,7 +238,7 @@ static void force_unlock_reports_the_deletion_when_its_reply_is_lost(void **stat
     dlock_client_free(c);
 }
 
-/* The hold counts in the read-write lock's hash (docs/ARCHITECTURE.md):
+/* The hold counts in the read-write lock's hash (docs/design/keys.md):
  * every "wcount" and "r:<owner>" field equals `want`. */
 static void assert_rw_counts(const char *key, const char *want)
 {
