@@ -7,43 +7,31 @@
 #include <stdlib.h>
 
 #include "client.h"
+#include "handle.h"
 #include "op.h"
 #include "util.h"
 #include "wait.h"
 
 #define COUNT_MAX 0x7fffffffL
 
+static const dlock_handle_keys latch_keys = {":latch", NULL, ":latch:ch"};
+
 struct dlock_latch {
-    dlock_client *client;
-    char *key, *channel;
+    dlock_handle base; /* first: client, name, keys */
 };
 
 dlock_status dlock_latch_new(dlock_client *client, const char *name, dlock_latch **out)
 {
-    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
-    *out = NULL;
-    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
-    dlock_latch *l = calloc(1, sizeof *l);
-    if (l) {
-        l->client = client;
-        l->key = dlock_key(name, ":latch");
-        l->channel = dlock_key(name, ":latch:ch");
-    }
-    if (!l || !l->key || !l->channel) {
-        dlock_latch_free(l);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    }
-    *out = l;
-    return DLOCK_OK;
+    dlock_handle *h = NULL;
+    dlock_status st = dlock_handle_new(sizeof(dlock_latch), client, name, &latch_keys, out ? &h : NULL);
+    if (out) *out = (dlock_latch *)h;
+    return st;
 }
 
 void dlock_latch_free(dlock_latch *l)
 {
     if (!l) return;
-    free(l->key);
-    free(l->channel);
+    dlock_handle_destroy(&l->base, NULL);
     free(l);
 }
 
@@ -56,11 +44,11 @@ dlock_status dlock_latch_set(dlock_latch *l, long count, int *was_set)
     char n[24];
     snprintf(n, sizeof n, "%ld", count);
     dlock_op op;
-    dlock_op_new(l->client, l->key, &op);
-    const char *keys[2] = {l->key, op.key};
+    dlock_op_new(l->base.client, l->base.key, &op);
+    const char *keys[2] = {l->base.key, op.key};
     const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock_eval_int(l->client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
+    dlock_status st = dlock_eval_int(l->base.client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
@@ -69,11 +57,11 @@ dlock_status dlock_latch_count_down(dlock_latch *l, long *remaining)
 {
     if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
     dlock_op op;
-    dlock_op_new(l->client, l->key, &op);
-    const char *keys[3] = {l->key, l->channel, op.key};
-    const char *args[3] = {l->client->publish, op.seq, op.ttl};
+    dlock_op_new(l->base.client, l->base.key, &op);
+    const char *keys[3] = {l->base.key, l->base.channel, op.key};
+    const char *args[3] = {l->base.client->publish, op.seq, op.ttl};
     long long left;
-    dlock_status st = dlock_eval_int(l->client, DLOCK_SCRIPT_LATCH_COUNT_DOWN, 3, keys, 3, args, &left);
+    dlock_status st = dlock_eval_int(l->base.client, DLOCK_SCRIPT_LATCH_COUNT_DOWN, 3, keys, 3, args, &left);
     if (st == DLOCK_OK && remaining) *remaining = (long)left;
     return st;
 }
@@ -81,9 +69,9 @@ dlock_status dlock_latch_count_down(dlock_latch *l, long *remaining)
 dlock_status dlock_latch_count(dlock_latch *l, long *count)
 {
     if (!l || !count) return dlock_fail(DLOCK_ERR_INVALID, "latch or output is NULL");
-    const char *argv[2] = {"GET", l->key};
+    const char *argv[2] = {"GET", l->base.key};
     redisReply *r;
-    dlock_status st = dlock_topo_command(l->client->topo, l->key, 2, argv, NULL, &r, NULL);
+    dlock_status st = dlock_topo_command(l->base.client->topo, l->base.key, 2, argv, NULL, &r, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_NIL) *count = 0;
     else if (r->type == REDIS_REPLY_STRING) *count = strtol(r->str, NULL, 10);
@@ -110,7 +98,7 @@ static dlock_status latch_await(dlock_latch *l, long wait_ms)
     long retry = -1;
     int result = latch_try(l, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(l->client, DLOCK_STATS_LATCH, l->channel, deadline, latch_try, l, result, retry);
+        result = dlock_wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry);
     if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
 }
@@ -121,6 +109,6 @@ dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
     if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
     int64_t since = dlock_stats_clock();
     dlock_status st = latch_await(l, wait_ms);
-    dlock_stats_acquired(&l->client->stats, DLOCK_STATS_LATCH, since, st);
+    dlock_stats_acquired(&l->base.client->stats, DLOCK_STATS_LATCH, since, st);
     return st;
 }

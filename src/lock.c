@@ -26,48 +26,35 @@
  * (paused, partitioned) is told so by the watchdog and carries a fencing
  * token that storage can use to refuse its late writes.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
+#include "handle.h"
 #include "lock.h"
 #include "op.h"
 #include "util.h"
 #include "wait.h"
-#include "watchdog.h"
 
 /* Room for "dlock:{NAME}:ch:" with the longest name. */
 #define NAME_PREFIX_MAX 600
 
-typedef struct dlock_hold {
-    dlock_wd_entry wd; /* first, so the watchdog's entry leads back here */
+static const dlock_handle_keys lock_keys = {"", ":fence", ":ch"};
+
+/* A thread's view of its hold of one handle. */
+typedef struct lock_thread {
+    dlock_thread_rec rec; /* first: the handle's record */
+    dlock_held held;
     struct dlock_lock *lock;
-    unsigned long thread;
-    char owner[64];
     uint64_t token;
-    long count;
-    long lease_ms;
-    int renewed;       /* registered with the watchdog (owner thread only) */
-    int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
-    int64_t held_since;    /* when the acquire that began the hold returned (dlock_stats_clock) */
-    atomic_int lost;
     char *wake_channel; /* fair locks: this waiter's own channel */
-    struct dlock_hold *next;
-} dlock_hold;
+} lock_thread;
 
 struct dlock_lock {
-    dlock_client *client;
-    unsigned long number; /* distinguishes handles in owner strings */
+    dlock_handle base; /* first: client, name, keys, threads, callback, floor */
     int fair;
-    char *name, *key, *fence, *channel;
     char *queue, *queue_deadlines; /* fair locks only */
-    pthread_mutex_t mu; /* guards holds, fn, arg */
-    atomic_ullong floor; /* fencing floor the caller set */
-    dlock_hold *holds;
-    dlock_lost_fn fn;
-    void *arg;
 };
 
 /* The metrics count the two kinds apart: their waits differ by design. */
@@ -76,46 +63,49 @@ static dlock_stats_kind lock_kind(const dlock_lock *l)
     return l->fair ? DLOCK_STATS_FAIR : DLOCK_STATS_LOCK;
 }
 
-/* The three key names of a lock; -1 on allocation failure. */
-static int make_keys(const char *name, char **key, char **fence, char **channel)
+static void hold_lost(dlock_wd_entry *e);
+
+/* A thread's first use of the handle: its renewal entry, and for a fair
+ * lock the channel on which it alone is woken. */
+static int thread_init(dlock_handle *base, dlock_thread_rec *rec)
 {
-    *key = dlock_key(name, "");
-    *fence = dlock_key(name, ":fence");
-    *channel = dlock_key(name, ":ch");
-    if (*key && *fence && *channel) return 0;
-    free(*key);
-    free(*fence);
-    free(*channel);
-    return -1;
+    dlock_lock *l = (dlock_lock *)base;
+    lock_thread *t = (lock_thread *)rec;
+    t->lock = l;
+    t->held.wd.script = DLOCK_SCRIPT_RENEW;
+    t->held.wd.kind = lock_kind(l);
+    t->held.wd.key = base->key;
+    t->held.wd.owner = rec->owner;
+    t->held.wd.on_lost = hold_lost;
+    return l->fair && asprintf(&t->wake_channel, "%s:%s", base->channel, rec->owner) < 0 ? -1 : 0;
+}
+
+static void thread_drop(dlock_handle *base, dlock_thread_rec *rec)
+{
+    lock_thread *t = (lock_thread *)rec;
+    if (t->held.renewed) dlock_wd_remove(base->client->wd, &t->held.wd);
+    free(t->wake_channel);
+}
+
+/* The calling thread's record; made on first use when `create`. */
+static lock_thread *thread_hold(dlock_lock *l, int create)
+{
+    return (lock_thread *)dlock_handle_thread(&l->base, sizeof(lock_thread), create, thread_init);
 }
 
 /* Both kinds share the hash layout, so inspect, force unlock, renewal and
  * the hold bookkeeping are common; a fair lock adds its queue. */
 static dlock_status lock_make(dlock_client *client, const char *name, int fair, dlock_lock **out)
 {
-    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
-    *out = NULL;
-    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = dlock_check_name(name);
+    dlock_handle *h = NULL;
+    dlock_status st = dlock_handle_new(sizeof(dlock_lock), client, name, &lock_keys, out ? &h : NULL);
+    if (out) *out = NULL;
     if (st != DLOCK_OK) return st;
-    dlock_lock *l = calloc(1, sizeof *l);
-    if (!l || !(l->name = strdup(name)) || make_keys(name, &l->key, &l->fence, &l->channel)) {
-        if (l) free(l->name);
-        free(l);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    }
-    static atomic_ulong handles;
-    l->client = client;
-    l->number = atomic_fetch_add(&handles, 1) + 1;
+    dlock_lock *l = (dlock_lock *)h;
     l->fair = fair;
-    pthread_mutex_init(&l->mu, NULL);
-    if (fair) {
-        l->queue = dlock_key(name, ":q");
-        l->queue_deadlines = dlock_key(name, ":qt");
-        if (!l->queue || !l->queue_deadlines) {
-            dlock_lock_free(l);
-            return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-        }
+    if (fair && (!(l->queue = dlock_key(name, ":q")) || !(l->queue_deadlines = dlock_key(name, ":qt")))) {
+        dlock_lock_free(l);
+        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     *out = l;
     return DLOCK_OK;
@@ -134,67 +124,31 @@ dlock_status dlock_lock_new_fair(dlock_client *client, const char *name, dlock_l
 void dlock_lock_free(dlock_lock *l)
 {
     if (!l) return;
-    dlock_hold *h = l->holds, *next;
-    for (; h; h = next) {
-        next = h->next;
-        if (h->renewed) dlock_wd_remove(l->client->wd, &h->wd);
-        free(h->wake_channel);
-        free(h);
-    }
-    pthread_mutex_destroy(&l->mu);
+    dlock_handle_destroy(&l->base, thread_drop);
     free(l->queue);
     free(l->queue_deadlines);
-    free(l->name);
-    free(l->key);
-    free(l->fence);
-    free(l->channel);
     free(l);
 }
 
 const char *dlock_lock_name(const dlock_lock *l)
 {
-    return l ? l->name : "";
+    return l ? l->base.name : "";
 }
 
 dlock_client *dlock_lock_client(const dlock_lock *l)
 {
-    return l->client;
-}
-
-/* The calling thread's hold of `l`; made on first use when `create`. */
-static dlock_hold *thread_hold(dlock_lock *l, int create)
-{
-    unsigned long me = dlock_thread_number();
-    pthread_mutex_lock(&l->mu);
-    dlock_hold *h = l->holds;
-    while (h && h->thread != me) h = h->next;
-    if (!h && create && (h = calloc(1, sizeof *h)) != NULL) {
-        h->lock = l;
-        h->thread = me;
-        snprintf(h->owner, sizeof h->owner, "%s:%lu:%lu", l->client->id, me, l->number);
-        if (l->fair && asprintf(&h->wake_channel, "%s:%s", l->channel, h->owner) < 0) {
-            free(h);
-            h = NULL;
-        } else {
-            h->next = l->holds;
-            l->holds = h;
-        }
-    }
-    pthread_mutex_unlock(&l->mu);
-    return h;
+    return l->base.client;
 }
 
 /* Watchdog thread: the server no longer has this hold. */
 static void hold_lost(dlock_wd_entry *e)
 {
-    dlock_hold *h = (dlock_hold *)e;
-    dlock_lock *l = h->lock;
-    if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&l->client->stats, lock_kind(l));
-    pthread_mutex_lock(&l->mu);
-    dlock_lost_fn fn = l->fn;
-    void *arg = l->arg;
-    pthread_mutex_unlock(&l->mu);
-    if (fn) fn(l, h->token, arg);
+    lock_thread *t = dlock_container_of(e, lock_thread, held.wd);
+    dlock_lock *l = t->lock;
+    dlock_held_lose(l->base.client, &t->held);
+    void *arg;
+    dlock_lost_fn fn = (dlock_lost_fn)dlock_handle_callback(&l->base, &arg);
+    if (fn) fn(l, t->token, arg);
 }
 
 /* Internal result of try_acquire(): acquired, but too few replicas
@@ -204,38 +158,38 @@ static void hold_lost(dlock_wd_entry *e)
 /* Replica-safe acquire: take back an acquisition that too few replicas
  * have, so that a failover to one of the others cannot hand the lock to a
  * second owner. Best effort: if this fails, the lease still ends it. */
-static void undo_acquire(dlock_lock *l, dlock_hold *h, long lease)
+static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
 {
     char lease_s[24], prefix[NAME_PREFIX_MAX];
     snprintf(lease_s, sizeof lease_s, "%ld", lease);
-    snprintf(prefix, sizeof prefix, "%s:", l->channel);
-    const char *keys[2] = {l->key, l->fair ? l->queue : l->channel};
-    const char *args[5] = {h->owner, lease_s, "1", l->client->publish, prefix};
+    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
+    const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
+    const char *args[5] = {h->rec.owner, lease_s, "1", l->base.client->publish, prefix};
     long long left;
-    dlock_eval_int(l->client, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2, keys, l->fair ? 5 : 4,
+    dlock_eval_int(l->base.client, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2, keys, l->fair ? 5 : 4,
                    args, &left);
 }
 
 /* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK_BUSY
  * (*pttl: the holder's remaining lease, -1 when it has none),
  * REPLICA_SHORT, or a failure. */
-static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long *pttl, int64_t *sent)
+static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, long *pttl, int64_t *sent)
 {
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", lease);
-    dlock_fence_floor_arg(&l->client->fences, l->fence, atomic_load(&l->floor), floor_s);
-    snprintf(count_s, sizeof count_s, "%ld", h->count);
-    snprintf(timeout_s, sizeof timeout_s, "%ld", l->client->fair_waiter_timeout_ms);
-    snprintf(prefix, sizeof prefix, "%s:", l->channel);
-    const char *keys[4] = {l->key, l->fence, l->queue, l->queue_deadlines};
-    const char *fair_args[8] = {h->owner, lease_s, count_s, timeout_s, queue ? "1" : "0", prefix,
-                                l->client->publish, floor_s};
-    const char *args[4] = {h->owner, lease_s, count_s, floor_s};
+    dlock_fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), floor_s);
+    snprintf(count_s, sizeof count_s, "%ld", h->held.count);
+    snprintf(timeout_s, sizeof timeout_s, "%ld", l->base.client->fair_waiter_timeout_ms);
+    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
+    const char *keys[4] = {l->base.key, l->base.fence, l->queue, l->queue_deadlines};
+    const char *fair_args[8] = {h->rec.owner, lease_s, count_s, timeout_s, queue ? "1" : "0", prefix,
+                                l->base.client->publish, floor_s};
+    const char *args[4] = {h->rec.owner, lease_s, count_s, floor_s};
     redisReply *r;
     long long acks;
     *sent = dlock_mono_ms(); /* a lease it sets starts no earlier */
-    dlock_status st = l->fair ? dlock_eval_acked(l->client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
-                              : dlock_eval_acked(l->client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
+    dlock_status st = l->fair ? dlock_eval_acked(l->base.client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
+                              : dlock_eval_acked(l->base.client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -245,16 +199,16 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long
         long ttl = (long)r->element[1]->integer;
         *pttl = ttl == -2 ? 0 : ttl; /* -2: expired just now, retry at once */
         result = DLOCK_BUSY;
-    } else if (r->element[0]->integer == 1 && l->client->replica_acks > 0 && acks < l->client->replica_acks) {
+    } else if (r->element[0]->integer == 1 && l->base.client->replica_acks > 0 && acks < l->base.client->replica_acks) {
         undo_acquire(l, h, lease);
-        dlock_fail(DLOCK_ERR_REPLICA, "lock '%s': %lld of %d replicas acknowledged within %d ms; undone", l->name,
-                   acks < 0 ? 0 : acks, l->client->replica_acks, l->client->replica_timeout_ms);
+        dlock_fail(DLOCK_ERR_REPLICA, "lock '%s': %lld of %d replicas acknowledged within %d ms; undone", l->base.name,
+                   acks < 0 ? 0 : acks, l->base.client->replica_acks, l->base.client->replica_timeout_ms);
         *pttl = 50;
         result = REPLICA_SHORT;
     } else {
         h->token = (uint64_t)r->element[1]->integer;
-        h->count = r->element[0]->integer == 1 ? 1 : h->count + 1;
-        dlock_fence_note(&l->client->fences, l->fence, h->token);
+        h->held.count = r->element[0]->integer == 1 ? 1 : h->held.count + 1;
+        dlock_fence_note(&l->base.client->fences, l->base.fence, h->token);
         result = DLOCK_OK;
     }
     freeReplyObject(r);
@@ -264,7 +218,7 @@ static int try_acquire(dlock_lock *l, dlock_hold *h, long lease, int queue, long
 /* Arguments of one acquire attempt, for dlock_wait_for(). */
 struct attempt {
     dlock_lock *l;
-    dlock_hold *h;
+    lock_thread *h;
     long lease;
     int replica_short; /* the last attempt was undone for want of replicas */
     int64_t sent;      /* when the last attempt was sent */
@@ -283,14 +237,14 @@ static int try_again(void *ctx, long *retry_ms)
 /* A fair waiter that stops waiting leaves the queue at once, so the lock
  * is not held up until its deadline passes. Best effort: if this fails,
  * the deadline still ends it. */
-static void fair_leave(dlock_lock *l, dlock_hold *h)
+static void fair_leave(dlock_lock *l, lock_thread *h)
 {
     char prefix[NAME_PREFIX_MAX];
-    snprintf(prefix, sizeof prefix, "%s:", l->channel);
-    const char *keys[3] = {l->key, l->queue, l->queue_deadlines};
-    const char *args[3] = {h->owner, l->client->publish, prefix};
+    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
+    const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
+    const char *args[3] = {h->rec.owner, l->base.client->publish, prefix};
     long long n;
-    dlock_eval_int(l->client, DLOCK_SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
+    dlock_eval_int(l->base.client, DLOCK_SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
 }
 
 static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
@@ -299,25 +253,25 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
     if (bad != DLOCK_OK) return bad;
-    dlock_hold *h = thread_hold(l, 1);
+    lock_thread *h = thread_hold(l, 1);
     if (!h) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    if (h->count > 0 && atomic_load(&h->lost))
-        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held; release it first", l->name);
+    if (h->held.count > 0 && atomic_load(&h->held.lost))
+        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held; release it first", l->base.name);
 
-    int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->renewed;
+    int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->held.renewed;
     /* A hold the watchdog renews keeps the watchdog's lease, or a short
      * explicit lease on a re-entry would expire it between renewals. */
-    long lease = watchdog ? l->client->watchdog_lease_ms : lease_ms;
+    long lease = watchdog ? l->base.client->watchdog_lease_ms : lease_ms;
     int64_t deadline = dlock_deadline(wait_ms);
     long pttl = 0;
-    long before = h->count;
+    long before = h->held.count;
 
     struct attempt a = {l, h, lease, 0, 0};
     int result = try_acquire(l, h, lease, wait_ms != 0, &pttl, &a.sent);
     a.replica_short = result == REPLICA_SHORT;
     if (result == REPLICA_SHORT) result = DLOCK_BUSY;
     if (dlock_should_wait(result, wait_ms)) {
-        result = dlock_wait_for(l->client, lock_kind(l), l->fair ? h->wake_channel : l->channel, deadline,
+        result = dlock_wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->base.channel, deadline,
                                 try_again, &a, result, pttl);
         if (result != DLOCK_OK && l->fair) {
             dlock_status keep = (dlock_status)result;
@@ -329,29 +283,12 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     }
     if (result == DLOCK_BUSY && a.replica_short) return DLOCK_ERR_REPLICA; /* message set by try_acquire */
     if (result == DLOCK_BUSY)
-        return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->name);
+        return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     if (result != DLOCK_OK) return (dlock_status)result;
 
-    if (before == 0) {
-        atomic_store(&h->lost, 0);
-        h->held_since = dlock_stats_clock();
-    }
-    h->lease_ms = lease;
-    h->trusted_until = watchdog ? 0 : a.sent + dlock_lease_trust_ms(lease, l->client->safety_margin_pct);
-    if (watchdog) {
-        struct dlock_watchdog *wd = dlock_client_watchdog(l->client);
-        if (!wd) {
-            dlock_lock_release(l);
-            return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
-        }
-        h->wd.script = DLOCK_SCRIPT_RENEW;
-        h->wd.kind = lock_kind(l);
-        h->wd.key = l->key;
-        h->wd.owner = h->owner;
-        h->wd.lease_ms = lease;
-        h->wd.on_lost = hold_lost;
-        dlock_wd_add(wd, &h->wd, a.sent);
-        h->renewed = 1;
+    if (dlock_held_begin(l->base.client, &h->held, before == 0, watchdog, lease, a.sent) != DLOCK_OK) {
+        dlock_lock_release(l);
+        return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
     }
     if (token) *token = h->token;
     return DLOCK_OK;
@@ -364,96 +301,62 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
     int64_t since = dlock_stats_clock();
     dlock_status st = lock_acquire(l, wait_ms, lease_ms, token);
-    dlock_stats_acquired(&l->client->stats, lock_kind(l), since, st);
+    dlock_stats_acquired(&l->base.client->stats, lock_kind(l), since, st);
     return st;
-}
-
-/* Forget the calling thread's hold after its release, whatever that
- * release found. */
-static void hold_end(dlock_lock *l, dlock_hold *h)
-{
-    dlock_stats_released(&l->client->stats, lock_kind(l), h->held_since);
-    h->count = 0;
-    if (h->renewed) {
-        dlock_wd_remove(l->client->wd, &h->wd);
-        h->renewed = 0;
-    }
 }
 
 dlock_status dlock_lock_release(dlock_lock *l)
 {
     if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
-    dlock_hold *h = thread_hold(l, 0);
-    if (!h || h->count == 0)
-        return dlock_fail(DLOCK_ERR_NOT_OWNER, "this thread does not hold lock '%s'", l->name);
-    if (atomic_load(&h->lost)) {
-        hold_end(l, h);
-        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->name);
-    }
+    lock_thread *h = thread_hold(l, 0);
+    if (!h || h->held.count == 0)
+        return dlock_fail(DLOCK_ERR_NOT_OWNER, "this thread does not hold lock '%s'", l->base.name);
+    dlock_client *c = l->base.client;
+    if (dlock_held_release_begin(c, &h->held))
+        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
     char lease_s[24], count_s[24];
-    snprintf(lease_s, sizeof lease_s, "%ld", h->lease_ms);
-    snprintf(count_s, sizeof count_s, "%ld", h->count);
+    snprintf(lease_s, sizeof lease_s, "%ld", h->held.lease_ms);
+    snprintf(count_s, sizeof count_s, "%ld", h->held.count);
     char prefix[NAME_PREFIX_MAX];
-    snprintf(prefix, sizeof prefix, "%s:", l->channel);
-    const char *keys[2] = {l->key, l->fair ? l->queue : l->channel};
-    const char *args[5] = {h->owner, lease_s, count_s, l->client->publish, prefix};
+    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
+    const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
+    const char *args[5] = {h->rec.owner, lease_s, count_s, l->base.client->publish, prefix};
     redisReply *r;
     int retried;
-    /* The last release deletes the key; a renewal racing it must not be
-     * taken for a loss. */
-    int last = h->count == 1 && h->renewed;
-    if (last) dlock_wd_releasing(l->client->wd, &h->wd, 1);
-    dlock_status st = dlock_eval(l->client, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2,
-                                 keys, l->fair ? 5 : 4, args, &r, &retried);
-    if (last && st != DLOCK_OK) dlock_wd_releasing(l->client->wd, &h->wd, 0);
-    if (st != DLOCK_OK) return st; /* hold unchanged: the caller may try again */
+    dlock_status st = dlock_eval(c, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2, keys,
+                                 l->fair ? 5 : 4, args, &r, &retried);
+    if (st != DLOCK_OK) {
+        dlock_held_release_failed(c, &h->held);
+        return st; /* hold unchanged: the caller may try again */
+    }
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
         return dlock_fail(DLOCK_ERR_REDIS, "release: unexpected reply");
     }
     long left = (long)r->integer;
     freeReplyObject(r);
-    if (left < 0 && retried && h->count == 1) {
-        /* The first send may have deleted the lock before its reply was
-         * lost; either way this thread holds nothing now. */
-        left = 0;
-    }
-    if (left < 0) {
-        if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&l->client->stats, lock_kind(l));
-        hold_end(l, h);
+    if (dlock_held_release_done(c, &h->held, left, retried))
         return dlock_fail(DLOCK_ERR_LOST,
-                          "lock '%s' expired before release; another owner may hold it", l->name);
-    }
-    if (left == 0) hold_end(l, h);
-    else h->count = left;
+                          "lock '%s' expired before release; another owner may hold it", l->base.name);
     return DLOCK_OK;
 }
 
-/* The flag the watchdog sets, or the holder's clock: the hold is lost
- * from the moment its trusted time is over, whether or not the watchdog
- * thread has run yet, and for an explicit lease, which has no watchdog. */
 int dlock_lock_lost(dlock_lock *l)
 {
-    if (!l) return 0;
-    dlock_hold *h = thread_hold(l, 0);
-    if (!h) return 0;
-    if (atomic_load(&h->lost)) return 1;
-    return h->count > 0 && !dlock_hold_trusted(&h->wd, h->renewed, h->trusted_until);
+    lock_thread *h = l ? thread_hold(l, 0) : NULL;
+    return h && dlock_held_lost(&h->held);
 }
 
 void dlock_lock_set_fence_floor(dlock_lock *l, uint64_t floor)
 {
     if (!l) return;
-    dlock_atomic_max(&l->floor, floor);
+    dlock_atomic_max(&l->base.floor, floor);
 }
 
 void dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
 {
     if (!l) return;
-    pthread_mutex_lock(&l->mu);
-    l->fn = fn;
-    l->arg = arg;
-    pthread_mutex_unlock(&l->mu);
+    dlock_handle_on_lost(&l->base, (dlock_handle_fn)fn, arg);
 }
 
 dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lock_info *info)
@@ -461,16 +364,14 @@ dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lo
     if (!client || !info) return dlock_fail(DLOCK_ERR_INVALID, "client or info is NULL");
     memset(info, 0, sizeof *info);
     info->ttl_ms = -1;
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
-    char *key, *fence, *channel;
-    if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    const char *keys[2] = {key, fence};
+    dlock_handle h;
     redisReply *r;
-    st = dlock_eval(client, DLOCK_SCRIPT_INSPECT, 2, keys, 0, NULL, &r, NULL);
-    free(key);
-    free(fence);
-    free(channel);
+    dlock_status st = dlock_handle_init(&h, client, name, &lock_keys);
+    if (st == DLOCK_OK) {
+        const char *keys[2] = {h.key, h.fence};
+        st = dlock_eval(client, DLOCK_SCRIPT_INSPECT, 2, keys, 0, NULL, &r, NULL);
+    }
+    dlock_handle_destroy(&h, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER ||
@@ -507,14 +408,9 @@ dlock_status dlock_force_unlock_hash(dlock_client *client, const char *key, cons
 dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int *was_held)
 {
     if (was_held) *was_held = 0;
-    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
-    char *key, *fence, *channel;
-    if (make_keys(name, &key, &fence, &channel)) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    st = dlock_force_unlock_hash(client, key, channel, "1", was_held);
-    free(key);
-    free(fence);
-    free(channel);
+    dlock_handle h;
+    dlock_status st = dlock_handle_init(&h, client, name, &lock_keys);
+    if (st == DLOCK_OK) st = dlock_force_unlock_hash(client, h.key, h.channel, "1", was_held);
+    dlock_handle_destroy(&h, NULL);
     return st;
 }

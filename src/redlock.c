@@ -47,8 +47,8 @@
 #include <time.h>
 
 #include "client.h"
+#include "handle.h"
 #include "util.h"
-#include "watchdog.h"
 
 #define MAX_MASTERS 32
 
@@ -63,23 +63,22 @@ typedef struct rl_share {
     uint64_t token;
 } rl_share;
 
+/* The handle's base (handle.h) is on the first master's client, where
+ * its metrics are counted; its hold spans the masters and is lost by the
+ * majority rule above, so it keeps that state itself. */
 struct dlock_redlock {
+    dlock_handle base; /* first: name, keys, callback, the floor the caller set */
     size_t n, quorum;
     dlock_client **masters;
-    char *name, *key, *fence, *channel;
     rl_share *shares;
     char owner[48];
     char floor[24];       /* fencing floor passed in this round */
-    atomic_ullong floor_set; /* the floor the caller set */
     long lease_ms;
     int held;
     atomic_int alive; /* shares still held, watched by the loss check */
     atomic_int lost;
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
     int64_t held_since;    /* when the acquire of the current hold returned (dlock_stats_clock) */
-    pthread_mutex_t mu; /* guards fn, arg */
-    dlock_redlock_lost_fn fn;
-    void *arg;
 };
 
 /* A request to one master, run on its own thread in a round. */
@@ -104,7 +103,7 @@ static void rl_call_run(rl_call *c)
     snprintf(lease_s, sizeof lease_s, "%ld", c->lease_ms);
     c->result = 0;
     if (c->kind == 0) {
-        const char *keys[2] = {rl->key, rl->fence};
+        const char *keys[2] = {rl->base.key, rl->base.fence};
         const char *args[4] = {rl->owner, lease_s, "0", rl->floor};
         redisReply *r;
         c->st = dlock_eval(m, DLOCK_SCRIPT_ACQUIRE, 2, keys, 4, args, &r, NULL);
@@ -118,7 +117,7 @@ static void rl_call_run(rl_call *c)
         }
         freeReplyObject(r);
     } else if (c->kind == 1) {
-        const char *keys[2] = {rl->key, rl->channel};
+        const char *keys[2] = {rl->base.key, rl->base.channel};
         const char *args[4] = {rl->owner, lease_s, "1", m->publish};
         redisReply *r;
         int retried;
@@ -132,7 +131,7 @@ static void rl_call_run(rl_call *c)
             c->st = dlock_fail(DLOCK_ERR_REDIS, "release: unexpected reply");
         freeReplyObject(r);
     } else {
-        const char *keys[1] = {rl->key};
+        const char *keys[1] = {rl->base.key};
         const char *args[2] = {rl->owner, lease_s};
         redisReply *r;
         c->st = dlock_eval(m, DLOCK_SCRIPT_RENEW, 1, keys, 2, args, &r, NULL);
@@ -210,10 +209,8 @@ static void rl_share_lost(dlock_wd_entry *e)
     int left = atomic_fetch_sub(&rl->alive, 1) - 1;
     if (left >= (int)rl->quorum || atomic_exchange(&rl->lost, 1)) return;
     dlock_stats_lost(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK);
-    pthread_mutex_lock(&rl->mu);
-    dlock_redlock_lost_fn fn = rl->fn;
-    void *arg = rl->arg;
-    pthread_mutex_unlock(&rl->mu);
+    void *arg;
+    dlock_redlock_lost_fn fn = (dlock_redlock_lost_fn)dlock_handle_callback(&rl->base, &arg);
     if (fn) fn(rl, arg);
 }
 
@@ -221,9 +218,9 @@ static void rl_share_lost(dlock_wd_entry *e)
  * the name, or the caller's floor if higher. */
 static void rl_floor(dlock_redlock *rl)
 {
-    uint64_t floor = atomic_load(&rl->floor_set);
+    uint64_t floor = atomic_load(&rl->base.floor);
     for (size_t i = 0; i < rl->n; i++) {
-        uint64_t seen = dlock_fence_seen(&rl->masters[i]->fences, rl->fence);
+        uint64_t seen = dlock_fence_seen(&rl->masters[i]->fences, rl->base.fence);
         if (seen > floor) floor = seen;
     }
     snprintf(rl->floor, sizeof rl->floor, "%llu", (unsigned long long)floor);
@@ -256,25 +253,30 @@ dlock_status dlock_redlock_new(dlock_client *const *masters, size_t n, const cha
             if (masters[j] == masters[i])
                 return dlock_fail(DLOCK_ERR_INVALID, "master %zu is given twice", i);
     }
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
     dlock_redlock *rl = calloc(1, sizeof *rl);
     if (!rl) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    /* A master stores its share as the plain lock stores a hold. */
+    static const dlock_handle_keys keys = {"", ":fence", ":ch"};
+    dlock_status st = dlock_handle_init(&rl->base, masters[0], name, &keys);
     rl->n = n;
     rl->quorum = n / 2 + 1;
     rl->masters = malloc(n * sizeof *rl->masters);
     rl->shares = calloc(n, sizeof *rl->shares);
-    rl->name = strdup(name);
-    rl->key = dlock_key(name, "");
-    rl->fence = dlock_key(name, ":fence");
-    rl->channel = dlock_key(name, ":ch");
-    pthread_mutex_init(&rl->mu, NULL);
-    if (!rl->masters || !rl->shares || !rl->name || !rl->key || !rl->fence || !rl->channel) {
+    if (st == DLOCK_OK && (!rl->masters || !rl->shares)) st = dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (st != DLOCK_OK) {
         dlock_redlock_free(rl);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        return st;
     }
     memcpy(rl->masters, masters, n * sizeof *masters);
-    for (size_t i = 0; i < n; i++) rl->shares[i].rl = rl;
+    for (size_t i = 0; i < n; i++) {
+        rl_share *s = &rl->shares[i];
+        s->rl = rl;
+        s->wd.script = DLOCK_SCRIPT_RENEW;
+        s->wd.kind = DLOCK_STATS_REDLOCK;
+        s->wd.key = rl->base.key;
+        s->wd.owner = rl->owner;
+        s->wd.on_lost = rl_share_lost;
+    }
     *out = rl;
     return DLOCK_OK;
 }
@@ -283,13 +285,9 @@ void dlock_redlock_free(dlock_redlock *rl)
 {
     if (!rl) return;
     if (rl->shares) rl_stop_renewal(rl);
-    pthread_mutex_destroy(&rl->mu);
+    dlock_handle_destroy(&rl->base, NULL);
     free(rl->masters);
     free(rl->shares);
-    free(rl->name);
-    free(rl->key);
-    free(rl->fence);
-    free(rl->channel);
     free(rl);
 }
 
@@ -299,7 +297,7 @@ static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, l
         return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock_check_lease(lease_ms, 10, 1);
     if (bad != DLOCK_OK) return bad;
-    if (rl->held) return dlock_fail(DLOCK_ERR_INVALID, "redlock '%s' is already held by this handle", rl->name);
+    if (rl->held) return dlock_fail(DLOCK_ERR_INVALID, "redlock '%s' is already held by this handle", rl->base.name);
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
     long lease = watchdog ? rl->masters[0]->watchdog_lease_ms : lease_ms;
     int64_t deadline = dlock_deadline(wait_ms);
@@ -344,25 +342,17 @@ static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, l
                 for (size_t i = 0; i < rl->n; i++) {
                     rl_share *s = &rl->shares[i];
                     if (!s->granted) continue;
-                    struct dlock_watchdog *wd = dlock_client_watchdog(rl->masters[i]);
-                    if (!wd) {
+                    if (dlock_handle_renew(rl->masters[i], &s->wd, lease, t0) != DLOCK_OK) {
                         dlock_redlock_release(rl);
                         return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
                     }
-                    s->wd.script = DLOCK_SCRIPT_RENEW;
-                    s->wd.kind = DLOCK_STATS_REDLOCK;
-                    s->wd.key = rl->key;
-                    s->wd.owner = rl->owner;
-                    s->wd.lease_ms = lease;
-                    s->wd.on_lost = rl_share_lost;
-                    dlock_wd_add(wd, &s->wd, t0);
                     s->renewed = 1;
                 }
             }
             /* Every master's next token goes above this one: tokens of
              * this process then rise across masters whatever their
              * clocks say. */
-            for (size_t i = 0; i < rl->n; i++) dlock_fence_note(&rl->masters[i]->fences, rl->fence, top);
+            for (size_t i = 0; i < rl->n; i++) dlock_fence_note(&rl->masters[i]->fences, rl->base.fence, top);
             if (validity_ms) *validity_ms = validity;
             if (token) *token = top;
             return DLOCK_OK;
@@ -373,11 +363,11 @@ static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, l
         if (over || (deadline >= 0 && dlock_mono_ms() >= deadline)) {
             /* No master answered at all: that is an outage, not contention. */
             if (errors == rl->n)
-                return dlock_fail(last, "redlock '%s': no master reachable (%s)", rl->name, why);
+                return dlock_fail(last, "redlock '%s': no master reachable (%s)", rl->base.name, why);
             if (errors > 0)
                 return dlock_fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted; %s)",
-                                  rl->name, granted, rl->n, why);
-            return dlock_fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted)", rl->name,
+                                  rl->base.name, granted, rl->n, why);
+            return dlock_fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted)", rl->base.name,
                               granted, rl->n);
         }
     }
@@ -400,8 +390,8 @@ dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validi
     if (!rl) return dlock_fail(DLOCK_ERR_INVALID, "redlock is NULL");
     dlock_status bad = dlock_check_lease(lease_ms, 10, 0);
     if (bad != DLOCK_OK) return bad;
-    if (!rl->held) return dlock_fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->name);
-    if (atomic_load(&rl->lost)) return dlock_fail(DLOCK_ERR_LOST, "redlock '%s' was lost", rl->name);
+    if (!rl->held) return dlock_fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->base.name);
+    if (atomic_load(&rl->lost)) return dlock_fail(DLOCK_ERR_LOST, "redlock '%s' was lost", rl->base.name);
     rl_call calls[MAX_MASTERS];
     int64_t t0 = dlock_mono_ms();
     rl_round(rl, 2, lease_ms, NULL, calls);
@@ -411,7 +401,7 @@ dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validi
     long validity = lease_ms - (long)(dlock_mono_ms() - t0) - dlock_drift_ms(lease_ms);
     if (renewed < rl->quorum || validity <= 0)
         return dlock_fail(DLOCK_ERR_LOST, "redlock '%s': extension reached %zu of %zu masters, need %zu",
-                          rl->name, renewed, rl->n, rl->quorum);
+                          rl->base.name, renewed, rl->n, rl->quorum);
     rl->lease_ms = lease_ms;
     if (rl->trusted_until) rl->trusted_until = t0 + dlock_lease_trust_ms(lease_ms, rl->masters[0]->safety_margin_pct);
     if (validity_ms) *validity_ms = validity;
@@ -421,7 +411,7 @@ dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validi
 dlock_status dlock_redlock_release(dlock_redlock *rl)
 {
     if (!rl) return dlock_fail(DLOCK_ERR_INVALID, "redlock is NULL");
-    if (!rl->held) return dlock_fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->name);
+    if (!rl->held) return dlock_fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->base.name);
     rl_stop_renewal(rl);
     size_t confirmed = rl_release_all(rl);
     rl->held = 0;
@@ -431,7 +421,7 @@ dlock_status dlock_redlock_release(dlock_redlock *rl)
         dlock_stats_lost(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK);
     if (atomic_load(&rl->lost) || confirmed < rl->quorum)
         return dlock_fail(DLOCK_ERR_LOST, "redlock '%s' was held on only %zu of %zu masters at release",
-                          rl->name, confirmed, rl->n);
+                          rl->base.name, confirmed, rl->n);
     return DLOCK_OK;
 }
 
@@ -452,14 +442,10 @@ int dlock_redlock_lost(dlock_redlock *rl)
 
 void dlock_redlock_set_fence_floor(dlock_redlock *rl, uint64_t floor)
 {
-    if (rl) dlock_atomic_max(&rl->floor_set, floor);
+    if (rl) dlock_atomic_max(&rl->base.floor, floor);
 }
 
 void dlock_redlock_on_lost(dlock_redlock *rl, dlock_redlock_lost_fn fn, void *arg)
 {
-    if (!rl) return;
-    pthread_mutex_lock(&rl->mu);
-    rl->fn = fn;
-    rl->arg = arg;
-    pthread_mutex_unlock(&rl->mu);
+    if (rl) dlock_handle_on_lost(&rl->base, (dlock_handle_fn)fn, arg);
 }

@@ -4,118 +4,89 @@
  * lease, watchdog entry, lost flag), in the same way lock.c does for the
  * exclusive lock, and runs the shared wait loop.
  */
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
+#include "handle.h"
 #include "lock.h"
 #include "util.h"
 #include "wait.h"
-#include "watchdog.h"
+
+static const dlock_handle_keys rw_keys = {":rw", ":rw:fence", ":rw:ch"};
 
 struct rw_thread;
 
 /* One thread's hold of one mode. */
 typedef struct rw_hold {
-    dlock_wd_entry wd; /* first, so the watchdog's entry leads back here */
+    dlock_held held; /* first, so the watchdog's entry leads back here */
     struct rw_thread *t;
     dlock_rw_mode mode;
-    long count;
-    long lease_ms;
-    int renewed;
-    int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
-    int64_t held_since;    /* when the acquire that began the hold returned (dlock_stats_clock) */
-    atomic_int lost;
 } rw_hold;
 
 typedef struct rw_thread {
+    dlock_thread_rec rec; /* first: the handle's record */
     struct dlock_rwlock *rw;
-    unsigned long thread;
-    char owner[64];
-    uint64_t token; /* of the write hold */
+    uint64_t token;  /* of the write hold */
     rw_hold hold[2]; /* indexed by dlock_rw_mode */
-    struct rw_thread *next;
 } rw_thread;
 
 struct dlock_rwlock {
-    dlock_client *client;
-    unsigned long number; /* in owner strings: two handles are two owners (see lock.c) */
-    char *key, *fence, *channel;
-    pthread_mutex_t mu; /* guards threads, fn, arg */
-    atomic_ullong floor; /* fencing floor the caller set (write holds) */
-    rw_thread *threads;
-    dlock_rw_lost_fn fn;
-    void *arg;
+    dlock_handle base; /* first: client, name, keys, threads, callback, floor (write holds) */
 };
 
 static const char *const mode_name[2] = {"read", "write"};
 static const dlock_stats_kind mode_kind[2] = {DLOCK_STATS_READ, DLOCK_STATS_WRITE};
+static const dlock_script_id mode_renew[2] = {DLOCK_SCRIPT_RW_RENEW_READ, DLOCK_SCRIPT_RW_RENEW_WRITE};
+
+static void hold_lost(dlock_wd_entry *e);
+
+/* A thread's first use of the handle: a hold record per mode. */
+static int thread_init(dlock_handle *base, dlock_thread_rec *rec)
+{
+    rw_thread *t = (rw_thread *)rec;
+    t->rw = (dlock_rwlock *)base;
+    for (int m = 0; m < 2; m++) {
+        rw_hold *h = &t->hold[m];
+        h->t = t;
+        h->mode = (dlock_rw_mode)m;
+        h->held.wd.script = mode_renew[m];
+        h->held.wd.kind = mode_kind[m];
+        h->held.wd.key = base->key;
+        h->held.wd.owner = rec->owner;
+        h->held.wd.on_lost = hold_lost;
+    }
+    return 0;
+}
+
+static void thread_drop(dlock_handle *base, dlock_thread_rec *rec)
+{
+    rw_thread *t = (rw_thread *)rec;
+    for (int m = 0; m < 2; m++)
+        if (t->hold[m].held.renewed) dlock_wd_remove(base->client->wd, &t->hold[m].held.wd);
+}
 
 dlock_status dlock_rwlock_new(dlock_client *client, const char *name, dlock_rwlock **out)
 {
-    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
-    *out = NULL;
-    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
-    dlock_rwlock *rw = calloc(1, sizeof *rw);
-    if (rw) {
-        static atomic_ulong handles;
-        rw->client = client;
-        rw->number = atomic_fetch_add(&handles, 1) + 1;
-        rw->key = dlock_key(name, ":rw");
-        rw->fence = dlock_key(name, ":rw:fence");
-        rw->channel = dlock_key(name, ":rw:ch");
-        pthread_mutex_init(&rw->mu, NULL);
-    }
-    if (!rw || !rw->key || !rw->fence || !rw->channel) {
-        dlock_rwlock_free(rw);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    }
-    *out = rw;
-    return DLOCK_OK;
+    dlock_handle *h = NULL;
+    dlock_status st = dlock_handle_new(sizeof(dlock_rwlock), client, name, &rw_keys, out ? &h : NULL);
+    if (out) *out = (dlock_rwlock *)h;
+    return st;
 }
 
 void dlock_rwlock_free(dlock_rwlock *rw)
 {
     if (!rw) return;
-    rw_thread *t = rw->threads, *next;
-    for (; t; t = next) {
-        next = t->next;
-        for (int m = 0; m < 2; m++)
-            if (t->hold[m].renewed) dlock_wd_remove(rw->client->wd, &t->hold[m].wd);
-        free(t);
-    }
-    pthread_mutex_destroy(&rw->mu);
-    free(rw->key);
-    free(rw->fence);
-    free(rw->channel);
+    dlock_handle_destroy(&rw->base, thread_drop);
     free(rw);
 }
 
 /* The calling thread's record; made on first use when `create`. */
 static rw_thread *thread_record(dlock_rwlock *rw, int create)
 {
-    unsigned long me = dlock_thread_number();
-    pthread_mutex_lock(&rw->mu);
-    rw_thread *t = rw->threads;
-    while (t && t->thread != me) t = t->next;
-    if (!t && create && (t = calloc(1, sizeof *t)) != NULL) {
-        t->rw = rw;
-        t->thread = me;
-        snprintf(t->owner, sizeof t->owner, "%s:%lu:%lu", rw->client->id, me, rw->number);
-        for (int m = 0; m < 2; m++) {
-            t->hold[m].t = t;
-            t->hold[m].mode = (dlock_rw_mode)m;
-        }
-        t->next = rw->threads;
-        rw->threads = t;
-    }
-    pthread_mutex_unlock(&rw->mu);
-    return t;
+    return (rw_thread *)dlock_handle_thread(&rw->base, sizeof(rw_thread), create, thread_init);
 }
 
 /* Watchdog thread: a renewed hold is gone. */
@@ -123,11 +94,9 @@ static void hold_lost(dlock_wd_entry *e)
 {
     rw_hold *h = (rw_hold *)e;
     dlock_rwlock *rw = h->t->rw;
-    if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&rw->client->stats, mode_kind[h->mode]);
-    pthread_mutex_lock(&rw->mu);
-    dlock_rw_lost_fn fn = rw->fn;
-    void *arg = rw->arg;
-    pthread_mutex_unlock(&rw->mu);
+    dlock_held_lose(rw->base.client, &h->held);
+    void *arg;
+    dlock_rw_lost_fn fn = (dlock_rw_lost_fn)dlock_handle_callback(&rw->base, &arg);
     if (fn) fn(rw, h->mode, h->mode == DLOCK_WRITE ? h->t->token : 0, arg);
 }
 
@@ -147,13 +116,13 @@ static int rw_try(void *ctx, long *retry_ms)
     dlock_rwlock *rw = a->t->rw;
     char lease[24], count[24], floor[24];
     snprintf(lease, sizeof lease, "%ld", a->lease);
-    snprintf(count, sizeof count, "%ld", a->t->hold[a->mode].count);
-    dlock_fence_floor_arg(&rw->client->fences, rw->fence, atomic_load(&rw->floor), floor);
-    const char *keys[2] = {rw->key, rw->fence};
-    const char *args[5] = {a->t->owner, lease, count, mode_name[a->mode], floor};
+    snprintf(count, sizeof count, "%ld", a->t->hold[a->mode].held.count);
+    dlock_fence_floor_arg(&rw->base.client->fences, rw->base.fence, atomic_load(&rw->base.floor), floor);
+    const char *keys[2] = {rw->base.key, rw->base.fence};
+    const char *args[5] = {a->t->rec.owner, lease, count, mode_name[a->mode], floor};
     redisReply *r;
     a->sent = dlock_mono_ms(); /* a lease it sets starts no earlier */
-    dlock_status st = dlock_eval(rw->client, DLOCK_SCRIPT_RW_ACQUIRE, 2, keys, 5, args, &r, NULL);
+    dlock_status st = dlock_eval(rw->base.client, DLOCK_SCRIPT_RW_ACQUIRE, 2, keys, 5, args, &r, NULL);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
@@ -169,7 +138,7 @@ static int rw_try(void *ctx, long *retry_ms)
         result = DLOCK_BUSY;
     } else {
         a->token = (uint64_t)r->element[1]->integer;
-        dlock_fence_note(&rw->client->fences, rw->fence, a->token);
+        dlock_fence_note(&rw->base.client->fences, rw->base.fence, a->token);
         result = DLOCK_OK;
     }
     freeReplyObject(r);
@@ -185,47 +154,30 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
     rw_thread *t = thread_record(rw, 1);
     if (!t) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
     rw_hold *h = &t->hold[mode];
-    if (h->count > 0 && atomic_load(&h->lost))
+    if (h->held.count > 0 && atomic_load(&h->held.lost))
         return dlock_fail(DLOCK_ERR_LOST, "the %s hold was lost while held; release it first",
                           mode_name[mode]);
     /* Refuse the upgrade here too: no need to ask the server. */
-    if (mode == DLOCK_WRITE && t->hold[DLOCK_WRITE].count == 0 && t->hold[DLOCK_READ].count > 0)
+    if (mode == DLOCK_WRITE && t->hold[DLOCK_WRITE].held.count == 0 && t->hold[DLOCK_READ].held.count > 0)
         return dlock_fail(DLOCK_ERR_DEADLOCK, "read-to-write upgrade refused: release the read hold first");
 
-    int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->renewed;
-    struct rw_attempt a = {t, mode, watchdog ? rw->client->watchdog_lease_ms : lease_ms, 0, 0};
+    int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->held.renewed;
+    struct rw_attempt a = {t, mode, watchdog ? rw->base.client->watchdog_lease_ms : lease_ms, 0, 0};
     int64_t deadline = dlock_deadline(wait_ms);
     long retry = -1;
-    long before = h->count;
+    long before = h->held.count;
     int result = rw_try(&a, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(rw->client, mode_kind[mode], rw->channel, deadline, rw_try, &a, result, retry);
+        result = dlock_wait_for(rw->base.client, mode_kind[mode], rw->base.channel, deadline, rw_try, &a, result, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);
     if (result != DLOCK_OK) return (dlock_status)result;
 
-    if (before == 0) {
-        atomic_store(&h->lost, 0);
-        h->held_since = dlock_stats_clock();
-    }
-    h->count = before + 1;
-    h->lease_ms = a.lease;
-    h->trusted_until = watchdog ? 0 : a.sent + dlock_lease_trust_ms(a.lease, rw->client->safety_margin_pct);
+    h->held.count = before + 1;
     if (mode == DLOCK_WRITE) t->token = a.token;
-    if (watchdog) {
-        struct dlock_watchdog *wd = dlock_client_watchdog(rw->client);
-        if (!wd) {
-            dlock_rwlock_release(rw, mode);
-            return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
-        }
-        h->wd.script = mode == DLOCK_WRITE ? DLOCK_SCRIPT_RW_RENEW_WRITE : DLOCK_SCRIPT_RW_RENEW_READ;
-        h->wd.kind = mode_kind[mode];
-        h->wd.key = rw->key;
-        h->wd.owner = t->owner;
-        h->wd.lease_ms = a.lease;
-        h->wd.on_lost = hold_lost;
-        dlock_wd_add(wd, &h->wd, a.sent);
-        h->renewed = 1;
+    if (dlock_held_begin(rw->base.client, &h->held, before == 0, watchdog, a.lease, a.sent) != DLOCK_OK) {
+        dlock_rwlock_release(rw, mode);
+        return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
     }
     if (token) *token = a.token;
     return DLOCK_OK;
@@ -239,18 +191,8 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock_fail(DLOCK_ERR_INVALID, "bad mode");
     int64_t since = dlock_stats_clock();
     dlock_status st = rw_acquire(rw, mode, wait_ms, lease_ms, token);
-    dlock_stats_acquired(&rw->client->stats, mode_kind[mode], since, st);
+    dlock_stats_acquired(&rw->base.client->stats, mode_kind[mode], since, st);
     return st;
-}
-
-static void hold_end(dlock_rwlock *rw, rw_hold *h)
-{
-    dlock_stats_released(&rw->client->stats, mode_kind[h->mode], h->held_since);
-    h->count = 0;
-    if (h->renewed) {
-        dlock_wd_remove(rw->client->wd, &h->wd);
-        h->renewed = 0;
-    }
 }
 
 dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode)
@@ -259,40 +201,31 @@ dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode)
     if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock_fail(DLOCK_ERR_INVALID, "bad mode");
     rw_thread *t = thread_record(rw, 0);
     rw_hold *h = t ? &t->hold[mode] : NULL;
-    if (!h || h->count == 0)
+    if (!h || h->held.count == 0)
         return dlock_fail(DLOCK_ERR_NOT_OWNER, "this thread holds no %s hold", mode_name[mode]);
-    if (atomic_load(&h->lost)) {
-        hold_end(rw, h);
+    dlock_client *c = rw->base.client;
+    if (dlock_held_release_begin(c, &h->held))
         return dlock_fail(DLOCK_ERR_LOST, "the %s hold was lost while held", mode_name[mode]);
-    }
     char lease[24], count[24];
-    snprintf(lease, sizeof lease, "%ld", h->lease_ms);
-    snprintf(count, sizeof count, "%ld", h->count);
-    const char *keys[2] = {rw->key, rw->channel};
-    const char *args[5] = {t->owner, lease, count, mode_name[mode], rw->client->publish};
+    snprintf(lease, sizeof lease, "%ld", h->held.lease_ms);
+    snprintf(count, sizeof count, "%ld", h->held.count);
+    const char *keys[2] = {rw->base.key, rw->base.channel};
+    const char *args[5] = {t->rec.owner, lease, count, mode_name[mode], rw->base.client->publish};
     redisReply *r;
     int retried;
-    /* The last release deletes the hold; a renewal racing it must not be
-     * taken for a loss. */
-    int last = h->count == 1 && h->renewed;
-    if (last) dlock_wd_releasing(rw->client->wd, &h->wd, 1);
-    dlock_status st = dlock_eval(rw->client, DLOCK_SCRIPT_RW_RELEASE, 2, keys, 5, args, &r, &retried);
-    if (last && st != DLOCK_OK) dlock_wd_releasing(rw->client->wd, &h->wd, 0);
-    if (st != DLOCK_OK) return st;
+    dlock_status st = dlock_eval(c, DLOCK_SCRIPT_RW_RELEASE, 2, keys, 5, args, &r, &retried);
+    if (st != DLOCK_OK) {
+        dlock_held_release_failed(c, &h->held);
+        return st;
+    }
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
         return dlock_fail(DLOCK_ERR_REDIS, "rwlock release: unexpected reply");
     }
     long left = (long)r->integer;
     freeReplyObject(r);
-    if (left < 0 && retried && h->count == 1) left = 0; /* see dlock_lock_release() */
-    if (left < 0) {
-        if (!atomic_exchange(&h->lost, 1)) dlock_stats_lost(&rw->client->stats, mode_kind[mode]);
-        hold_end(rw, h);
+    if (dlock_held_release_done(c, &h->held, left, retried))
         return dlock_fail(DLOCK_ERR_LOST, "the %s hold expired before release", mode_name[mode]);
-    }
-    if (left == 0) hold_end(rw, h);
-    else h->count = left;
     return DLOCK_OK;
 }
 
@@ -300,26 +233,18 @@ int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode)
 {
     if (!rw || (mode != DLOCK_READ && mode != DLOCK_WRITE)) return 0;
     rw_thread *t = thread_record(rw, 0);
-    if (!t) return 0;
-    rw_hold *h = &t->hold[mode];
-    if (atomic_load(&h->lost)) return 1;
-    /* Or the holder's clock, as in dlock_lock_lost(). */
-    return h->count > 0 && !dlock_hold_trusted(&h->wd, h->renewed, h->trusted_until);
+    return t && dlock_held_lost(&t->hold[mode].held);
 }
 
 void dlock_rwlock_set_fence_floor(dlock_rwlock *rw, uint64_t floor)
 {
     if (!rw) return;
-    dlock_atomic_max(&rw->floor, floor);
+    dlock_atomic_max(&rw->base.floor, floor);
 }
 
 void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg)
 {
-    if (!rw) return;
-    pthread_mutex_lock(&rw->mu);
-    rw->fn = fn;
-    rw->arg = arg;
-    pthread_mutex_unlock(&rw->mu);
+    if (rw) dlock_handle_on_lost(&rw->base, (dlock_handle_fn)fn, arg);
 }
 
 /* The admin view of a name's read-write lock, for operators and `dlock
@@ -329,19 +254,14 @@ dlock_status dlock_rwlock_inspect(dlock_client *client, const char *name, dlock_
     if (!client || !info) return dlock_fail(DLOCK_ERR_INVALID, "client or info is NULL");
     memset(info, 0, sizeof *info);
     info->ttl_ms = -1;
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
-    char *key = dlock_key(name, ":rw"), *fence = dlock_key(name, ":rw:fence");
-    if (!key || !fence) {
-        free(key);
-        free(fence);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    }
-    const char *keys[2] = {key, fence};
+    dlock_handle h;
     redisReply *r;
-    st = dlock_eval(client, DLOCK_SCRIPT_RW_INSPECT, 2, keys, 0, NULL, &r, NULL);
-    free(key);
-    free(fence);
+    dlock_status st = dlock_handle_init(&h, client, name, &rw_keys);
+    if (st == DLOCK_OK) {
+        const char *keys[2] = {h.key, h.fence};
+        st = dlock_eval(client, DLOCK_SCRIPT_RW_INSPECT, 2, keys, 0, NULL, &r, NULL);
+    }
+    dlock_handle_destroy(&h, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER ||
@@ -364,17 +284,9 @@ dlock_status dlock_rwlock_inspect(dlock_client *client, const char *name, dlock_
 dlock_status dlock_rwlock_force_unlock(dlock_client *client, const char *name, int *was_held)
 {
     if (was_held) *was_held = 0;
-    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
-    char *key = dlock_key(name, ":rw"), *channel = dlock_key(name, ":rw:ch");
-    if (!key || !channel) {
-        free(key);
-        free(channel);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    }
-    st = dlock_force_unlock_hash(client, key, channel, "*", was_held);
-    free(key);
-    free(channel);
+    dlock_handle h;
+    dlock_status st = dlock_handle_init(&h, client, name, &rw_keys);
+    if (st == DLOCK_OK) st = dlock_force_unlock_hash(client, h.key, h.channel, "*", was_held);
+    dlock_handle_destroy(&h, NULL);
     return st;
 }

@@ -7,43 +7,31 @@
 #include <stdlib.h>
 
 #include "client.h"
+#include "handle.h"
 #include "op.h"
 #include "util.h"
 #include "wait.h"
 
 #define PERMITS_MAX 0x7fffffffL
 
+static const dlock_handle_keys sem_keys = {":sem", NULL, ":sem:ch"};
+
 struct dlock_semaphore {
-    dlock_client *client;
-    char *key, *channel;
+    dlock_handle base; /* first: client, name, keys */
 };
 
 dlock_status dlock_semaphore_new(dlock_client *client, const char *name, dlock_semaphore **out)
 {
-    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
-    *out = NULL;
-    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
-    dlock_status st = dlock_check_name(name);
-    if (st != DLOCK_OK) return st;
-    dlock_semaphore *s = calloc(1, sizeof *s);
-    if (s) {
-        s->client = client;
-        s->key = dlock_key(name, ":sem");
-        s->channel = dlock_key(name, ":sem:ch");
-    }
-    if (!s || !s->key || !s->channel) {
-        dlock_semaphore_free(s);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    }
-    *out = s;
-    return DLOCK_OK;
+    dlock_handle *h = NULL;
+    dlock_status st = dlock_handle_new(sizeof(dlock_semaphore), client, name, &sem_keys, out ? &h : NULL);
+    if (out) *out = (dlock_semaphore *)h;
+    return st;
 }
 
 void dlock_semaphore_free(dlock_semaphore *s)
 {
     if (!s) return;
-    free(s->key);
-    free(s->channel);
+    dlock_handle_destroy(&s->base, NULL);
     free(s);
 }
 
@@ -56,11 +44,11 @@ dlock_status dlock_semaphore_set_permits(dlock_semaphore *s, long permits, int *
     char n[24];
     snprintf(n, sizeof n, "%ld", permits);
     dlock_op op;
-    dlock_op_new(s->client, s->key, &op);
-    const char *keys[2] = {s->key, op.key};
+    dlock_op_new(s->base.client, s->base.key, &op);
+    const char *keys[2] = {s->base.key, op.key};
     const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
+    dlock_status st = dlock_eval_int(s->base.client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
@@ -76,11 +64,11 @@ static int sem_try(void *ctx, long *retry_ms)
 {
     struct sem_attempt *a = ctx;
     dlock_op op;
-    dlock_op_new(a->s->client, a->s->key, &op);
-    const char *keys[2] = {a->s->key, op.key};
+    dlock_op_new(a->s->base.client, a->s->base.key, &op);
+    const char *keys[2] = {a->s->base.key, op.key};
     const char *args[3] = {a->n, op.seq, op.ttl};
     long long got;
-    dlock_status st = dlock_eval_int(a->s->client, DLOCK_SCRIPT_SEM_ACQUIRE, 2, keys, 3, args, &got);
+    dlock_status st = dlock_eval_int(a->s->base.client, DLOCK_SCRIPT_SEM_ACQUIRE, 2, keys, 3, args, &got);
     if (st != DLOCK_OK) return st;
     *retry_ms = -1;
     return got == 1 ? DLOCK_OK : DLOCK_BUSY;
@@ -99,7 +87,7 @@ static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
     long retry = -1;
     int result = sem_try(&a, &retry);
     if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(s->client, DLOCK_STATS_SEMAPHORE, s->channel, deadline, sem_try, &a, result, retry);
+        result = dlock_wait_for(s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, deadline, sem_try, &a, result, retry);
     if (result == DLOCK_BUSY)
         return dlock_fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
     return (dlock_status)result;
@@ -111,7 +99,7 @@ dlock_status dlock_semaphore_acquire(dlock_semaphore *s, long permits, long wait
     if (!s) return dlock_fail(DLOCK_ERR_INVALID, "semaphore is NULL");
     int64_t since = dlock_stats_clock();
     dlock_status st = sem_acquire(s, permits, wait_ms);
-    dlock_stats_acquired(&s->client->stats, DLOCK_STATS_SEMAPHORE, since, st);
+    dlock_stats_acquired(&s->base.client->stats, DLOCK_STATS_SEMAPHORE, since, st);
     return st;
 }
 
@@ -123,19 +111,19 @@ dlock_status dlock_semaphore_release(dlock_semaphore *s, long permits)
     char n[24];
     snprintf(n, sizeof n, "%ld", permits);
     dlock_op op;
-    dlock_op_new(s->client, s->key, &op);
-    const char *keys[3] = {s->key, s->channel, op.key};
-    const char *args[4] = {n, s->client->publish, op.seq, op.ttl};
+    dlock_op_new(s->base.client, s->base.key, &op);
+    const char *keys[3] = {s->base.key, s->base.channel, op.key};
+    const char *args[4] = {n, s->base.client->publish, op.seq, op.ttl};
     long long available;
-    return dlock_eval_int(s->client, DLOCK_SCRIPT_SEM_RELEASE, 3, keys, 4, args, &available);
+    return dlock_eval_int(s->base.client, DLOCK_SCRIPT_SEM_RELEASE, 3, keys, 4, args, &available);
 }
 
 dlock_status dlock_semaphore_available(dlock_semaphore *s, long *available)
 {
     if (!s || !available) return dlock_fail(DLOCK_ERR_INVALID, "semaphore or output is NULL");
-    const char *argv[2] = {"GET", s->key};
+    const char *argv[2] = {"GET", s->base.key};
     redisReply *r;
-    dlock_status st = dlock_topo_command(s->client->topo, s->key, 2, argv, NULL, &r, NULL);
+    dlock_status st = dlock_topo_command(s->base.client->topo, s->base.key, 2, argv, NULL, &r, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_NIL) *available = 0;
     else if (r->type == REDIS_REPLY_STRING) *available = strtol(r->str, NULL, 10);
