@@ -31,7 +31,7 @@
 
 #include "stats.h"
 
-static dlock_stats_data cells;
+static dlock__stats_data cells;
 static long pairs_per_thread = 2000000;
 
 typedef struct worker {
@@ -51,10 +51,10 @@ static void *run(void *arg)
     worker *w = arg;
     int64_t cpu0 = cpu_now();
     for (long i = 0; i < pairs_per_thread; i++) {
-        int64_t since = dlock_stats_clock();
-        dlock_stats_acquired(&cells, DLOCK_STATS_LOCK, since, DLOCK_OK);
-        int64_t held_since = dlock_stats_clock();
-        dlock_stats_released(&cells, DLOCK_STATS_LOCK, held_since);
+        int64_t since = dlock__stats_clock();
+        dlock__stats_acquired(&cells, DLOCK_STATS_LOCK, since, DLOCK_OK);
+        int64_t held_since = dlock__stats_clock();
+        dlock__stats_released(&cells, DLOCK_STATS_LOCK, held_since);
     }
     w->cpu_ns = cpu_now() - cpu0;
     return NULL;
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     }
     worker *w = calloc((size_t)threads, sizeof *w);
     if (!w) return 70;
-    int64_t t0 = dlock_stats_clock();
+    int64_t t0 = dlock__stats_clock();
     for (int i = 0; i < threads; i++)
         if (pthread_create(&w[i].thread, NULL, run, &w[i]) != 0) return 70;
     int64_t cpu = 0;
@@ -87,7 +87,7 @@ int main(int argc, char **argv)
         pthread_join(w[i].thread, NULL);
         cpu += w[i].cpu_ns;
     }
-    int64_t wall = dlock_stats_clock() - t0;
+    int64_t wall = dlock__stats_clock() - t0;
     double pairs = (double)threads * (double)pairs_per_thread;
     uint64_t held = 0;
     for (int b = 0; b < DLOCK_STATS_BUCKETS; b++) held += atomic_load(&cells.kind[DLOCK_STATS_LOCK].hold.bucket[b]);

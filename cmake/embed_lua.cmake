@@ -1,25 +1,25 @@
 # Turn each Lua script into a C string constant, at build time, so the
 # library carries its scripts with no files to install.
 # Invoked as:
-#   cmake -DOUT=file.c -DHEADER=file.h -DMAP=NAME -DSCRIPTS="a.lua;b.lua" [-DLIB=dir] [-DEXPANDED=dir]
+#   cmake -DOUT=file.c -DHEADER=file.h -DMAP=NAME -DPREFIX=name_ -DSCRIPTS="a.lua;b.lua" [-DLIB=dir] [-DEXPANDED=dir]
 #         -P embed_lua.cmake
 #
 # The list of scripts is written once, here: HEADER declares each string
-# (dlock_lua_NAME) and defines MAP(XX) as XX(UPPER_NAME, name) for every
-# script, which C code expands into enums and tables (as libuv's
-# UV_ERRNO_MAP). A new .lua file is a new entry everywhere at once.
+# (PREFIXNAME: dlock__lua_NAME in the library, sk_lua_NAME in seckill)
+# and defines MAP(XX) as XX(UPPER_NAME, name) for every script, which C
+# code expands into enums and tables (as libuv's UV_ERRNO_MAP). A new .lua file is a new entry everywhere at once.
 #
 # A line "--@include NAME" in a script is replaced by the text of
 # LIB/NAME.lua: Lua shared by several scripts (local functions) is written
 # once, and Redis still gets one self-contained script per call. Each
-# script's SHA1 (dlock_lua_NAME_sha) is computed here too. A missing
+# script's SHA1 (PREFIXNAME_sha) is computed here too. A missing
 # fragment, a malformed or indented include, or an include inside a
 # fragment stops the build rather than leaving a script that fails only
 # when Redis runs it.
 # With EXPANDED, each expanded script is also written there as NAME.lua,
 # for tools that load the scripts themselves (bench/run.sh).
-if(NOT HEADER OR NOT MAP)
-  message(FATAL_ERROR "embed_lua.cmake needs -DHEADER=file.h and -DMAP=NAME")
+if(NOT HEADER OR NOT MAP OR NOT PREFIX)
+  message(FATAL_ERROR "embed_lua.cmake needs -DHEADER=file.h, -DMAP=NAME and -DPREFIX=name_")
 endif()
 get_filename_component(header_name "${HEADER}" NAME)
 string(MAKE_C_IDENTIFIER "${header_name}" guard)
@@ -78,9 +78,9 @@ foreach(path IN LISTS SCRIPTS)
   string(REPLACE "\\" "\\\\" text "${text}")
   string(REPLACE "\"" "\\\"" text "${text}")
   string(REPLACE "\n" "\\n\"\n    \"" text "${text}")
-  string(APPEND body "const char dlock_lua_${name}[] =\n    \"${text}\";\n")
-  string(APPEND body "const char dlock_lua_${name}_sha[] = \"${sha}\";\n\n")
-  string(APPEND decls "extern const char dlock_lua_${name}[];\nextern const char dlock_lua_${name}_sha[];\n")
+  string(APPEND body "const char ${PREFIX}${name}[] =\n    \"${text}\";\n")
+  string(APPEND body "const char ${PREFIX}${name}_sha[] = \"${sha}\";\n\n")
+  string(APPEND decls "extern const char ${PREFIX}${name}[];\nextern const char ${PREFIX}${name}_sha[];\n")
   string(TOUPPER "${name}" upper)
   string(APPEND map " \\\n    XX(${upper}, ${name})")
 endforeach()

@@ -10,7 +10,7 @@
  * The fast path is one attempt, on the connection of the server the
  * topology names now, and covers the normal case: a reply that is an
  * answer. Everything unusual goes to the slow lane, a few library threads
- * that run the synchronous path (dlock_eval_raw: NOSCRIPT, MOVED and ASK,
+ * that run the synchronous path (dlock__eval_raw: NOSCRIPT, MOVED and ASK,
  * the waits for TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN and READONLY,
  * new connections, failovers) and then call back:
  *
@@ -54,18 +54,18 @@ struct async_call {
 
 static void *worker(void *arg);
 
-void dlock_async_init(dlock_async *a)
+void dlock__async_init(dlock__async *a)
 {
     memset(a, 0, sizeof *a);
     pthread_mutex_init(&a->mu, NULL);
-    dlock_cond_init(&a->work);
-    dlock_cond_init(&a->drained);
+    dlock__cond_init(&a->work);
+    dlock__cond_init(&a->drained);
 }
 
 /* Why wait rather than cancel: a callback owns the caller's state (a
  * suspended HTTP request, say), and only an answer or a failure lets the
  * caller release it. Every call ends within the timeouts. */
-void dlock_async_shutdown(dlock_async *a)
+void dlock__async_shutdown(dlock__async *a)
 {
     pthread_mutex_lock(&a->mu);
     a->closing = 1;
@@ -81,7 +81,7 @@ void dlock_async_shutdown(dlock_async *a)
 }
 
 /* One call fewer in flight; the last one lets dlock_client_free() go on. */
-static void release(dlock_async *a)
+static void release(dlock__async *a)
 {
     pthread_mutex_lock(&a->mu);
     if (--a->inflight == 0 && a->closing) pthread_cond_broadcast(&a->drained);
@@ -92,7 +92,7 @@ static void release(dlock_async *a)
  * thread's last error for a failure. */
 static void finish(async_call *c, dlock_status st, redisReply *reply)
 {
-    dlock_async *a = &c->client->async;
+    dlock__async *a = &c->client->async;
     dlock_redis_callback *cb = c->cb;
     void *arg = c->arg;
     free(c);
@@ -104,14 +104,14 @@ static void finish(async_call *c, dlock_status st, redisReply *reply)
  * still gets the reply, as dlock_script_eval()'s caller does. */
 static dlock_status settle(redisReply *r)
 {
-    return r->type == REDIS_REPLY_ERROR ? dlock_reply_error(r, "script") : DLOCK_OK;
+    return r->type == REDIS_REPLY_ERROR ? dlock__reply_error(r, "script") : DLOCK_OK;
 }
 
 /* Hand a call to the slow lane, starting a thread when none is free. Not
  * DLOCK_OK only when no thread could be started at all. */
 static dlock_status slow(async_call *c)
 {
-    dlock_async *a = &c->client->async;
+    dlock__async *a = &c->client->async;
     pthread_mutex_lock(&a->mu);
     if (a->tail) a->tail->next = c;
     else a->head = c;
@@ -120,14 +120,14 @@ static dlock_status slow(async_call *c)
     /* More calls queued than threads waiting for work: a thread signalled
      * but not yet awake still counts as waiting, so comparing with the
      * queue (not "nobody waits") starts one for each call it cannot take. */
-    if (++a->queued > a->idle && a->workers < DLOCK_SLOW_LANE_MAX &&
+    if (++a->queued > a->idle && a->workers < DLOCK__SLOW_LANE_MAX &&
         pthread_create(&a->tids[a->workers], NULL, worker, c->client) == 0)
         a->workers++;
     if (a->workers == 0) {
         a->head = a->tail = NULL;
         a->queued = 0;
         pthread_mutex_unlock(&a->mu);
-        return dlock_fail(DLOCK_ERR_SYS, "cannot start a thread for the slow lane");
+        return dlock__fail(DLOCK_ERR_SYS, "cannot start a thread for the slow lane");
     }
     pthread_cond_signal(&a->work);
     pthread_mutex_unlock(&a->mu);
@@ -139,13 +139,13 @@ static dlock_status slow(async_call *c)
  * out) fails without being sent. */
 static void run_slow(async_call *c)
 {
-    if (dlock_mono_ms() > c->deadline) {
-        finish(c, dlock_fail(DLOCK_ERR_CONNECT, "script: no server answered in time"), NULL);
+    if (dlock__mono_ms() > c->deadline) {
+        finish(c, dlock__fail(DLOCK_ERR_CONNECT, "script: no server answered in time"), NULL);
         return;
     }
     redisReply *r = NULL;
     int nargs = c->argc - 3 - c->nkeys;
-    dlock_status st = dlock_eval_raw(c->client, c->sha, c->body, c->nkeys, c->argv + 3, nargs,
+    dlock_status st = dlock__eval_raw(c->client, c->sha, c->body, c->nkeys, c->argv + 3, nargs,
                                      c->argv + 3 + c->nkeys, c->io_flags, &r, NULL, NULL);
     if (st == DLOCK_OK) st = settle(r);
     finish(c, st, r); /* an error reply goes to the callback too */
@@ -157,7 +157,7 @@ static void run_slow(async_call *c)
 static void *worker(void *arg)
 {
     dlock_client *client = arg;
-    dlock_async *a = &client->async;
+    dlock__async *a = &client->async;
     pthread_mutex_lock(&a->mu);
     for (;;) {
         while (!a->head && !a->stop) {
@@ -183,14 +183,14 @@ static void *worker(void *arg)
  * it again. */
 static int routed_error(const char *s)
 {
-    return dlock_route_classify(s) != DLOCK_ROUTE_NONE || strncmp(s, "NOSCRIPT", 8) == 0;
+    return dlock__route_classify(s) != DLOCK__ROUTE_NONE || strncmp(s, "NOSCRIPT", 8) == 0;
 }
 
 /* The fast path's outcome, on the mux's reader thread. */
-static void on_reply(void *arg, redisReply *reply, const dlock_io_fail *fail, const char *why)
+static void on_reply(void *arg, redisReply *reply, const dlock__io_fail *fail, const char *why)
 {
     async_call *c = arg;
-    dlock_topo *t = c->client->topo;
+    dlock__topo *t = c->client->topo;
     if (reply) {
         if (reply->type == REDIS_REPLY_ERROR && routed_error(reply->str)) {
             freeReplyObject(reply);
@@ -199,18 +199,18 @@ static void on_reply(void *arg, redisReply *reply, const dlock_io_fail *fail, co
             return;
         }
     } else {
-        dlock_topo_node_failed(t, c->node);
-        if (fail->sent && ((c->io_flags & DLOCK_IO_ONCE) || fail->timed_out)) {
+        dlock__topo_node_failed(t, c->node);
+        if (fail->sent && ((c->io_flags & DLOCK__IO_ONCE) || fail->timed_out)) {
             char name[300];
-            dlock_pool_name(dlock_topo_pool(t, c->node), name, sizeof name);
-            finish(c, dlock_fail(DLOCK_ERR_CONNECT, "EVALSHA on %s: %s", name, why), NULL);
+            dlock__pool_name(dlock__topo_pool(t, c->node), name, sizeof name);
+            finish(c, dlock__fail(DLOCK_ERR_CONNECT, "EVALSHA on %s: %s", name, why), NULL);
             return;
         }
     }
     if (slow(c) != DLOCK_OK) finish(c, DLOCK_ERR_SYS, NULL); /* slow() set the message */
 }
 
-dlock_status dlock_async_eval(dlock_client *client, const char *sha, const char *body, int io_flags, int nkeys,
+dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char *body, int io_flags, int nkeys,
                               const char *const *keys, int nargs, const char *const *args,
                               dlock_redis_callback *cb, void *arg)
 {
@@ -219,7 +219,7 @@ dlock_status dlock_async_eval(dlock_client *client, const char *sha, const char 
     for (int i = 0; i < nkeys; i++) strings += strlen(keys[i]) + 1;
     for (int i = 0; i < nargs; i++) strings += strlen(args[i]) + 1;
     async_call *c = malloc(sizeof *c + (size_t)argc * sizeof(char *) + strings);
-    if (!c) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!c) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     memset(c, 0, sizeof *c);
     c->client = client;
     c->sha = sha;
@@ -242,29 +242,29 @@ dlock_status dlock_async_eval(dlock_client *client, const char *sha, const char 
         c->argv[3 + i] = p;
         p += n;
     }
-    const dlock_conn_cfg *cfg = &client->topo->cfg;
-    c->deadline = dlock_mono_ms() + cfg->connect_timeout_ms + 2L * cfg->command_timeout_ms;
+    const dlock__conn_cfg *cfg = &client->topo->cfg;
+    c->deadline = dlock__mono_ms() + cfg->connect_timeout_ms + 2L * cfg->command_timeout_ms;
 
-    dlock_async *a = &client->async;
+    dlock__async *a = &client->async;
     pthread_mutex_lock(&a->mu);
     if (a->closing) {
         pthread_mutex_unlock(&a->mu);
         free(c);
-        return dlock_fail(DLOCK_ERR_INVALID, "client is being freed");
+        return dlock__fail(DLOCK_ERR_INVALID, "client is being freed");
     }
     a->inflight++;
     pthread_mutex_unlock(&a->mu);
 
-    dlock_topo *t = client->topo;
+    dlock__topo *t = client->topo;
     int node = -1;
-    if (!(io_flags & DLOCK_IO_EXCLUSIVE) && !atomic_load(&t->stale))
-        node = dlock_topo_node_known(t, keys[0], strlen(keys[0]));
+    if (!(io_flags & DLOCK__IO_EXCLUSIVE) && !atomic_load(&t->stale))
+        node = dlock__topo_node_known(t, keys[0], strlen(keys[0]));
     if (node >= 0) {
         c->node = node;
-        dlock_pool *pool = dlock_topo_pool(t, node);
-        dlock_status st = dlock_mux_submit(&pool->mux, &pool->ep, argc, c->argv, NULL, on_reply, c);
+        dlock__pool *pool = dlock__topo_pool(t, node);
+        dlock_status st = dlock__mux_submit(&pool->mux, &pool->ep, argc, c->argv, NULL, on_reply, c);
         if (st == DLOCK_OK) return DLOCK_OK;
-        if (st == DLOCK_ERR_CONNECT) dlock_topo_node_failed(t, node);
+        if (st == DLOCK_ERR_CONNECT) dlock__topo_node_failed(t, node);
     }
     /* Not appended anywhere: the slow lane decides where it goes. */
     dlock_status st = slow(c);

@@ -1,19 +1,19 @@
 /* Asynchronous script calls (dlock_script_eval_async): the fast path on
  * the shared connection, and the slow lane for everything unusual (see
  * async.c). */
-#ifndef DLOCK_ASYNC_H
-#define DLOCK_ASYNC_H
+#ifndef DLOCK__ASYNC_H
+#define DLOCK__ASYNC_H
 
 #include <pthread.h>
 
 #include "dlock_redis.h"
 
-#define DLOCK_SLOW_LANE_MAX 8 /* slow-lane threads, started as needed */
+#define DLOCK__SLOW_LANE_MAX 8 /* slow-lane threads, started as needed */
 
 struct dlock_client;
 typedef struct async_call async_call;
 
-typedef struct dlock_async {
+typedef struct dlock__async {
     pthread_mutex_t mu;
     pthread_cond_t work;            /* a call for the slow lane, or stop */
     pthread_cond_t drained;         /* inflight reached 0 */
@@ -23,19 +23,19 @@ typedef struct dlock_async {
     int stop;                       /* slow-lane threads: exit */
     int workers, idle;              /* slow-lane threads, and how many wait for work */
     int queued;                     /* calls in the slow lane's queue */
-    pthread_t tids[DLOCK_SLOW_LANE_MAX];
-} dlock_async;
+    pthread_t tids[DLOCK__SLOW_LANE_MAX];
+} dlock__async;
 
-void dlock_async_init(dlock_async *a);
+void dlock__async_init(dlock__async *a);
 
 /* Refuse new calls, wait until every call in flight has had its callback
  * return, and stop the slow lane's threads. */
-void dlock_async_shutdown(dlock_async *a);
+void dlock__async_shutdown(dlock__async *a);
 
 /* EVALSHA `sha` (EVAL `body` after NOSCRIPT) with the keys and args,
- * answered through cb; `io_flags` as for dlock_topo_pipeline(). sha and
+ * answered through cb; `io_flags` as for dlock__topo_pipeline(). sha and
  * body must outlive the call. See dlock_script_eval_async(). */
-dlock_status dlock_async_eval(struct dlock_client *client, const char *sha, const char *body, int io_flags,
+dlock_status dlock__async_eval(struct dlock_client *client, const char *sha, const char *body, int io_flags,
                               int nkeys, const char *const *keys, int nargs, const char *const *args,
                               dlock_redis_callback *cb, void *arg);
 

@@ -1,6 +1,6 @@
 /* The client object, shared by every part of the library. */
-#ifndef DLOCK_CLIENT_H
-#define DLOCK_CLIENT_H
+#ifndef DLOCK__CLIENT_H
+#define DLOCK__CLIENT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,11 +11,11 @@
 #include "stats.h"
 #include "topology.h"
 
-struct dlock_subscriber;
-struct dlock_watchdog;
+struct dlock__subscriber;
+struct dlock__watchdog;
 
 struct dlock_client {
-    dlock_topo *topo;                   /* where each command goes */
+    dlock__topo *topo;                   /* where each command goes */
     char id[33];                        /* 128 random bits in hex */
     long watchdog_lease_ms;
     long fair_waiter_timeout_ms;
@@ -24,20 +24,20 @@ struct dlock_client {
     int safety_margin_pct;              /* a hold is trusted until its lease less this (watchdog.h) */
     long op_ttl_ms;                     /* lifetime of operation records (op.c) */
     atomic_ullong op_seq;               /* last operation sequence number handed out */
-    char sha[DLOCK_SCRIPT_COUNT][41];   /* SHA1 of each script, from SCRIPT LOAD */
+    char sha[DLOCK__SCRIPT_COUNT][41];   /* SHA1 of each script, computed at build time */
     atomic_int scripts_ready;           /* sha[] is filled (set once, under mu) */
     const char *publish;                /* "publish", or "spublish" on Cluster (sharded pub/sub) */
     pthread_mutex_t mu;                 /* guards the lazy start of the threads */
-    struct dlock_subscriber *sub;       /* started by the first waiter */
-    struct dlock_watchdog *wd;          /* started by the first renewed hold */
-    dlock_async async;                  /* asynchronous calls in flight, and the slow lane */
-    dlock_fence_cache fences;           /* the highest fencing token seen per name */
-    dlock_stats_data stats;             /* lock metrics (stats.c) */
+    struct dlock__subscriber *sub;       /* started by the first waiter */
+    struct dlock__watchdog *wd;          /* started by the first renewed hold */
+    dlock__async async;                  /* asynchronous calls in flight, and the slow lane */
+    dlock__fence_cache fences;           /* the highest fencing token seen per name */
+    dlock__stats_data stats;             /* lock metrics (stats.c) */
 };
 
 /* The subscriber and watchdog threads are started on first need, so a
  * client that only makes IDs or tries once costs no threads. */
-struct dlock_subscriber *dlock_client_subscriber(dlock_client *c);
-struct dlock_watchdog *dlock_client_watchdog(dlock_client *c);
+struct dlock__subscriber *dlock__client_subscriber(dlock_client *c);
+struct dlock__watchdog *dlock__client_watchdog(dlock_client *c);
 
 #endif

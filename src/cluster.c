@@ -14,7 +14,7 @@
 #include "lookup.h"
 #include "util.h"
 
-void dlock_slot_map_free(dlock_slot_map *m)
+void dlock__slot_map_free(dlock__slot_map *m)
 {
     for (size_t i = 0; i < m->n; i++) free(m->ranges[i].host);
     free(m->ranges);
@@ -22,8 +22,8 @@ void dlock_slot_map_free(dlock_slot_map *m)
 }
 
 /* Fill *m from a CLUSTER SLOTS reply got from `asked`; -1 for a malformed
- * reply (m left for dlock_slot_map_free). */
-static int parse_slots(const redisReply *r, const dlock_pool *asked, dlock_slot_map *m)
+ * reply (m left for dlock__slot_map_free). */
+static int parse_slots(const redisReply *r, const dlock__pool *asked, dlock__slot_map *m)
 {
     if (r->type != REDIS_REPLY_ARRAY) return -1;
     m->ranges = calloc(r->elements ? r->elements : 1, sizeof *m->ranges);
@@ -35,14 +35,14 @@ static int parse_slots(const redisReply *r, const dlock_pool *asked, dlock_slot_
             return -1;
         long long from = e->element[0]->integer, to = e->element[1]->integer;
         const redisReply *node = e->element[2];
-        if (from < 0 || to >= DLOCK_SLOTS || from > to || node->elements < 2 ||
+        if (from < 0 || to >= DLOCK__SLOTS || from > to || node->elements < 2 ||
             node->element[0]->type != REDIS_REPLY_STRING || node->element[1]->type != REDIS_REPLY_INTEGER)
             return -1;
         /* An empty host means "the address you reached me at". */
         const char *host = node->element[0]->len ? node->element[0]->str : asked->ep.host;
         long long port = node->element[1]->integer;
         if (!host || port <= 0 || port > 65535) return -1;
-        dlock_slot_range *g = &m->ranges[m->n];
+        dlock__slot_range *g = &m->ranges[m->n];
         if (!(g->host = strdup(host))) return -1;
         g->from = (int)from;
         g->to = (int)to;
@@ -53,7 +53,7 @@ static int parse_slots(const redisReply *r, const dlock_pool *asked, dlock_slot_
     return 0;
 }
 
-dlock_status dlock_cluster_ask(dlock_pool *const *nodes, int n, int start, dlock_slot_map *map)
+dlock_status dlock__cluster_ask(dlock__pool *const *nodes, int n, int start, dlock__slot_map *map)
 {
     static const char *const argv[2] = {"CLUSTER", "SLOTS"};
     const char *const *argvs[1] = {argv};
@@ -63,11 +63,11 @@ dlock_status dlock_cluster_ask(dlock_pool *const *nodes, int n, int start, dlock
     for (int k = 0; k < n; k++) {
         int i = (start + k) % n;
         redisReply *r;
-        if ((st = dlock_pool_pipeline(nodes[i], 1, &argc, argvs, NULL, 0, &r, NULL, NULL)) != DLOCK_OK) continue;
+        if ((st = dlock__pool_pipeline(nodes[i], 1, &argc, argvs, NULL, 0, &r, NULL, NULL)) != DLOCK_OK) continue;
         if (r->type == REDIS_REPLY_ERROR) {
             /* e.g. "cluster support disabled": a redis-cluster:// URL that
              * names a plain server; no other node will say otherwise. */
-            st = dlock_reply_error(r, "CLUSTER SLOTS");
+            st = dlock__reply_error(r, "CLUSTER SLOTS");
             freeReplyObject(r);
             if (st == DLOCK_ERR_AUTH) break;
             continue;
@@ -75,9 +75,9 @@ dlock_status dlock_cluster_ask(dlock_pool *const *nodes, int n, int start, dlock
         int bad = parse_slots(r, nodes[i], map);
         freeReplyObject(r);
         if (bad || map->covered <= 0) {
-            st = dlock_fail(bad ? DLOCK_ERR_REDIS : DLOCK_ERR_CONNECT,
+            st = dlock__fail(bad ? DLOCK_ERR_REDIS : DLOCK_ERR_CONNECT,
                             bad ? "CLUSTER SLOTS: malformed reply" : "CLUSTER SLOTS: no slot is served");
-            dlock_slot_map_free(map);
+            dlock__slot_map_free(map);
             continue;
         }
         return DLOCK_OK;

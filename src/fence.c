@@ -14,13 +14,13 @@
 
 #include "fence.h"
 
-void dlock_fence_cache_init(dlock_fence_cache *fc)
+void dlock__fence_cache_init(dlock__fence_cache *fc)
 {
     memset(fc->slot, 0, sizeof fc->slot);
     pthread_mutex_init(&fc->mu, NULL);
 }
 
-void dlock_fence_cache_destroy(dlock_fence_cache *fc)
+void dlock__fence_cache_destroy(dlock__fence_cache *fc)
 {
     pthread_mutex_destroy(&fc->mu);
 }
@@ -33,20 +33,20 @@ static uint64_t key_hash(const char *s)
     return h ? h : 1;
 }
 
-uint64_t dlock_fence_seen(dlock_fence_cache *fc, const char *fence_key)
+uint64_t dlock__fence_seen(dlock__fence_cache *fc, const char *fence_key)
 {
     uint64_t h = key_hash(fence_key), token = 0;
-    size_t i = h % DLOCK_FENCE_SLOTS;
+    size_t i = h % DLOCK__FENCE_SLOTS;
     pthread_mutex_lock(&fc->mu);
     if (fc->slot[i].hash == h) token = fc->slot[i].token;
     pthread_mutex_unlock(&fc->mu);
     return token;
 }
 
-void dlock_fence_note(dlock_fence_cache *fc, const char *fence_key, uint64_t token)
+void dlock__fence_note(dlock__fence_cache *fc, const char *fence_key, uint64_t token)
 {
     uint64_t h = key_hash(fence_key);
-    size_t i = h % DLOCK_FENCE_SLOTS;
+    size_t i = h % DLOCK__FENCE_SLOTS;
     pthread_mutex_lock(&fc->mu);
     if (fc->slot[i].hash != h) {
         fc->slot[i].hash = h;
@@ -63,9 +63,9 @@ void dlock_fence_note(dlock_fence_cache *fc, const char *fence_key, uint64_t tok
  * it is held at the largest floor the scripts can still go above. */
 #define FLOOR_MAX ((1ULL << 53) - 2)
 
-void dlock_fence_floor_arg(dlock_fence_cache *fc, const char *fence_key, uint64_t explicit_floor, char out[24])
+void dlock__fence_floor_arg(dlock__fence_cache *fc, const char *fence_key, uint64_t explicit_floor, char out[24])
 {
-    uint64_t seen = dlock_fence_seen(fc, fence_key);
+    uint64_t seen = dlock__fence_seen(fc, fence_key);
     uint64_t floor = seen > explicit_floor ? seen : explicit_floor;
     snprintf(out, 24, "%llu", (unsigned long long)(floor > FLOOR_MAX ? FLOOR_MAX : floor));
 }

@@ -1,36 +1,36 @@
 /* Fencing floors: what a client passes to the acquire scripts so that its
  * tokens keep rising through a server that forgot its counter. */
-#ifndef DLOCK_FENCE_H
-#define DLOCK_FENCE_H
+#ifndef DLOCK__FENCE_H
+#define DLOCK__FENCE_H
 
 #include <pthread.h>
 #include <stdint.h>
 
-#define DLOCK_FENCE_SLOTS 1024
+#define DLOCK__FENCE_SLOTS 1024
 
 /* The highest token this client saw per fence counter key, remembered
  * best-effort: a fixed table, one entry per slot of the key's hash, a
  * newer key taking an older one's slot. Losing an entry only weakens the
  * floor back to the server's own (its counter and clock). */
-typedef struct dlock_fence_cache {
+typedef struct dlock__fence_cache {
     pthread_mutex_t mu;
     struct {
         uint64_t hash;  /* of the fence key; 0: empty */
         uint64_t token;
-    } slot[DLOCK_FENCE_SLOTS];
-} dlock_fence_cache;
+    } slot[DLOCK__FENCE_SLOTS];
+} dlock__fence_cache;
 
-void dlock_fence_cache_init(dlock_fence_cache *fc);
-void dlock_fence_cache_destroy(dlock_fence_cache *fc);
+void dlock__fence_cache_init(dlock__fence_cache *fc);
+void dlock__fence_cache_destroy(dlock__fence_cache *fc);
 
 /* The highest token remembered for `fence_key`, 0 when none. */
-uint64_t dlock_fence_seen(dlock_fence_cache *fc, const char *fence_key);
+uint64_t dlock__fence_seen(dlock__fence_cache *fc, const char *fence_key);
 
 /* Remember `token` for `fence_key` if it is the highest so far. */
-void dlock_fence_note(dlock_fence_cache *fc, const char *fence_key, uint64_t token);
+void dlock__fence_note(dlock__fence_cache *fc, const char *fence_key, uint64_t token);
 
 /* The floor to pass for `fence_key`: the larger of what the cache
  * remembers and `explicit_floor`, as the decimal text the scripts read. */
-void dlock_fence_floor_arg(dlock_fence_cache *fc, const char *fence_key, uint64_t explicit_floor, char out[24]);
+void dlock__fence_floor_arg(dlock__fence_cache *fc, const char *fence_key, uint64_t explicit_floor, char out[24]);
 
 #endif

@@ -11,12 +11,12 @@
 #include "handle.h"
 #include "util.h"
 
-dlock_status dlock_handle_init(dlock_handle *h, dlock_client *client, const char *name,
-                               const dlock_handle_keys *keys)
+dlock_status dlock__handle_init(dlock__handle *h, dlock_client *client, const char *name,
+                               const dlock__handle_keys *keys)
 {
     memset(h, 0, sizeof *h);
     pthread_mutex_init(&h->mu, NULL);
-    if (!client) return dlock_fail(DLOCK_ERR_INVALID, "client is NULL");
+    if (!client) return dlock__fail(DLOCK_ERR_INVALID, "client is NULL");
     dlock_status st = dlock_check_name(name);
     if (st != DLOCK_OK) return st;
     /* Numbers start at 1 and are never reused in the process, so an owner
@@ -25,24 +25,24 @@ dlock_status dlock_handle_init(dlock_handle *h, dlock_client *client, const char
     h->client = client;
     h->number = atomic_fetch_add(&handles, 1) + 1;
     h->name = strdup(name);
-    h->key = keys->key ? dlock_key(name, keys->key) : NULL;
-    h->fence = keys->fence ? dlock_key(name, keys->fence) : NULL;
-    h->channel = keys->channel ? dlock_key(name, keys->channel) : NULL;
+    h->key = keys->key ? dlock__key(name, keys->key) : NULL;
+    h->fence = keys->fence ? dlock__key(name, keys->fence) : NULL;
+    h->channel = keys->channel ? dlock__key(name, keys->channel) : NULL;
     if (!h->name || (keys->key && !h->key) || (keys->fence && !h->fence) || (keys->channel && !h->channel))
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     return DLOCK_OK;
 }
 
-dlock_status dlock_handle_new(size_t size, dlock_client *client, const char *name, const dlock_handle_keys *keys,
-                              dlock_handle **out)
+dlock_status dlock__handle_new(size_t size, dlock_client *client, const char *name, const dlock__handle_keys *keys,
+                              dlock__handle **out)
 {
-    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output pointer");
+    if (!out) return dlock__fail(DLOCK_ERR_INVALID, "no output pointer");
     *out = NULL;
-    dlock_handle *h = calloc(1, size);
-    if (!h) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
-    dlock_status st = dlock_handle_init(h, client, name, keys);
+    dlock__handle *h = calloc(1, size);
+    if (!h) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_status st = dlock__handle_init(h, client, name, keys);
     if (st != DLOCK_OK) {
-        dlock_handle_destroy(h, NULL);
+        dlock__handle_destroy(h, NULL);
         free(h);
         return st;
     }
@@ -50,9 +50,9 @@ dlock_status dlock_handle_new(size_t size, dlock_client *client, const char *nam
     return DLOCK_OK;
 }
 
-void dlock_handle_destroy(dlock_handle *h, void (*drop)(dlock_handle *h, dlock_thread_rec *t))
+void dlock__handle_destroy(dlock__handle *h, void (*drop)(dlock__handle *h, dlock__thread_rec *t))
 {
-    dlock_thread_rec *t = h->threads, *next;
+    dlock__thread_rec *t = h->threads, *next;
     for (; t; t = next) {
         next = t->next;
         if (drop) drop(h, t);
@@ -68,12 +68,12 @@ void dlock_handle_destroy(dlock_handle *h, void (*drop)(dlock_handle *h, dlock_t
 /* Records are found by a walk of a short list: a handle is used by few
  * threads, and each keeps its record for the handle's life, so its hold
  * count survives between acquire and release. */
-dlock_thread_rec *dlock_handle_thread(dlock_handle *h, size_t size, int create,
-                                      int (*init)(dlock_handle *h, dlock_thread_rec *t))
+dlock__thread_rec *dlock__handle_thread(dlock__handle *h, size_t size, int create,
+                                      int (*init)(dlock__handle *h, dlock__thread_rec *t))
 {
-    unsigned long me = dlock_thread_number();
+    unsigned long me = dlock__thread_number();
     pthread_mutex_lock(&h->mu);
-    dlock_thread_rec *t = h->threads;
+    dlock__thread_rec *t = h->threads;
     while (t && t->thread != me) t = t->next;
     if (!t && create && (t = calloc(1, size)) != NULL) {
         t->thread = me;
@@ -90,7 +90,7 @@ dlock_thread_rec *dlock_handle_thread(dlock_handle *h, size_t size, int create,
     return t;
 }
 
-void dlock_handle_on_lost(dlock_handle *h, dlock_handle_fn fn, void *arg)
+void dlock__handle_on_lost(dlock__handle *h, dlock__handle_fn fn, void *arg)
 {
     pthread_mutex_lock(&h->mu);
     h->fn = fn;
@@ -100,87 +100,87 @@ void dlock_handle_on_lost(dlock_handle *h, dlock_handle_fn fn, void *arg)
 
 /* Read under the mutex, called outside it: a callback may call back into
  * the handle (release, say) without deadlock. */
-dlock_handle_fn dlock_handle_callback(dlock_handle *h, void **arg)
+dlock__handle_fn dlock__handle_callback(dlock__handle *h, void **arg)
 {
     pthread_mutex_lock(&h->mu);
-    dlock_handle_fn fn = h->fn;
+    dlock__handle_fn fn = h->fn;
     *arg = h->arg;
     pthread_mutex_unlock(&h->mu);
     return fn;
 }
 
-dlock_status dlock_handle_renew(dlock_client *client, dlock_wd_entry *e, long lease_ms, int64_t sent)
+dlock_status dlock__handle_renew(dlock_client *client, dlock__wd_entry *e, long lease_ms, int64_t sent)
 {
-    struct dlock_watchdog *wd = dlock_client_watchdog(client);
-    if (!wd) return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+    struct dlock__watchdog *wd = dlock__client_watchdog(client);
+    if (!wd) return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
     e->lease_ms = lease_ms;
-    dlock_wd_add(wd, e, sent);
+    dlock__wd_add(wd, e, sent);
     return DLOCK_OK;
 }
 
-dlock_status dlock_held_begin(dlock_client *client, dlock_held *h, int first, int watchdog, long lease_ms,
+dlock_status dlock__held_begin(dlock_client *client, dlock__held *h, int first, int watchdog, long lease_ms,
                               int64_t sent)
 {
     if (first) {
         atomic_store(&h->lost, 0);
-        h->held_since = dlock_stats_clock();
+        h->held_since = dlock__stats_clock();
     }
     h->lease_ms = lease_ms;
-    h->trusted_until = watchdog ? 0 : sent + dlock_lease_trust_ms(lease_ms, client->safety_margin_pct);
+    h->trusted_until = watchdog ? 0 : sent + dlock__lease_trust_ms(lease_ms, client->safety_margin_pct);
     /* A re-entry renews too: its acquire restarted the lease at `sent`. */
     if (!watchdog) return DLOCK_OK;
-    dlock_status st = dlock_handle_renew(client, &h->wd, lease_ms, sent);
+    dlock_status st = dlock__handle_renew(client, &h->wd, lease_ms, sent);
     if (st == DLOCK_OK) h->renewed = 1;
     return st;
 }
 
-int dlock_held_lose(dlock_client *client, dlock_held *h)
+int dlock__held_lose(dlock_client *client, dlock__held *h)
 {
     if (atomic_exchange(&h->lost, 1)) return 0;
-    dlock_stats_lost(&client->stats, h->wd.kind);
+    dlock__stats_lost(&client->stats, h->wd.kind);
     return 1;
 }
 
-void dlock_held_end(dlock_client *client, dlock_held *h)
+void dlock__held_end(dlock_client *client, dlock__held *h)
 {
-    dlock_stats_released(&client->stats, h->wd.kind, h->held_since);
+    dlock__stats_released(&client->stats, h->wd.kind, h->held_since);
     h->count = 0;
     if (h->renewed) {
-        dlock_wd_remove(client->wd, &h->wd);
+        dlock__wd_remove(client->wd, &h->wd);
         h->renewed = 0;
     }
 }
 
-int dlock_held_lost(const dlock_held *h)
+int dlock__held_lost(const dlock__held *h)
 {
     if (atomic_load(&h->lost)) return 1;
-    return h->count > 0 && !dlock_hold_trusted(&h->wd, h->renewed, h->trusted_until);
+    return h->count > 0 && !dlock__hold_trusted(&h->wd, h->renewed, h->trusted_until);
 }
 
-int dlock_held_release_begin(dlock_client *client, dlock_held *h)
+int dlock__held_release_begin(dlock_client *client, dlock__held *h)
 {
     if (atomic_load(&h->lost)) {
-        dlock_held_end(client, h);
+        dlock__held_end(client, h);
         return 1;
     }
-    if (h->count == 1 && h->renewed) dlock_wd_releasing(client->wd, &h->wd, 1);
+    if (h->count == 1 && h->renewed) dlock__wd_releasing(client->wd, &h->wd, 1);
     return 0;
 }
 
-void dlock_held_release_failed(dlock_client *client, dlock_held *h)
+void dlock__held_release_failed(dlock_client *client, dlock__held *h)
 {
-    if (h->count == 1 && h->renewed) dlock_wd_releasing(client->wd, &h->wd, 0);
+    if (h->count == 1 && h->renewed) dlock__wd_releasing(client->wd, &h->wd, 0);
 }
 
-int dlock_held_release_done(dlock_client *client, dlock_held *h, long left, int retried)
+int dlock__held_release_done(dlock_client *client, dlock__held *h, long left, int retried)
 {
     if (left < 0 && retried && h->count == 1) left = 0;
     if (left < 0) {
-        dlock_held_lose(client, h);
-        dlock_held_end(client, h);
+        dlock__held_lose(client, h);
+        dlock__held_end(client, h);
         return 1;
     }
-    if (left == 0) dlock_held_end(client, h);
+    if (left == 0) dlock__held_end(client, h);
     else h->count = left;
     return 0;
 }

@@ -1,23 +1,23 @@
 /*
  * The base of the lock family. As libuv's handles begin with
- * UV_HANDLE_FIELDS, every primitive's struct begins with a dlock_handle:
+ * UV_HANDLE_FIELDS, every primitive's struct begins with a dlock__handle:
  * its client, name and keys, the records its threads keep, the loss
- * callback and the fencing floor. Every hold begins with a dlock_held: its
+ * callback and the fencing floor. Every hold begins with a dlock__held: its
  * watchdog entry, hold count, lease, trusted time, lost flag and the time
  * it began (for the metrics). What a primitive writes itself is its
  * scripts and the logic between them.
  *
  * The life of a hold, in the calls below:
  *
- *   acquire:  run the script, then dlock_held_begin() (trust, renewal)
- *   lost:     the watchdog's on_lost calls dlock_held_lose(), then the
- *             callback from dlock_handle_callback()
- *   release:  dlock_held_release_begin(), the script, then
- *             dlock_held_release_failed() or dlock_held_release_done()
- *   query:    dlock_held_lost() (the flag, or the holder's clock)
+ *   acquire:  run the script, then dlock__held_begin() (trust, renewal)
+ *   lost:     the watchdog's on_lost calls dlock__held_lose(), then the
+ *             callback from dlock__handle_callback()
+ *   release:  dlock__held_release_begin(), the script, then
+ *             dlock__held_release_failed() or dlock__held_release_done()
+ *   query:    dlock__held_lost() (the flag, or the holder's clock)
  */
-#ifndef DLOCK_HANDLE_H
-#define DLOCK_HANDLE_H
+#ifndef DLOCK__HANDLE_H
+#define DLOCK__HANDLE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,119 +29,119 @@
 
 /* The struct of type `type` whose member `member` is at `ptr`: from a
  * watchdog entry back to the hold and record around it. */
-#define dlock_container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+#define dlock__container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 /* The suffixes a primitive's keys carry after "dlock:{NAME}"; NULL for a
  * key it does not have. */
-typedef struct dlock_handle_keys {
+typedef struct dlock__handle_keys {
     const char *key;     /* the state of the primitive */
     const char *fence;   /* its fencing counter */
     const char *channel; /* where releases wake its waiters */
-} dlock_handle_keys;
+} dlock__handle_keys;
 
 /* A thread's record on a handle; a primitive's own record begins with it. */
-typedef struct dlock_thread_rec {
-    struct dlock_thread_rec *next;
-    unsigned long thread; /* dlock_thread_number() */
+typedef struct dlock__thread_rec {
+    struct dlock__thread_rec *next;
+    unsigned long thread; /* dlock__thread_number() */
     /* "<client id>:<thread number>:<handle number>": two handles of one
      * name are two owners even in one thread (see lock.c) */
     char owner[64];
-} dlock_thread_rec;
+} dlock__thread_rec;
 
 /* The loss callback as stored: each primitive casts its own type to and
  * from this one (the type C allows any function pointer to round-trip). */
-typedef void (*dlock_handle_fn)(void);
+typedef void (*dlock__handle_fn)(void);
 
-typedef struct dlock_handle {
+typedef struct dlock__handle {
     dlock_client *client;
     unsigned long number; /* distinguishes handles in owner strings */
     char *name, *key, *fence, *channel;
     pthread_mutex_t mu;          /* guards threads, fn, arg */
-    dlock_thread_rec *threads;
-    dlock_handle_fn fn;
+    dlock__thread_rec *threads;
+    dlock__handle_fn fn;
     void *arg;
     atomic_ullong floor; /* the fencing floor the caller set */
-} dlock_handle;
+} dlock__handle;
 
 /* One hold; a primitive's hold begins with it. The holder fills wd's
  * script, kind, key, owner and on_lost once, when it makes the record;
  * wd.kind also names the kind to the metrics when there is no watchdog. */
-typedef struct dlock_held {
-    dlock_wd_entry wd; /* first, so the watchdog's entry leads back here */
+typedef struct dlock__held {
+    dlock__wd_entry wd; /* first, so the watchdog's entry leads back here */
     long count;        /* re-entries; 0 while not held */
     long lease_ms;
     int renewed;           /* registered with the watchdog (holder only) */
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
-    int64_t held_since;    /* when the acquire that began the hold returned (dlock_stats_clock) */
+    int64_t held_since;    /* when the acquire that began the hold returned (dlock__stats_clock) */
     atomic_int lost;
-} dlock_held;
+} dlock__held;
 
 /* Make a handle of `size` bytes (the primitive's struct, whose first
- * member is the dlock_handle) for `name` on `client`, with the keys named
+ * member is the dlock__handle) for `name` on `client`, with the keys named
  * by `keys`: the checks and allocation every dlock_*_new() does. */
-dlock_status dlock_handle_new(size_t size, dlock_client *client, const char *name, const dlock_handle_keys *keys,
-                              dlock_handle **out);
+dlock_status dlock__handle_new(size_t size, dlock_client *client, const char *name, const dlock__handle_keys *keys,
+                              dlock__handle **out);
 
 /* The same, on a handle the caller owns (a primitive that checks its own
  * arguments, or a short-lived one on the stack for an admin call); undone
- * by dlock_handle_destroy(), also when it failed. */
-dlock_status dlock_handle_init(dlock_handle *h, dlock_client *client, const char *name,
-                               const dlock_handle_keys *keys);
+ * by dlock__handle_destroy(), also when it failed. */
+dlock_status dlock__handle_init(dlock__handle *h, dlock_client *client, const char *name,
+                               const dlock__handle_keys *keys);
 
-/* Free what dlock_handle_init() made and every thread record, after
+/* Free what dlock__handle_init() made and every thread record, after
  * `drop` (may be NULL) let go of what the primitive hung on each. Not the
  * handle itself. */
-void dlock_handle_destroy(dlock_handle *h, void (*drop)(dlock_handle *h, dlock_thread_rec *t));
+void dlock__handle_destroy(dlock__handle *h, void (*drop)(dlock__handle *h, dlock__thread_rec *t));
 
 /* The calling thread's record: `size` bytes beginning with a
- * dlock_thread_rec, made on first use when `create` (its owner filled,
+ * dlock__thread_rec, made on first use when `create` (its owner filled,
  * then `init` run under the handle's mutex, may be NULL, -1 to fail);
  * NULL when there is none or on failure. */
-dlock_thread_rec *dlock_handle_thread(dlock_handle *h, size_t size, int create,
-                                      int (*init)(dlock_handle *h, dlock_thread_rec *t));
+dlock__thread_rec *dlock__handle_thread(dlock__handle *h, size_t size, int create,
+                                      int (*init)(dlock__handle *h, dlock__thread_rec *t));
 
 /* Set, or read, the loss callback and its argument. */
-void dlock_handle_on_lost(dlock_handle *h, dlock_handle_fn fn, void *arg);
-dlock_handle_fn dlock_handle_callback(dlock_handle *h, void **arg);
+void dlock__handle_on_lost(dlock__handle *h, dlock__handle_fn fn, void *arg);
+dlock__handle_fn dlock__handle_callback(dlock__handle *h, void **arg);
 
 /* Renew `e` (its script, kind, key, owner and on_lost filled) with lease
  * `lease_ms` started at monotonic `sent`, starting the client's watchdog
  * thread on first use: DLOCK_ERR_SYS when it cannot start. */
-dlock_status dlock_handle_renew(dlock_client *client, dlock_wd_entry *e, long lease_ms, int64_t sent);
+dlock_status dlock__handle_renew(dlock_client *client, dlock__wd_entry *e, long lease_ms, int64_t sent);
 
 /* The acquire that (re-)entered `h` returned: a new hold (`first`) starts
  * its clock and forgets an old loss; the lease is trusted until its
  * safety margin (explicit) or renewed (`watchdog`) from `sent`, when the
  * acquire was sent. On DLOCK_ERR_SYS (no watchdog thread) the caller
  * releases what it took. */
-dlock_status dlock_held_begin(dlock_client *client, dlock_held *h, int first, int watchdog, long lease_ms,
+dlock_status dlock__held_begin(dlock_client *client, dlock__held *h, int first, int watchdog, long lease_ms,
                               int64_t sent);
 
 /* Mark `h` lost; 1 (and counted in the metrics) the first time only. */
-int dlock_held_lose(dlock_client *client, dlock_held *h);
+int dlock__held_lose(dlock_client *client, dlock__held *h);
 
 /* The hold is over: counted, count zero, renewal stopped. */
-void dlock_held_end(dlock_client *client, dlock_held *h);
+void dlock__held_end(dlock_client *client, dlock__held *h);
 
 /* Lost by the flag the watchdog sets, or by the holder's clock: from the
  * moment its trusted time is over, whether or not the watchdog thread has
  * run yet, and for an explicit lease, which has no watchdog. */
-int dlock_held_lost(const dlock_held *h);
+int dlock__held_lost(const dlock__held *h);
 
 /* Before the release script: a hold already lost ends here (returns 1,
  * the caller reports DLOCK_ERR_LOST). Otherwise 0, and when this is the
  * last release of a renewed hold, the watchdog is told a release is in
  * flight, so a renewal that races it is not taken for a loss. */
-int dlock_held_release_begin(dlock_client *client, dlock_held *h);
+int dlock__held_release_begin(dlock_client *client, dlock__held *h);
 
 /* The release script failed: the hold is unchanged, renewal goes on. */
-void dlock_held_release_failed(dlock_client *client, dlock_held *h);
+void dlock__held_release_failed(dlock_client *client, dlock__held *h);
 
 /* The release script answered `left` (holds left, -1: not ours any more),
  * from a send that was `retried`. Returns 1 when the hold was lost
  * before it (ended and counted; the caller reports DLOCK_ERR_LOST). A
  * resent last release answers -1 when the first send did release it
  * before its reply was lost: either way nothing is held now, not a loss. */
-int dlock_held_release_done(dlock_client *client, dlock_held *h, long left, int retried);
+int dlock__held_release_done(dlock_client *client, dlock__held *h, long left, int retried);
 
 #endif

@@ -33,15 +33,15 @@
  * break the key's layout nor collide with another prefix's day key. */
 dlock_status dlock_check_id_prefix(const char *p)
 {
-    if (!p) return dlock_fail(DLOCK_ERR_INVALID, "ID prefix is NULL");
+    if (!p) return dlock__fail(DLOCK_ERR_INVALID, "ID prefix is NULL");
     size_t len = strnlen(p, PREFIX_MAX + 1);
     if (len == 0 || len > PREFIX_MAX)
-        return dlock_fail(DLOCK_ERR_INVALID, "ID prefix must be 1 to %d characters", PREFIX_MAX);
+        return dlock__fail(DLOCK_ERR_INVALID, "ID prefix must be 1 to %d characters", PREFIX_MAX);
     for (size_t i = 0; i < len; i++) {
         char ch = p[i];
         if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
               ch == '_' || ch == '.' || ch == '-'))
-            return dlock_fail(DLOCK_ERR_INVALID, "ID prefix may only hold [A-Za-z0-9_.-]");
+            return dlock__fail(DLOCK_ERR_INVALID, "ID prefix may only hold [A-Za-z0-9_.-]");
     }
     return DLOCK_OK;
 }
@@ -79,13 +79,13 @@ dlock_status dlock_check_id_date(const char *date)
 {
     int y, m, d;
     if (parse_date(date, &y, &m, &d) != 0)
-        return dlock_fail(DLOCK_ERR_INVALID, "ID date must be a calendar day written YYYY-MM-DD");
+        return dlock__fail(DLOCK_ERR_INVALID, "ID date must be a calendar day written YYYY-MM-DD");
     return DLOCK_OK;
 }
 
 dlock_status dlock_id_count(dlock_client *client, const char *prefix, const char *date, uint64_t *count)
 {
-    if (!client || !count) return dlock_fail(DLOCK_ERR_INVALID, "client or count is NULL");
+    if (!client || !count) return dlock__fail(DLOCK_ERR_INVALID, "client or count is NULL");
     dlock_status st = dlock_check_id_prefix(prefix);
     if (st != DLOCK_OK) return st;
     int y, m, d;
@@ -112,7 +112,7 @@ dlock_status dlock_id_count(dlock_client *client, const char *prefix, const char
         unsigned long long v = 0;
         if (r->type == REDIS_REPLY_STRING && r->str[0] >= '0' && r->str[0] <= '9') v = strtoull(r->str, &end, 10);
         if (!end || *end != '\0')
-            st = dlock_fail(DLOCK_ERR_REDIS, "ID count %s is not a number", key);
+            st = dlock__fail(DLOCK_ERR_REDIS, "ID count %s is not a number", key);
         else
             *count = v;
     }
@@ -122,9 +122,9 @@ dlock_status dlock_id_count(dlock_client *client, const char *prefix, const char
 
 dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *ids, size_t count)
 {
-    if (!client || !ids) return dlock_fail(DLOCK_ERR_INVALID, "client or ids is NULL");
+    if (!client || !ids) return dlock__fail(DLOCK_ERR_INVALID, "client or ids is NULL");
     if (count == 0 || count > COUNT_MAX)
-        return dlock_fail(DLOCK_ERR_INVALID, "ID count must be 1 to %d", COUNT_MAX);
+        return dlock__fail(DLOCK_ERR_INVALID, "ID count must be 1 to %d", COUNT_MAX);
     dlock_status st = dlock_check_id_prefix(prefix);
     if (st != DLOCK_OK) return st;
 
@@ -133,7 +133,7 @@ dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *i
     time_t now = ts.tv_sec;
     long long secs = (long long)now - DLOCK_ID_EPOCH;
     if (secs < 0 || secs > 0x7fffffffLL)
-        return dlock_fail(DLOCK_ERR_SYS, "system clock is outside the ID range (2022 to 2090)");
+        return dlock__fail(DLOCK_ERR_SYS, "system clock is outside the ID range (2022 to 2090)");
     struct tm tm;
     gmtime_r(&now, &tm);
     char key[KEY_MAX], count_key[KEY_MAX], n[24];
@@ -146,10 +146,10 @@ dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *i
     const char *keys[2] = {key, count_key};
     const char *args[2] = {n, floor_s};
     long long last;
-    st = dlock_eval_int(client, DLOCK_SCRIPT_ID_NEXT, 2, keys, 2, args, &last);
+    st = dlock__eval_int(client, DLOCK__SCRIPT_ID_NEXT, 2, keys, 2, args, &last);
     if (st != DLOCK_OK) return st;
     if (last < (long long)count || (unsigned long long)last > SEQ_MAX)
-        return dlock_fail(DLOCK_ERR_OVERFLOW, "sequence %s reached %lld, past 32 bits", key, last);
+        return dlock__fail(DLOCK_ERR_OVERFLOW, "sequence %s reached %lld, past 32 bits", key, last);
     uint64_t first = (uint64_t)last - count + 1;
     for (size_t i = 0; i < count; i++) ids[i] = (uint64_t)secs << 32 | (first + i);
     return DLOCK_OK;

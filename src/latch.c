@@ -14,16 +14,16 @@
 
 #define COUNT_MAX 0x7fffffffL
 
-static const dlock_handle_keys latch_keys = {":latch", NULL, ":latch:ch"};
+static const dlock__handle_keys latch_keys = {":latch", NULL, ":latch:ch"};
 
 struct dlock_latch {
-    dlock_handle base; /* first: client, name, keys */
+    dlock__handle base; /* first: client, name, keys */
 };
 
 dlock_status dlock_latch_new(dlock_client *client, const char *name, dlock_latch **out)
 {
-    dlock_handle *h = NULL;
-    dlock_status st = dlock_handle_new(sizeof(dlock_latch), client, name, &latch_keys, out ? &h : NULL);
+    dlock__handle *h = NULL;
+    dlock_status st = dlock__handle_new(sizeof(dlock_latch), client, name, &latch_keys, out ? &h : NULL);
     if (out) *out = (dlock_latch *)h;
     return st;
 }
@@ -31,51 +31,51 @@ dlock_status dlock_latch_new(dlock_client *client, const char *name, dlock_latch
 void dlock_latch_free(dlock_latch *l)
 {
     if (!l) return;
-    dlock_handle_destroy(&l->base, NULL);
+    dlock__handle_destroy(&l->base, NULL);
     free(l);
 }
 
 dlock_status dlock_latch_set(dlock_latch *l, long count, int *was_set)
 {
     if (was_set) *was_set = 0;
-    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
+    if (!l) return dlock__fail(DLOCK_ERR_INVALID, "latch is NULL");
     if (count < 1 || count > COUNT_MAX)
-        return dlock_fail(DLOCK_ERR_INVALID, "latch count must be 1 to %ld", COUNT_MAX);
+        return dlock__fail(DLOCK_ERR_INVALID, "latch count must be 1 to %ld", COUNT_MAX);
     char n[24];
     snprintf(n, sizeof n, "%ld", count);
-    dlock_op op;
-    dlock_op_new(l->base.client, l->base.key, &op);
+    dlock__op op;
+    dlock__op_new(l->base.client, l->base.key, &op);
     const char *keys[2] = {l->base.key, op.key};
     const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock_eval_int(l->base.client, DLOCK_SCRIPT_SEM_SET, 2, keys, 3, args, &set);
+    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_SEM_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
 
 dlock_status dlock_latch_count_down(dlock_latch *l, long *remaining)
 {
-    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
-    dlock_op op;
-    dlock_op_new(l->base.client, l->base.key, &op);
+    if (!l) return dlock__fail(DLOCK_ERR_INVALID, "latch is NULL");
+    dlock__op op;
+    dlock__op_new(l->base.client, l->base.key, &op);
     const char *keys[3] = {l->base.key, l->base.channel, op.key};
     const char *args[3] = {l->base.client->publish, op.seq, op.ttl};
     long long left;
-    dlock_status st = dlock_eval_int(l->base.client, DLOCK_SCRIPT_LATCH_COUNT_DOWN, 3, keys, 3, args, &left);
+    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, keys, 3, args, &left);
     if (st == DLOCK_OK && remaining) *remaining = (long)left;
     return st;
 }
 
 dlock_status dlock_latch_count(dlock_latch *l, long *count)
 {
-    if (!l || !count) return dlock_fail(DLOCK_ERR_INVALID, "latch or output is NULL");
+    if (!l || !count) return dlock__fail(DLOCK_ERR_INVALID, "latch or output is NULL");
     const char *argv[2] = {"GET", l->base.key};
     redisReply *r;
-    dlock_status st = dlock_topo_command(l->base.client->topo, l->base.key, 2, argv, NULL, &r, NULL);
+    dlock_status st = dlock__topo_command(l->base.client->topo, l->base.key, 2, argv, NULL, &r, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_NIL) *count = 0;
     else if (r->type == REDIS_REPLY_STRING) *count = strtol(r->str, NULL, 10);
-    else st = dlock_reply_error(r, "GET");
+    else st = dlock__reply_error(r, "GET");
     freeReplyObject(r);
     return st;
 }
@@ -87,28 +87,28 @@ static int latch_try(void *ctx, long *retry_ms)
     dlock_status st = dlock_latch_count(ctx, &count);
     if (st != DLOCK_OK) return st;
     *retry_ms = -1;
-    return count <= 0 ? DLOCK_OK : DLOCK_BUSY;
+    return count <= 0 ? DLOCK_OK : DLOCK__BUSY;
 }
 
 static dlock_status latch_await(dlock_latch *l, long wait_ms)
 {
     if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    int64_t deadline = dlock_deadline(wait_ms);
+        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     int result = latch_try(l, &retry);
-    if (dlock_should_wait(result, wait_ms))
-        result = dlock_wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry);
-    if (result == DLOCK_BUSY) return dlock_fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
+    if (dlock__should_wait(result, wait_ms))
+        result = dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry);
+    if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
 }
 
 /* An await is the latch's acquire: counted as one, however it ends. */
 dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
 {
-    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "latch is NULL");
-    int64_t since = dlock_stats_clock();
+    if (!l) return dlock__fail(DLOCK_ERR_INVALID, "latch is NULL");
+    int64_t since = dlock__stats_clock();
     dlock_status st = latch_await(l, wait_ms);
-    dlock_stats_acquired(&l->base.client->stats, DLOCK_STATS_LATCH, since, st);
+    dlock__stats_acquired(&l->base.client->stats, DLOCK_STATS_LATCH, since, st);
     return st;
 }

@@ -30,7 +30,7 @@
 #include "tls.h"
 #include "util.h"
 
-struct dlock_link {
+struct dlock__link {
     redisContext *c;        /* the socket (c->fd), the reply reader, the output buffer */
     SSL *ssl;               /* NULL: plaintext */
     pthread_mutex_t ssl_mu; /* TLS: calls into OpenSSL, one at a time */
@@ -39,14 +39,14 @@ struct dlock_link {
     char why[160];          /* TLS: OpenSSL's reason for the last failure */
 };
 
-int dlock_endpoint_init(dlock_endpoint *ep, const char *host, int port, const char *path,
-                        const dlock_conn_cfg *cfg)
+int dlock__endpoint_init(dlock__endpoint *ep, const char *host, int port, const char *path,
+                        const dlock__conn_cfg *cfg)
 {
     memset(ep, 0, sizeof *ep);
     ep->port = port;
     ep->cfg = cfg;
     if ((host && !(ep->host = strdup(host))) || (path && !(ep->path = strdup(path)))) {
-        dlock_endpoint_destroy(ep);
+        dlock__endpoint_destroy(ep);
         return -1;
     }
     if (path) snprintf(ep->name, sizeof ep->name, "%s", path);
@@ -55,7 +55,7 @@ int dlock_endpoint_init(dlock_endpoint *ep, const char *host, int port, const ch
     return 0;
 }
 
-void dlock_endpoint_destroy(dlock_endpoint *ep)
+void dlock__endpoint_destroy(dlock__endpoint *ep)
 {
     free(ep->host);
     free(ep->path);
@@ -68,25 +68,25 @@ static struct timeval ms_tv(int ms)
     return tv;
 }
 
-int dlock_link_fd(const dlock_link *l)
+int dlock__link_fd(const dlock__link *l)
 {
     return l->c->fd;
 }
 
-dlock_status dlock_reply_error(const redisReply *r, const char *what)
+dlock_status dlock__reply_error(const redisReply *r, const char *what)
 {
-    if (!r) return dlock_fail(DLOCK_ERR_CONNECT, "%s: no reply", what);
+    if (!r) return dlock__fail(DLOCK_ERR_CONNECT, "%s: no reply", what);
     if (r->type != REDIS_REPLY_ERROR)
-        return dlock_fail(DLOCK_ERR_REDIS, "%s: unexpected reply type %d", what, r->type);
+        return dlock__fail(DLOCK_ERR_REDIS, "%s: unexpected reply type %d", what, r->type);
     if (strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0 ||
         strncmp(r->str, "NOPERM", 6) == 0)
-        return dlock_fail(DLOCK_ERR_AUTH, "%s: %s", what, r->str);
-    return dlock_fail(DLOCK_ERR_REDIS, "%s: %s", what, r->str);
+        return dlock__fail(DLOCK_ERR_AUTH, "%s: %s", what, r->str);
+    return dlock__fail(DLOCK_ERR_REDIS, "%s: %s", what, r->str);
 }
 
 /* One call into OpenSSL for I/O, under the link's mutex: the bytes moved,
  * or <= 0 with *err (SSL_get_error) and errno as the call left it. */
-static int tls_call(dlock_link *l, int write, void *buf, size_t len, int *err)
+static int tls_call(dlock__link *l, int write, void *buf, size_t len, int *err)
 {
     int n = len > INT_MAX ? INT_MAX : (int)len;
     pthread_mutex_lock(&l->ssl_mu);
@@ -95,7 +95,7 @@ static int tls_call(dlock_link *l, int write, void *buf, size_t len, int *err)
     int r = write ? SSL_write(l->ssl, buf, n) : SSL_read(l->ssl, buf, n);
     int saved = errno;
     *err = r > 0 ? SSL_ERROR_NONE : SSL_get_error(l->ssl, r);
-    if (*err == SSL_ERROR_SSL) dlock_tls_reason(l->why, sizeof l->why); /* empties the queue */
+    if (*err == SSL_ERROR_SSL) dlock__tls_reason(l->why, sizeof l->why); /* empties the queue */
     pthread_mutex_unlock(&l->ssl_mu);
     errno = saved;
     return r;
@@ -104,16 +104,16 @@ static int tls_call(dlock_link *l, int write, void *buf, size_t len, int *err)
 /* TLS: move bytes one way, waiting in poll(2) until the deadline when
  * OpenSSL needs the socket. As send()/read() would: > 0, 0 at the end of
  * the stream (reads), -1 with errno (EAGAIN on timeout). */
-static ssize_t tls_io(dlock_link *l, int write, void *buf, size_t len)
+static ssize_t tls_io(dlock__link *l, int write, void *buf, size_t len)
 {
-    int64_t deadline = dlock_mono_ms() + l->timeout_ms;
+    int64_t deadline = dlock__mono_ms() + l->timeout_ms;
     for (;;) {
         int err;
         int n = tls_call(l, write, buf, len, &err);
         if (n > 0) return n;
         int saved = errno;
         if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-            if (dlock_poll_fd(l->c->fd, err == SSL_ERROR_WANT_WRITE, deadline) == 0) continue;
+            if (dlock__poll_fd(l->c->fd, err == SSL_ERROR_WANT_WRITE, deadline) == 0) continue;
             return -1; /* errno: EAGAIN on timeout */
         }
         if (err == SSL_ERROR_ZERO_RETURN || (err == SSL_ERROR_SYSCALL && saved == 0)) {
@@ -125,7 +125,7 @@ static ssize_t tls_io(dlock_link *l, int write, void *buf, size_t len)
     }
 }
 
-int dlock_link_buffered(dlock_link *l)
+int dlock__link_buffered(dlock__link *l)
 {
     if (!l->ssl) return 0;
     pthread_mutex_lock(&l->ssl_mu);
@@ -134,7 +134,7 @@ int dlock_link_buffered(dlock_link *l)
     return n;
 }
 
-int dlock_link_send(dlock_link *l, const char *buf, size_t len, size_t *sent)
+int dlock__link_send(dlock__link *l, const char *buf, size_t len, size_t *sent)
 {
     size_t off = 0;
     int rc = 0;
@@ -152,7 +152,7 @@ int dlock_link_send(dlock_link *l, const char *buf, size_t len, size_t *sent)
     return rc;
 }
 
-ssize_t dlock_link_recv(dlock_link *l, char *buf, size_t cap)
+ssize_t dlock__link_recv(dlock__link *l, char *buf, size_t cap)
 {
     if (l->ssl) return tls_io(l, 0, buf, cap);
     ssize_t n;
@@ -162,37 +162,37 @@ ssize_t dlock_link_recv(dlock_link *l, char *buf, size_t cap)
     return n;
 }
 
-int dlock_link_append(dlock_link *l, int argc, const char *const *argv, const size_t *lens)
+int dlock__link_append(dlock__link *l, int argc, const char *const *argv, const size_t *lens)
 {
     return redisAppendCommandArgv(l->c, argc, (const char **)argv, lens) == REDIS_OK ? 0 : -1;
 }
 
-size_t dlock_link_pending(const dlock_link *l)
+size_t dlock__link_pending(const dlock__link *l)
 {
     return sdslen(l->c->obuf);
 }
 
-sds dlock_link_take(dlock_link *l)
+sds dlock__link_take(dlock__link *l)
 {
     sds out = l->c->obuf;
     l->c->obuf = sdsempty();
     return out;
 }
 
-int dlock_link_flush(dlock_link *l)
+int dlock__link_flush(dlock__link *l)
 {
     size_t sent = 0;
-    int rc = dlock_link_send(l, l->c->obuf, sdslen(l->c->obuf), &sent);
+    int rc = dlock__link_send(l, l->c->obuf, sdslen(l->c->obuf), &sent);
     sdsrange(l->c->obuf, (ssize_t)sent, -1);
     return rc;
 }
 
-int dlock_link_feed(dlock_link *l, const char *buf, size_t len)
+int dlock__link_feed(dlock__link *l, const char *buf, size_t len)
 {
     return redisReaderFeed(l->c->reader, buf, len) == REDIS_OK ? 0 : -1;
 }
 
-int dlock_link_reply(dlock_link *l, redisReply **out)
+int dlock__link_reply(dlock__link *l, redisReply **out)
 {
     void *r = NULL;
     int rc = redisReaderGetReply(l->c->reader, &r) == REDIS_OK ? 0 : -1;
@@ -200,28 +200,28 @@ int dlock_link_reply(dlock_link *l, redisReply **out)
     return rc;
 }
 
-const char *dlock_link_strerror(dlock_link *l, int err)
+const char *dlock__link_strerror(dlock__link *l, int err)
 {
     if (l->ssl && l->why[0]) return l->why;
     return strerror(err ? err : EIO);
 }
 
-void dlock_link_shutdown(dlock_link *l)
+void dlock__link_shutdown(dlock__link *l)
 {
     shutdown(l->c->fd, SHUT_RDWR);
 }
 
-dlock_status dlock_link_pipeline(dlock_link *l, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, redisReply **replies, dlock_io_fail *why)
+dlock_status dlock__link_pipeline(dlock__link *l, int n, const int *argcs, const char *const *const *argvs,
+                                 const size_t *const *lens, redisReply **replies, dlock__io_fail *why)
 {
-    *why = (dlock_io_fail){0, 0};
+    *why = (dlock__io_fail){0, 0};
     for (int i = 0; i < n; i++) replies[i] = NULL;
     for (int i = 0; i < n; i++)
-        if (dlock_link_append(l, argcs[i], argvs[i], lens ? lens[i] : NULL) != 0)
-            return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        if (dlock__link_append(l, argcs[i], argvs[i], lens ? lens[i] : NULL) != 0)
+            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     const char *what = NULL;
     int err = 0;
-    if (dlock_link_flush(l) != 0) {
+    if (dlock__link_flush(l) != 0) {
         err = errno;
     } else {
         /* Only commands that left in full may have run on the server; ones
@@ -231,7 +231,7 @@ dlock_status dlock_link_pipeline(dlock_link *l, int n, const int *argcs, const c
         char buf[16384];
         while (got < n) {
             redisReply *r;
-            if (dlock_link_reply(l, &r) != 0) {
+            if (dlock__link_reply(l, &r) != 0) {
                 what = "protocol error";
                 break;
             }
@@ -239,13 +239,13 @@ dlock_status dlock_link_pipeline(dlock_link *l, int n, const int *argcs, const c
                 replies[got++] = r;
                 continue;
             }
-            ssize_t k = dlock_link_recv(l, buf, sizeof buf);
+            ssize_t k = dlock__link_recv(l, buf, sizeof buf);
             if (k <= 0) {
                 err = k < 0 ? errno : 0;
                 what = k == 0 ? "server closed the connection" : NULL;
                 break;
             }
-            if (dlock_link_feed(l, buf, (size_t)k) != 0) {
+            if (dlock__link_feed(l, buf, (size_t)k) != 0) {
                 what = "protocol error";
                 break;
             }
@@ -257,20 +257,20 @@ dlock_status dlock_link_pipeline(dlock_link *l, int n, const int *argcs, const c
         replies[i] = NULL;
     }
     why->timed_out = !what && (err == EAGAIN || err == EWOULDBLOCK);
-    if (!what) what = why->timed_out ? "command timed out" : dlock_link_strerror(l, err);
-    return dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], l->name, what);
+    if (!what) what = why->timed_out ? "command timed out" : dlock__link_strerror(l, err);
+    return dlock__fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], l->name, what);
 }
 
 /* Run a setup command (AUTH, SELECT) on a new link; any failure to run it
  * is an authentication failure from the caller's point of view. */
-static dlock_status setup_command(dlock_link *l, int argc, const char **argv, const char *what)
+static dlock_status setup_command(dlock__link *l, int argc, const char **argv, const char *what)
 {
     const char *const *argvs[1] = {argv};
     redisReply *r;
-    dlock_io_fail f;
-    dlock_status st = dlock_link_pipeline(l, 1, &argc, argvs, NULL, &r, &f);
+    dlock__io_fail f;
+    dlock_status st = dlock__link_pipeline(l, 1, &argc, argvs, NULL, &r, &f);
     if (st != DLOCK_OK) return st;
-    if (r->type == REDIS_REPLY_ERROR) st = dlock_fail(DLOCK_ERR_AUTH, "%s refused: %s", what, r->str);
+    if (r->type == REDIS_REPLY_ERROR) st = dlock__fail(DLOCK_ERR_AUTH, "%s refused: %s", what, r->str);
     freeReplyObject(r);
     return st;
 }
@@ -278,36 +278,36 @@ static dlock_status setup_command(dlock_link *l, int argc, const char **argv, co
 /* Sentinel's word is not enough: between a failover and the moment a
  * client asks, the address it gives may still be a demoted master. ROLE on
  * every new connection means we never send a lock command to a replica. */
-static dlock_status check_master(dlock_link *l)
+static dlock_status check_master(dlock__link *l)
 {
     const char *argv[1] = {"ROLE"};
     const char *const *argvs[1] = {argv};
     const int argc = 1;
     redisReply *r;
-    dlock_io_fail f;
-    dlock_status st = dlock_link_pipeline(l, 1, &argc, argvs, NULL, &r, &f);
+    dlock__io_fail f;
+    dlock_status st = dlock__link_pipeline(l, 1, &argc, argvs, NULL, &r, &f);
     if (st != DLOCK_OK) return st;
-    if (r->type == REDIS_REPLY_ERROR) st = dlock_reply_error(r, "ROLE");
+    if (r->type == REDIS_REPLY_ERROR) st = dlock__reply_error(r, "ROLE");
     else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING)
-        st = dlock_fail(DLOCK_ERR_REDIS, "ROLE on %s: unexpected reply", l->name);
+        st = dlock__fail(DLOCK_ERR_REDIS, "ROLE on %s: unexpected reply", l->name);
     else if (strcmp(r->element[0]->str, "master") != 0)
-        st = dlock_fail(DLOCK_ERR_CONNECT, "%s is not a master (its role is %s)", l->name, r->element[0]->str);
+        st = dlock__fail(DLOCK_ERR_CONNECT, "%s is not a master (its role is %s)", l->name, r->element[0]->str);
     freeReplyObject(r);
     return st;
 }
 
-redisContext *dlock_link_detach(dlock_link *l)
+redisContext *dlock__link_detach(dlock__link *l)
 {
     redisContext *c = NULL;
     if (!l->ssl) {
         c = l->c;
         l->c = NULL;
     }
-    dlock_link_free(l);
+    dlock__link_free(l);
     return c;
 }
 
-void dlock_link_free(dlock_link *l)
+void dlock__link_free(dlock__link *l)
 {
     if (!l) return;
     if (l->ssl) {
@@ -318,27 +318,27 @@ void dlock_link_free(dlock_link *l)
     free(l);
 }
 
-dlock_status dlock_link_open(const dlock_endpoint *ep, dlock_link **out)
+dlock_status dlock__link_open(const dlock__endpoint *ep, dlock__link **out)
 {
-    const dlock_conn_cfg *cfg = ep->cfg;
+    const dlock__conn_cfg *cfg = ep->cfg;
     const char *host = ep->host, *path = ep->path, *name = ep->name;
     int port = ep->port;
     *out = NULL;
     /* A client being freed waits for nobody's new connection. */
-    if (cfg->closing && atomic_load(cfg->closing)) return dlock_fail(DLOCK_ERR_CONNECT, "the client is closing");
-    dlock_link *l = calloc(1, sizeof *l);
-    if (!l) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (cfg->closing && atomic_load(cfg->closing)) return dlock__fail(DLOCK_ERR_CONNECT, "the client is closing");
+    dlock__link *l = calloc(1, sizeof *l);
+    if (!l) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     l->name = name;
     l->timeout_ms = cfg->command_timeout_ms;
     l->c = path ? redisConnectUnixWithTimeout(path, ms_tv(cfg->connect_timeout_ms))
                 : redisConnectWithTimeout(host, port, ms_tv(cfg->connect_timeout_ms));
     if (!l->c) {
         free(l);
-        return dlock_fail(DLOCK_ERR_NOMEM, "cannot allocate a connection");
+        return dlock__fail(DLOCK_ERR_NOMEM, "cannot allocate a connection");
     }
     if (l->c->err) {
-        dlock_status st = dlock_fail(DLOCK_ERR_CONNECT, "cannot connect to %s: %s", name, l->c->errstr);
-        dlock_link_free(l);
+        dlock_status st = dlock__fail(DLOCK_ERR_CONNECT, "cannot connect to %s: %s", name, l->c->errstr);
+        dlock__link_free(l);
         return st;
     }
     if (!path) redisEnableKeepAlive(l->c);
@@ -346,10 +346,10 @@ dlock_status dlock_link_open(const dlock_endpoint *ep, dlock_link **out)
     if (cfg->tls) {
         int fl = fcntl(l->c->fd, F_GETFL);
         if (fl < 0 || fcntl(l->c->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-            st = dlock_fail(DLOCK_ERR_SYS, "cannot make the connection to %s non-blocking: %s", name, strerror(errno));
+            st = dlock__fail(DLOCK_ERR_SYS, "cannot make the connection to %s non-blocking: %s", name, strerror(errno));
         } else {
             pthread_mutex_init(&l->ssl_mu, NULL);
-            st = dlock_tls_handshake(cfg->tls, l->c->fd, host, name, cfg->connect_timeout_ms, &l->ssl);
+            st = dlock__tls_handshake(cfg->tls, l->c->fd, host, name, cfg->connect_timeout_ms, &l->ssl);
             if (st != DLOCK_OK) pthread_mutex_destroy(&l->ssl_mu);
         }
     } else {
@@ -367,7 +367,7 @@ dlock_status dlock_link_open(const dlock_endpoint *ep, dlock_link **out)
     }
     if (st == DLOCK_OK && cfg->require_master) st = check_master(l);
     if (st != DLOCK_OK) {
-        dlock_link_free(l);
+        dlock__link_free(l);
         return st;
     }
     *out = l;

@@ -16,7 +16,7 @@
  * descriptions are for flock(2)). Were they one owner, each would keep its
  * own hold count and the first release through either would delete the
  * lock while the other still believed it held it. Each thread's view of its hold (count, token,
- * lost flag, watchdog entry) lives in a dlock_hold on the handle; only that
+ * lost flag, watchdog entry) lives in a dlock__hold on the handle; only that
  * thread changes it, except the lost flag, which the watchdog sets.
  *
  * The safety argument, in short: acquire and release are single scripts,
@@ -40,19 +40,19 @@
 /* Room for "dlock:{NAME}:ch:" with the longest name. */
 #define NAME_PREFIX_MAX 600
 
-static const dlock_handle_keys lock_keys = {"", ":fence", ":ch"};
+static const dlock__handle_keys lock_keys = {"", ":fence", ":ch"};
 
 /* A thread's view of its hold of one handle. */
 typedef struct lock_thread {
-    dlock_thread_rec rec; /* first: the handle's record */
-    dlock_held held;
+    dlock__thread_rec rec; /* first: the handle's record */
+    dlock__held held;
     struct dlock_lock *lock;
     uint64_t token;
     char *wake_channel; /* fair locks: this waiter's own channel */
 } lock_thread;
 
 struct dlock_lock {
-    dlock_handle base; /* first: client, name, keys, threads, callback, floor */
+    dlock__handle base; /* first: client, name, keys, threads, callback, floor */
     int fair;
     char *queue, *queue_deadlines; /* fair locks only */
 };
@@ -63,16 +63,16 @@ static dlock_stats_kind lock_kind(const dlock_lock *l)
     return l->fair ? DLOCK_STATS_FAIR : DLOCK_STATS_LOCK;
 }
 
-static void hold_lost(dlock_wd_entry *e);
+static void hold_lost(dlock__wd_entry *e);
 
 /* A thread's first use of the handle: its renewal entry, and for a fair
  * lock the channel on which it alone is woken. */
-static int thread_init(dlock_handle *base, dlock_thread_rec *rec)
+static int thread_init(dlock__handle *base, dlock__thread_rec *rec)
 {
     dlock_lock *l = (dlock_lock *)base;
     lock_thread *t = (lock_thread *)rec;
     t->lock = l;
-    t->held.wd.script = DLOCK_SCRIPT_RENEW;
+    t->held.wd.script = DLOCK__SCRIPT_RENEW;
     t->held.wd.kind = lock_kind(l);
     t->held.wd.key = base->key;
     t->held.wd.owner = rec->owner;
@@ -80,32 +80,32 @@ static int thread_init(dlock_handle *base, dlock_thread_rec *rec)
     return l->fair && asprintf(&t->wake_channel, "%s:%s", base->channel, rec->owner) < 0 ? -1 : 0;
 }
 
-static void thread_drop(dlock_handle *base, dlock_thread_rec *rec)
+static void thread_drop(dlock__handle *base, dlock__thread_rec *rec)
 {
     lock_thread *t = (lock_thread *)rec;
-    if (t->held.renewed) dlock_wd_remove(base->client->wd, &t->held.wd);
+    if (t->held.renewed) dlock__wd_remove(base->client->wd, &t->held.wd);
     free(t->wake_channel);
 }
 
 /* The calling thread's record; made on first use when `create`. */
 static lock_thread *thread_hold(dlock_lock *l, int create)
 {
-    return (lock_thread *)dlock_handle_thread(&l->base, sizeof(lock_thread), create, thread_init);
+    return (lock_thread *)dlock__handle_thread(&l->base, sizeof(lock_thread), create, thread_init);
 }
 
 /* Both kinds share the hash layout, so inspect, force unlock, renewal and
  * the hold bookkeeping are common; a fair lock adds its queue. */
 static dlock_status lock_make(dlock_client *client, const char *name, int fair, dlock_lock **out)
 {
-    dlock_handle *h = NULL;
-    dlock_status st = dlock_handle_new(sizeof(dlock_lock), client, name, &lock_keys, out ? &h : NULL);
+    dlock__handle *h = NULL;
+    dlock_status st = dlock__handle_new(sizeof(dlock_lock), client, name, &lock_keys, out ? &h : NULL);
     if (out) *out = NULL;
     if (st != DLOCK_OK) return st;
     dlock_lock *l = (dlock_lock *)h;
     l->fair = fair;
-    if (fair && (!(l->queue = dlock_key(name, ":q")) || !(l->queue_deadlines = dlock_key(name, ":qt")))) {
+    if (fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")))) {
         dlock_lock_free(l);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     *out = l;
     return DLOCK_OK;
@@ -124,7 +124,7 @@ dlock_status dlock_lock_new_fair(dlock_client *client, const char *name, dlock_l
 void dlock_lock_free(dlock_lock *l)
 {
     if (!l) return;
-    dlock_handle_destroy(&l->base, thread_drop);
+    dlock__handle_destroy(&l->base, thread_drop);
     free(l->queue);
     free(l->queue_deadlines);
     free(l);
@@ -135,19 +135,19 @@ const char *dlock_lock_name(const dlock_lock *l)
     return l ? l->base.name : "";
 }
 
-dlock_client *dlock_lock_client(const dlock_lock *l)
+dlock_client *dlock__lock_client(const dlock_lock *l)
 {
     return l->base.client;
 }
 
 /* Watchdog thread: the server no longer has this hold. */
-static void hold_lost(dlock_wd_entry *e)
+static void hold_lost(dlock__wd_entry *e)
 {
-    lock_thread *t = dlock_container_of(e, lock_thread, held.wd);
+    lock_thread *t = dlock__container_of(e, lock_thread, held.wd);
     dlock_lock *l = t->lock;
-    dlock_held_lose(l->base.client, &t->held);
+    dlock__held_lose(l->base.client, &t->held);
     void *arg;
-    dlock_lost_fn fn = (dlock_lost_fn)dlock_handle_callback(&l->base, &arg);
+    dlock_lost_fn fn = (dlock_lost_fn)dlock__handle_callback(&l->base, &arg);
     if (fn) fn(l, t->token, arg);
 }
 
@@ -166,18 +166,18 @@ static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
     const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
     const char *args[5] = {h->rec.owner, lease_s, "1", l->base.client->publish, prefix};
     long long left;
-    dlock_eval_int(l->base.client, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2, keys, l->fair ? 5 : 4,
+    dlock__eval_int(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys, l->fair ? 5 : 4,
                    args, &left);
 }
 
-/* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK_BUSY
+/* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK__BUSY
  * (*pttl: the holder's remaining lease, -1 when it has none),
  * REPLICA_SHORT, or a failure. */
 static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, long *pttl, int64_t *sent)
 {
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", lease);
-    dlock_fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), floor_s);
+    dlock__fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), floor_s);
     snprintf(count_s, sizeof count_s, "%ld", h->held.count);
     snprintf(timeout_s, sizeof timeout_s, "%ld", l->base.client->fair_waiter_timeout_ms);
     snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
@@ -187,35 +187,35 @@ static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, lon
     const char *args[4] = {h->rec.owner, lease_s, count_s, floor_s};
     redisReply *r;
     long long acks;
-    *sent = dlock_mono_ms(); /* a lease it sets starts no earlier */
-    dlock_status st = l->fair ? dlock_eval_acked(l->base.client, DLOCK_SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
-                              : dlock_eval_acked(l->base.client, DLOCK_SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
+    *sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
+    dlock_status st = l->fair ? dlock__eval_acked(l->base.client, DLOCK__SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
+                              : dlock__eval_acked(l->base.client, DLOCK__SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[1]->type != REDIS_REPLY_INTEGER) {
-        result = dlock_fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
+        result = dlock__fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
     } else if (r->element[0]->integer == 0) {
         long ttl = (long)r->element[1]->integer;
         *pttl = ttl == -2 ? 0 : ttl; /* -2: expired just now, retry at once */
-        result = DLOCK_BUSY;
+        result = DLOCK__BUSY;
     } else if (r->element[0]->integer == 1 && l->base.client->replica_acks > 0 && acks < l->base.client->replica_acks) {
         undo_acquire(l, h, lease);
-        dlock_fail(DLOCK_ERR_REPLICA, "lock '%s': %lld of %d replicas acknowledged within %d ms; undone", l->base.name,
+        dlock__fail(DLOCK_ERR_REPLICA, "lock '%s': %lld of %d replicas acknowledged within %d ms; undone", l->base.name,
                    acks < 0 ? 0 : acks, l->base.client->replica_acks, l->base.client->replica_timeout_ms);
         *pttl = 50;
         result = REPLICA_SHORT;
     } else {
         h->token = (uint64_t)r->element[1]->integer;
         h->held.count = r->element[0]->integer == 1 ? 1 : h->held.count + 1;
-        dlock_fence_note(&l->base.client->fences, l->base.fence, h->token);
+        dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
         result = DLOCK_OK;
     }
     freeReplyObject(r);
     return result;
 }
 
-/* Arguments of one acquire attempt, for dlock_wait_for(). */
+/* Arguments of one acquire attempt, for dlock__wait_for(). */
 struct attempt {
     dlock_lock *l;
     lock_thread *h;
@@ -231,7 +231,7 @@ static int try_again(void *ctx, long *retry_ms)
     struct attempt *a = ctx;
     int r = try_acquire(a->l, a->h, a->lease, 1, retry_ms, &a->sent);
     a->replica_short = r == REPLICA_SHORT;
-    return a->replica_short ? DLOCK_BUSY : r;
+    return a->replica_short ? DLOCK__BUSY : r;
 }
 
 /* A fair waiter that stops waiting leaves the queue at once, so the lock
@@ -244,51 +244,51 @@ static void fair_leave(dlock_lock *l, lock_thread *h)
     const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
     const char *args[3] = {h->rec.owner, l->base.client->publish, prefix};
     long long n;
-    dlock_eval_int(l->base.client, DLOCK_SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
+    dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
 }
 
 static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
 {
     if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    dlock_status bad = dlock__check_lease(lease_ms, 3, 1);
     if (bad != DLOCK_OK) return bad;
     lock_thread *h = thread_hold(l, 1);
-    if (!h) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!h) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     if (h->held.count > 0 && atomic_load(&h->held.lost))
-        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held; release it first", l->base.name);
+        return dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held; release it first", l->base.name);
 
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->held.renewed;
     /* A hold the watchdog renews keeps the watchdog's lease, or a short
      * explicit lease on a re-entry would expire it between renewals. */
     long lease = watchdog ? l->base.client->watchdog_lease_ms : lease_ms;
-    int64_t deadline = dlock_deadline(wait_ms);
+    int64_t deadline = dlock__deadline(wait_ms);
     long pttl = 0;
     long before = h->held.count;
 
     struct attempt a = {l, h, lease, 0, 0};
     int result = try_acquire(l, h, lease, wait_ms != 0, &pttl, &a.sent);
     a.replica_short = result == REPLICA_SHORT;
-    if (result == REPLICA_SHORT) result = DLOCK_BUSY;
-    if (dlock_should_wait(result, wait_ms)) {
-        result = dlock_wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->base.channel, deadline,
+    if (result == REPLICA_SHORT) result = DLOCK__BUSY;
+    if (dlock__should_wait(result, wait_ms)) {
+        result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->base.channel, deadline,
                                 try_again, &a, result, pttl);
         if (result != DLOCK_OK && l->fair) {
             dlock_status keep = (dlock_status)result;
             char why[512];
             snprintf(why, sizeof why, "%s", dlock_last_error());
             fair_leave(l, h);
-            dlock_fail(keep, "%s", why); /* the reason, not fair_leave's */
+            dlock__fail(keep, "%s", why); /* the reason, not fair_leave's */
         }
     }
-    if (result == DLOCK_BUSY && a.replica_short) return DLOCK_ERR_REPLICA; /* message set by try_acquire */
-    if (result == DLOCK_BUSY)
-        return dlock_fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
+    if (result == DLOCK__BUSY && a.replica_short) return DLOCK_ERR_REPLICA; /* message set by try_acquire */
+    if (result == DLOCK__BUSY)
+        return dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     if (result != DLOCK_OK) return (dlock_status)result;
 
-    if (dlock_held_begin(l->base.client, &h->held, before == 0, watchdog, lease, a.sent) != DLOCK_OK) {
+    if (dlock__held_begin(l->base.client, &h->held, before == 0, watchdog, lease, a.sent) != DLOCK_OK) {
         dlock_lock_release(l);
-        return dlock_fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+        return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
     }
     if (token) *token = h->token;
     return DLOCK_OK;
@@ -298,22 +298,22 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
  * anywhere. */
 dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
 {
-    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
-    int64_t since = dlock_stats_clock();
+    if (!l) return dlock__fail(DLOCK_ERR_INVALID, "lock is NULL");
+    int64_t since = dlock__stats_clock();
     dlock_status st = lock_acquire(l, wait_ms, lease_ms, token);
-    dlock_stats_acquired(&l->base.client->stats, lock_kind(l), since, st);
+    dlock__stats_acquired(&l->base.client->stats, lock_kind(l), since, st);
     return st;
 }
 
 dlock_status dlock_lock_release(dlock_lock *l)
 {
-    if (!l) return dlock_fail(DLOCK_ERR_INVALID, "lock is NULL");
+    if (!l) return dlock__fail(DLOCK_ERR_INVALID, "lock is NULL");
     lock_thread *h = thread_hold(l, 0);
     if (!h || h->held.count == 0)
-        return dlock_fail(DLOCK_ERR_NOT_OWNER, "this thread does not hold lock '%s'", l->base.name);
+        return dlock__fail(DLOCK_ERR_NOT_OWNER, "this thread does not hold lock '%s'", l->base.name);
     dlock_client *c = l->base.client;
-    if (dlock_held_release_begin(c, &h->held))
-        return dlock_fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
+    if (dlock__held_release_begin(c, &h->held))
+        return dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
     char lease_s[24], count_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", h->held.lease_ms);
     snprintf(count_s, sizeof count_s, "%ld", h->held.count);
@@ -323,20 +323,20 @@ dlock_status dlock_lock_release(dlock_lock *l)
     const char *args[5] = {h->rec.owner, lease_s, count_s, l->base.client->publish, prefix};
     redisReply *r;
     int retried;
-    dlock_status st = dlock_eval(c, l->fair ? DLOCK_SCRIPT_FAIR_RELEASE : DLOCK_SCRIPT_RELEASE, 2, keys,
+    dlock_status st = dlock__eval(c, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
                                  l->fair ? 5 : 4, args, &r, &retried);
     if (st != DLOCK_OK) {
-        dlock_held_release_failed(c, &h->held);
+        dlock__held_release_failed(c, &h->held);
         return st; /* hold unchanged: the caller may try again */
     }
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-        return dlock_fail(DLOCK_ERR_REDIS, "release: unexpected reply");
+        return dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
     }
     long left = (long)r->integer;
     freeReplyObject(r);
-    if (dlock_held_release_done(c, &h->held, left, retried))
-        return dlock_fail(DLOCK_ERR_LOST,
+    if (dlock__held_release_done(c, &h->held, left, retried))
+        return dlock__fail(DLOCK_ERR_LOST,
                           "lock '%s' expired before release; another owner may hold it", l->base.name);
     return DLOCK_OK;
 }
@@ -344,40 +344,40 @@ dlock_status dlock_lock_release(dlock_lock *l)
 int dlock_lock_lost(dlock_lock *l)
 {
     lock_thread *h = l ? thread_hold(l, 0) : NULL;
-    return h && dlock_held_lost(&h->held);
+    return h && dlock__held_lost(&h->held);
 }
 
 void dlock_lock_set_fence_floor(dlock_lock *l, uint64_t floor)
 {
     if (!l) return;
-    dlock_atomic_max(&l->base.floor, floor);
+    dlock__atomic_max(&l->base.floor, floor);
 }
 
 void dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *arg)
 {
     if (!l) return;
-    dlock_handle_on_lost(&l->base, (dlock_handle_fn)fn, arg);
+    dlock__handle_on_lost(&l->base, (dlock__handle_fn)fn, arg);
 }
 
 dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lock_info *info)
 {
-    if (!client || !info) return dlock_fail(DLOCK_ERR_INVALID, "client or info is NULL");
+    if (!client || !info) return dlock__fail(DLOCK_ERR_INVALID, "client or info is NULL");
     memset(info, 0, sizeof *info);
     info->ttl_ms = -1;
-    dlock_handle h;
+    dlock__handle h;
     redisReply *r;
-    dlock_status st = dlock_handle_init(&h, client, name, &lock_keys);
+    dlock_status st = dlock__handle_init(&h, client, name, &lock_keys);
     if (st == DLOCK_OK) {
         const char *keys[2] = {h.key, h.fence};
-        st = dlock_eval(client, DLOCK_SCRIPT_INSPECT, 2, keys, 0, NULL, &r, NULL);
+        st = dlock__eval(client, DLOCK__SCRIPT_INSPECT, 2, keys, 0, NULL, &r, NULL);
     }
-    dlock_handle_destroy(&h, NULL);
+    dlock__handle_destroy(&h, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_INTEGER ||
         r->element[3]->type != REDIS_REPLY_STRING) {
         freeReplyObject(r);
-        return dlock_fail(DLOCK_ERR_REDIS, "inspect: unexpected reply");
+        return dlock__fail(DLOCK_ERR_REDIS, "inspect: unexpected reply");
     }
     if (r->element[0]->len > 0) {
         info->held = 1;
@@ -392,15 +392,15 @@ dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lo
 
 /* Every lock kind keeps all its holds in one hash, so one script breaks
  * any of them: delete the hash, wake its waiters with `wake`. */
-dlock_status dlock_force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
+dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
                                      int *was_held)
 {
-    dlock_op op;
-    dlock_op_new(client, key, &op);
+    dlock__op op;
+    dlock__op_new(client, key, &op);
     const char *keys[3] = {key, channel, op.key};
     const char *args[4] = {client->publish, op.seq, op.ttl, wake};
     long long deleted = 0;
-    dlock_status st = dlock_eval_int(client, DLOCK_SCRIPT_FORCE_UNLOCK, 3, keys, 4, args, &deleted);
+    dlock_status st = dlock__eval_int(client, DLOCK__SCRIPT_FORCE_UNLOCK, 3, keys, 4, args, &deleted);
     if (st == DLOCK_OK && was_held) *was_held = deleted == 1;
     return st;
 }
@@ -408,9 +408,9 @@ dlock_status dlock_force_unlock_hash(dlock_client *client, const char *key, cons
 dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int *was_held)
 {
     if (was_held) *was_held = 0;
-    dlock_handle h;
-    dlock_status st = dlock_handle_init(&h, client, name, &lock_keys);
-    if (st == DLOCK_OK) st = dlock_force_unlock_hash(client, h.key, h.channel, "1", was_held);
-    dlock_handle_destroy(&h, NULL);
+    dlock__handle h;
+    dlock_status st = dlock__handle_init(&h, client, name, &lock_keys);
+    if (st == DLOCK_OK) st = dlock__force_unlock_hash(client, h.key, h.channel, "1", was_held);
+    dlock__handle_destroy(&h, NULL);
     return st;
 }

@@ -1,16 +1,16 @@
 /* Private view of a lock handle for the primitives built from locks. */
-#ifndef DLOCK_LOCK_H
-#define DLOCK_LOCK_H
+#ifndef DLOCK__LOCK_H
+#define DLOCK__LOCK_H
 
 #include "dlock.h"
 
 /* The client a lock handle was made with. */
-dlock_client *dlock_lock_client(const dlock_lock *lock);
+dlock_client *dlock__lock_client(const dlock_lock *lock);
 
 /* Force unlock of one lock hash (`key`, waking waiters on `channel` with
  * `wake`: "1" for one per process, "*" for all); shared by the plain and
  * the read-write lock. */
-dlock_status dlock_force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
+dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
                                      int *was_held);
 
 #endif

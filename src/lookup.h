@@ -5,8 +5,8 @@
  * topology.c turns their answers into its tables, so the layers call
  * down only.
  */
-#ifndef DLOCK_LOOKUP_H
-#define DLOCK_LOOKUP_H
+#ifndef DLOCK__LOOKUP_H
+#define DLOCK__LOOKUP_H
 
 #include <stdint.h>
 
@@ -20,23 +20,23 @@
  * `auth_cfg` (the URL's credentials), and keeps it. host (malloc'd) and
  * port on DLOCK_OK; otherwise the last Sentinel's failure.
  */
-dlock_status dlock_sentinel_ask(dlock_pool *sentinels, size_t n, size_t *first, const char *master,
-                                const dlock_conn_cfg *auth_cfg, char **host, int *port);
+dlock_status dlock__sentinel_ask(dlock__pool *sentinels, size_t n, size_t *first, const char *master,
+                                const dlock__conn_cfg *auth_cfg, char **host, int *port);
 
 /* One range of a cluster's slot map: slots [from, to] served by host:port. */
-typedef struct dlock_slot_range {
+typedef struct dlock__slot_range {
     int from, to;
     char *host; /* owned by the map */
     int port;
-} dlock_slot_range;
+} dlock__slot_range;
 
-typedef struct dlock_slot_map {
-    dlock_slot_range *ranges;
+typedef struct dlock__slot_map {
+    dlock__slot_range *ranges;
     size_t n;
     long covered; /* slots covered by the ranges */
-} dlock_slot_map;
+} dlock__slot_map;
 
-void dlock_slot_map_free(dlock_slot_map *m);
+void dlock__slot_map_free(dlock__slot_map *m);
 
 /*
  * Ask the nodes nodes[0..n) in turn, starting at `start`, for CLUSTER
@@ -45,6 +45,6 @@ void dlock_slot_map_free(dlock_slot_map *m);
  * failure ends the asking: no other node will accept the credentials
  * either.
  */
-dlock_status dlock_cluster_ask(dlock_pool *const *nodes, int n, int start, dlock_slot_map *map);
+dlock_status dlock__cluster_ask(dlock__pool *const *nodes, int n, int start, dlock__slot_map *map);
 
 #endif

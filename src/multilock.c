@@ -30,7 +30,7 @@
 /* The server part of the global order: what names one Redis deployment. */
 static void server_key(const dlock_lock *l, char *out, size_t size)
 {
-    dlock_topo_identity(dlock_lock_client(l)->topo, out, size);
+    dlock__topo_identity(dlock__lock_client(l)->topo, out, size);
 }
 
 static int compare_locks(const dlock_lock *a, const dlock_lock *b)
@@ -68,21 +68,21 @@ static void pause_ms(long ms)
 dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wait_ms, long lease_ms,
                                      uint64_t *tokens)
 {
-    if (!locks || n == 0) return dlock_fail(DLOCK_ERR_INVALID, "multi-lock needs at least one lock");
+    if (!locks || n == 0) return dlock__fail(DLOCK_ERR_INVALID, "multi-lock needs at least one lock");
     if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock_fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     /* Checked here too, so a bad lease takes no lock at all. */
-    dlock_status bad = dlock_check_lease(lease_ms, 3, 1);
+    dlock_status bad = dlock__check_lease(lease_ms, 3, 1);
     if (bad != DLOCK_OK) return bad;
     for (size_t i = 0; i < n; i++)
-        if (!locks[i]) return dlock_fail(DLOCK_ERR_INVALID, "lock %zu is NULL", i);
+        if (!locks[i]) return dlock__fail(DLOCK_ERR_INVALID, "lock %zu is NULL", i);
     size_t *idx = malloc(n * sizeof *idx);
-    if (!idx) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!idx) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     if (order(locks, n, idx) != 0) {
         free(idx);
-        return dlock_fail(DLOCK_ERR_INVALID, "multi-lock names the same lock twice");
+        return dlock__fail(DLOCK_ERR_INVALID, "multi-lock names the same lock twice");
     }
-    int64_t deadline = dlock_deadline(wait_ms);
+    int64_t deadline = dlock__deadline(wait_ms);
     dlock_status st;
     for (;;) {
         size_t k = 0;
@@ -90,7 +90,7 @@ dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wa
         for (; k < n; k++) {
             long left = DLOCK_WAIT_FOREVER;
             if (deadline >= 0) {
-                int64_t d = deadline - dlock_mono_ms();
+                int64_t d = deadline - dlock__mono_ms();
                 left = d > 0 ? (long)d : 0;
             }
             uint64_t tok = 0;
@@ -102,15 +102,15 @@ dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wa
         char why[512];
         snprintf(why, sizeof why, "lock '%s': %s", dlock_lock_name(locks[idx[k]]), dlock_last_error());
         while (k > 0) dlock_lock_release(locks[idx[--k]]);
-        int64_t now = dlock_mono_ms();
+        int64_t now = dlock__mono_ms();
         if (st == DLOCK_ERR_TIMEOUT || st == DLOCK_ERR_INVALID || st == DLOCK_ERR_NOMEM ||
             (deadline >= 0 && now >= deadline) || wait_ms == 0) {
-            st = dlock_fail(st, "multi-lock: %s", why);
+            st = dlock__fail(st, "multi-lock: %s", why);
             break;
         }
         /* A server failed: give it a moment, then start over. */
         char hex[3] = "00";
-        dlock_random_hex(hex, 1);
+        dlock__random_hex(hex, 1);
         long pause = 20 + (long)(strtoul(hex, NULL, 16) % 100);
         if (deadline >= 0 && deadline - now < pause) pause = (long)(deadline - now);
         pause_ms(pause);
@@ -121,7 +121,7 @@ dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wa
 
 dlock_status dlock_multilock_release(dlock_lock *const *locks, size_t n)
 {
-    if (!locks || n == 0) return dlock_fail(DLOCK_ERR_INVALID, "multi-lock needs at least one lock");
+    if (!locks || n == 0) return dlock__fail(DLOCK_ERR_INVALID, "multi-lock needs at least one lock");
     dlock_status first = DLOCK_OK;
     char why[512] = "";
     for (size_t i = n; i-- > 0;) {
@@ -132,6 +132,6 @@ dlock_status dlock_multilock_release(dlock_lock *const *locks, size_t n)
                      dlock_last_error());
         }
     }
-    if (first != DLOCK_OK) return dlock_fail(first, "multi-lock release: %s", why);
+    if (first != DLOCK_OK) return dlock__fail(first, "multi-lock release: %s", why);
     return DLOCK_OK;
 }

@@ -14,7 +14,7 @@
  * connection's output buffer under the mutex, and joins the queue of
  * requests in flight, whose replies arrive in the same order. Whoever finds
  * nobody sending sends everything buffered so far (one send, MSG_NOSIGNAL:
- * see conn.c); whoever finds nobody reading reads, hands each reply to the
+ * see link.c); whoever finds nobody reading reads, hands each reply to the
  * request at the head of the queue, wakes its thread, and when its own
  * replies are in passes the reading on to the oldest request still
  * waiting. So a thread sleeps only while another does its I/O for it.
@@ -26,7 +26,7 @@
  * is closed, and the next request makes a new one. Whether to send again is
  * the caller's decision, as with a pooled connection (conn.c).
  *
- * Asynchronous requests (dlock_mux_submit) have no thread waiting for
+ * Asynchronous requests (dlock__mux_submit) have no thread waiting for
  * them. The first one starts a reader thread for the mux, which reads
  * whenever requests are in flight and nobody else is reading (the role is
  * the same `reading` flag, so a synchronous caller and the reader thread
@@ -58,26 +58,26 @@ struct mux_req {
     uint64_t seq;            /* its place among the appended requests */
     size_t end;              /* where its bytes end in the output buffer */
     int done;                /* all replies in, or failed */
-    dlock_io_fail fail;      /* how it failed */
+    dlock__io_fail fail;      /* how it failed */
     char why[200];           /* and the message, for its own thread */
     pthread_cond_t cv;       /* synchronous requests: its thread waits here */
-    dlock_mux_done *cb;      /* asynchronous requests: called when finished */
+    dlock__mux_done *cb;      /* asynchronous requests: called when finished */
     void *arg;
     redisReply *one;         /* ... whose one reply lands here */
     struct mux_req *next;
 };
 
-void dlock_mux_init(dlock_mux *m)
+void dlock__mux_init(dlock__mux *m)
 {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
-    dlock_cond_init(&m->gone);
-    dlock_cond_init(&m->wake);
+    dlock__cond_init(&m->gone);
+    dlock__cond_init(&m->wake);
 }
 
 /* The client waits for its asynchronous calls before it frees its pools,
  * so the reader thread has nothing left in flight when it is told to stop. */
-void dlock_mux_destroy(dlock_mux *m)
+void dlock__mux_destroy(dlock__mux *m)
 {
     if (m->reader_started) {
         pthread_mutex_lock(&m->mu);
@@ -86,7 +86,7 @@ void dlock_mux_destroy(dlock_mux *m)
         pthread_mutex_unlock(&m->mu);
         pthread_join(m->reader, NULL);
     }
-    if (m->c) dlock_link_free(m->c);
+    if (m->c) dlock__link_free(m->c);
     pthread_cond_destroy(&m->wake);
     pthread_cond_destroy(&m->gone);
     pthread_mutex_destroy(&m->mu);
@@ -95,10 +95,10 @@ void dlock_mux_destroy(dlock_mux *m)
 /* Close a broken connection once no thread is in send() or read() on it.
  * Until then its descriptor stays open (shut down), so a number the kernel
  * could hand out again is never used by a late send or read. */
-static void close_if_quiet(dlock_mux *m)
+static void close_if_quiet(dlock__mux *m)
 {
     if (m->broken && !m->flushing && !m->reading) {
-        dlock_link_free(m->c);
+        dlock__link_free(m->c);
         m->c = NULL;
         m->broken = 0;
         pthread_cond_broadcast(&m->gone);
@@ -108,7 +108,7 @@ static void close_if_quiet(dlock_mux *m)
 /* A request is finished (its replies are in, or it failed): wake its
  * thread, or queue it for the reader thread to hand back. Called with mu
  * held, after the request left the in-flight queue. */
-static void finished(dlock_mux *m, mux_req *r)
+static void finished(dlock__mux *m, mux_req *r)
 {
     r->next = NULL;
     if (!r->cb) {
@@ -122,7 +122,7 @@ static void finished(dlock_mux *m, mux_req *r)
 }
 
 /* Wake the oldest synchronous waiter, if any, to read for everyone. */
-static void wake_sync_reader(dlock_mux *m)
+static void wake_sync_reader(dlock__mux *m)
 {
     if (m->sync_waiting == 0) return;
     for (mux_req *r = m->head; r; r = r->next)
@@ -138,7 +138,7 @@ static void wake_sync_reader(dlock_mux *m)
  * wait for a lock that a synchronous caller here holds, or make a
  * synchronous call here itself); whoever comes first reads. Called with
  * mu held. */
-static void pass_reading(dlock_mux *m)
+static void pass_reading(dlock__mux *m)
 {
     if (m->reading || !m->head) return;
     pthread_cond_signal(&m->wake);
@@ -148,7 +148,7 @@ static void pass_reading(dlock_mux *m)
 /* The connection is useless: fail every request in flight with `msg`, and
  * close it, now or when the I/O on it returns. Called with mu held, by the
  * thread that found out. */
-static void fail_all(dlock_mux *m, const char *msg, int timed_out)
+static void fail_all(dlock__mux *m, const char *msg, int timed_out)
 {
     /* Bytes on their way out may have arrived: counted as sent, so that
      * nothing that must not run twice is sent again. */
@@ -166,23 +166,23 @@ static void fail_all(dlock_mux *m, const char *msg, int timed_out)
     m->head = m->tail = NULL;
     if (m->c && !m->broken) {
         m->broken = 1;
-        dlock_link_shutdown(m->c); /* wakes a reader blocked on it */
+        dlock__link_shutdown(m->c); /* wakes a reader blocked on it */
     }
     close_if_quiet(m);
 }
 
 /* Send everything appended so far, unless someone else is at it. Called
  * and returns with mu held; drops it around the send. */
-static void flush(dlock_mux *m)
+static void flush(dlock__mux *m)
 {
-    while (!m->flushing && m->c && !m->broken && dlock_link_pending(m->c) > 0) {
+    while (!m->flushing && m->c && !m->broken && dlock__link_pending(m->c) > 0) {
         m->flushing = 1;
         m->sending = m->appended;
-        dlock_link *link = m->c; /* not freed while flushing is set */
-        sds out = dlock_link_take(m->c);
+        dlock__link *link = m->c; /* not freed while flushing is set */
+        sds out = dlock__link_take(m->c);
         pthread_mutex_unlock(&m->mu);
         size_t len = sdslen(out), off = 0;
-        int err = dlock_link_send(link, out, len, &off) == 0 ? 0 : errno;
+        int err = dlock__link_send(link, out, len, &off) == 0 ? 0 : errno;
         sdsfree(out);
         pthread_mutex_lock(&m->mu);
         m->flushing = 0;
@@ -196,7 +196,7 @@ static void flush(dlock_mux *m)
              * command cut short cannot run, and neither can what follows. */
             for (mux_req *r = m->head; r && r->seq <= m->sending; r = r->next)
                 if (r->seq > m->flushed && r->end <= off) m->flushed = r->seq;
-            snprintf(msg, sizeof msg, "send: %s", dlock_link_strerror(link, err));
+            snprintf(msg, sizeof msg, "send: %s", dlock__link_strerror(link, err));
             fail_all(m, msg, err == EAGAIN || err == EWOULDBLOCK);
             return;
         }
@@ -206,13 +206,13 @@ static void flush(dlock_mux *m)
 
 /* Read once for everyone and hand out the replies. Called and returns with
  * mu held; drops it around the read. */
-static void read_some(dlock_mux *m)
+static void read_some(dlock__mux *m)
 {
     m->reading = 1;
-    dlock_link *link = m->c; /* not freed while reading is set */
+    dlock__link *link = m->c; /* not freed while reading is set */
     pthread_mutex_unlock(&m->mu);
     char buf[16384];
-    ssize_t n = dlock_link_recv(link, buf, sizeof buf);
+    ssize_t n = dlock__link_recv(link, buf, sizeof buf);
     int err = n < 0 ? errno : 0;
     pthread_mutex_lock(&m->mu);
     m->reading = 0;
@@ -225,17 +225,17 @@ static void read_some(dlock_mux *m)
         int timed_out = err == EAGAIN || err == EWOULDBLOCK;
         if (n == 0) snprintf(msg, sizeof msg, "server closed the connection");
         else if (timed_out) snprintf(msg, sizeof msg, "command timed out");
-        else snprintf(msg, sizeof msg, "read: %s", dlock_link_strerror(link, err));
+        else snprintf(msg, sizeof msg, "read: %s", dlock__link_strerror(link, err));
         fail_all(m, msg, timed_out);
         return;
     }
-    if (dlock_link_feed(m->c, buf, (size_t)n) != 0) {
+    if (dlock__link_feed(m->c, buf, (size_t)n) != 0) {
         fail_all(m, "protocol error", 0);
         return;
     }
     redisReply *reply;
     for (;;) {
-        if (dlock_link_reply(m->c, &reply) != 0) {
+        if (dlock__link_reply(m->c, &reply) != 0) {
             fail_all(m, "protocol error", 0);
             return;
         }
@@ -261,12 +261,12 @@ static void read_some(dlock_mux *m)
  * else comes meanwhile needs this very connection, and would only wait
  * for it anyway. Called and returns with mu held; *fresh (may be NULL)
  * tells whether this call made the connection. */
-static dlock_status connected(dlock_mux *m, const dlock_endpoint *ep, int *fresh)
+static dlock_status connected(dlock__mux *m, const dlock__endpoint *ep, int *fresh)
 {
     while (m->broken) pthread_cond_wait(&m->gone, &m->mu);
     if (m->c) return DLOCK_OK;
-    dlock_link *c;
-    dlock_status st = dlock_link_open(ep, &c);
+    dlock__link *c;
+    dlock_status st = dlock__link_open(ep, &c);
     if (st != DLOCK_OK) return st;
     m->c = c;
     if (fresh) *fresh = 1;
@@ -275,26 +275,26 @@ static dlock_status connected(dlock_mux *m, const dlock_endpoint *ep, int *fresh
 
 /* Queue a request whose commands were just appended (replies come in this
  * order) and send what is waiting. Called and returns with mu held. */
-static void enqueue(dlock_mux *m, mux_req *r)
+static void enqueue(dlock__mux *m, mux_req *r)
 {
     r->seq = ++m->appended;
-    r->end = dlock_link_pending(m->c);
+    r->end = dlock__link_pending(m->c);
     if (m->tail) m->tail->next = r;
     else m->head = r;
     m->tail = r;
     flush(m);
 }
 
-dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_endpoint *ep, int n, const int *argcs,
+dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n, const int *argcs,
                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
-                                int *fresh, dlock_io_fail *why)
+                                int *fresh, dlock__io_fail *why)
 {
     mux_req me;
     memset(&me, 0, sizeof me);
     me.n = n;
     me.replies = replies;
     *fresh = 0;
-    *why = (dlock_io_fail){0, 0};
+    *why = (dlock__io_fail){0, 0};
     pthread_mutex_lock(&m->mu);
     dlock_status st = connected(m, ep, fresh);
     if (st != DLOCK_OK) {
@@ -302,15 +302,15 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_endpoint *ep, int n, c
         return st;
     }
     for (int i = 0; i < n; i++) {
-        if (dlock_link_append(m->c, argcs[i], argvs[i], lens ? lens[i] : NULL) != 0) {
+        if (dlock__link_append(m->c, argcs[i], argvs[i], lens ? lens[i] : NULL) != 0) {
             /* Out of memory half way: the buffer now holds a partial
              * pipeline, which nobody may send. */
             fail_all(m, "out of memory", 0);
             pthread_mutex_unlock(&m->mu);
-            return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         }
     }
-    dlock_cond_init(&me.cv);
+    dlock__cond_init(&me.cv);
     m->sync_waiting++;
     enqueue(m, &me);
     while (!me.done) {
@@ -324,14 +324,14 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_endpoint *ep, int n, c
     pthread_cond_destroy(&me.cv);
     if (me.done < 0) {
         *why = me.fail;
-        return dlock_fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], ep->name, me.why);
+        return dlock__fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], ep->name, me.why);
     }
     return DLOCK_OK;
 }
 
 /* Hand the finished asynchronous requests back, with mu released: a
  * completion may submit again, or make a synchronous call. */
-static void hand_back(dlock_mux *m)
+static void hand_back(dlock__mux *m)
 {
     mux_req *r = m->done_head;
     m->done_head = m->done_tail = NULL;
@@ -342,7 +342,7 @@ static void hand_back(dlock_mux *m)
     pthread_mutex_unlock(&m->mu);
     for (mux_req *next; r; r = next) {
         next = r->next;
-        dlock_io_fail fail = r->fail;
+        dlock__io_fail fail = r->fail;
         r->cb(r->arg, r->done > 0 ? r->one : NULL, &fail, r->why);
         free(r);
     }
@@ -354,7 +354,7 @@ static void hand_back(dlock_mux *m)
  * It sleeps while nothing is in flight or another thread reads. */
 static void *reader_main(void *arg)
 {
-    dlock_mux *m = arg;
+    dlock__mux *m = arg;
     pthread_mutex_lock(&m->mu);
     for (;;) {
         if (m->done_head) hand_back(m);
@@ -366,11 +366,11 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
-dlock_status dlock_mux_submit(dlock_mux *m, const dlock_endpoint *ep, int argc, const char *const *argv,
-                              const size_t *lens, dlock_mux_done *done, void *arg)
+dlock_status dlock__mux_submit(dlock__mux *m, const dlock__endpoint *ep, int argc, const char *const *argv,
+                              const size_t *lens, dlock__mux_done *done, void *arg)
 {
     mux_req *r = calloc(1, sizeof *r);
-    if (!r) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!r) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     r->n = 1;
     r->replies = &r->one;
     r->cb = done;
@@ -380,7 +380,7 @@ dlock_status dlock_mux_submit(dlock_mux *m, const dlock_endpoint *ep, int argc, 
         if (pthread_create(&m->reader, NULL, reader_main, m) != 0) {
             pthread_mutex_unlock(&m->mu);
             free(r);
-            return dlock_fail(DLOCK_ERR_SYS, "cannot start the reader thread");
+            return dlock__fail(DLOCK_ERR_SYS, "cannot start the reader thread");
         }
         m->reader_started = 1;
     }
@@ -390,11 +390,11 @@ dlock_status dlock_mux_submit(dlock_mux *m, const dlock_endpoint *ep, int argc, 
         free(r);
         return st;
     }
-    if (dlock_link_append(m->c, argc, argv, lens) != 0) {
+    if (dlock__link_append(m->c, argc, argv, lens) != 0) {
         fail_all(m, "out of memory", 0);
         pthread_mutex_unlock(&m->mu);
         free(r);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     enqueue(m, r);
     /* A failed send finished it already (queued for the reader thread);
@@ -404,18 +404,18 @@ dlock_status dlock_mux_submit(dlock_mux *m, const dlock_endpoint *ep, int argc, 
     return DLOCK_OK;
 }
 
-void dlock_mux_abort(dlock_mux *m, const char *why)
+void dlock__mux_abort(dlock__mux *m, const char *why)
 {
     pthread_mutex_lock(&m->mu);
     if (m->c && !m->broken) fail_all(m, why, 0);
     pthread_mutex_unlock(&m->mu);
 }
 
-void dlock_mux_close_idle(dlock_mux *m)
+void dlock__mux_close_idle(dlock__mux *m)
 {
     pthread_mutex_lock(&m->mu);
     if (m->c && !m->broken && !m->head && !m->flushing && !m->reading) {
-        dlock_link_free(m->c);
+        dlock__link_free(m->c);
         m->c = NULL;
     }
     pthread_mutex_unlock(&m->mu);

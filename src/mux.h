@@ -1,7 +1,7 @@
 /* One connection per server, shared by every thread of a client, with the
  * commands of all of them pipelined on it (see mux.c). */
-#ifndef DLOCK_MUX_H
-#define DLOCK_MUX_H
+#ifndef DLOCK__MUX_H
+#define DLOCK__MUX_H
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -12,15 +12,15 @@
 
 typedef struct mux_req mux_req;
 
-/* How an asynchronous request ends (dlock_mux_submit): its reply (the
+/* How an asynchronous request ends (dlock__mux_submit): its reply (the
  * callee owns it), or NULL with how and why it failed. Runs on the mux's
  * reader thread, without the mutex held. */
-typedef void dlock_mux_done(void *arg, redisReply *reply, const dlock_io_fail *fail, const char *why);
+typedef void dlock__mux_done(void *arg, redisReply *reply, const dlock__io_fail *fail, const char *why);
 
-typedef struct dlock_mux {
+typedef struct dlock__mux {
     pthread_mutex_t mu;
     pthread_cond_t gone;     /* a broken connection was closed */
-    dlock_link *c;           /* NULL while not connected */
+    dlock__link *c;           /* NULL while not connected */
     int broken;              /* c failed; closed when the I/O on it returns */
     mux_req *head, *tail;    /* in flight, oldest first: replies come in this order */
     uint64_t appended;       /* requests appended to c's output so far (their seq) */
@@ -34,10 +34,10 @@ typedef struct dlock_mux {
     int reader_started, reader_stop;
     int sync_waiting;        /* synchronous requests in flight (they can read) */
     pthread_t reader;
-} dlock_mux;
+} dlock__mux;
 
-void dlock_mux_init(dlock_mux *m);
-void dlock_mux_destroy(dlock_mux *m);
+void dlock__mux_init(dlock__mux *m);
+void dlock__mux_destroy(dlock__mux *m);
 
 /*
  * Send n commands, one after the other on the shared connection (nothing
@@ -45,11 +45,11 @@ void dlock_mux_destroy(dlock_mux *m);
  * wait for their n replies. On failure every request in flight fails: the
  * connection is closed and the next request opens a new one. *fresh tells
  * whether this call opened the connection it failed on; *why as for
- * dlock_pool_pipeline().
+ * dlock__pool_pipeline().
  */
-dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_endpoint *ep, int n, const int *argcs,
+dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n, const int *argcs,
                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
-                                int *fresh, dlock_io_fail *why);
+                                int *fresh, dlock__io_fail *why);
 
 /*
  * Append one command to the shared connection and return without waiting:
@@ -59,15 +59,15 @@ dlock_status dlock_mux_pipeline(dlock_mux *m, const dlock_endpoint *ep, int n, c
  * made, out of memory) means the command was not appended and `done` will
  * not run.
  */
-dlock_status dlock_mux_submit(dlock_mux *m, const dlock_endpoint *ep, int argc, const char *const *argv,
-                              const size_t *lens, dlock_mux_done *done, void *arg);
+dlock_status dlock__mux_submit(dlock__mux *m, const dlock__endpoint *ep, int argc, const char *const *argv,
+                              const size_t *lens, dlock__mux_done *done, void *arg);
 
 /* Close the connection if nothing is in flight on it (else the next
  * failure or the server closes it): its server is no longer the one we
  * want, or is suspect. */
-void dlock_mux_close_idle(dlock_mux *m);
+void dlock__mux_close_idle(dlock__mux *m);
 
 /* Fail every request in flight with `why` and close the connection. */
-void dlock_mux_abort(dlock_mux *m, const char *why);
+void dlock__mux_abort(dlock__mux *m, const char *why);
 
 #endif

@@ -17,26 +17,26 @@
 #include "client.h"
 #include "util.h"
 
-static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
-#define DLOCK_SCRIPT_BODY(upper, name) [DLOCK_SCRIPT_##upper] = dlock_lua_##name,
-    DLOCK_LUA_SCRIPTS(DLOCK_SCRIPT_BODY)
-#undef DLOCK_SCRIPT_BODY
+static const char *const bodies[DLOCK__SCRIPT_COUNT] = {
+#define DLOCK__SCRIPT_BODY(upper, name) [DLOCK__SCRIPT_##upper] = dlock__lua_##name,
+    DLOCK__LUA_SCRIPTS(DLOCK__SCRIPT_BODY)
+#undef DLOCK__SCRIPT_BODY
 };
 
 /* The SHA1s of the embedded scripts, computed at build time: the same for
  * every client and every server (a script's SHA1 is that of its text). */
-static const char *const shas[DLOCK_SCRIPT_COUNT] = {
-#define DLOCK_SCRIPT_SHA(upper, name) [DLOCK_SCRIPT_##upper] = dlock_lua_##name##_sha,
-    DLOCK_LUA_SCRIPTS(DLOCK_SCRIPT_SHA)
-#undef DLOCK_SCRIPT_SHA
+static const char *const shas[DLOCK__SCRIPT_COUNT] = {
+#define DLOCK__SCRIPT_SHA(upper, name) [DLOCK__SCRIPT_##upper] = dlock__lua_##name##_sha,
+    DLOCK__LUA_SCRIPTS(DLOCK__SCRIPT_SHA)
+#undef DLOCK__SCRIPT_SHA
 };
 
-dlock_status dlock_scripts_ensure(dlock_client *client)
+dlock_status dlock__scripts_ensure(dlock_client *client)
 {
     if (atomic_load(&client->scripts_ready)) return DLOCK_OK;
     pthread_mutex_lock(&client->mu);
     if (!atomic_load(&client->scripts_ready)) {
-        for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) memcpy(client->sha[i], shas[i], 41);
+        for (int i = 0; i < DLOCK__SCRIPT_COUNT; i++) memcpy(client->sha[i], shas[i], 41);
         atomic_store(&client->scripts_ready, 1);
     }
     pthread_mutex_unlock(&client->mu);
@@ -44,28 +44,28 @@ dlock_status dlock_scripts_ensure(dlock_client *client)
 }
 
 /* Run a script whose reply is one integer, into *out. */
-dlock_status dlock_eval_int(dlock_client *client, dlock_script_id id, int nkeys, const char **keys,
+dlock_status dlock__eval_int(dlock_client *client, dlock__script_id id, int nkeys, const char **keys,
                             int nargs, const char **args, long long *out)
 {
     redisReply *r;
-    dlock_status st = dlock_eval(client, id, nkeys, keys, nargs, args, &r, NULL);
+    dlock_status st = dlock__eval(client, id, nkeys, keys, nargs, args, &r, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
-    else st = dlock_fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    else st = dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
     freeReplyObject(r);
     return st;
 }
 
-dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
+dlock_status dlock__eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
                             const char *const *keys, int nargs, const char *const *args, int flags, redisReply **out,
-                            dlock_acks *acks, int *retried)
+                            dlock__acks *acks, int *retried)
 {
     const char *stack[40];
     int argc = 3 + nkeys + nargs;
     const char **argv = argc <= 40 ? stack : malloc((size_t)argc * sizeof *argv);
     char nk[16];
     int again = 0;
-    if (!argv) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!argv) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     snprintf(nk, sizeof nk, "%d", nkeys);
     argv[0] = "EVALSHA";
     argv[1] = sha;
@@ -87,8 +87,8 @@ dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *b
     for (int pass = 0; pass < 2; pass++) {
         /* With acks, WAIT follows on the same connection, in the same write,
          * so it waits for exactly this script's writes. */
-        st = dlock_topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL,
-                                 acks ? flags | DLOCK_IO_EXCLUSIVE : flags, rep, &again);
+        st = dlock__topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL,
+                                 acks ? flags | DLOCK__IO_EXCLUSIVE : flags, rep, &again);
         if (retried && again) *retried = 1;
         if (st != DLOCK_OK) break;
         r = rep[0];
@@ -107,8 +107,8 @@ dlock_status dlock_eval_raw(dlock_client *client, const char *sha, const char *b
     return st;
 }
 
-dlock_status dlock_command_acked(dlock_client *client, const char *key, int flags, int argc, const char *const *argv,
-                                 const size_t *lens, dlock_acks *acks, redisReply **out)
+dlock_status dlock__command_acked(dlock_client *client, const char *key, int flags, int argc, const char *const *argv,
+                                 const size_t *lens, dlock__acks *acks, redisReply **out)
 {
     char nrep[16], tmo[16];
     snprintf(nrep, sizeof nrep, "%d", acks->replicas);
@@ -120,7 +120,7 @@ dlock_status dlock_command_acked(dlock_client *client, const char *key, int flag
     redisReply *rep[2];
     /* One connection of its own: WAIT counts the replicas that have every
      * write made on its connection so far, and blocks it on the server. */
-    dlock_status st = dlock_topo_pipeline(client->topo, key, 2, argcs, argvs, lensv, flags | DLOCK_IO_EXCLUSIVE, rep,
+    dlock_status st = dlock__topo_pipeline(client->topo, key, 2, argcs, argvs, lensv, flags | DLOCK__IO_EXCLUSIVE, rep,
                                           NULL);
     if (st != DLOCK_OK) return st;
     acks->acks = rep[1]->type == REDIS_REPLY_INTEGER ? rep[1]->integer : -1;
@@ -131,19 +131,19 @@ dlock_status dlock_command_acked(dlock_client *client, const char *key, int flag
 
 /* The library's own scripts: loaded once, and an error reply is a failure
  * with the server's message. */
-static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+static dlock_status eval_impl(dlock_client *client, dlock__script_id id, int nkeys, const char **keys, int nargs,
                               const char **args, redisReply **out, long long *acks, int *retried)
 {
-    dlock_status st = dlock_scripts_ensure(client);
+    dlock_status st = dlock__scripts_ensure(client);
     if (st != DLOCK_OK) return st;
     redisReply *r;
-    dlock_acks a = {client->replica_acks, client->replica_timeout_ms, -1};
-    st = dlock_eval_raw(client, client->sha[id], bodies[id], nkeys, keys, nargs, args, 0, &r, acks ? &a : NULL,
+    dlock__acks a = {client->replica_acks, client->replica_timeout_ms, -1};
+    st = dlock__eval_raw(client, client->sha[id], bodies[id], nkeys, keys, nargs, args, 0, &r, acks ? &a : NULL,
                         retried);
     if (acks) *acks = a.acks;
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_ERROR) {
-        st = dlock_reply_error(r, "script");
+        st = dlock__reply_error(r, "script");
         freeReplyObject(r);
         return st;
     }
@@ -151,13 +151,13 @@ static dlock_status eval_impl(dlock_client *client, dlock_script_id id, int nkey
     return DLOCK_OK;
 }
 
-dlock_status dlock_eval(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+dlock_status dlock__eval(dlock_client *client, dlock__script_id id, int nkeys, const char **keys, int nargs,
                         const char **args, redisReply **out, int *retried)
 {
     return eval_impl(client, id, nkeys, keys, nargs, args, out, NULL, retried);
 }
 
-dlock_status dlock_eval_acked(dlock_client *client, dlock_script_id id, int nkeys, const char **keys, int nargs,
+dlock_status dlock__eval_acked(dlock_client *client, dlock__script_id id, int nkeys, const char **keys, int nargs,
                               const char **args, redisReply **out, long long *acks)
 {
     *acks = -1;

@@ -21,7 +21,7 @@ static uint16_t crc16(const unsigned char *s, size_t len)
     return crc;
 }
 
-unsigned dlock_key_slot(const char *key, size_t len)
+unsigned dlock__key_slot(const char *key, size_t len)
 {
     const unsigned char *k = (const unsigned char *)key;
     size_t open = 0;
@@ -30,7 +30,7 @@ unsigned dlock_key_slot(const char *key, size_t len)
         size_t close = open + 1;
         while (close < len && k[close] != '}') close++;
         /* "{}" or an unclosed '{': the whole key counts, as on the server. */
-        if (close < len && close > open + 1) return crc16(k + open + 1, close - open - 1) % DLOCK_SLOTS;
+        if (close < len && close > open + 1) return crc16(k + open + 1, close - open - 1) % DLOCK__SLOTS;
     }
-    return crc16(k, len) % DLOCK_SLOTS;
+    return crc16(k, len) % DLOCK__SLOTS;
 }

@@ -40,7 +40,7 @@ static uint64_t get(const atomic_ullong *a)
 
 /* A linear scan: most observations land in the first few buckets, and 18
  * compares cost less than the atomic addition that follows. */
-static void observe(dlock_stats_hist *h, int64_t ns)
+static void observe(dlock__stats_hist *h, int64_t ns)
 {
     if (ns < 0) ns = 0; /* cannot happen on a monotonic clock; never index with it */
     size_t b = 0;
@@ -60,37 +60,37 @@ static dlock_stats_reason reason_of(dlock_status st)
     }
 }
 
-void dlock_stats_acquired(dlock_stats_data *s, dlock_stats_kind kind, int64_t since, dlock_status st)
+void dlock__stats_acquired(dlock__stats_data *s, dlock_stats_kind kind, int64_t since, dlock_status st)
 {
-    dlock_stats_cells *k = &s->kind[kind];
+    dlock__stats_cells *k = &s->kind[kind];
     if (st == DLOCK_OK) add(&k->acquisitions, 1);
     else add(&k->failures[reason_of(st)], 1);
-    observe(&k->wait, dlock_stats_clock() - since);
+    observe(&k->wait, dlock__stats_clock() - since);
 }
 
-void dlock_stats_released(dlock_stats_data *s, dlock_stats_kind kind, int64_t since)
+void dlock__stats_released(dlock__stats_data *s, dlock_stats_kind kind, int64_t since)
 {
-    observe(&s->kind[kind].hold, dlock_stats_clock() - since);
+    observe(&s->kind[kind].hold, dlock__stats_clock() - since);
 }
 
-void dlock_stats_renewal(dlock_stats_data *s, dlock_stats_kind kind, int renewed, int64_t ns)
+void dlock__stats_renewal(dlock__stats_data *s, dlock_stats_kind kind, int renewed, int64_t ns)
 {
-    dlock_stats_cells *k = &s->kind[kind];
+    dlock__stats_cells *k = &s->kind[kind];
     add(renewed ? &k->renewals : &k->renewal_failures, 1);
     observe(&k->renewal, ns);
 }
 
-void dlock_stats_lost(dlock_stats_data *s, dlock_stats_kind kind)
+void dlock__stats_lost(dlock__stats_data *s, dlock_stats_kind kind)
 {
     add(&s->kind[kind].losses, 1);
 }
 
-void dlock_stats_woken(dlock_stats_data *s, dlock_stats_kind kind)
+void dlock__stats_woken(dlock__stats_data *s, dlock_stats_kind kind)
 {
     add(&s->kind[kind].wakeups, 1);
 }
 
-static void copy_hist(dlock_histogram *out, const dlock_stats_hist *h)
+static void copy_hist(dlock_histogram *out, const dlock__stats_hist *h)
 {
     uint64_t cum = 0;
     for (size_t b = 0; b < DLOCK_STATS_BUCKETS; b++) {
@@ -101,11 +101,11 @@ static void copy_hist(dlock_histogram *out, const dlock_stats_hist *h)
     out->sum_ns = get(&h->sum_ns);
 }
 
-static void copy_stats(const dlock_stats_data *s, struct dlock_stats *out)
+static void copy_stats(const dlock__stats_data *s, struct dlock_stats *out)
 {
     memset(out, 0, sizeof *out);
     for (int i = 0; i < DLOCK_STATS_KINDS; i++) {
-        const dlock_stats_cells *k = &s->kind[i];
+        const dlock__stats_cells *k = &s->kind[i];
         dlock_kind_stats *o = &out->kind[i];
         o->acquisitions = get(&k->acquisitions);
         for (int r = 0; r < DLOCK_STATS_REASONS; r++) o->failures[r] = get(&k->failures[r]);
@@ -121,7 +121,7 @@ static void copy_stats(const dlock_stats_data *s, struct dlock_stats *out)
 
 dlock_status dlock_stats(dlock_client *client, struct dlock_stats *out)
 {
-    if (!client || !out) return dlock_fail(DLOCK_ERR_INVALID, "client or output is NULL");
+    if (!client || !out) return dlock__fail(DLOCK_ERR_INVALID, "client or output is NULL");
     copy_stats(&client->stats, out);
     return DLOCK_OK;
 }
@@ -184,7 +184,7 @@ typedef struct text {
     size_t size, len;
 } text;
 
-static void put(text *t, const char *fmt, ...) DLOCK_PRINTF(2, 3);
+static void put(text *t, const char *fmt, ...) DLOCK__PRINTF(2, 3);
 static void put(text *t, const char *fmt, ...)
 {
     size_t room = t->len < t->size ? t->size - t->len : 0;
@@ -245,7 +245,7 @@ static void render(text *t, const struct dlock_stats *s)
 dlock_status dlock_stats_prometheus(dlock_client *client, char *buf, size_t size, size_t *needed)
 {
     if (needed) *needed = 0;
-    if (!client || (!buf && size)) return dlock_fail(DLOCK_ERR_INVALID, "client or buffer is NULL");
+    if (!client || (!buf && size)) return dlock__fail(DLOCK_ERR_INVALID, "client or buffer is NULL");
     struct dlock_stats s;
     copy_stats(&client->stats, &s);
     text t = {buf, size, 0};
@@ -253,5 +253,5 @@ dlock_status dlock_stats_prometheus(dlock_client *client, char *buf, size_t size
     if (needed) *needed = t.len + 1;
     if (t.len < size) return DLOCK_OK;
     if (size) buf[0] = '\0';
-    return dlock_fail(DLOCK_ERR_INVALID, "the metrics take %zu bytes, the buffer has %zu", t.len + 1, size);
+    return dlock__fail(DLOCK_ERR_INVALID, "the metrics take %zu bytes, the buffer has %zu", t.len + 1, size);
 }

@@ -51,7 +51,7 @@
 
 enum { SUB_IDLE, SUB_SENT, SUB_ACTIVE, UNSUB_SENT };
 
-struct dlock_sub_entry {
+struct dlock__sub_entry {
     char *channel;
     size_t len;
     int refs;           /* waiters interested in the channel */
@@ -60,18 +60,18 @@ struct dlock_sub_entry {
     long permits;       /* wake-ups not yet consumed */
     int64_t idle_since; /* when refs dropped to zero */
     pthread_cond_t cond;
-    struct dlock_sub_entry *next;
+    struct dlock__sub_entry *next;
 };
 
 /* A pub/sub connection to one node of the topology. */
 typedef struct sub_link {
     int node;
-    dlock_link *c;      /* NULL while not connected */
+    dlock__link *c;      /* NULL while not connected */
     int64_t retry_at;   /* after a failed connect, not before this */
     int backoff;
 } sub_link;
 
-struct dlock_subscriber {
+struct dlock__subscriber {
     dlock_client *client;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -81,7 +81,7 @@ struct dlock_subscriber {
     const char *cmd_sub, *cmd_unsub; /* SUBSCRIBE or SSUBSCRIBE, ... */
     sub_link links[MAX_LINKS];
     int n_links;        /* links are never removed: entries hold indexes */
-    dlock_sub_entry *buckets[BUCKETS];
+    dlock__sub_entry *buckets[BUCKETS];
 };
 
 static unsigned bucket_of(const char *s, size_t len)
@@ -91,16 +91,16 @@ static unsigned bucket_of(const char *s, size_t len)
     return h % BUCKETS;
 }
 
-static dlock_sub_entry *find(struct dlock_subscriber *s, const char *ch, size_t len)
+static dlock__sub_entry *find(struct dlock__subscriber *s, const char *ch, size_t len)
 {
-    for (dlock_sub_entry *e = s->buckets[bucket_of(ch, len)]; e; e = e->next)
+    for (dlock__sub_entry *e = s->buckets[bucket_of(ch, len)]; e; e = e->next)
         if (e->len == len && memcmp(e->channel, ch, len) == 0) return e;
     return NULL;
 }
 
-static void unlink_free(struct dlock_subscriber *s, dlock_sub_entry *e)
+static void unlink_free(struct dlock__subscriber *s, dlock__sub_entry *e)
 {
-    dlock_sub_entry **pp = &s->buckets[bucket_of(e->channel, e->len)];
+    dlock__sub_entry **pp = &s->buckets[bucket_of(e->channel, e->len)];
     while (*pp != e) pp = &(*pp)->next;
     *pp = e->next;
     pthread_cond_destroy(&e->cond);
@@ -108,7 +108,7 @@ static void unlink_free(struct dlock_subscriber *s, dlock_sub_entry *e)
     free(e);
 }
 
-static void poke(struct dlock_subscriber *s)
+static void poke(struct dlock__subscriber *s)
 {
     uint64_t one = 1;
     if (write(s->wake_fd, &one, sizeof one) < 0) { /* counter full: already poked */ }
@@ -116,7 +116,7 @@ static void poke(struct dlock_subscriber *s)
 
 /* Add wake-ups to an entry; never more than there are waiters, or a burst
  * of releases nobody slept through would cause as many useless retries. */
-static void grant(dlock_sub_entry *e, long n)
+static void grant(dlock__sub_entry *e, long n)
 {
     long cap = e->refs > 0 ? e->refs : 0;
     e->permits += n;
@@ -128,7 +128,7 @@ static void grant(dlock_sub_entry *e, long n)
 /* The subscription of `e` is gone from the server's side (or never will be
  * confirmed): forget it, and wake its waiters to retry, since a release
  * may have been published where nobody listened. */
-static void subscription_lost(struct dlock_subscriber *s, dlock_sub_entry *e)
+static void subscription_lost(struct dlock__subscriber *s, dlock__sub_entry *e)
 {
     e->state = SUB_IDLE;
     e->link = -1;
@@ -138,13 +138,13 @@ static void subscription_lost(struct dlock_subscriber *s, dlock_sub_entry *e)
 }
 
 /* Close link L and lose every subscription it carried. */
-static void link_reset(struct dlock_subscriber *s, int L)
+static void link_reset(struct dlock__subscriber *s, int L)
 {
     sub_link *k = &s->links[L];
-    if (k->c) dlock_link_free(k->c);
+    if (k->c) dlock__link_free(k->c);
     k->c = NULL;
     for (int b = 0; b < BUCKETS; b++) {
-        dlock_sub_entry *e = s->buckets[b], *next;
+        dlock__sub_entry *e = s->buckets[b], *next;
         for (; e; e = next) {
             next = e->next;
             if (e->link == L) subscription_lost(s, e);
@@ -154,7 +154,7 @@ static void link_reset(struct dlock_subscriber *s, int L)
 
 /* The link to `node`, made (unconnected) when there is none. -1 when
  * MAX_LINKS nodes have been used already. */
-static int link_for(struct dlock_subscriber *s, int node)
+static int link_for(struct dlock__subscriber *s, int node)
 {
     for (int i = 0; i < s->n_links; i++)
         if (s->links[i].node == node) return i;
@@ -167,34 +167,34 @@ static int link_for(struct dlock_subscriber *s, int node)
  * it now. Called with mu held; only appends to output buffers, routing
  * from what is known (no I/O). Entries whose node is not connected yet
  * stay idle, and *want_connect is set. */
-static void queue_commands(struct dlock_subscriber *s, int64_t now, int *want_connect)
+static void queue_commands(struct dlock__subscriber *s, int64_t now, int *want_connect)
 {
-    dlock_topo *t = s->client->topo;
+    dlock__topo *t = s->client->topo;
     s->dirty = 0;
     for (int b = 0; b < BUCKETS; b++) {
-        dlock_sub_entry *e = s->buckets[b], *next;
+        dlock__sub_entry *e = s->buckets[b], *next;
         for (; e; e = next) {
             next = e->next;
             const char *argv[2] = {NULL, e->channel};
             size_t lens[2] = {0, e->len};
             if (e->refs > 0 && e->state == SUB_IDLE) {
-                int node = dlock_topo_node_known(t, e->channel, e->len);
+                int node = dlock__topo_node_known(t, e->channel, e->len);
                 int L = node >= 0 ? link_for(s, node) : -1;
                 if (L < 0 || !s->links[L].c) {
                     /* Not yet: a map to refresh or a node to connect to. */
-                    if (node < 0) dlock_topo_mark_stale(t);
+                    if (node < 0) dlock__topo_mark_stale(t);
                     *want_connect = 1;
                     continue;
                 }
                 argv[0] = s->cmd_sub;
                 lens[0] = strlen(argv[0]);
-                dlock_link_append(s->links[L].c, 2, argv, lens);
+                dlock__link_append(s->links[L].c, 2, argv, lens);
                 e->state = SUB_SENT;
                 e->link = L;
             } else if (e->refs == 0 && e->state == SUB_ACTIVE && now - e->idle_since >= IDLE_UNSUBSCRIBE_MS) {
                 argv[0] = s->cmd_unsub;
                 lens[0] = strlen(argv[0]);
-                dlock_link_append(s->links[e->link].c, 2, argv, lens);
+                dlock__link_append(s->links[e->link].c, 2, argv, lens);
                 e->state = UNSUB_SENT;
             } else if (e->refs == 0 && e->state == SUB_IDLE) {
                 unlink_free(s, e);
@@ -205,22 +205,22 @@ static void queue_commands(struct dlock_subscriber *s, int64_t now, int *want_co
 
 /* Connect the links that waiting entries need. Called with mu held and
  * drops it around each connect, which may take up to the connect timeout. */
-static void connect_links(struct dlock_subscriber *s, int64_t now)
+static void connect_links(struct dlock__subscriber *s, int64_t now)
 {
-    dlock_topo *t = s->client->topo;
+    dlock__topo *t = s->client->topo;
     pthread_mutex_unlock(&s->mu);
-    dlock_topo_refresh(t);
+    dlock__topo_refresh(t);
     pthread_mutex_lock(&s->mu);
     for (int b = 0; b < BUCKETS; b++) {
-        for (dlock_sub_entry *e = s->buckets[b]; e; e = e->next) {
+        for (dlock__sub_entry *e = s->buckets[b]; e; e = e->next) {
             if (e->refs == 0 || e->state != SUB_IDLE) continue;
-            int node = dlock_topo_node_known(t, e->channel, e->len);
+            int node = dlock__topo_node_known(t, e->channel, e->len);
             int L = node >= 0 ? link_for(s, node) : -1;
             if (L < 0 || s->links[L].c || now < s->links[L].retry_at) continue;
             pthread_mutex_unlock(&s->mu);
-            dlock_link *c = NULL;
-            dlock_status st = dlock_topo_connect(t, node, &c);
-            if (st != DLOCK_OK) dlock_topo_node_failed(t, node);
+            dlock__link *c = NULL;
+            dlock_status st = dlock__topo_connect(t, node, &c);
+            if (st != DLOCK_OK) dlock__topo_node_failed(t, node);
             pthread_mutex_lock(&s->mu);
             sub_link *k = &s->links[L];
             if (st == DLOCK_OK) {
@@ -228,7 +228,7 @@ static void connect_links(struct dlock_subscriber *s, int64_t now)
                 k->backoff = 0;
             } else {
                 k->backoff = k->backoff ? (k->backoff * 2 > 1000 ? 1000 : k->backoff * 2) : 20;
-                k->retry_at = dlock_mono_ms() + k->backoff;
+                k->retry_at = dlock__mono_ms() + k->backoff;
             }
             s->dirty = 1;
             /* The table may have changed while mu was released. */
@@ -239,10 +239,10 @@ static void connect_links(struct dlock_subscriber *s, int64_t now)
 
 /* Handle one pushed reply on link L: a confirmation, a message, or an
  * error (a subscription refused: the slot lives elsewhere). */
-static void on_reply(struct dlock_subscriber *s, int L, redisReply *r)
+static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR) {
-        dlock_topo_mark_stale(s->client->topo);
+        dlock__topo_mark_stale(s->client->topo);
         link_reset(s, L);
         return;
     }
@@ -253,7 +253,7 @@ static void on_reply(struct dlock_subscriber *s, int L, redisReply *r)
     /* The sharded forms name the same events: smessage, ssubscribe, sunsubscribe. */
     if (strcmp(kind, "smessage") == 0 || strcmp(kind, "ssubscribe") == 0 || strcmp(kind, "sunsubscribe") == 0)
         kind++;
-    dlock_sub_entry *e = find(s, r->element[1]->str, r->element[1]->len);
+    dlock__sub_entry *e = find(s, r->element[1]->str, r->element[1]->len);
     if (!e || e->link != L) return;
     if (strcmp(kind, "message") == 0) {
         const redisReply *p = r->element[2];
@@ -272,19 +272,19 @@ static void on_reply(struct dlock_subscriber *s, int L, redisReply *r)
     } else if (strcmp(kind, "unsubscribe") == 0) {
         /* Not asked for: the server dropped the channel because its slot
          * moved to another node. */
-        dlock_topo_mark_stale(s->client->topo);
+        dlock__topo_mark_stale(s->client->topo);
         subscription_lost(s, e);
     }
 }
 
 /* When to wake up without news: idle channels due for UNSUBSCRIBE, links
  * due for another connect, and (Sentinel) checking the master. */
-static int poll_timeout(struct dlock_subscriber *s, int64_t now)
+static int poll_timeout(struct dlock__subscriber *s, int64_t now)
 {
     int64_t at = INT64_MAX;
     int any_active = 0;
     for (int b = 0; b < BUCKETS; b++)
-        for (dlock_sub_entry *e = s->buckets[b]; e; e = e->next) {
+        for (dlock__sub_entry *e = s->buckets[b]; e; e = e->next) {
             if (e->refs == 0 && e->state == SUB_ACTIVE && e->idle_since + IDLE_UNSUBSCRIBE_MS < at)
                 at = e->idle_since + IDLE_UNSUBSCRIBE_MS;
             if (e->refs > 0 && e->state == SUB_IDLE) at = now; /* retried below, with backoff */
@@ -306,16 +306,16 @@ static int poll_timeout(struct dlock_subscriber *s, int64_t now)
  * its channels move to the new master. Replication would still bring the
  * messages to the old one while it lives on as a replica, but not if it
  * is cut off, and never from a deposed master still taking writes. */
-static void check_master(struct dlock_subscriber *s)
+static void check_master(struct dlock__subscriber *s)
 {
-    dlock_topo *t = s->client->topo;
+    dlock__topo *t = s->client->topo;
     if (t->url.kind != DLOCK_URL_SENTINEL) return;
-    int m = dlock_topo_node_known(t, NULL, 0);
+    int m = dlock__topo_node_known(t, NULL, 0);
     for (int i = 0; i < s->n_links; i++)
         if (s->links[i].c && s->links[i].node != m) link_reset(s, i);
 }
 
-static void drain_wake_fd(struct dlock_subscriber *s)
+static void drain_wake_fd(struct dlock__subscriber *s)
 {
     uint64_t v;
     if (read(s->wake_fd, &v, sizeof v) < 0) { /* nothing pending */ }
@@ -323,7 +323,7 @@ static void drain_wake_fd(struct dlock_subscriber *s)
 
 static void *subscriber_main(void *arg)
 {
-    struct dlock_subscriber *s = arg;
+    struct dlock__subscriber *s = arg;
     /* This thread writes SUBSCRIBE commands itself; a write to a server
      * that went away must fail with EPIPE, not kill the program. */
     sigset_t pipe_only;
@@ -333,20 +333,20 @@ static void *subscriber_main(void *arg)
 
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        int64_t now = dlock_mono_ms();
+        int64_t now = dlock__mono_ms();
         check_master(s);
         if (s->dirty) {
             int want_connect = 0;
             queue_commands(s, now, &want_connect);
             if (want_connect) {
                 connect_links(s, now);
-                if (s->dirty) queue_commands(s, dlock_mono_ms(), &want_connect);
+                if (s->dirty) queue_commands(s, dlock__mono_ms(), &want_connect);
             }
             for (int i = 0; i < s->n_links; i++) {
-                dlock_link *c = s->links[i].c;
+                dlock__link *c = s->links[i].c;
                 if (!c) continue;
-                if (dlock_link_pending(c) > 0 && dlock_link_flush(c) != 0) {
-                    dlock_topo_node_failed(s->client->topo, s->links[i].node);
+                if (dlock__link_pending(c) > 0 && dlock__link_flush(c) != 0) {
+                    dlock__topo_node_failed(s->client->topo, s->links[i].node);
                     link_reset(s, i);
                 }
             }
@@ -356,9 +356,9 @@ static void *subscriber_main(void *arg)
         fds[0] = (struct pollfd){s->wake_fd, POLLIN, 0};
         for (int i = 0; i < s->n_links; i++) {
             if (!s->links[i].c) continue;
-            fds[nfds] = (struct pollfd){dlock_link_fd(s->links[i].c), POLLIN, 0};
+            fds[nfds] = (struct pollfd){dlock__link_fd(s->links[i].c), POLLIN, 0};
             /* TLS may hold decrypted bytes poll() cannot see. */
-            if (dlock_link_buffered(s->links[i].c) > 0) buffered = 1;
+            if (dlock__link_buffered(s->links[i].c) > 0) buffered = 1;
             which[nfds++] = i;
         }
         int timeout = buffered ? 0 : poll_timeout(s, now);
@@ -367,10 +367,10 @@ static void *subscriber_main(void *arg)
         int broken[MAX_LINKS + 1] = {0};
         char buf[16384];
         for (int f = 1; f < nfds; f++) {
-            dlock_link *c = s->links[which[f]].c;
-            if (!((n > 0 && (fds[f].revents & (POLLIN | POLLHUP | POLLERR))) || dlock_link_buffered(c) > 0)) continue;
-            ssize_t k = dlock_link_recv(c, buf, sizeof buf);
-            broken[f] = k <= 0 || dlock_link_feed(c, buf, (size_t)k) != 0;
+            dlock__link *c = s->links[which[f]].c;
+            if (!((n > 0 && (fds[f].revents & (POLLIN | POLLHUP | POLLERR))) || dlock__link_buffered(c) > 0)) continue;
+            ssize_t k = dlock__link_recv(c, buf, sizeof buf);
+            broken[f] = k <= 0 || dlock__link_feed(c, buf, (size_t)k) != 0;
         }
         if (n > 0 && (fds[0].revents & POLLIN)) drain_wake_fd(s);
         pthread_mutex_lock(&s->mu);
@@ -380,16 +380,16 @@ static void *subscriber_main(void *arg)
             sub_link *k = &s->links[L];
             redisReply *reply;
             while (!broken[f] && k->c) {
-                if (dlock_link_reply(k->c, &reply) != 0) broken[f] = 1;
+                if (dlock__link_reply(k->c, &reply) != 0) broken[f] = 1;
                 if (!reply) break;
                 on_reply(s, L, reply);
                 freeReplyObject(reply);
             }
             if (k->c && broken[f]) {
-                dlock_topo_node_failed(s->client->topo, k->node);
+                dlock__topo_node_failed(s->client->topo, k->node);
                 link_reset(s, L);
                 k->backoff = 20;
-                k->retry_at = dlock_mono_ms() + k->backoff;
+                k->retry_at = dlock__mono_ms() + k->backoff;
             }
         }
         /* Idle channels may be due for UNSUBSCRIBE, links for a connect. */
@@ -397,16 +397,16 @@ static void *subscriber_main(void *arg)
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_links; i++)
-        if (s->links[i].c) dlock_link_free(s->links[i].c);
+        if (s->links[i].c) dlock__link_free(s->links[i].c);
     return NULL;
 }
 
-struct dlock_subscriber *dlock_subscriber_start(dlock_client *client)
+struct dlock__subscriber *dlock__subscriber_start(dlock_client *client)
 {
-    struct dlock_subscriber *s = calloc(1, sizeof *s);
+    struct dlock__subscriber *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->client = client;
-    int sharded = dlock_topo_is_cluster(client->topo);
+    int sharded = dlock__topo_is_cluster(client->topo);
     s->cmd_sub = sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
     s->cmd_unsub = sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -424,7 +424,7 @@ struct dlock_subscriber *dlock_subscriber_start(dlock_client *client)
     return s;
 }
 
-void dlock_subscriber_stop(struct dlock_subscriber *s)
+void dlock__subscriber_stop(struct dlock__subscriber *s)
 {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
@@ -439,11 +439,11 @@ void dlock_subscriber_stop(struct dlock_subscriber *s)
     free(s);
 }
 
-dlock_sub_entry *dlock_sub_join(struct dlock_subscriber *s, const char *channel)
+dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *channel)
 {
     size_t len = strlen(channel);
     pthread_mutex_lock(&s->mu);
-    dlock_sub_entry *e = find(s, channel, len);
+    dlock__sub_entry *e = find(s, channel, len);
     if (!e) {
         e = calloc(1, sizeof *e);
         if (!e || !(e->channel = strdup(channel))) {
@@ -453,7 +453,7 @@ dlock_sub_entry *dlock_sub_join(struct dlock_subscriber *s, const char *channel)
         }
         e->len = len;
         e->link = -1;
-        dlock_cond_init(&e->cond);
+        dlock__cond_init(&e->cond);
         unsigned b = bucket_of(channel, len);
         e->next = s->buckets[b];
         s->buckets[b] = e;
@@ -466,12 +466,12 @@ dlock_sub_entry *dlock_sub_join(struct dlock_subscriber *s, const char *channel)
     return e;
 }
 
-int dlock_sub_wait_ready(struct dlock_subscriber *s, dlock_sub_entry *e, int64_t deadline_ms)
+int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms)
 {
     int ok = 1;
     pthread_mutex_lock(&s->mu);
     while (e->state != SUB_ACTIVE && !s->stop) {
-        if (dlock_cond_wait_until(&e->cond, &s->mu, deadline_ms) == ETIMEDOUT) {
+        if (dlock__cond_wait_until(&e->cond, &s->mu, deadline_ms) == ETIMEDOUT) {
             ok = e->state == SUB_ACTIVE;
             break;
         }
@@ -480,12 +480,12 @@ int dlock_sub_wait_ready(struct dlock_subscriber *s, dlock_sub_entry *e, int64_t
     return ok;
 }
 
-int dlock_sub_wait(struct dlock_subscriber *s, dlock_sub_entry *e, int64_t deadline_ms)
+int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms)
 {
     int woken = 1;
     pthread_mutex_lock(&s->mu);
     while (e->permits == 0 && !s->stop) {
-        if (dlock_cond_wait_until(&e->cond, &s->mu, deadline_ms) == ETIMEDOUT) {
+        if (dlock__cond_wait_until(&e->cond, &s->mu, deadline_ms) == ETIMEDOUT) {
             woken = 0;
             break;
         }
@@ -498,13 +498,13 @@ int dlock_sub_wait(struct dlock_subscriber *s, dlock_sub_entry *e, int64_t deadl
     return woken;
 }
 
-void dlock_sub_leave(struct dlock_subscriber *s, dlock_sub_entry *e)
+void dlock__sub_leave(struct dlock__subscriber *s, dlock__sub_entry *e)
 {
     int need = 0;
     pthread_mutex_lock(&s->mu);
     if (--e->refs == 0) {
         e->permits = 0;
-        e->idle_since = dlock_mono_ms();
+        e->idle_since = dlock__mono_ms();
         if (e->state == SUB_IDLE) {
             unlink_free(s, e);
         } else {

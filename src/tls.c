@@ -11,8 +11,8 @@
  *    BIO, which writes with write(2): writing to a connection the server
  *    closed raises SIGPIPE, whose default kills the whole program, and a
  *    library must neither die of it nor change the program's signal
- *    handling. send(2) with MSG_NOSIGNAL turns it into EPIPE (as for
- *    plaintext connections, conn.c did the same).
+ *    handling. send(2) with MSG_NOSIGNAL turns it into EPIPE (link.c does
+ *    the same for plaintext connections).
  *  - The socket is non-blocking and every wait is a poll(2) with the
  *    caller's deadline, so a handshake with a server that accepts and never
  *    answers ends at the connect timeout, and one SSL object can be read by
@@ -39,7 +39,7 @@
 
 #include "util.h"
 
-struct dlock_tls {
+struct dlock__tls {
     SSL_CTX *ctx;
     char *sni;  /* the name to send and to verify, or NULL for the host */
     int verify; /* 0: verify=no */
@@ -94,7 +94,7 @@ static void bio_method_make(void)
     bio_method = m;
 }
 
-void dlock_tls_reason(char *out, size_t size)
+void dlock__tls_reason(char *out, size_t size)
 {
     unsigned long e, last = 0;
     while ((e = ERR_get_error()) != 0) last = e; /* the last is the most specific */
@@ -106,20 +106,20 @@ void dlock_tls_reason(char *out, size_t size)
     }
 }
 
-dlock_status dlock_tls_new(const dlock_url *u, dlock_tls **out)
+dlock_status dlock__tls_new(const dlock_url *u, dlock__tls **out)
 {
     *out = NULL;
     pthread_once(&bio_once, bio_method_make);
-    if (!bio_method) return dlock_fail(DLOCK_ERR_NOMEM, "cannot make the TLS socket method");
-    dlock_tls *t = calloc(1, sizeof *t);
-    if (!t) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!bio_method) return dlock__fail(DLOCK_ERR_NOMEM, "cannot make the TLS socket method");
+    dlock__tls *t = calloc(1, sizeof *t);
+    if (!t) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     char why[256];
     ERR_clear_error();
     t->verify = u->tls_verify;
     t->ctx = SSL_CTX_new(TLS_client_method());
     if (!t->ctx || (u->tls_sni && !(t->sni = strdup(u->tls_sni)))) {
-        dlock_tls_free(t);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+        dlock__tls_free(t);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
     SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
@@ -138,15 +138,15 @@ dlock_status dlock_tls_new(const dlock_url *u, dlock_tls **out)
         else if (SSL_CTX_check_private_key(t->ctx) != 1) failed = "key (it does not match cert)";
     }
     if (failed) {
-        dlock_tls_reason(why, sizeof why);
-        dlock_tls_free(t);
-        return dlock_fail(DLOCK_ERR_URL, "TLS: cannot use %s: %s", failed, why);
+        dlock__tls_reason(why, sizeof why);
+        dlock__tls_free(t);
+        return dlock__fail(DLOCK_ERR_URL, "TLS: cannot use %s: %s", failed, why);
     }
     *out = t;
     return DLOCK_OK;
 }
 
-void dlock_tls_free(dlock_tls *t)
+void dlock__tls_free(dlock__tls *t)
 {
     if (!t) return;
     SSL_CTX_free(t->ctx);
@@ -159,17 +159,17 @@ void dlock_tls_free(dlock_tls *t)
 static dlock_status handshake_failed(SSL *ssl, const char *name, const char *why, int timed_out)
 {
     long v = SSL_get_verify_result(ssl);
-    if (timed_out) return dlock_fail(DLOCK_ERR_CONNECT, "TLS handshake with %s timed out (is it a TLS port?)", name);
+    if (timed_out) return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s timed out (is it a TLS port?)", name);
     if (v != X509_V_OK)
-        return dlock_fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: certificate verify failed: %s", name,
+        return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: certificate verify failed: %s", name,
                           X509_verify_cert_error_string(v));
     if (strstr(why, "wrong version number") || strstr(why, "packet length too long") ||
         strstr(why, "unexpected eof") || strstr(why, "record layer failure"))
-        return dlock_fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: %s (is it a TLS port?)", name, why);
-    return dlock_fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: %s", name, why);
+        return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: %s (is it a TLS port?)", name, why);
+    return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: %s", name, why);
 }
 
-dlock_status dlock_tls_handshake(const dlock_tls *t, int fd, const char *host, const char *name, int timeout_ms,
+dlock_status dlock__tls_handshake(const dlock__tls *t, int fd, const char *host, const char *name, int timeout_ms,
                                  SSL **out)
 {
     *out = NULL;
@@ -178,7 +178,7 @@ dlock_status dlock_tls_handshake(const dlock_tls *t, int fd, const char *host, c
     BIO *bio = ssl ? BIO_new(bio_method) : NULL;
     if (!bio) {
         SSL_free(ssl);
-        return dlock_fail(DLOCK_ERR_NOMEM, "out of memory for a TLS connection");
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory for a TLS connection");
     }
     BIO_set_data(bio, (void *)(intptr_t)fd);
     SSL_set_bio(ssl, bio, bio);
@@ -192,17 +192,17 @@ dlock_status dlock_tls_handshake(const dlock_tls *t, int fd, const char *host, c
         if (is_ip) X509_VERIFY_PARAM_set1_ip_asc(param, peer);
         else SSL_set1_host(ssl, peer);
     }
-    int64_t deadline = dlock_mono_ms() + timeout_ms;
+    int64_t deadline = dlock__mono_ms() + timeout_ms;
     for (;;) {
         errno = 0;
         int rc = SSL_connect(ssl);
         if (rc == 1) break;
         int e = SSL_get_error(ssl, rc);
         if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) &&
-            dlock_poll_fd(fd, e == SSL_ERROR_WANT_WRITE, deadline) == 0)
+            dlock__poll_fd(fd, e == SSL_ERROR_WANT_WRITE, deadline) == 0)
             continue;
         char why[256];
-        dlock_tls_reason(why, sizeof why);
+        dlock__tls_reason(why, sizeof why);
         int timed_out = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE;
         dlock_status st = handshake_failed(ssl, name, why, timed_out);
         SSL_free(ssl);

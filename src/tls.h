@@ -1,29 +1,29 @@
 /* TLS for the connections of a client: one OpenSSL context, made from a
  * rediss:// URL's parameters, and the handshake over a connected socket. */
-#ifndef DLOCK_TLS_H
-#define DLOCK_TLS_H
+#ifndef DLOCK__TLS_H
+#define DLOCK__TLS_H
 
 #include <openssl/ssl.h>
 
 #include "dlock.h"
 
-typedef struct dlock_tls dlock_tls;
+typedef struct dlock__tls dlock__tls;
 
 /* A context for `url` (which must be a TLS URL): the CA file or the system
  * store, the client certificate and key, the SNI name, whether to verify.
  * DLOCK_ERR_URL when a file cannot be used, with OpenSSL's reason. */
-dlock_status dlock_tls_new(const dlock_url *url, dlock_tls **out);
-void dlock_tls_free(dlock_tls *t);
+dlock_status dlock__tls_new(const dlock_url *url, dlock__tls **out);
+void dlock__tls_free(dlock__tls *t);
 
 /* Make `fd` (connected, non-blocking) a TLS connection to `host` (the
  * name the certificate must carry, unless the context has an SNI name or
  * does not verify), within `timeout_ms`. DLOCK_ERR_CONNECT with the
  * reason (OpenSSL's, or the certificate's verification error) on failure. */
-dlock_status dlock_tls_handshake(const dlock_tls *t, int fd, const char *host, const char *name, int timeout_ms,
+dlock_status dlock__tls_handshake(const dlock__tls *t, int fd, const char *host, const char *name, int timeout_ms,
                                  SSL **out);
 
 /* Why the last TLS call on this thread failed, for a message: OpenSSL's
  * error queue, emptied. */
-void dlock_tls_reason(char *out, size_t size);
+void dlock__tls_reason(char *out, size_t size);
 
 #endif

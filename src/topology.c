@@ -49,18 +49,18 @@ static dlock_status override_credential(char **field, const char *value)
 {
     if (!value) return DLOCK_OK;
     char *copy = strdup(value);
-    if (!copy) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!copy) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     free(*field);
     *field = copy;
     return DLOCK_OK;
 }
 
-dlock_status dlock_topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
-                            int command_timeout_ms, dlock_topo **out)
+dlock_status dlock__topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
+                            int command_timeout_ms, dlock__topo **out)
 {
     *out = NULL;
-    dlock_topo *t = calloc(1, sizeof *t);
-    if (!t) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock__topo *t = calloc(1, sizeof *t);
+    if (!t) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock_status st = dlock_url_parse(url, &t->url);
     if (st == DLOCK_OK) st = override_credential(&t->url.user, username);
     if (st == DLOCK_OK) st = override_credential(&t->url.password, password);
@@ -69,13 +69,13 @@ dlock_status dlock_topo_new(const char *url, const char *username, const char *p
         free(t);
         return st;
     }
-    if (t->url.tls && (st = dlock_tls_new(&t->url, &t->tls)) != DLOCK_OK) {
+    if (t->url.tls && (st = dlock__tls_new(&t->url, &t->tls)) != DLOCK_OK) {
         dlock_url_free(&t->url);
         free(t);
         return st;
     }
     pthread_mutex_init(&t->mu, NULL);
-    t->cfg = (dlock_conn_cfg){t->url.user,       t->url.password,
+    t->cfg = (dlock__conn_cfg){t->url.user,       t->url.password,
                               t->url.db,         connect_timeout_ms,
                               command_timeout_ms, t->url.kind == DLOCK_URL_SENTINEL,
                               &t->closing,       t->tls};
@@ -85,11 +85,11 @@ dlock_status dlock_topo_new(const char *url, const char *username, const char *p
     switch (t->url.kind) {
     case DLOCK_URL_TCP:
     case DLOCK_URL_UNIX: {
-        dlock_pool *p = calloc(1, sizeof *p);
-        if (!p || (st = dlock_pool_init(p, t->url.host, t->url.port, t->url.path, &t->cfg)) != DLOCK_OK) {
+        dlock__pool *p = calloc(1, sizeof *p);
+        if (!p || (st = dlock__pool_init(p, t->url.host, t->url.port, t->url.path, &t->cfg)) != DLOCK_OK) {
             free(p);
-            dlock_topo_free(t);
-            return p ? st : dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+            dlock__topo_free(t);
+            return p ? st : dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         }
         atomic_store(&t->nodes[0], p);
         atomic_store(&t->n_nodes, 1);
@@ -100,20 +100,20 @@ dlock_status dlock_topo_new(const char *url, const char *username, const char *p
         /* Sentinels are asked without credentials first: the URL's are the
          * data nodes', and most Sentinels have none. */
         t->sentinel_cfg =
-            (dlock_conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing, t->tls};
+            (dlock__conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing, t->tls};
         t->sentinel_auth_cfg = t->sentinel_cfg;
         t->sentinel_auth_cfg.user = t->url.user;
         t->sentinel_auth_cfg.password = t->url.password;
         t->sentinels = calloc(t->url.n_addrs, sizeof *t->sentinels);
         if (!t->sentinels) {
-            dlock_topo_free(t);
-            return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+            dlock__topo_free(t);
+            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         }
         for (size_t i = 0; i < t->url.n_addrs; i++) {
-            st = dlock_pool_init(&t->sentinels[i], t->url.addrs[i].host, t->url.addrs[i].port, NULL,
+            st = dlock__pool_init(&t->sentinels[i], t->url.addrs[i].host, t->url.addrs[i].port, NULL,
                                  &t->sentinel_cfg);
             if (st != DLOCK_OK) {
-                dlock_topo_free(t);
+                dlock__topo_free(t);
                 return st;
             }
             t->n_sentinels++;
@@ -123,9 +123,9 @@ dlock_status dlock_topo_new(const char *url, const char *username, const char *p
     case DLOCK_URL_CLUSTER:
         /* The seeds are where the first CLUSTER SLOTS is asked. */
         for (size_t i = 0; i < t->url.n_addrs; i++) {
-            if (dlock_topo_node_index(t, t->url.addrs[i].host, t->url.addrs[i].port, 0) < 0) {
-                dlock_topo_free(t);
-                return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+            if (dlock__topo_node_index(t, t->url.addrs[i].host, t->url.addrs[i].port, 0) < 0) {
+                dlock__topo_free(t);
+                return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
             }
         }
         atomic_store(&t->stale, 1);
@@ -135,41 +135,41 @@ dlock_status dlock_topo_new(const char *url, const char *username, const char *p
     return DLOCK_OK;
 }
 
-void dlock_topo_close_io(dlock_topo *t)
+void dlock__topo_close_io(dlock__topo *t)
 {
     atomic_store(&t->closing, 1);
     int n = atomic_load(&t->n_nodes);
-    for (int i = 0; i < n; i++) dlock_mux_abort(&atomic_load(&t->nodes[i])->mux, "the client is closing");
+    for (int i = 0; i < n; i++) dlock__mux_abort(&atomic_load(&t->nodes[i])->mux, "the client is closing");
 }
 
-void dlock_topo_free(dlock_topo *t)
+void dlock__topo_free(dlock__topo *t)
 {
     if (!t) return;
     int n = atomic_load(&t->n_nodes);
     for (int i = 0; i < n; i++) {
-        dlock_pool *p = atomic_load(&t->nodes[i]);
-        dlock_pool_destroy(p);
+        dlock__pool *p = atomic_load(&t->nodes[i]);
+        dlock__pool_destroy(p);
         free(p);
     }
-    for (size_t i = 0; i < t->n_sentinels; i++) dlock_pool_destroy(&t->sentinels[i]);
+    for (size_t i = 0; i < t->n_sentinels; i++) dlock__pool_destroy(&t->sentinels[i]);
     free(t->sentinels);
     pthread_mutex_destroy(&t->mu);
     dlock_url_free(&t->url);
-    dlock_tls_free(t->tls);
+    dlock__tls_free(t->tls);
     free(t);
 }
 
-int dlock_topo_node_index(dlock_topo *t, const char *host, int port, int locked)
+int dlock__topo_node_index(dlock__topo *t, const char *host, int port, int locked)
 {
     if (!locked) pthread_mutex_lock(&t->mu);
     int n = atomic_load(&t->n_nodes), found = -1;
     for (int i = 0; i < n && found < 0; i++) {
-        dlock_pool *p = atomic_load(&t->nodes[i]);
+        dlock__pool *p = atomic_load(&t->nodes[i]);
         if (p->ep.host && p->ep.port == port && strcmp(p->ep.host, host) == 0) found = i;
     }
-    if (found < 0 && n < DLOCK_MAX_NODES) {
-        dlock_pool *p = calloc(1, sizeof *p);
-        if (p && dlock_pool_init(p, host, port, NULL, &t->cfg) == DLOCK_OK) {
+    if (found < 0 && n < DLOCK__MAX_NODES) {
+        dlock__pool *p = calloc(1, sizeof *p);
+        if (p && dlock__pool_init(p, host, port, NULL, &t->cfg) == DLOCK_OK) {
             atomic_store(&t->nodes[n], p);
             atomic_store(&t->n_nodes, n + 1); /* published after the pool is ready */
             found = n;
@@ -183,36 +183,36 @@ int dlock_topo_node_index(dlock_topo *t, const char *host, int port, int locked)
 
 /* The master the Sentinels name now becomes the node commands go to.
  * Called with mu held. */
-static dlock_status sentinel_lookup(dlock_topo *t)
+static dlock_status sentinel_lookup(dlock__topo *t)
 {
     char *host;
     int port;
-    dlock_status st = dlock_sentinel_ask(t->sentinels, t->n_sentinels, &t->sentinel_first, t->url.master,
+    dlock_status st = dlock__sentinel_ask(t->sentinels, t->n_sentinels, &t->sentinel_first, t->url.master,
                                          &t->sentinel_auth_cfg, &host, &port);
     if (st != DLOCK_OK) return st;
-    int node = dlock_topo_node_index(t, host, port, 1);
+    int node = dlock__topo_node_index(t, host, port, 1);
     free(host);
-    if (node < 0) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (node < 0) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     int old = atomic_exchange(&t->master, node);
     /* Connections to a master that is one no more must not be reused,
      * even if it still answers. */
-    if (old >= 0 && old != node) dlock_pool_drop_idle(dlock_topo_pool(t, old));
+    if (old >= 0 && old != node) dlock__pool_drop_idle(dlock__topo_pool(t, old));
     return DLOCK_OK;
 }
 
 /* A new slot map replaces the old one in one sweep. Called with mu held. */
-static dlock_status cluster_lookup(dlock_topo *t)
+static dlock_status cluster_lookup(dlock__topo *t)
 {
-    dlock_pool *nodes[DLOCK_MAX_NODES];
+    dlock__pool *nodes[DLOCK__MAX_NODES];
     int n = atomic_load(&t->n_nodes);
-    for (int i = 0; i < n; i++) nodes[i] = dlock_topo_pool(t, i);
-    dlock_slot_map map;
-    dlock_status st = dlock_cluster_ask(nodes, n, t->any_node >= 0 ? t->any_node : 0, &map);
+    for (int i = 0; i < n; i++) nodes[i] = dlock__topo_pool(t, i);
+    dlock__slot_map map;
+    dlock_status st = dlock__cluster_ask(nodes, n, t->any_node >= 0 ? t->any_node : 0, &map);
     if (st != DLOCK_OK) return st;
-    uint16_t *slots = calloc(DLOCK_SLOTS, sizeof *slots);
+    uint16_t *slots = calloc(DLOCK__SLOTS, sizeof *slots);
     int first = -1;
     for (size_t i = 0; slots && i < map.n; i++) {
-        int node = dlock_topo_node_index(t, map.ranges[i].host, map.ranges[i].port, 1);
+        int node = dlock__topo_node_index(t, map.ranges[i].host, map.ranges[i].port, 1);
         if (node < 0) {
             free(slots);
             slots = NULL;
@@ -221,12 +221,12 @@ static dlock_status cluster_lookup(dlock_topo *t)
         if (first < 0) first = node;
         for (int s = map.ranges[i].from; s <= map.ranges[i].to; s++) slots[s] = (uint16_t)(node + 1);
     }
-    dlock_slot_map_free(&map);
-    if (!slots) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock__slot_map_free(&map);
+    if (!slots) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     /* Keep the node keyless commands use while it still serves slots: it
      * may have been chosen because another one was unreachable. */
     int keep = 0;
-    for (int s = 0; s < DLOCK_SLOTS; s++) {
+    for (int s = 0; s < DLOCK__SLOTS; s++) {
         atomic_store(&t->slots[s], slots[s]);
         keep = keep || slots[s] == t->any_node + 1;
     }
@@ -237,20 +237,20 @@ static dlock_status cluster_lookup(dlock_topo *t)
 
 /* Look the topology up again if it is stale and nobody did so just now.
  * Returns the status of the most recent lookup. */
-static dlock_status look_up(dlock_topo *t)
+static dlock_status look_up(dlock__topo *t)
 {
     pthread_mutex_lock(&t->mu);
-    int64_t now = dlock_mono_ms();
+    int64_t now = dlock__mono_ms();
     dlock_status st = t->last_lookup;
     if (atomic_load(&t->stale) && (t->looked_up_ms == 0 || now - t->looked_up_ms >= LOOKUP_MIN_MS)) {
         st = t->url.kind == DLOCK_URL_SENTINEL ? sentinel_lookup(t) : cluster_lookup(t);
-        t->looked_up_ms = dlock_mono_ms();
+        t->looked_up_ms = dlock__mono_ms();
         t->last_lookup = st;
         if (st == DLOCK_OK) atomic_store(&t->stale, 0);
         else snprintf(t->last_lookup_msg, sizeof t->last_lookup_msg, "%s", dlock_last_error());
     } else if (st != DLOCK_OK) {
         /* Another thread just failed to look it up: tell its reason. */
-        dlock_fail(st, "%s", t->last_lookup_msg);
+        dlock__fail(st, "%s", t->last_lookup_msg);
     }
     pthread_mutex_unlock(&t->mu);
     return st;
@@ -258,7 +258,7 @@ static dlock_status look_up(dlock_topo *t)
 
 /* The node for `key`, looking the topology up first when it is stale;
  * -1 with the reason in *why when there is none. */
-static int route(dlock_topo *t, const char *key, size_t len, dlock_status *why)
+static int route(dlock__topo *t, const char *key, size_t len, dlock_status *why)
 {
     *why = DLOCK_OK;
     dlock_url_kind kind = t->url.kind;
@@ -267,12 +267,12 @@ static int route(dlock_topo *t, const char *key, size_t len, dlock_status *why)
     if (kind == DLOCK_URL_SENTINEL) {
         int m = atomic_load(&t->master);
         if (m < 0 && *why == DLOCK_OK)
-            *why = dlock_fail(DLOCK_ERR_CONNECT, "no master known for %s", t->url.master);
+            *why = dlock__fail(DLOCK_ERR_CONNECT, "no master known for %s", t->url.master);
         return m;
     }
     int node;
     if (key) {
-        node = (int)atomic_load(&t->slots[dlock_key_slot(key, len)]) - 1;
+        node = (int)atomic_load(&t->slots[dlock__key_slot(key, len)]) - 1;
     } else {
         pthread_mutex_lock(&t->mu);
         node = t->any_node;
@@ -281,18 +281,18 @@ static int route(dlock_topo *t, const char *key, size_t len, dlock_status *why)
     if (node < 0 && *why == DLOCK_OK) {
         /* A slot nobody serves: a map from the middle of a change. */
         atomic_store(&t->stale, 1);
-        *why = dlock_fail(DLOCK_ERR_CONNECT, "no cluster node serves the slot of \"%.100s\"", key ? key : "");
+        *why = dlock__fail(DLOCK_ERR_CONNECT, "no cluster node serves the slot of \"%.100s\"", key ? key : "");
     }
     return node;
 }
 
-int dlock_topo_node_for(dlock_topo *t, const char *key, size_t len)
+int dlock__topo_node_for(dlock__topo *t, const char *key, size_t len)
 {
     dlock_status why;
     return route(t, key, len, &why);
 }
 
-int dlock_topo_node_known(dlock_topo *t, const char *key, size_t len)
+int dlock__topo_node_known(dlock__topo *t, const char *key, size_t len)
 {
     switch (t->url.kind) {
     case DLOCK_URL_TCP:
@@ -300,42 +300,42 @@ int dlock_topo_node_known(dlock_topo *t, const char *key, size_t len)
     case DLOCK_URL_SENTINEL: return atomic_load(&t->master);
     case DLOCK_URL_CLUSTER: break;
     }
-    return (int)atomic_load(&t->slots[dlock_key_slot(key, len)]) - 1;
+    return (int)atomic_load(&t->slots[dlock__key_slot(key, len)]) - 1;
 }
 
-void dlock_topo_refresh(dlock_topo *t)
+void dlock__topo_refresh(dlock__topo *t)
 {
     if (atomic_load(&t->stale)) look_up(t);
 }
 
-void dlock_topo_mark_stale(dlock_topo *t)
+void dlock__topo_mark_stale(dlock__topo *t)
 {
     if (t->url.kind == DLOCK_URL_SENTINEL || t->url.kind == DLOCK_URL_CLUSTER) atomic_store(&t->stale, 1);
 }
 
-int dlock_topo_is_cluster(const dlock_topo *t)
+int dlock__topo_is_cluster(const dlock__topo *t)
 {
     return t->url.kind == DLOCK_URL_CLUSTER;
 }
 
-dlock_status dlock_topo_connect(dlock_topo *t, int node, dlock_link **out)
+dlock_status dlock__topo_connect(dlock__topo *t, int node, dlock__link **out)
 {
-    return dlock_pool_connect(dlock_topo_pool(t, node), out);
+    return dlock__pool_connect(dlock__topo_pool(t, node), out);
 }
 
-void dlock_topo_node_failed(dlock_topo *t, int node)
+void dlock__topo_node_failed(dlock__topo *t, int node)
 {
     if (t->url.kind == DLOCK_URL_TCP || t->url.kind == DLOCK_URL_UNIX) return;
-    dlock_pool_drop_idle(dlock_topo_pool(t, node));
+    dlock__pool_drop_idle(dlock__topo_pool(t, node));
     atomic_store(&t->stale, 1);
 }
 
-unsigned dlock_topo_slot(const dlock_topo *t, const char *key)
+unsigned dlock__topo_slot(const dlock__topo *t, const char *key)
 {
-    return t->url.kind == DLOCK_URL_CLUSTER ? dlock_key_slot(key, strlen(key)) : 0;
+    return t->url.kind == DLOCK_URL_CLUSTER ? dlock__key_slot(key, strlen(key)) : 0;
 }
 
-void dlock_topo_identity(const dlock_topo *t, char *out, size_t size)
+void dlock__topo_identity(const dlock__topo *t, char *out, size_t size)
 {
     const dlock_url *u = &t->url;
     switch (u->kind) {
@@ -350,7 +350,7 @@ void dlock_topo_identity(const dlock_topo *t, char *out, size_t size)
  * has passed, so the caller gives up instead. */
 static int pause_until(int64_t deadline, long ms)
 {
-    int64_t now = dlock_mono_ms();
+    int64_t now = dlock__mono_ms();
     if (now >= deadline) return 0;
     if (now + ms > deadline) ms = (long)(deadline - now);
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -359,13 +359,13 @@ static int pause_until(int64_t deadline, long ms)
 }
 
 /* "MOVED 3999 127.0.0.1:6381": the node index of the address, or -1. */
-static int redirect_target(dlock_topo *t, const char *msg, unsigned *slot)
+static int redirect_target(dlock__topo *t, const char *msg, unsigned *slot)
 {
     const char *sp = strchr(msg, ' ');
     if (!sp) return -1;
     char *end;
     unsigned long s = strtoul(sp + 1, &end, 10);
-    if (end == sp + 1 || *end != ' ' || s >= DLOCK_SLOTS) return -1;
+    if (end == sp + 1 || *end != ' ' || s >= DLOCK__SLOTS) return -1;
     const char *addr = end + 1, *colon = strrchr(addr, ':');
     if (!colon || colon == addr) return -1;
     long port = strtol(colon + 1, &end, 10);
@@ -376,16 +376,16 @@ static int redirect_target(dlock_topo *t, const char *msg, unsigned *slot)
     memcpy(host, addr, hl);
     host[hl] = '\0';
     *slot = (unsigned)s;
-    return dlock_topo_node_index(t, host, (int)port, 0);
+    return dlock__topo_node_index(t, host, (int)port, 0);
 }
 
 /* A keyless command (SCRIPT LOAD) may go to any master; when the one we
  * used is unreachable, use the next master of the map instead. */
-static void avoid_any_node(dlock_topo *t, int node)
+static void avoid_any_node(dlock__topo *t, int node)
 {
     pthread_mutex_lock(&t->mu);
     if (t->any_node == node) {
-        for (int s = 0; s < DLOCK_SLOTS; s++) {
+        for (int s = 0; s < DLOCK__SLOTS; s++) {
             int n = (int)atomic_load(&t->slots[s]) - 1;
             if (n >= 0 && n != node) {
                 t->any_node = n;
@@ -396,35 +396,35 @@ static void avoid_any_node(dlock_topo *t, int node)
     pthread_mutex_unlock(&t->mu);
 }
 
-dlock_route_error dlock_route_classify(const char *err)
+dlock__route_error dlock__route_classify(const char *err)
 {
-#define DLOCK_ROUTE_MATCH(kind, prefix) \
-    if (strncmp(err, prefix, sizeof prefix - 1) == 0) return DLOCK_ROUTE_##kind;
-    DLOCK_ROUTE_ERRORS(DLOCK_ROUTE_MATCH)
-#undef DLOCK_ROUTE_MATCH
-    return DLOCK_ROUTE_NONE;
+#define DLOCK__ROUTE_MATCH(kind, prefix) \
+    if (strncmp(err, prefix, sizeof prefix - 1) == 0) return DLOCK__ROUTE_##kind;
+    DLOCK__ROUTE_ERRORS(DLOCK__ROUTE_MATCH)
+#undef DLOCK__ROUTE_MATCH
+    return DLOCK__ROUTE_NONE;
 }
 
-dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const int *argcs,
+dlock_status dlock__topo_pipeline(dlock__topo *t, const char *key, int n, const int *argcs,
                                  const char *const *const *argvs, const size_t *const *lens, int flags,
                                  redisReply **replies, int *retried)
 {
     if (retried) *retried = 0;
-    if (n < 1 || n > MAX_PIPELINE) return dlock_fail(DLOCK_ERR_INVALID, "pipeline of %d commands", n);
+    if (n < 1 || n > MAX_PIPELINE) return dlock__fail(DLOCK_ERR_INVALID, "pipeline of %d commands", n);
     size_t keylen = key ? strlen(key) : 0;
-    int64_t deadline = dlock_mono_ms() + t->cfg.command_timeout_ms;
+    int64_t deadline = dlock__mono_ms() + t->cfg.command_timeout_ms;
     static const char *const asking[1] = {"ASKING"};
     int ask = -1, hops = 0;
     for (;;) {
         dlock_status st;
         /* Only redirections count: waits (TRYAGAIN through a whole slot
          * migration, CLUSTERDOWN through a failover) end at the deadline. */
-        if (hops > MAX_HOPS) return dlock_fail(DLOCK_ERR_REDIS, "%s: too many redirections", argvs[0][0]);
+        if (hops > MAX_HOPS) return dlock__fail(DLOCK_ERR_REDIS, "%s: too many redirections", argvs[0][0]);
         int node = ask >= 0 ? ask : route(t, key, keylen, &st);
         if (node < 0) {
             /* Nobody to ask yet: a failover or a map being rebuilt. */
             if (pause_until(deadline, 50)) continue;
-            return st != DLOCK_OK ? st : dlock_fail(DLOCK_ERR_CONNECT, "no server to send %s to", argvs[0][0]);
+            return st != DLOCK_OK ? st : dlock__fail(DLOCK_ERR_CONNECT, "no server to send %s to", argvs[0][0]);
         }
         /* ASK: this one command goes to the importing node after ASKING. */
         int x = ask >= 0, again = 0;
@@ -443,19 +443,19 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
             ln[x + i] = lens ? lens[i] : NULL;
         }
         ask = -1;
-        dlock_io_fail why;
-        st = dlock_pool_pipeline(dlock_topo_pool(t, node), n + x, ac, av, ln, flags, rep, &again, &why);
+        dlock__io_fail why;
+        st = dlock__pool_pipeline(dlock__topo_pool(t, node), n + x, ac, av, ln, flags, rep, &again, &why);
         if (again && retried) *retried = 1;
         if (st != DLOCK_OK) {
             if (st != DLOCK_ERR_CONNECT) return st;
             /* The server may be gone for good (a failover): if the topology
              * now names another one, resend there. */
-            dlock_topo_node_failed(t, node);
+            dlock__topo_node_failed(t, node);
             if (t->url.kind == DLOCK_URL_TCP || t->url.kind == DLOCK_URL_UNIX) return st;
             if (!key && t->url.kind == DLOCK_URL_CLUSTER) avoid_any_node(t, node);
             dlock_status why_not;
             int next = route(t, key, keylen, &why_not);
-            if (next < 0 || next == node || dlock_mono_ms() >= deadline || ((flags & DLOCK_IO_ONCE) && why.sent)) return st;
+            if (next < 0 || next == node || dlock__mono_ms() >= deadline || ((flags & DLOCK__IO_ONCE) && why.sent)) return st;
             if (why.sent && retried) *retried = 1;
             hops++;
             continue;
@@ -466,29 +466,29 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
         if (r->type != REDIS_REPLY_ERROR) return DLOCK_OK;
         unsigned slot;
         int target = -1, wait_ms = 0;
-        switch (dlock_route_classify(r->str)) {
-        case DLOCK_ROUTE_MOVED:
+        switch (dlock__route_classify(r->str)) {
+        case DLOCK__ROUTE_MOVED:
             target = redirect_target(t, r->str, &slot);
             if (target >= 0) {
                 atomic_store(&t->slots[slot], (uint16_t)(target + 1));
                 atomic_store(&t->stale, 1); /* more slots have probably moved with it */
             }
             break;
-        case DLOCK_ROUTE_ASK: target = ask = redirect_target(t, r->str, &slot); break;
-        case DLOCK_ROUTE_TRYAGAIN: wait_ms = 10; break;
-        case DLOCK_ROUTE_CLUSTERDOWN:
-        case DLOCK_ROUTE_MASTERDOWN:
-        case DLOCK_ROUTE_LOADING:
+        case DLOCK__ROUTE_ASK: target = ask = redirect_target(t, r->str, &slot); break;
+        case DLOCK__ROUTE_TRYAGAIN: wait_ms = 10; break;
+        case DLOCK__ROUTE_CLUSTERDOWN:
+        case DLOCK__ROUTE_MASTERDOWN:
+        case DLOCK__ROUTE_LOADING:
             wait_ms = 50;
             atomic_store(&t->stale, 1);
             break;
-        case DLOCK_ROUTE_READONLY:
+        case DLOCK__ROUTE_READONLY:
             /* One server has nowhere else to be: its READONLY is the caller's. */
             if (t->url.kind == DLOCK_URL_TCP || t->url.kind == DLOCK_URL_UNIX) return DLOCK_OK;
             wait_ms = 20;
-            dlock_topo_node_failed(t, node);
+            dlock__topo_node_failed(t, node);
             break;
-        case DLOCK_ROUTE_NONE: return DLOCK_OK; /* an error the caller must see */
+        case DLOCK__ROUTE_NONE: return DLOCK_OK; /* an error the caller must see */
         }
         if (target < 0 && wait_ms == 0) return DLOCK_OK; /* a redirection we cannot parse: show it */
         /* MOVED changes the map; a loop of them is a broken cluster. ASK
@@ -498,7 +498,7 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
         if (target >= 0 && ask < 0) hops++;
         if (wait_ms && !pause_until(deadline, wait_ms)) {
             /* Out of time: report the condition itself. */
-            st = dlock_fail(DLOCK_ERR_CONNECT, "%s: server busy or failing over (%.60s)", argvs[0][0], r->str);
+            st = dlock__fail(DLOCK_ERR_CONNECT, "%s: server busy or failing over (%.60s)", argvs[0][0], r->str);
             for (int i = 0; i < n; i++) freeReplyObject(replies[i]);
             return st;
         }
@@ -506,11 +506,11 @@ dlock_status dlock_topo_pipeline(dlock_topo *t, const char *key, int n, const in
     }
 }
 
-dlock_status dlock_topo_command(dlock_topo *t, const char *key, int argc, const char **argv, const size_t *lens,
+dlock_status dlock__topo_command(dlock__topo *t, const char *key, int argc, const char **argv, const size_t *lens,
                                 redisReply **out, int *retried)
 {
     const char *const *argvs[1] = {argv};
     const size_t *const lensv[1] = {lens};
     *out = NULL;
-    return dlock_topo_pipeline(t, key, 1, &argc, argvs, lensv, 0, out, retried);
+    return dlock__topo_pipeline(t, key, 1, &argc, argvs, lensv, 0, out, retried);
 }

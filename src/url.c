@@ -70,7 +70,7 @@ static char *percent_decode(const char *s, size_t len)
 static dlock_status bad(dlock_url *out, const char *what)
 {
     dlock_url_free(out);
-    return dlock_fail(DLOCK_ERR_URL, "malformed URL: %s", what);
+    return dlock__fail(DLOCK_ERR_URL, "malformed URL: %s", what);
 }
 
 static int host_char_ok(char c)
@@ -181,7 +181,7 @@ static dlock_status parse_addr_list(const char *s, const char *end, int default_
         if (*p == ',') n++;
     if (n > 64) return bad(out, "more than 64 addresses");
     out->addrs = calloc(n, sizeof *out->addrs);
-    if (!out->addrs) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!out->addrs) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     for (const char *p = s; out->n_addrs < n; p++) {
         const char *comma = memchr(p, ',', (size_t)(end - p));
         const char *e = comma ? comma : end;
@@ -196,7 +196,7 @@ static dlock_status parse_addr_list(const char *s, const char *end, int default_
         p = e;
     }
     out->host = strdup(out->addrs[0].host);
-    if (!out->host) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!out->host) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     out->port = out->addrs[0].port;
     return DLOCK_OK;
 }
@@ -231,7 +231,7 @@ static dlock_status parse_sentinel(const char *s, dlock_url *out)
     for (size_t i = 0; i < len; i++)
         if (!host_char_ok(name[i])) return bad(out, "master name may hold only letters, digits, '.', '-' and '_'");
     out->master = strndup(name, len);
-    if (!out->master) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!out->master) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     return q ? parse_db_query(q, out) : DLOCK_OK;
 }
 
@@ -256,7 +256,7 @@ static dlock_status parse_unix(const char *s, dlock_url *out)
     size_t plen = q ? (size_t)(q - s) : strlen(s);
     if (plen < 2) return bad(out, "missing socket path");
     out->path = strndup(s, plen);
-    if (!out->path) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!out->path) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     return q ? parse_db_query(q, out) : DLOCK_OK;
 }
 
@@ -312,7 +312,7 @@ static dlock_status parse_tls(const char *rest, dlock_status (*plain)(const char
 {
     const char *q = strchr(rest, '?');
     char *body = q ? strndup(rest, (size_t)(q - rest)) : strdup(rest);
-    if (!body) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (!body) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock_status st = plain(body, out);
     free(body);
     if (st != DLOCK_OK) return st;
@@ -323,14 +323,14 @@ static dlock_status parse_tls(const char *rest, dlock_status (*plain)(const char
 
 dlock_status dlock_url_parse(const char *url, dlock_url *out)
 {
-    if (!out) return dlock_fail(DLOCK_ERR_INVALID, "no output struct");
+    if (!out) return dlock__fail(DLOCK_ERR_INVALID, "no output struct");
     memset(out, 0, sizeof *out);
-    if (!url || !*url) return dlock_fail(DLOCK_ERR_URL, "malformed URL: empty");
+    if (!url || !*url) return dlock__fail(DLOCK_ERR_URL, "malformed URL: empty");
     size_t len = strnlen(url, URL_MAX + 1);
-    if (len > URL_MAX) return dlock_fail(DLOCK_ERR_URL, "malformed URL: longer than %d bytes", URL_MAX);
+    if (len > URL_MAX) return dlock__fail(DLOCK_ERR_URL, "malformed URL: longer than %d bytes", URL_MAX);
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)url[i] <= ' ' || url[i] == 0x7f)
-            return dlock_fail(DLOCK_ERR_URL, "malformed URL: contains a space or control character");
+            return dlock__fail(DLOCK_ERR_URL, "malformed URL: contains a space or control character");
     if (strncmp(url, "redis://", 8) == 0) return parse_redis(url + 8, out);
     if (strncmp(url, "unix://", 7) == 0) return parse_unix(url + 7, out);
     if (strncmp(url, "redis-sentinel://", 17) == 0) return parse_sentinel(url + 17, out);
@@ -338,7 +338,7 @@ dlock_status dlock_url_parse(const char *url, dlock_url *out)
     if (strncmp(url, "rediss://", 9) == 0) return parse_tls(url + 9, parse_redis, 0, out);
     if (strncmp(url, "rediss-sentinel://", 18) == 0) return parse_tls(url + 18, parse_sentinel, 1, out);
     if (strncmp(url, "rediss-cluster://", 17) == 0) return parse_tls(url + 17, parse_cluster, 0, out);
-    return dlock_fail(DLOCK_ERR_URL, "malformed URL: must start with redis://, rediss://, unix://, "
+    return dlock__fail(DLOCK_ERR_URL, "malformed URL: must start with redis://, rediss://, unix://, "
                                      "redis[s]-sentinel:// or redis[s]-cluster://");
 }
 

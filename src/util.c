@@ -15,7 +15,7 @@
  * explanation; errno does the same for the same reason. */
 static __thread char last_error[512];
 
-dlock_status dlock_fail(dlock_status status, const char *fmt, ...)
+dlock_status dlock__fail(dlock_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -29,14 +29,14 @@ const char *dlock_last_error(void)
     return last_error[0] ? last_error : "no error";
 }
 
-int64_t dlock_mono_ms(void)
+int64_t dlock__mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int dlock_cond_init(pthread_cond_t *cond)
+int dlock__cond_init(pthread_cond_t *cond)
 {
     pthread_condattr_t attr;
     int rc = pthread_condattr_init(&attr);
@@ -47,7 +47,7 @@ int dlock_cond_init(pthread_cond_t *cond)
     return rc;
 }
 
-int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
+int dlock__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
 {
     if (deadline_ms < 0) return pthread_cond_wait(cond, mu);
     struct timespec ts;
@@ -56,16 +56,16 @@ int dlock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dea
     return pthread_cond_timedwait(cond, mu, &ts);
 }
 
-dlock_status dlock_random_hex(char *out, size_t nbytes)
+dlock_status dlock__random_hex(char *out, size_t nbytes)
 {
     unsigned char buf[64];
-    if (nbytes > sizeof buf) return dlock_fail(DLOCK_ERR_INVALID, "random id too long");
+    if (nbytes > sizeof buf) return dlock__fail(DLOCK_ERR_INVALID, "random id too long");
     size_t got = 0;
     while (got < nbytes) {
         ssize_t n = getrandom(buf + got, nbytes - got, 0);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return dlock_fail(DLOCK_ERR_SYS, "getrandom: %s", strerror(errno));
+            return dlock__fail(DLOCK_ERR_SYS, "getrandom: %s", strerror(errno));
         }
         got += (size_t)n;
     }
@@ -78,7 +78,7 @@ dlock_status dlock_random_hex(char *out, size_t nbytes)
     return DLOCK_OK;
 }
 
-unsigned long dlock_thread_number(void)
+unsigned long dlock__thread_number(void)
 {
     static atomic_ulong next = 1;
     static __thread unsigned long mine;
@@ -90,19 +90,19 @@ unsigned long dlock_thread_number(void)
  * after HSET), and a lease the server refuses fails the script half-way
  * with the hold written and no expiry: held forever, by an owner that was
  * told it failed. Checking here, before any I/O, is the only safe place. */
-dlock_status dlock_check_lease(long lease_ms, long min_ms, int watchdog_ok)
+dlock_status dlock__check_lease(long lease_ms, long min_ms, int watchdog_ok)
 {
     if (watchdog_ok && lease_ms == DLOCK_LEASE_WATCHDOG) return DLOCK_OK;
     if (lease_ms < min_ms || lease_ms > DLOCK_LEASE_MAX_MS)
-        return dlock_fail(DLOCK_ERR_INVALID, "lease must be %ld to %ld ms%s", min_ms, DLOCK_LEASE_MAX_MS,
+        return dlock__fail(DLOCK_ERR_INVALID, "lease must be %ld to %ld ms%s", min_ms, DLOCK_LEASE_MAX_MS,
                           watchdog_ok ? ", or DLOCK_LEASE_WATCHDOG" : "");
     return DLOCK_OK;
 }
 
-int dlock_poll_fd(int fd, int want_write, int64_t deadline_ms)
+int dlock__poll_fd(int fd, int want_write, int64_t deadline_ms)
 {
     for (;;) {
-        int64_t left = deadline_ms - dlock_mono_ms();
+        int64_t left = deadline_ms - dlock__mono_ms();
         if (left <= 0) {
             errno = EAGAIN;
             return -1;
@@ -114,9 +114,9 @@ int dlock_poll_fd(int fd, int want_write, int64_t deadline_ms)
     }
 }
 
-int64_t dlock_deadline(long wait_ms)
+int64_t dlock__deadline(long wait_ms)
 {
-    return wait_ms < 0 ? -1 : dlock_mono_ms() + wait_ms;
+    return wait_ms < 0 ? -1 : dlock__mono_ms() + wait_ms;
 }
 
 #define NAME_MAX_LEN 512
@@ -125,28 +125,28 @@ int64_t dlock_deadline(long wait_ms)
  * before connecting rather than after. */
 dlock_status dlock_check_name(const char *name)
 {
-    if (!name) return dlock_fail(DLOCK_ERR_INVALID, "name is NULL");
+    if (!name) return dlock__fail(DLOCK_ERR_INVALID, "name is NULL");
     size_t len = strnlen(name, NAME_MAX_LEN + 1);
-    if (len == 0) return dlock_fail(DLOCK_ERR_INVALID, "name is empty");
+    if (len == 0) return dlock__fail(DLOCK_ERR_INVALID, "name is empty");
     if (len > NAME_MAX_LEN)
-        return dlock_fail(DLOCK_ERR_INVALID, "name is longer than %d bytes", NAME_MAX_LEN);
+        return dlock__fail(DLOCK_ERR_INVALID, "name is longer than %d bytes", NAME_MAX_LEN);
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)name[i];
         if (ch == '{' || ch == '}')
-            return dlock_fail(DLOCK_ERR_INVALID, "name may not contain '{' or '}'");
+            return dlock__fail(DLOCK_ERR_INVALID, "name may not contain '{' or '}'");
         if (ch < ' ' || ch == 0x7f)
-            return dlock_fail(DLOCK_ERR_INVALID, "name may not contain control characters");
+            return dlock__fail(DLOCK_ERR_INVALID, "name may not contain control characters");
     }
     return DLOCK_OK;
 }
 
-char *dlock_key(const char *name, const char *suffix)
+char *dlock__key(const char *name, const char *suffix)
 {
     char *k;
     return asprintf(&k, "dlock:{%s}%s", name, suffix) < 0 ? NULL : k;
 }
 
-void dlock_atomic_max(atomic_ullong *a, uint64_t v)
+void dlock__atomic_max(atomic_ullong *a, uint64_t v)
 {
     unsigned long long old = atomic_load(a);
     while (v > old && !atomic_compare_exchange_weak(a, &old, v)) {

@@ -22,31 +22,31 @@
 /* Longest sleep when the holder's lease is unknown. */
 #define SAFETY_NET_MS 2000
 
-int dlock_wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock_try_fn try, void *ctx, int first, long retry_ms)
+int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
+                   dlock__try_fn try, void *ctx, int first, long retry_ms)
 {
-    struct dlock_subscriber *sub = dlock_client_subscriber(client);
-    if (!sub) return dlock_fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
-    dlock_sub_entry *e = dlock_sub_join(sub, channel);
-    if (!e) return dlock_fail(DLOCK_ERR_NOMEM, "out of memory");
+    struct dlock__subscriber *sub = dlock__client_subscriber(client);
+    if (!sub) return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+    dlock__sub_entry *e = dlock__sub_join(sub, channel);
+    if (!e) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     int result = first;
     long backoff = 0;
     for (;;) {
-        int64_t now = dlock_mono_ms();
+        int64_t now = dlock__mono_ms();
         if (deadline_ms >= 0 && now >= deadline_ms) break;
         int64_t ready_by = now + 1000;
         if (deadline_ms >= 0 && ready_by > deadline_ms) ready_by = deadline_ms;
-        int subscribed = dlock_sub_wait_ready(sub, e, ready_by);
+        int subscribed = dlock__sub_wait_ready(sub, e, ready_by);
 
         result = try(ctx, &retry_ms);
-        now = dlock_mono_ms();
+        now = dlock__mono_ms();
         int64_t until;
         if (result == DLOCK_OK) {
             break;
         } else if (result == DLOCK_ERR_CONNECT) {
             backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
             until = now + backoff;
-        } else if (result != DLOCK_BUSY) {
+        } else if (result != DLOCK__BUSY) {
             break;
         } else {
             backoff = 0;
@@ -54,8 +54,8 @@ int dlock_wait_for(dlock_client *client, dlock_stats_kind kind, const char *chan
             if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
         }
         if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-        if (until > now && dlock_sub_wait(sub, e, until)) dlock_stats_woken(&client->stats, kind);
+        if (until > now && dlock__sub_wait(sub, e, until)) dlock__stats_woken(&client->stats, kind);
     }
-    dlock_sub_leave(sub, e);
+    dlock__sub_leave(sub, e);
     return result;
 }

@@ -1,42 +1,42 @@
 /* Waiting without polling, shared by every primitive. */
-#ifndef DLOCK_WAIT_H
-#define DLOCK_WAIT_H
+#ifndef DLOCK__WAIT_H
+#define DLOCK__WAIT_H
 
 #include <stdint.h>
 
 #include "dlock.h"
 
 /* Result of one attempt besides DLOCK_OK and failures: not available yet. */
-#define DLOCK_BUSY 1
+#define DLOCK__BUSY 1
 
 /*
  * One attempt to take whatever the caller waits for. Returns DLOCK_OK when
- * taken, DLOCK_BUSY when not (setting *retry_ms to how long the current
+ * taken, DLOCK__BUSY when not (setting *retry_ms to how long the current
  * holder can keep it at most, or -1 when unknown), or a failure status.
  */
-typedef int (*dlock_try_fn)(void *ctx, long *retry_ms);
+typedef int (*dlock__try_fn)(void *ctx, long *retry_ms);
 
 /*
  * Whether a first attempt that came to `result` should go on to
- * dlock_wait_for(): when the caller is willing to wait, a server that cannot
+ * dlock__wait_for(): when the caller is willing to wait, a server that cannot
  * be reached right now (restarting, failing over) is waited for like a
  * busy lock, until the caller's deadline.
  */
-static inline int dlock_should_wait(int result, long wait_ms)
+static inline int dlock__should_wait(int result, long wait_ms)
 {
-    return (result == DLOCK_BUSY || result == DLOCK_ERR_CONNECT) && wait_ms != 0;
+    return (result == DLOCK__BUSY || result == DLOCK_ERR_CONNECT) && wait_ms != 0;
 }
 
 /*
  * Wait on `channel` and call `try` until it succeeds, fails hard, or
  * `deadline_ms` (-1: none) passes. The caller has already made one attempt,
- * which came to `first` (DLOCK_BUSY with `retry_ms`, or DLOCK_ERR_CONNECT).
+ * which came to `first` (DLOCK__BUSY with `retry_ms`, or DLOCK_ERR_CONNECT).
  * Connection failures are waited out with backoff until the deadline. At
- * the deadline the last attempt's result is returned: DLOCK_BUSY when the
+ * the deadline the last attempt's result is returned: DLOCK__BUSY when the
  * resource was taken, DLOCK_ERR_CONNECT when the server could not be
  * reached to find out. Wake-ups count in the client's metrics as `kind`.
  */
-int dlock_wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock_try_fn try, void *ctx, int first, long retry_ms);
+int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
+                   dlock__try_fn try, void *ctx, int first, long retry_ms);
 
 #endif

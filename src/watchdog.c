@@ -18,7 +18,7 @@
  *    due holds and hands each to the lane of the server that serves it,
  *    and it declares a hold lost at its `lost_ms`: the lease less the
  *    drift allowance and the safety margin, counted from the moment the
- *    last successful renewal was *sent* (dlock_lease_trust_ms). It does
+ *    last successful renewal was *sent* (dlock__lease_trust_ms). It does
  *    so whether or not a renewal is in flight, so a renewal stuck on a
  *    connection that neither answers nor fails (a partition: packets
  *    dropped, nothing refused) cannot make the holder believe in a lease
@@ -61,9 +61,9 @@
 /* One renewal call: holds of one kind and slot, on one lane. Strings are
  * copied: a holder may free its own once its entry is removed. */
 typedef struct wd_batch {
-    dlock_script_id script;
+    dlock__script_id script;
     int n;
-    dlock_wd_entry *e[BATCH]; /* NULL once removed (it may be freed) */
+    dlock__wd_entry *e[BATCH]; /* NULL once removed (it may be freed) */
     uint64_t gen[BATCH];
     const char *keys[BATCH];
     const char *args[2 * BATCH];
@@ -74,23 +74,23 @@ typedef struct wd_batch {
 
 /* A server's renewal thread; `batch` is its one call, NULL when idle. */
 typedef struct wd_lane {
-    struct dlock_watchdog *wd;
+    struct dlock__watchdog *wd;
     pthread_t thread;
     pthread_cond_t cond; /* a batch was handed over, or stop */
     wd_batch *batch;
 } wd_lane;
 
 /* Lane 0 serves holds whose server is not known yet; lane i + 1 node i. */
-#define N_LANES (DLOCK_MAX_NODES + 1)
+#define N_LANES (DLOCK__MAX_NODES + 1)
 
-struct dlock_watchdog {
+struct dlock__watchdog {
     dlock_client *client;
     pthread_t thread;         /* the scheduler */
     pthread_mutex_t mu;       /* everything below, and every entry's private part */
     pthread_cond_t cond;      /* entries changed, a lane is idle again, or stop */
     pthread_cond_t cb_done;   /* a loss callback returned */
-    dlock_wd_entry *in_callback;
-    dlock_wd_entry head;      /* circular list sentinel */
+    dlock__wd_entry *in_callback;
+    dlock__wd_entry head;      /* circular list sentinel */
     wd_batch *active;         /* batches handed out and not finished */
     wd_lane *lanes[N_LANES];
     int max_lane;             /* highest lane index ever made */
@@ -98,18 +98,18 @@ struct dlock_watchdog {
     int stop;
 };
 
-long dlock_drift_ms(long lease_ms)
+long dlock__drift_ms(long lease_ms)
 {
     return lease_ms / 100 + 2;
 }
 
-long dlock_lease_trust_ms(long lease_ms, int margin_pct)
+long dlock__lease_trust_ms(long lease_ms, int margin_pct)
 {
-    long trust = lease_ms - dlock_drift_ms(lease_ms) - (long)((int64_t)lease_ms * margin_pct / 100);
+    long trust = lease_ms - dlock__drift_ms(lease_ms) - (long)((int64_t)lease_ms * margin_pct / 100);
     return trust < 1 ? 1 : trust;
 }
 
-static void unlink_entry(dlock_wd_entry *e)
+static void unlink_entry(dlock__wd_entry *e)
 {
     e->prev->next = e->next;
     e->next->prev = e->prev;
@@ -118,7 +118,7 @@ static void unlink_entry(dlock_wd_entry *e)
 }
 
 /* Forget `e` in every batch in flight: it may be freed once unlinked. */
-static void forget_in_flight(struct dlock_watchdog *wd, dlock_wd_entry *e)
+static void forget_in_flight(struct dlock__watchdog *wd, dlock__wd_entry *e)
 {
     for (wd_batch *b = wd->active; b; b = b->next)
         for (int i = 0; i < b->n; i++)
@@ -126,9 +126,9 @@ static void forget_in_flight(struct dlock_watchdog *wd, dlock_wd_entry *e)
 }
 
 /* Run the loss callback outside the mutex: it may take the holder's own
- * locks, and dlock_wd_remove() waits for it through in_callback. Called
+ * locks, and dlock__wd_remove() waits for it through in_callback. Called
  * on the scheduler thread only, so in_callback names at most one entry. */
-static void report_lost(struct dlock_watchdog *wd, dlock_wd_entry *e)
+static void report_lost(struct dlock__watchdog *wd, dlock__wd_entry *e)
 {
     unlink_entry(e);
     forget_in_flight(wd, e);
@@ -147,24 +147,24 @@ static void report_lost(struct dlock_watchdog *wd, dlock_wd_entry *e)
  * duration, which every hold in it counts as its renewal latency; a
  * "not owned" for a hold being released is its release's doing and
  * counts for nothing. */
-static void take_answer(struct dlock_watchdog *wd, wd_batch *b, dlock_status st, const redisReply *r, int64_t sent,
+static void take_answer(struct dlock__watchdog *wd, wd_batch *b, dlock_status st, const redisReply *r, int64_t sent,
                         int64_t after, int64_t took_ns)
 {
     int pct = wd->client->safety_margin_pct;
     for (int i = 0; i < b->n; i++) {
-        dlock_wd_entry *e = b->e[i];
+        dlock__wd_entry *e = b->e[i];
         if (!e || !e->registered || e->gen != b->gen[i]) continue;
         int renewed = st == DLOCK_OK && r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer == 1;
-        if (renewed || !e->releasing) dlock_stats_renewal(&wd->client->stats, e->kind, renewed, took_ns);
+        if (renewed || !e->releasing) dlock__stats_renewal(&wd->client->stats, e->kind, renewed, took_ns);
         if (st != DLOCK_OK) {
-            long retry = e->lease_ms / DLOCK_RENEW_RETRY_DIVISOR;
-            if (retry < DLOCK_RENEW_RETRY_MIN_MS) retry = DLOCK_RENEW_RETRY_MIN_MS;
-            if (retry > DLOCK_RENEW_RETRY_MAX_MS) retry = DLOCK_RENEW_RETRY_MAX_MS;
+            long retry = e->lease_ms / DLOCK__RENEW_RETRY_DIVISOR;
+            if (retry < DLOCK__RENEW_RETRY_MIN_MS) retry = DLOCK__RENEW_RETRY_MIN_MS;
+            if (retry > DLOCK__RENEW_RETRY_MAX_MS) retry = DLOCK__RENEW_RETRY_MAX_MS;
             e->next_ms = after + retry;
         } else if (renewed) {
-            e->lost_ms = sent + dlock_lease_trust_ms(e->lease_ms, pct);
+            e->lost_ms = sent + dlock__lease_trust_ms(e->lease_ms, pct);
             atomic_store(&e->trusted_until, e->lost_ms);
-            e->next_ms = sent + e->lease_ms / DLOCK_RENEW_DIVISOR;
+            e->next_ms = sent + e->lease_ms / DLOCK__RENEW_DIVISOR;
         } else if (e->releasing) {
             /* Released under us, most likely: look again shortly; the
              * holder removes the entry when its release returns. */
@@ -178,14 +178,14 @@ static void take_answer(struct dlock_watchdog *wd, wd_batch *b, dlock_status st,
 
 /* Make one renewal call. Called and returns with mu held; drops it for
  * the call, which may block as long as the connection layer allows. */
-static void run_batch(struct dlock_watchdog *wd, wd_batch *b)
+static void run_batch(struct dlock__watchdog *wd, wd_batch *b)
 {
-    int64_t sent = dlock_mono_ms(), sent_ns = dlock_stats_clock();
+    int64_t sent = dlock__mono_ms(), sent_ns = dlock__stats_clock();
     pthread_mutex_unlock(&wd->mu);
     redisReply *r = NULL;
-    dlock_status st = dlock_eval(wd->client, b->script, b->n, b->keys, 2 * b->n, b->args, &r, NULL);
+    dlock_status st = dlock__eval(wd->client, b->script, b->n, b->keys, 2 * b->n, b->args, &r, NULL);
     if (st == DLOCK_OK && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n)) st = DLOCK_ERR_REDIS;
-    int64_t after = dlock_mono_ms(), took_ns = dlock_stats_clock() - sent_ns;
+    int64_t after = dlock__mono_ms(), took_ns = dlock__stats_clock() - sent_ns;
     pthread_mutex_lock(&wd->mu);
     take_answer(wd, b, st, r, sent, after, took_ns);
     if (r) freeReplyObject(r);
@@ -202,7 +202,7 @@ static void run_batch(struct dlock_watchdog *wd, wd_batch *b)
 static void *lane_main(void *arg)
 {
     wd_lane *ln = arg;
-    struct dlock_watchdog *wd = ln->wd;
+    struct dlock__watchdog *wd = ln->wd;
     pthread_mutex_lock(&wd->mu);
     for (;;) {
         if (ln->batch) {
@@ -220,15 +220,15 @@ static void *lane_main(void *arg)
 
 /* The lane for the server of `e`'s key, started on first need; NULL when
  * its thread cannot start (then the scheduler makes the call itself). */
-static wd_lane *lane_for(struct dlock_watchdog *wd, const dlock_wd_entry *e)
+static wd_lane *lane_for(struct dlock__watchdog *wd, const dlock__wd_entry *e)
 {
-    int node = dlock_topo_node_known(wd->client->topo, e->key, strlen(e->key));
-    int i = node >= 0 && node < DLOCK_MAX_NODES ? node + 1 : 0;
+    int node = dlock__topo_node_known(wd->client->topo, e->key, strlen(e->key));
+    int i = node >= 0 && node < DLOCK__MAX_NODES ? node + 1 : 0;
     if (wd->lanes[i]) return wd->lanes[i];
     wd_lane *ln = calloc(1, sizeof *ln);
     if (!ln) return NULL;
     ln->wd = wd;
-    dlock_cond_init(&ln->cond);
+    dlock__cond_init(&ln->cond);
     if (pthread_create(&ln->thread, NULL, lane_main, ln) != 0) {
         pthread_cond_destroy(&ln->cond);
         free(ln);
@@ -242,14 +242,14 @@ static wd_lane *lane_for(struct dlock_watchdog *wd, const dlock_wd_entry *e)
 /* A batch led by `lead`: it and the holds of the same kind, slot and lane
  * that are due by now plus a sixth of their lease. NULL when out of
  * memory (the holds stay due). */
-static wd_batch *make_batch(struct dlock_watchdog *wd, dlock_wd_entry *lead, const wd_lane *lane, int64_t now)
+static wd_batch *make_batch(struct dlock__watchdog *wd, dlock__wd_entry *lead, const wd_lane *lane, int64_t now)
 {
     wd_batch *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->script = lead->script;
-    for (dlock_wd_entry *e = lead; e != &wd->head && b->n < BATCH; e = e->next) {
+    for (dlock__wd_entry *e = lead; e != &wd->head && b->n < BATCH; e = e->next) {
         if (e->next_ms == INT64_MAX || e->script != lead->script || e->slot != lead->slot) continue;
-        if (e->next_ms > now + e->lease_ms / DLOCK_RENEW_RIDE_ALONG_DIVISOR) continue;
+        if (e->next_ms > now + e->lease_ms / DLOCK__RENEW_RIDE_ALONG_DIVISOR) continue;
         if (e != lead && lane_for(wd, e) != lane) continue;
         int n = b->n;
         b->copies[2 * n] = strdup(e->key);
@@ -280,13 +280,13 @@ static wd_batch *make_batch(struct dlock_watchdog *wd, dlock_wd_entry *lead, con
 /* Hand every due hold whose lane is idle to that lane. Returns when the
  * next hold not yet due will be, ignoring holds that wait for a busy lane
  * (its return wakes the scheduler). Called with mu held. */
-static int64_t dispatch(struct dlock_watchdog *wd, int64_t now)
+static int64_t dispatch(struct dlock__watchdog *wd, int64_t now)
 {
     int64_t earliest = INT64_MAX;
     for (;;) {
-        dlock_wd_entry *lead = NULL;
+        dlock__wd_entry *lead = NULL;
         wd_lane *lane = NULL;
-        for (dlock_wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
+        for (dlock__wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
             if (e->next_ms == INT64_MAX) continue; /* in flight */
             if (e->next_ms > now) {
                 if (e->next_ms < earliest) earliest = e->next_ms;
@@ -308,20 +308,20 @@ static int64_t dispatch(struct dlock_watchdog *wd, int64_t now)
             pthread_cond_signal(&lane->cond);
         } else {
             run_batch(wd, b); /* drops mu: the list may change, so scan again */
-            now = dlock_mono_ms();
+            now = dlock__mono_ms();
         }
     }
 }
 
 static void *watchdog_main(void *arg)
 {
-    struct dlock_watchdog *wd = arg;
+    struct dlock__watchdog *wd = arg;
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
-        int64_t now = dlock_mono_ms();
-        dlock_wd_entry *lost = NULL;
+        int64_t now = dlock__mono_ms();
+        dlock__wd_entry *lost = NULL;
         int64_t earliest = INT64_MAX;
-        for (dlock_wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
+        for (dlock__wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
             if (e->releasing) continue;
             if (e->lost_ms <= now) {
                 lost = e;
@@ -335,22 +335,22 @@ static void *watchdog_main(void *arg)
         }
         int64_t due = dispatch(wd, now);
         if (due < earliest) earliest = due;
-        if (earliest > dlock_mono_ms())
-            dlock_cond_wait_until(&wd->cond, &wd->mu, earliest == INT64_MAX ? -1 : earliest);
+        if (earliest > dlock__mono_ms())
+            dlock__cond_wait_until(&wd->cond, &wd->mu, earliest == INT64_MAX ? -1 : earliest);
     }
     pthread_mutex_unlock(&wd->mu);
     return NULL;
 }
 
-struct dlock_watchdog *dlock_watchdog_start(dlock_client *client)
+struct dlock__watchdog *dlock__watchdog_start(dlock_client *client)
 {
-    struct dlock_watchdog *wd = calloc(1, sizeof *wd);
+    struct dlock__watchdog *wd = calloc(1, sizeof *wd);
     if (!wd) return NULL;
     wd->client = client;
     wd->head.next = wd->head.prev = &wd->head;
     pthread_mutex_init(&wd->mu, NULL);
-    dlock_cond_init(&wd->cond);
-    dlock_cond_init(&wd->cb_done);
+    dlock__cond_init(&wd->cond);
+    dlock__cond_init(&wd->cb_done);
     if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
         pthread_cond_destroy(&wd->cb_done);
         pthread_cond_destroy(&wd->cond);
@@ -363,7 +363,7 @@ struct dlock_watchdog *dlock_watchdog_start(dlock_client *client)
 
 /* Each lane finishes its call in flight (within the client's timeouts)
  * before it stops. */
-void dlock_watchdog_stop(struct dlock_watchdog *wd)
+void dlock__watchdog_stop(struct dlock__watchdog *wd)
 {
     if (!wd) return;
     pthread_mutex_lock(&wd->mu);
@@ -387,7 +387,7 @@ void dlock_watchdog_stop(struct dlock_watchdog *wd)
     free(wd);
 }
 
-void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms)
+void dlock__wd_add(struct dlock__watchdog *wd, dlock__wd_entry *e, int64_t since_ms)
 {
     pthread_mutex_lock(&wd->mu);
     if (!e->registered) {
@@ -396,29 +396,29 @@ void dlock_wd_add(struct dlock_watchdog *wd, dlock_wd_entry *e, int64_t since_ms
         wd->head.prev->next = e;
         wd->head.prev = e;
         e->registered = 1;
-        e->slot = dlock_topo_slot(wd->client->topo, e->key);
+        e->slot = dlock__topo_slot(wd->client->topo, e->key);
     }
     e->gen = ++wd->next_gen;
     e->releasing = 0;
-    e->lost_ms = since_ms + dlock_lease_trust_ms(e->lease_ms, wd->client->safety_margin_pct);
+    e->lost_ms = since_ms + dlock__lease_trust_ms(e->lease_ms, wd->client->safety_margin_pct);
     atomic_store(&e->trusted_until, e->lost_ms);
-    e->next_ms = since_ms + e->lease_ms / DLOCK_RENEW_DIVISOR;
+    e->next_ms = since_ms + e->lease_ms / DLOCK__RENEW_DIVISOR;
     pthread_cond_signal(&wd->cond);
     pthread_mutex_unlock(&wd->mu);
 }
 
-int dlock_wd_trusted(const dlock_wd_entry *e)
+int dlock__wd_trusted(const dlock__wd_entry *e)
 {
-    return dlock_mono_ms() < atomic_load(&e->trusted_until);
+    return dlock__mono_ms() < atomic_load(&e->trusted_until);
 }
 
-int dlock_hold_trusted(const dlock_wd_entry *e, int renewed, int64_t until)
+int dlock__hold_trusted(const dlock__wd_entry *e, int renewed, int64_t until)
 {
-    if (renewed) return dlock_wd_trusted(e);
-    return until == 0 || dlock_mono_ms() < until;
+    if (renewed) return dlock__wd_trusted(e);
+    return until == 0 || dlock__mono_ms() < until;
 }
 
-void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on)
+void dlock__wd_releasing(struct dlock__watchdog *wd, dlock__wd_entry *e, int on)
 {
     pthread_mutex_lock(&wd->mu);
     e->releasing = on;
@@ -426,7 +426,7 @@ void dlock_wd_releasing(struct dlock_watchdog *wd, dlock_wd_entry *e, int on)
     pthread_mutex_unlock(&wd->mu);
 }
 
-void dlock_wd_remove(struct dlock_watchdog *wd, dlock_wd_entry *e)
+void dlock__wd_remove(struct dlock__watchdog *wd, dlock__wd_entry *e)
 {
     pthread_mutex_lock(&wd->mu);
     /* A loss callback that releases its own lock must not wait for itself. */

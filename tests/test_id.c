@@ -22,6 +22,7 @@
 
 #include "dlock.h"
 #include "target.h"
+#include "th_lock.h"
 
 static th_target server;
 
@@ -62,15 +63,7 @@ static void utc_date(char *out, size_t n)
  * argument, "DBSIZE": keys on all masters together. */
 static long long redis_int(const char *fmt, const char *arg)
 {
-    if (!arg) return th_target_keys(&server, "*", NULL, 0);
-    redisReply *r = th_target_cmd(&server, arg, fmt, arg);
-    assert_non_null(r);
-    long long v = -1;
-    if (r->type == REDIS_REPLY_INTEGER) v = r->integer;
-    else if (r->type == REDIS_REPLY_STRING) v = strtoll(r->str, NULL, 10);
-    else if (r->type == REDIS_REPLY_NIL) v = -2;
-    freeReplyObject(r);
-    return v;
+    return arg ? th_lock_int(&server, NULL, fmt, arg) : th_target_keys(&server, "*", NULL, 0);
 }
 
 #define SENTINEL 0x5eed5eed5eed5eedULL

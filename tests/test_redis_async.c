@@ -464,7 +464,7 @@ static void *submit_stream(void *arg)
  * does (the library does not hold calls until a successor is named:
  * seckill answers those "busy"); from a second after the successor is in
  * place, every call succeeds. The slow lane stays within its bound: the
- * callbacks ran on at most DLOCK_SLOW_LANE_MAX (8) lane threads plus one
+ * callbacks ran on at most DLOCK__SLOW_LANE_MAX (8) lane threads plus one
  * reader per server.
  */
 static void failover_with_calls_in_flight(void **state)

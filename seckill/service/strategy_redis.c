@@ -494,10 +494,10 @@ int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk
     pthread_mutex_init(&s->warming, NULL);
     pthread_mutex_init(&s->wq_mu, NULL);
     pthread_cond_init(&s->wq_cv, NULL);
-    sk_lua_init(&s->order_acked, dlock_lua_seckill_order);
-    if (dlock_script_new(redis->client, dlock_lua_seckill_order, &s->order) != DLOCK_OK ||
-        dlock_script_new(redis->client, dlock_lua_seckill_warm, &s->warm) != DLOCK_OK ||
-        dlock_script_new(redis->client, dlock_lua_seckill_pending, &s->pending) != DLOCK_OK) {
+    sk_lua_init(&s->order_acked, sk_lua_seckill_order);
+    if (dlock_script_new(redis->client, sk_lua_seckill_order, &s->order) != DLOCK_OK ||
+        dlock_script_new(redis->client, sk_lua_seckill_warm, &s->warm) != DLOCK_OK ||
+        dlock_script_new(redis->client, sk_lua_seckill_pending, &s->pending) != DLOCK_OK) {
         snprintf(err, errlen, "loading the order scripts: %s", dlock_last_error());
         rs_destroy(s);
         return -1;

@@ -759,7 +759,7 @@ sk_writer *sk_writer_start(const sk_writer_config *cfg)
     w->es = malloc(w->cap * sizeof *w->es);
     w->args = malloc((2 * w->cap + 6) * sizeof *w->args);
     if (!w->e || !w->orders || !w->outcomes || !w->which || !w->es || !w->args) goto fail;
-    if (dlock_script_new(cfg->redis->client, dlock_lua_seckill_ack, &w->ack) != DLOCK_OK) goto fail;
+    if (dlock_script_new(cfg->redis->client, sk_lua_seckill_ack, &w->ack) != DLOCK_OK) goto fail;
     if (pthread_create(&w->thread, NULL, run, w) != 0) goto fail;
     return w;
 fail:
