@@ -672,7 +672,9 @@ DLOCK_API dlock_status dlock_rwlock_force_unlock(dlock_client *client, const cha
  * retry, for server errors while wait time remains). `wait_ms` bounds the
  * whole call; `lease_ms` is as in dlock_lock_acquire(). tokens (may be NULL)
  * receives each lock's fencing token at the lock's index. The same lock may
- * not appear twice (DLOCK_ERR_INVALID).
+ * not appear twice (DLOCK_ERR_INVALID). A lock lost while a later one was
+ * awaited (its lease ran out) is never returned: the set is given back and
+ * taken again, and DLOCK_ERR_LOST says so when no wait time was left.
  */
 DLOCK_API dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wait_ms, long lease_ms,
                                                uint64_t *tokens);

@@ -15,6 +15,13 @@
  * error is retried after a random pause while wait time remains; running
  * out of wait time is reported as DLOCK_ERR_TIMEOUT.
  *
+ * A lock taken first can be lost while a later one is awaited. Returning
+ * it would hand the caller a hold that someone else may have, under a
+ * token lower than theirs (the torture harness's multi scenario caught
+ * exactly that under a partition). So the set is checked once complete,
+ * and a set with a lost member is given back and taken again, like a
+ * server error; with no wait time left the answer is DLOCK_ERR_LOST.
+ *
  * The locks are ordinary reentrant locks: each hold belongs to the calling
  * thread, and each is renewed by its own client's watchdog.
  */
@@ -98,9 +105,22 @@ dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wa
             if (st != DLOCK_OK) break;
             if (tokens) tokens[idx[k]] = tok;
         }
-        if (st == DLOCK_OK) break;
         char why[512];
-        snprintf(why, sizeof why, "lock '%s': %s", dlock_lock_name(locks[idx[k]]), dlock_last_error());
+        if (st == DLOCK_OK) {
+            size_t gone = 0;
+            while (gone < n && !dlock_lock_lost(locks[idx[gone]])) gone++;
+            if (gone == n) break;
+            /* A lock taken early ran out while a later one was awaited (an
+             * explicit lease shorter than the wait, or renewals cut off by
+             * a partition): someone may hold it now, with a higher token.
+             * Never return that hold: give everything back and start
+             * over, as after a server error. */
+            st = DLOCK_ERR_LOST;
+            snprintf(why, sizeof why, "lock '%s' was lost while the others were taken",
+                     dlock_lock_name(locks[idx[gone]]));
+        } else {
+            snprintf(why, sizeof why, "lock '%s': %s", dlock_lock_name(locks[idx[k]]), dlock_last_error());
+        }
         while (k > 0) dlock_lock_release(locks[idx[--k]]);
         int64_t now = dlock__mono_ms();
         if (st == DLOCK_ERR_TIMEOUT || st == DLOCK_ERR_INVALID || st == DLOCK_ERR_NOMEM ||

@@ -120,6 +120,41 @@ static void assert_nothing_kept_when_busy(side *other, side *busy)
     dlock_client_free(holder);
 }
 
+/* The lock taken first runs out (an explicit 400 ms lease) while the
+ * multi-lock waits for the other, which its holder keeps for 1000 ms.
+ * The multi-lock must not come back with the lost hold (someone may have
+ * it, with a higher token): it starts over and returns with both held. */
+static void assert_no_lost_hold_returned(side *other, side *busy)
+{
+    dlock_client *c1 = client(other), *c2 = client(busy), *holder = client(busy);
+    dlock_lock *a, *b, *hb;
+    assert_int_equal(dlock_lock_new(c1, name_a, &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c2, name_b, &b), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(holder, name_b, &hb), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(hb, 0, 1000, NULL), DLOCK_OK);
+    dlock_lock *set[2] = {a, b};
+    uint64_t tokens[2] = {0, 0};
+    assert_int_equal(dlock_multilock_acquire(set, 2, 5000, 400, tokens), DLOCK_OK);
+    assert_false(dlock_lock_lost(a));
+    assert_false(dlock_lock_lost(b));
+    assert_int_equal(dlock_multilock_release(set, 2), DLOCK_OK);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(hb);
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+    dlock_client_free(holder);
+}
+
+/* Run both ways, so that in one of them the free lock comes first in the
+ * global order and its lease runs out during the wait. */
+static void multilock_never_returns_a_hold_lost_while_waiting(void **state)
+{
+    (void)state;
+    assert_no_lost_hold_returned(&s1, &s2);
+    assert_no_lost_hold_returned(&s2, &s1);
+}
+
 /* Whichever server comes first in the global order (it depends on the
  * servers' random socket paths), one of the two runs takes the free lock
  * first and must give it back: the partial-failure path runs every time. */
@@ -240,6 +275,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(multilock_takes_nothing_when_a_server_is_down, setup, teardown),
     cmocka_unit_test_setup_teardown(multilocks_in_opposite_orders_do_not_deadlock, setup, teardown),
     cmocka_unit_test_setup_teardown(multilock_refuses_duplicates_and_empty_sets, setup, teardown),
+    cmocka_unit_test_setup_teardown(multilock_never_returns_a_hold_lost_while_waiting, setup, teardown),
 };
 
 /* On a cluster, names whose locks different masters serve: the
