@@ -90,20 +90,27 @@ scli() {
     env -u REDISCLI_AUTH timeout 3 "$CLI" -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
 }
 
-# N free loopback ports, each with PORT+10000 free as well when BUS is 1,
-# and PORT+1000 (its TLS port) with DLOCK_TOPOLOGY_TLS. Binding port 0
-# lets the kernel choose; all probes stay open until the whole set is
-# chosen so the ports are distinct.
+# N free loopback ports, each with PORT+1000 (its TLS port) free as well
+# with DLOCK_TOPOLOGY_TLS, and when BUS is 1 its cluster bus port: 10000
+# above the port the cluster speaks (the TLS one with tls-cluster); all
+# probes stay open until the whole set is chosen so the ports are
+# distinct. Chosen at random in 10000-21767, so that all stay below the kernel's
+# ephemeral range (32768 up): there the local end of any client connection
+# (a redis-cli, a replica's link) could take a port between this probe and
+# the server's bind, and the kernel, asked for port 0, hands two
+# topologies started at once the same ports.
 free_ports() {
     perl -MIO::Socket::INET -e '
         my ($n, $bus, $tls) = @ARGV;
-        my (@keep, @out);
+        my (@keep, @out, %seen);
+        srand($$ ^ time);
         for (my $i = 0; @out < $n && $i < 2000; $i++) {
-            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0,
+            my $p = 10000 + int(rand(11768));
+            next if $seen{$p}++;
+            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $p,
                                           Proto => "tcp", Listen => 1) or next;
-            my $p = $s->sockport;
             my @more;
-            push @more, $p + 10000 if $bus;
+            push @more, $p + ($tls || 0) + 10000 if $bus;
             push @more, $p + $tls if $tls;
             my $ok = 1;
             for my $q (@more) {
@@ -257,7 +264,7 @@ spawn() {
 wait_up() {
     local d="$1" port="$2" cli=rcli _
     [ -f "$d/sentinel.conf" ] && cli=scli
-    for _ in $(seq 100); do
+    for _ in $(seq 300); do
         if [ -s "$d/redis.pid" ] && [ "$($cli "$port" PING)" = PONG ]; then
             return 0
         fi
@@ -285,7 +292,14 @@ launch_all() {
         spawn "$dir/$port" || ok=""
     done
     if [ -n "$ok" ]; then
-        for port in "$@"; do wait_up "$dir/$port" "$port" || { ok=""; break; }; done
+        for port in "$@"; do
+            wait_up "$dir/$port" "$port" && continue
+            ok=""
+            # Why, for whoever reads a failed run: the node's last words.
+            echo "redis-topology: node $port did not come up:" >&2
+            tail -n 3 "$dir/$port/redis.log" >&2 2>/dev/null
+            break
+        done
     fi
     [ -n "$ok" ] && return 0
     # shellcheck disable=SC2046
