@@ -8,8 +8,9 @@
  * WAIT counts the replicas that have every write made on its own
  * connection, so it must follow the write on the connection that carried
  * it: the library's dlock_redis_command_acked() does exactly that, routed
- * like every call (redirections, failovers, TLS). This file adds the
- * script's EVALSHA/EVAL fallback and keeps each thread's last failure.
+ * like every call (redirections, failovers, TLS); the order script goes
+ * through dlock_script_eval_acked(). This file keeps each thread's last
+ * failure for the writer's barrier.
  */
 #ifndef SECKILL_ACKED_H
 #define SECKILL_ACKED_H
@@ -17,14 +18,6 @@
 #include <stddef.h>
 
 #include "skredis.h"
-
-/* A Lua script run by SHA1 (computed here, no SCRIPT LOAD round trip). */
-typedef struct sk_lua {
-    const char *text;
-    char sha[41];
-} sk_lua;
-
-void sk_lua_init(sk_lua *s, const char *text);
 
 /*
  * Run argv on the server of `key`, then WAIT r->replicas
@@ -37,15 +30,11 @@ void sk_lua_init(sk_lua *s, const char *text);
 dlock_status sk_acked_run(const sk_redis *r, const char *key, int argc, const char *const *argv, const size_t *lens,
                           redisReply **out, long long *acks);
 
-/* Why the calling thread's last sk_acked_run or sk_acked_eval failed
+/* Why the calling thread's last sk_acked_run failed
  * without a reply (DLOCK_ERR_CONNECT): the library's message for that very
  * call (the server and the connection's error), kept apart from later
  * calls of the thread. */
 const char *sk_acked_error(void);
-
-/* The same for a script: EVALSHA, and EVAL when the server lacks it. */
-dlock_status sk_acked_eval(const sk_redis *r, const sk_lua *s, int nkeys, const char *const *keys, int nargs,
-                           const char *const *args, redisReply **out, long long *acks);
 
 /* The server of `key` said it has no replica online, which a master the
  * Sentinels demoted while we kept using it also says: the library looks

@@ -34,10 +34,12 @@
 #include "writer.h"
 
 #define DEFAULT_WARM_GRACE_S 5
+#define DEFAULT_SOLD_OUT_MS 1000
 
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
- * SECKILL_WRITER_LINGER_MS, SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS;
+ * SECKILL_WRITER_LINGER_MS, SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS,
+ * SECKILL_SOLD_OUT_MS;
  * see seckill(1)). */
 static long env_long(const char *name, long dflt)
 {
@@ -308,7 +310,10 @@ int sk_cmd_serve(int argc, char **argv)
         /* The embedded Redis is private to this process: no other writer
          * can hold orders from before it started, so no grace is needed. */
         int grace = o.redis ? (int)env_long("SECKILL_WARM_GRACE_S", DEFAULT_WARM_GRACE_S) : 0;
-        if (sk_strategy_redis_new(s.db, &s.redis, s.ids, s.writer, grace, &s.app.strategy, err, sizeof err) != 0)
+        long sold_out_ms = env_long("SECKILL_SOLD_OUT_MS", DEFAULT_SOLD_OUT_MS);
+        if (sold_out_ms < 0) sold_out_ms = 0;
+        if (sk_strategy_redis_new(s.db, &s.redis, s.ids, s.writer, grace, sold_out_ms, &s.app.strategy, err,
+                                  sizeof err) != 0)
             goto fail;
     } else if (sk_strategy_lock_new(s.db, s.client, s.ids, &s.app.strategy) != 0) {
         snprintf(err, sizeof err, "out of memory");

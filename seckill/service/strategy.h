@@ -27,10 +27,12 @@ struct sk_writer;
  * server has been up this many seconds (orders are answered "busy" until
  * then), so that orders a writer read before the restart have landed in
  * the database. 0 when no other process can hold such orders (the
- * embedded Redis is private to this process). Loads the scripts; -1 with
- * a reason in err when that fails. */
+ * embedded Redis is private to this process). `sold_out_ms`: how long
+ * the instance remembers a sold-out voucher and answers its late buyers
+ * without Redis (soldout.h; 0: never). Loads the scripts; -1 with a reason
+ * in err when that fails. */
 int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, struct sk_writer *writer, int grace_s,
-                          sk_strategy *out, char *err, size_t errlen);
+                          long sold_out_ms, sk_strategy *out, char *err, size_t errlen);
 int sk_strategy_lock_new(sk_db *db, dlock_client *client, sk_orderids *ids, sk_strategy *out);
 
 #endif

@@ -23,6 +23,7 @@
 #include "common/skutil.h"
 #include "keys.h"
 #include "scripts.h"
+#include "soldout.h"
 #include "warm.h"
 #include "writer.h"
 
@@ -40,8 +41,8 @@ typedef struct redis_strategy {
     struct async_order *wq_head, *wq_tail;
     int wq_started, wq_stop;
     pthread_t wq_thread;
-    dlock_script *order, *warm, *pending;
-    sk_lua order_acked;         /* the order script again, for --replica-acks (acked.h) */
+    dlock_script *order, *warm, *pending, *soldout_read;
+    sk_soldout *soldout;        /* sold-out vouchers this instance remembers */
 } redis_strategy;
 
 /* Seconds since the server holding the voucher started (INFO server), or -1. */
@@ -79,6 +80,7 @@ static sk_result warm_on_demand(redis_strategy *s, int64_t voucher_id)
     if (pthread_mutex_trylock(&s->warming) != 0) return SK_BUSY;
     r = sk_redis_warm(s->db, s->redis, s->warm, voucher_id);
     pthread_mutex_unlock(&s->warming);
+    sk_soldout_forget(s->soldout, voucher_id);
     if (r == SK_OK && s->writer) sk_writer_notify(s->writer);
     return r;
 }
@@ -94,6 +96,7 @@ static sk_result rs_voucher_create(void *ctx, const sk_voucher *v, int64_t *id)
     if (sk_redis_warm(s->db, s->redis, s->warm, *id) != SK_OK)
         sk_log(SK_LOG_WARN, "voucher %lld created but not warmed; the first order will",
                 (long long)*id);
+    sk_soldout_forget(s->soldout, *id);
     if (s->writer) sk_writer_notify(s->writer);
     return SK_OK;
 }
@@ -196,11 +199,11 @@ static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_i
     order_args_fill(&a, s, user_id, voucher_id, now, oid);
     redisReply *rep = NULL;
     long long acks = -1;
-    if (s->redis->replicas > 0) sk_acked_eval(s->redis, &s->order_acked, 5, a.keyv, 5, a.args, &rep, &acks);
+    if (s->redis->replicas > 0)
+        dlock_script_eval_acked(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 5, a.args, s->redis->replicas,
+                                s->redis->replica_timeout_ms, &rep, &acks);
     else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 4, a.args, &rep);
-    if (!rep)
-        sk_log_limited(&order_down_log, SK_LOG_ERROR, "order script: no answer: %s",
-                       s->redis->replicas > 0 ? sk_acked_error() : dlock_last_error());
+    if (!rep) sk_log_limited(&order_down_log, SK_LOG_ERROR, "order script: no answer: %s", dlock_last_error());
     return order_outcome(s, rep, acks, a.keys[SK_K_STOCK], not_warm);
 }
 
@@ -213,27 +216,94 @@ static sk_result busy_if_down(sk_result r)
     return r == SK_UNAVAILABLE ? SK_BUSY : r;
 }
 
+/*
+ * The order path has one sequence of steps, which the synchronous
+ * rs_order_create() and the asynchronous rs_order_create_async() both
+ * take; they differ only in who waits for the script's first answer:
+ *
+ *   remembered sold out? answer (order_known)
+ *     -> sk_orderids_next -> order script (run_order / its async submit)
+ *     -> order_outcome -> cold voucher? warm_and_retry
+ *     -> order_settled (busy when Redis is down; the writer told; a
+ *        sold-out answer noted for order_known)
+ */
+
+/* Read a voucher the order script found sold out, for soldout.h: one
+ * atomic read of its stock, window and buyers. */
+static void soldout_read(redis_strategy *s, int64_t voucher_id)
+{
+    char keys[SK_K_COUNT][SK_KEY_MAX];
+    sk_voucher_keys(voucher_id, keys);
+    const char *keyv[3] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS]};
+    redisReply *rep = NULL;
+    int stored = 0;
+    if (dlock_script_eval(s->soldout_read, 0, 3, keyv, 0, NULL, &rep) == DLOCK_OK &&
+        rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2) {
+        size_t n = rep->elements - 2;
+        int64_t *buyers = malloc((n ? n : 1) * sizeof *buyers);
+        int64_t win[2];
+        int ok = buyers != NULL;
+        for (size_t i = 0; ok && i < rep->elements; i++) {
+            redisReply *el = rep->element[i];
+            int64_t *to = i < 2 ? &win[i] : &buyers[i - 2];
+            ok = el->type == REDIS_REPLY_STRING && sk_parse_i64(el->str, el->len, INT64_MAX, to) == 0;
+        }
+        if (ok) {
+            sk_soldout_store(s->soldout, voucher_id, win[0], win[1], buyers, n);
+            stored = 1;
+        }
+        free(buyers);
+    }
+    if (rep) freeReplyObject(rep);
+    if (!stored) sk_soldout_forget(s->soldout, voucher_id);
+}
+
+/* The answer without Redis, when the voucher is remembered sold out; the
+ * first caller after "sold out" was seen reads it (one call a voucher per
+ * memory's lifetime, on either path). SK_OK: ask Redis. */
+static sk_result order_known(redis_strategy *s, int64_t user_id, int64_t voucher_id, int64_t now)
+{
+    if (sk_soldout_claim(s->soldout, voucher_id)) soldout_read(s, voucher_id);
+    return sk_soldout_answer(s->soldout, voucher_id, user_id, now);
+}
+
+/* A voucher Redis does not know (new, or Redis restarted empty): the
+ * database says whether it exists at all; warm it and run the order once
+ * more, synchronously (on the async path, on the warm-up thread). */
+static sk_result warm_and_retry(redis_strategy *s, int64_t user_id, int64_t voucher_id, int64_t now, uint64_t oid)
+{
+    sk_result r = warm_on_demand(s, voucher_id);
+    if (r != SK_OK) return r;
+    int not_warm;
+    r = run_order(s, user_id, voucher_id, now, oid, &not_warm);
+    return not_warm ? SK_BUSY : r;
+}
+
+/* Every order's last step: Redis out of reach is "busy", and an accepted
+ * order wakes the writer. */
+static sk_result order_settled(redis_strategy *s, int64_t voucher_id, sk_result r)
+{
+    r = busy_if_down(r);
+    if (r == SK_SOLD_OUT) sk_soldout_seen(s->soldout, voucher_id);
+    if (r == SK_OK && s->writer) sk_writer_order(s->writer, voucher_id);
+    return r;
+}
+
 static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now,
                                  uint64_t *order_id)
 {
     redis_strategy *s = ctx;
+    sk_result r = order_known(s, user_id, voucher_id, now);
+    if (r != SK_OK) return r;
     uint64_t oid;
-    sk_result r = sk_orderids_next(s->ids, &oid);
+    r = sk_orderids_next(s->ids, &oid);
     if (r != SK_OK) return busy_if_down(r);
     int not_warm;
     r = run_order(s, user_id, voucher_id, now, oid, &not_warm);
-    if (not_warm) {
-        /* A voucher Redis does not know: new, or Redis restarted empty.
-         * The database says whether it exists at all. */
-        r = warm_on_demand(s, voucher_id);
-        if (r != SK_OK) return busy_if_down(r);
-        r = run_order(s, user_id, voucher_id, now, oid, &not_warm);
-        if (not_warm) return SK_BUSY;
-    }
-    if (r != SK_OK) return busy_if_down(r);
-    if (s->writer) sk_writer_order(s->writer, voucher_id);
-    *order_id = oid;
-    return SK_OK;
+    if (not_warm) r = warm_and_retry(s, user_id, voucher_id, now, oid);
+    r = order_settled(s, voucher_id, r);
+    if (r == SK_OK) *order_id = oid;
+    return r;
 }
 
 /* An order decided asynchronously, from its script call to its answer. */
@@ -246,12 +316,10 @@ typedef struct async_order {
     struct async_order *next;   /* in the warm-up queue */
 } async_order;
 
-/* The end of an asynchronous order: the same outcome, writer notice and
- * answer as rs_order_create() gives. */
+/* The end of an asynchronous order: order_settled(), then the answer. */
 static void async_finish(async_order *o, sk_result r)
 {
-    r = busy_if_down(r);
-    if (r == SK_OK && o->s->writer) sk_writer_order(o->s->writer, o->voucher_id);
+    r = order_settled(o->s, o->voucher_id, r);
     sk_order_done *done = o->done;
     void *arg = o->arg;
     uint64_t oid = o->oid;
@@ -259,19 +327,6 @@ static void async_finish(async_order *o, sk_result r)
     done(arg, r, r == SK_OK ? oid : 0);
 }
 
-/* The rare order that found its voucher cold, on the warm-up thread: warm
- * it (database reads, a script) and run the order once more, synchronously,
- * as rs_order_create() does. */
-static void async_warm_and_retry(async_order *o)
-{
-    sk_result r = warm_on_demand(o->s, o->voucher_id);
-    if (r == SK_OK) {
-        int not_warm;
-        r = run_order(o->s, o->user_id, o->voucher_id, o->now, o->oid, &not_warm);
-        if (not_warm) r = SK_BUSY;
-    }
-    async_finish(o, r);
-}
 
 /* Why a thread of its own: warming blocks on the database and Redis, and
  * the library's thread that hands replies back must not wait for that. */
@@ -286,7 +341,7 @@ static void *warmer_main(void *arg)
         s->wq_head = o->next;
         if (!s->wq_head) s->wq_tail = NULL;
         pthread_mutex_unlock(&s->wq_mu);
-        async_warm_and_retry(o);
+        async_finish(o, warm_and_retry(o->s, o->user_id, o->voucher_id, o->now, o->oid));
         pthread_mutex_lock(&s->wq_mu);
     }
     pthread_mutex_unlock(&s->wq_mu);
@@ -341,6 +396,8 @@ static int rs_order_create_async(void *ctx, int64_t user_id, int64_t voucher_id,
         *r = rs_order_create(ctx, user_id, voucher_id, now, order_id);
         return 0;
     }
+    *r = order_known(s, user_id, voucher_id, now);
+    if (*r != SK_OK) return 0;
     uint64_t oid;
     *r = sk_orderids_next(s->ids, &oid);
     if (*r != SK_OK) {
@@ -462,6 +519,8 @@ static void rs_destroy(void *ctx)
     dlock_script_free(s->order);
     dlock_script_free(s->warm);
     dlock_script_free(s->pending);
+    dlock_script_free(s->soldout_read);
+    sk_soldout_free(s->soldout);
     free(s);
 }
 
@@ -479,7 +538,7 @@ static const sk_strategy_ops redis_ops = {
 /* The scripts are loaded here (one SCRIPT LOAD each), so a server that
  * refuses them fails `serve` at start rather than every order later. */
 int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk_writer *writer, int grace_s,
-                          sk_strategy *out, char *err, size_t errlen)
+                          long sold_out_ms, sk_strategy *out, char *err, size_t errlen)
 {
     redis_strategy *s = calloc(1, sizeof *s);
     if (!s) {
@@ -494,10 +553,15 @@ int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk
     pthread_mutex_init(&s->warming, NULL);
     pthread_mutex_init(&s->wq_mu, NULL);
     pthread_cond_init(&s->wq_cv, NULL);
-    sk_lua_init(&s->order_acked, sk_lua_seckill_order);
+    if (!(s->soldout = sk_soldout_new(sold_out_ms))) {
+        snprintf(err, errlen, "out of memory");
+        rs_destroy(s);
+        return -1;
+    }
     if (dlock_script_new(redis->client, sk_lua_seckill_order, &s->order) != DLOCK_OK ||
         dlock_script_new(redis->client, sk_lua_seckill_warm, &s->warm) != DLOCK_OK ||
-        dlock_script_new(redis->client, sk_lua_seckill_pending, &s->pending) != DLOCK_OK) {
+        dlock_script_new(redis->client, sk_lua_seckill_pending, &s->pending) != DLOCK_OK ||
+        dlock_script_new(redis->client, sk_lua_seckill_soldout, &s->soldout_read) != DLOCK_OK) {
         snprintf(err, errlen, "loading the order scripts: %s", dlock_last_error());
         rs_destroy(s);
         return -1;
