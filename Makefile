@@ -3,7 +3,7 @@
 # `make cluster` starts a Redis Cluster and a Sentinel setup to try.
 # `make` and `make build` never install anything: `make deps` installs the
 # Debian packages, and the targets that set up a fresh machine (test,
-# test-plain, test-asan, test-valkey, demo, bench, bench-seckill, bench-cluster,
+# test-plain, test-asan, test-valkey, demo, bench, bench-cli, bench-seckill, bench-cluster,
 # bench-tls, cluster, torture) run it first, then build. Only `make deps` and
 # the test targets install Valkey (from bookworm-backports on bookworm,
 # scripts/install-deps.sh --valkey): the demo, the benchmarks, the torture
@@ -14,7 +14,7 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-core build build-asan test test-plain test-asan test-valkey demo bench bench-cluster bench-seckill bench-tls cluster install clean torture
+.PHONY: all deps deps-core build build-asan test test-plain test-asan test-valkey demo bench bench-cli bench-cluster bench-seckill bench-tls cluster install clean torture
 
 all: build
 
@@ -75,6 +75,13 @@ bench: deps-core
 bench-seckill: deps-core
 	@$(MAKE) --no-print-directory build
 	bench/seckill.sh $(BUILD)
+
+# The dlock command next to flock(1) and, when installed, etcdctl lock:
+# serial runs, start-up and hand-off.
+bench-cli: deps-core
+	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target dlock
+	bench/cli.sh $(BUILD)
 
 # Lock throughput on a 3-master cluster next to one server, same run.
 bench-cluster: deps-core

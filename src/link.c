@@ -25,7 +25,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <openssl/err.h>
 
 #include "tls.h"
 #include "util.h"
@@ -90,12 +89,8 @@ static int tls_call(dlock__link *l, int write, void *buf, size_t len, int *err)
 {
     int n = len > INT_MAX ? INT_MAX : (int)len;
     pthread_mutex_lock(&l->ssl_mu);
-    ERR_clear_error();
-    errno = 0;
-    int r = write ? SSL_write(l->ssl, buf, n) : SSL_read(l->ssl, buf, n);
+    int r = dlock__tls_call(l->ssl, write, buf, n, err, l->why, sizeof l->why);
     int saved = errno;
-    *err = r > 0 ? SSL_ERROR_NONE : SSL_get_error(l->ssl, r);
-    if (*err == SSL_ERROR_SSL) dlock__tls_reason(l->why, sizeof l->why); /* empties the queue */
     pthread_mutex_unlock(&l->ssl_mu);
     errno = saved;
     return r;
@@ -129,7 +124,7 @@ int dlock__link_buffered(dlock__link *l)
 {
     if (!l->ssl) return 0;
     pthread_mutex_lock(&l->ssl_mu);
-    int n = SSL_pending(l->ssl);
+    int n = dlock__tls_pending(l->ssl);
     pthread_mutex_unlock(&l->ssl_mu);
     return n;
 }
@@ -311,7 +306,7 @@ void dlock__link_free(dlock__link *l)
 {
     if (!l) return;
     if (l->ssl) {
-        SSL_free(l->ssl);
+        dlock__tls_close(l->ssl);
         pthread_mutex_destroy(&l->ssl_mu);
     }
     if (l->c) redisFree(l->c); /* closes the socket */

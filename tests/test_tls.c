@@ -84,6 +84,48 @@ static void *wait_for_lock(void *arg)
 
 /* Acquire, renew through three leases, wake a waiter at release: the
  * library's whole round over TLS. */
+/* Whether this process has OpenSSL's libssl mapped. */
+static int libssl_mapped(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[1024];
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "/libssl.so")) found = 1;
+    fclose(f);
+    return found;
+}
+
+static void lock_once(const char *url)
+{
+    dlock_client *c;
+    dlock_lock *l;
+    assert_int_equal(connect_to(url, &c), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "tls-load", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 1000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* OpenSSL is opened by the first TLS URL, not at start: a program that
+ * never uses TLS never maps libssl (src/libssl.h says why). First in the
+ * list, before any case has used TLS in this process. */
+static void openssl_is_loaded_by_the_first_tls_url_only(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start_tls(&r, certs, "server", NULL), 0);
+    assert_false(libssl_mapped());
+    lock_once(r.tcp_url);
+    lock_once(r.url);
+    assert_false(libssl_mapped());
+    lock_once(r.tls_url);
+    assert_true(libssl_mapped());
+    th_redis_stop(&r);
+}
+
 static void lock_wait_and_watchdog_work_over_tls(void **state)
 {
     (void)state;
@@ -236,6 +278,7 @@ static void cli_runs_over_tls_and_exits_69_on_a_bad_certificate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(openssl_is_loaded_by_the_first_tls_url_only),
         cmocka_unit_test(lock_wait_and_watchdog_work_over_tls),
         cmocka_unit_test(bad_certificates_are_refused_with_their_reason),
         cmocka_unit_test(plaintext_server_behind_rediss_is_a_clear_error),
