@@ -43,7 +43,8 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (!c) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock__async_init(&c->async);
     dlock__fence_cache_init(&c->fences);
-    dlock_status st = dlock__topo_new(url, o.username, o.password, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
+    dlock_status st =
+        dlock__topo_new(url, o.username, o.password, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
     if (st != DLOCK_OK) {
         dlock__async_shutdown(&c->async);
         dlock__fence_cache_destroy(&c->fences);

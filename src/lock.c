@@ -166,8 +166,8 @@ static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
     const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
     const char *args[5] = {h->rec.owner, lease_s, "1", l->base.client->publish, prefix};
     long long left;
-    dlock__eval_int(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys, l->fair ? 5 : 4,
-                   args, &left);
+    dlock__eval_int(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
+                    l->fair ? 5 : 4, args, &left);
 }
 
 /* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK__BUSY
@@ -188,8 +188,9 @@ static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, lon
     redisReply *r;
     long long acks;
     *sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
-    dlock_status st = l->fair ? dlock__eval_acked(l->base.client, DLOCK__SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
-                              : dlock__eval_acked(l->base.client, DLOCK__SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
+    dlock_status st =
+        l->fair ? dlock__eval_acked(l->base.client, DLOCK__SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
+                : dlock__eval_acked(l->base.client, DLOCK__SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
     if (st != DLOCK_OK) return st;
     int result;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||

@@ -145,15 +145,16 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     long retry = -1;
     int result = psem_try(pm, &retry);
     if (dlock__should_wait(result, wait_ms))
-        result = dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry);
+        result =
+            dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry);
     if (result != DLOCK_OK) {
         free(pm);
         if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");
         return (dlock_status)result;
     }
     pm->held.count = 1;
-    if (dlock__held_begin(p->base.client, &pm->held, 1, lease_ms == DLOCK_LEASE_WATCHDOG, pm->held.lease_ms, pm->sent) !=
-        DLOCK_OK) {
+    if (dlock__held_begin(p->base.client, &pm->held, 1, lease_ms == DLOCK_LEASE_WATCHDOG, pm->held.lease_ms,
+                          pm->sent) != DLOCK_OK) {
         dlock_psem_release(p, pm);
         return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
     }

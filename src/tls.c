@@ -56,7 +56,8 @@ static int bio_write(BIO *b, const char *buf, int len)
     int fd = (int)(intptr_t)dlock__ssl.BIO_get_data(b);
     dlock__ssl.BIO_clear_flags(b, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
     ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) dlock__ssl.BIO_set_flags(b, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        dlock__ssl.BIO_set_flags(b, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
     return (int)n;
 }
 
@@ -65,7 +66,8 @@ static int bio_read(BIO *b, char *buf, int len)
     int fd = (int)(intptr_t)dlock__ssl.BIO_get_data(b);
     dlock__ssl.BIO_clear_flags(b, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
     ssize_t n = recv(fd, buf, (size_t)len, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) dlock__ssl.BIO_set_flags(b, BIO_FLAGS_READ | BIO_FLAGS_SHOULD_RETRY);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        dlock__ssl.BIO_set_flags(b, BIO_FLAGS_READ | BIO_FLAGS_SHOULD_RETRY);
     return (int)n;
 }
 
@@ -124,7 +126,8 @@ dlock_status dlock__tls_new(const dlock_url *u, dlock__tls **out)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     dlock__ssl.SSL_CTX_ctrl(t->ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, NULL);
-    dlock__ssl.SSL_CTX_ctrl(t->ctx, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
+    dlock__ssl.SSL_CTX_ctrl(t->ctx, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER,
+                            NULL);
     const char *failed = NULL;
     if (t->verify) {
         dlock__ssl.SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);

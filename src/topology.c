@@ -455,7 +455,8 @@ dlock_status dlock__topo_pipeline(dlock__topo *t, const char *key, int n, const 
             if (!key && t->url.kind == DLOCK_URL_CLUSTER) avoid_any_node(t, node);
             dlock_status why_not;
             int next = route(t, key, keylen, &why_not);
-            if (next < 0 || next == node || dlock__mono_ms() >= deadline || ((flags & DLOCK__IO_ONCE) && why.sent)) return st;
+            if (next < 0 || next == node || dlock__mono_ms() >= deadline || ((flags & DLOCK__IO_ONCE) && why.sent))
+                return st;
             if (why.sent && retried) *retried = 1;
             hops++;
             continue;

@@ -87,23 +87,47 @@ static int held(const side *s, const char *name)
     return info.held;
 }
 
+/* ml-a on `other`, ml-b on `busy`, and a second client's handle on ml-b
+ * that holds it for `hold_ms` from the start. */
+typedef struct pair {
+    dlock_client *c1, *c2, *holder;
+    dlock_lock *a, *b, *hb;
+} pair;
+
+static void pair_open(pair *p, side *other, side *busy, long hold_ms)
+{
+    p->c1 = client(other);
+    p->c2 = client(busy);
+    p->holder = client(busy);
+    assert_int_equal(dlock_lock_new(p->c1, name_a, &p->a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(p->c2, name_b, &p->b), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(p->holder, name_b, &p->hb), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(p->hb, 0, hold_ms, NULL), DLOCK_OK);
+}
+
+static void pair_close(pair *p)
+{
+    dlock_lock_free(p->a);
+    dlock_lock_free(p->b);
+    dlock_lock_free(p->hb);
+    dlock_client_free(p->c1);
+    dlock_client_free(p->c2);
+    dlock_client_free(p->holder);
+}
+
 /* Another client holds "ml-b" on `busy`; a multi-lock of {"ml-a" on
  * `other`, "ml-b"} waits out its 300 ms, fails, and does not keep ml-a;
  * once ml-b is free it takes both, and releases both. */
 static void assert_nothing_kept_when_busy(side *other, side *busy)
 {
-    dlock_client *c1 = client(other), *c2 = client(busy), *holder = client(busy);
-    dlock_lock *a, *b, *hb;
-    assert_int_equal(dlock_lock_new(c1, name_a, &a), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(c2, name_b, &b), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(holder, name_b, &hb), DLOCK_OK);
-    assert_int_equal(dlock_lock_acquire(hb, 0, 10000, NULL), DLOCK_OK);
-    dlock_lock *set[2] = {b, a};
+    pair p;
+    pair_open(&p, other, busy, 10000);
+    dlock_lock *set[2] = {p.b, p.a};
     long long t0 = th_now_ms();
     assert_int_equal(dlock_multilock_acquire(set, 2, 300, 5000, NULL), DLOCK_ERR_TIMEOUT);
     assert_true(th_now_ms() - t0 >= 290);
     assert_int_equal(held(other, name_a), 0);
-    assert_int_equal(dlock_lock_release(hb), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(p.hb), DLOCK_OK);
     uint64_t tokens[2] = {0, 0};
     assert_int_equal(dlock_multilock_acquire(set, 2, 1000, 5000, tokens), DLOCK_OK);
     assert_true(tokens[0] > 0 && tokens[1] > 0);
@@ -112,12 +136,7 @@ static void assert_nothing_kept_when_busy(side *other, side *busy)
     assert_int_equal(dlock_multilock_release(set, 2), DLOCK_OK);
     assert_int_equal(held(other, name_a), 0);
     assert_int_equal(held(busy, name_b), 0);
-    dlock_lock_free(a);
-    dlock_lock_free(b);
-    dlock_lock_free(hb);
-    dlock_client_free(c1);
-    dlock_client_free(c2);
-    dlock_client_free(holder);
+    pair_close(&p);
 }
 
 /* The lock taken first runs out (an explicit 400 ms lease) while the
@@ -126,24 +145,15 @@ static void assert_nothing_kept_when_busy(side *other, side *busy)
  * it, with a higher token): it starts over and returns with both held. */
 static void assert_no_lost_hold_returned(side *other, side *busy)
 {
-    dlock_client *c1 = client(other), *c2 = client(busy), *holder = client(busy);
-    dlock_lock *a, *b, *hb;
-    assert_int_equal(dlock_lock_new(c1, name_a, &a), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(c2, name_b, &b), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(holder, name_b, &hb), DLOCK_OK);
-    assert_int_equal(dlock_lock_acquire(hb, 0, 1000, NULL), DLOCK_OK);
-    dlock_lock *set[2] = {a, b};
+    pair p;
+    pair_open(&p, other, busy, 1000);
+    dlock_lock *set[2] = {p.a, p.b};
     uint64_t tokens[2] = {0, 0};
     assert_int_equal(dlock_multilock_acquire(set, 2, 5000, 400, tokens), DLOCK_OK);
-    assert_false(dlock_lock_lost(a));
-    assert_false(dlock_lock_lost(b));
+    assert_false(dlock_lock_lost(p.a));
+    assert_false(dlock_lock_lost(p.b));
     assert_int_equal(dlock_multilock_release(set, 2), DLOCK_OK);
-    dlock_lock_free(a);
-    dlock_lock_free(b);
-    dlock_lock_free(hb);
-    dlock_client_free(c1);
-    dlock_client_free(c2);
-    dlock_client_free(holder);
+    pair_close(&p);
 }
 
 /* Run both ways, so that in one of them the free lock comes first in the
