@@ -52,7 +52,14 @@ sale() {
     mkdir -p "$d"
     start_seckill "$d/serve" "$seckill" --db "sqlite://$d/seckill.db" --secret-file "$dir/secret" \
         --strategy "$s"
-    redis=$(sed -n 's/.*private redis-server (pid [0-9]*) at \(unix:[^ ]*\).*/\1/p' "$d/serve.err")
+    # From serve's start-up line: "..., redis unix:///.../redis.sock
+    # (private redis-server pid N), db ...".
+    redis=$(sed -n 's/.* redis \(unix:[^ ]*\) (private redis-server pid [0-9]*).*/\1/p' "$d/serve.err")
+    if [ -z "$redis" ]; then
+        echo "demo: cannot find the private redis-server in serve's start-up line:" >&2
+        cat "$d/serve.err" >&2
+        exit 1
+    fi
     echo
     echo "== act 2, strategy $s: $users users at once for $stock units (seckill on :$port, Redis $redis)"
     st=0
