@@ -182,20 +182,31 @@ static int topology_start(th_topology *t, const th_topology_opts *o, int cluster
     t->is_cluster = cluster;
     if (o && o->password) snprintf(t->password, sizeof t->password, "%s", o->password);
     snprintf(t->dir, sizeof t->dir, "/tmp/dlock-topo-XXXXXX");
-    if (!mkdtemp(t->dir)) return -1;
-    if (guardian_start(t) != 0) { rmdir(t->dir); return -1; }
+    /* Each way to fail says which, on stderr, for the test log. */
+    if (!mkdtemp(t->dir)) {
+        fprintf(stderr, "topology: mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    if (guardian_start(t) != 0) {
+        fprintf(stderr, "topology: cannot start the guardian: %s\n", strerror(errno));
+        rmdir(t->dir);
+        return -1;
+    }
     const char *tls = getenv("DLOCK_TEST_TLS");
     if (tls && strcmp(tls, "1") == 0) {
         snprintf(t->tls, sizeof t->tls, "%s/certs", t->dir);
         if (th_tls_certs(t->tls) != 0) {
+            fprintf(stderr, "topology: cannot make the TLS certificates in %s: %s\n", t->tls, strerror(errno));
             th_topology_stop(t);
             return -1;
         }
     }
     const char *args[] = {cluster ? "cluster" : "sentinel", "start", t->dir, NULL};
-    char out[4096];
-    if (run_script(t, o, args, out, sizeof out) != 0 || parse_output(t, out) != 0 ||
-        t->n != (cluster ? 6 : 5)) {
+    char out[4096] = "";
+    int rc = run_script(t, o, args, out, sizeof out);
+    if (rc != 0 || parse_output(t, out) != 0 || t->n != (cluster ? 6 : 5)) {
+        fprintf(stderr, "topology: %s start %s (%d nodes); its output:\n%s\n", cluster ? "cluster" : "sentinel",
+                rc != 0 ? "failed" : "said too little", t->n, out);
         th_topology_stop(t);
         return -1;
     }
