@@ -469,11 +469,12 @@ static int insert_order(sqconn *c, int which, const sk_order *o, int64_t now)
     return sqlite3_changes(c->h) == 1;
 }
 
-/* The lock strategy's transaction: BEGIN IMMEDIATE takes the write lock
- * first, so the checks and the writes see the same state. */
-static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
+/* A write transaction on a pooled connection, for the order paths:
+ * BEGIN IMMEDIATE takes the write lock first, so checks and writes see the
+ * same state. tx_end commits when `r` is SK_OK (its failure becomes the
+ * result), else rolls back, and gives the connection back. */
+static sk_result tx_begin(sqlite_db *d, sqconn **out)
 {
-    sqlite_db *d = (sqlite_db *)db;
     sqconn *c = borrow(d);
     if (!c) return SK_UNAVAILABLE;
     int rc = exec_stmt(c->st[ST_BEGIN]);
@@ -482,8 +483,31 @@ static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
         give_back(d, c);
         return r;
     }
+    *out = c;
+    return SK_OK;
+}
+
+static sk_result tx_end(sqlite_db *d, sqconn *c, sk_result r)
+{
+    if (r == SK_OK) {
+        int rc = exec_stmt(c->st[ST_COMMIT]);
+        if (rc != SQLITE_OK) r = fail(c, rc, "commit");
+    }
+    if (r != SK_OK) exec_stmt(c->st[ST_ROLLBACK]);
+    give_back(d, c);
+    return r;
+}
+
+/* The lock strategy's transaction: BEGIN IMMEDIATE takes the write lock
+ * first, so the checks and the writes see the same state. */
+static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c;
+    sk_result r = tx_begin(d, &c);
+    if (r != SK_OK) return r;
     sk_voucher v;
-    sk_result r = read_voucher(c, o->voucher_id, &v);
+    r = read_voucher(c, o->voucher_id, &v);
     int k = 0;
     if (r == SK_OK) {
         if (now < v.begin) r = SK_NOT_STARTED;
@@ -504,13 +528,7 @@ static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
         if (k < 0) r = fail(c, -k, "order insert");
         else if (k == 0) r = SK_ALREADY;
     }
-    if (r == SK_OK) {
-        rc = exec_stmt(c->st[ST_COMMIT]);
-        if (rc != SQLITE_OK) r = fail(c, rc, "commit");
-    }
-    if (r != SK_OK) exec_stmt(c->st[ST_ROLLBACK]);
-    give_back(d, c);
-    return r;
+    return tx_end(d, c, r);
 }
 
 /* Refusals are kept, with their reason: a buyer was told 201 for them. */
@@ -584,27 +602,15 @@ static sk_result sq_orders_persist(sk_db *db, const sk_order *orders, size_t n, 
                                    sk_persist_outcome *outcomes)
 {
     sqlite_db *d = (sqlite_db *)db;
-    sqconn *c = borrow(d);
-    if (!c) return SK_UNAVAILABLE;
-    int rc = exec_stmt(c->st[ST_BEGIN]);
-    if (rc != SQLITE_OK) {
-        sk_result r = fail(c, rc, "begin");
-        give_back(d, c);
-        return r;
-    }
-    sk_result r = SK_OK;
+    sqconn *c;
+    sk_result r = tx_begin(d, &c);
+    if (r != SK_OK) return r;
     for (size_t i = 0; i < n && r == SK_OK; i++) {
         int k = persist_one(c, &orders[i], now);
         if (k < 0) r = fail(c, -k, "persist order");
         else outcomes[i] = (sk_persist_outcome)k;
     }
-    if (r == SK_OK) {
-        rc = exec_stmt(c->st[ST_COMMIT]);
-        if (rc != SQLITE_OK) r = fail(c, rc, "commit");
-    }
-    if (r != SK_OK) exec_stmt(c->st[ST_ROLLBACK]);
-    give_back(d, c);
-    return r;
+    return tx_end(d, c, r);
 }
 
 /* /healthz: proves a connection can be had and used. */
