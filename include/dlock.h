@@ -362,7 +362,8 @@ DLOCK_API dlock_status dlock_lock_release(dlock_lock *lock);
 DLOCK_API void dlock_lock_set_fence_floor(dlock_lock *lock, uint64_t floor);
 
 /*
- * 1 when the calling thread's current or most recent hold of this lock was
+ * 1 when the calling thread's current or most recent hold of this lock (or,
+ * when the thread has none, the handle's asynchronous hold) was
  * found lost by the watchdog, or when its trusted time is over by this
  * process's monotonic clock (see dlock_lost_fn; for an explicit lease: the
  * lease less the margin, from the send of the acquire), else 0. Exact by
@@ -374,6 +375,54 @@ DLOCK_API int dlock_lock_lost(dlock_lock *lock);
 
 /* Register the loss callback of this handle (NULL to remove it). */
 DLOCK_API void dlock_lock_on_lost(dlock_lock *lock, dlock_lost_fn fn, void *arg);
+
+/*
+ * What an asynchronous acquire ends with: `status` as dlock_lock_acquire()
+ * would return it, and the fencing token when it is DLOCK_OK.
+ * dlock_last_error() inside the callback gives a failure's message.
+ */
+typedef void (*dlock_acquired_fn)(dlock_lock *lock, dlock_status status, uint64_t token, void *arg);
+
+/* What an asynchronous release ends with, as dlock_lock_release(). */
+typedef void (*dlock_released_fn)(dlock_lock *lock, dlock_status status, void *arg);
+
+/*
+ * dlock_lock_acquire() without a thread that waits: returns at once, and
+ * cb(lock, status, token, arg) runs exactly once later on a thread of the
+ * library (never inside this call, never with a library lock held), so one
+ * thread can keep many acquisitions in flight, each on its own handle.
+ * `wait_ms` and `lease_ms` as for dlock_lock_acquire(); a busy lock is
+ * waited for as there (woken by the release, bounded by the holder's
+ * lease), with no thread parked for it. Works on plain and fair handles.
+ *
+ * The hold belongs to the handle, not to a thread: any thread may release
+ * it with dlock_lock_release_async(), re-entry is another
+ * dlock_lock_acquire_async() on the same handle, and it is separate from
+ * holds the handle's threads take with dlock_lock_acquire(). One
+ * asynchronous call (acquire or release) runs on a handle at a time: a
+ * second one fails with DLOCK_ERR_INVALID until the first one's callback
+ * has begun. Watchdog renewal, loss (dlock_lock_lost(), the loss callback)
+ * and fencing work as for synchronous holds. Replica-safe acquire
+ * (dlock_options.replica_acks) is synchronous only (DLOCK_ERR_INVALID).
+ *
+ * Callbacks run on the threads that read every caller's replies: keep them
+ * short and never call the synchronous API from one (hand the result to
+ * your own loop; examples/async_libuv.c shows how). A status other than
+ * DLOCK_OK means nothing was started and cb will not run. Do not free the
+ * handle while a call is in flight; dlock_client_free() ends waiting
+ * acquisitions (DLOCK_ERR_INVALID) and waits for every callback.
+ */
+DLOCK_API dlock_status dlock_lock_acquire_async(dlock_lock *lock, long wait_ms, long lease_ms, dlock_acquired_fn cb,
+                                                void *arg);
+
+/*
+ * Undo one asynchronous acquisition of the handle: cb(lock, status, arg)
+ * later, with what dlock_lock_release() would return. DLOCK_ERR_NOT_OWNER
+ * at once when the handle holds nothing taken asynchronously, and
+ * DLOCK_ERR_LOST at once (the hold is over) when it was already found
+ * lost; in both cases cb will not run.
+ */
+DLOCK_API dlock_status dlock_lock_release_async(dlock_lock *lock, dlock_released_fn cb, void *arg);
 
 /* What dlock_lock_inspect() reports. */
 typedef struct dlock_lock_info {

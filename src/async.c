@@ -44,6 +44,7 @@ struct async_call {
     int io_flags;
     int argc, nkeys;         /* argv: EVALSHA sha nkeys keys... args... */
     int node;                /* fast path: the node it went to */
+    int resent;              /* the slow lane sends it again */
     int64_t deadline;        /* slow lane: after this it fails unsent */
     dlock_redis_callback *cb;
     void *arg;
@@ -65,6 +66,13 @@ void dlock__async_init(dlock__async *a)
 /* Why wait rather than cancel: a callback owns the caller's state (a
  * suspended HTTP request, say), and only an answer or a failure lets the
  * caller release it. Every call ends within the timeouts. */
+void dlock__async_close(dlock__async *a)
+{
+    pthread_mutex_lock(&a->mu);
+    a->closing = 1;
+    pthread_mutex_unlock(&a->mu);
+}
+
 void dlock__async_shutdown(dlock__async *a)
 {
     pthread_mutex_lock(&a->mu);
@@ -88,6 +96,27 @@ static void release(dlock__async *a)
     pthread_mutex_unlock(&a->mu);
 }
 
+dlock_status dlock__async_begin(dlock__async *a)
+{
+    pthread_mutex_lock(&a->mu);
+    int closing = a->closing;
+    if (!closing) a->inflight++;
+    pthread_mutex_unlock(&a->mu);
+    return closing ? dlock__fail(DLOCK_ERR_INVALID, "client is being freed") : DLOCK_OK;
+}
+
+void dlock__async_end(dlock__async *a)
+{
+    release(a);
+}
+
+static __thread int resent_now;
+
+int dlock__async_resent(void)
+{
+    return resent_now;
+}
+
 /* The end of a call: its callback, exactly once. The caller has set the
  * thread's last error for a failure. */
 static void finish(async_call *c, dlock_status st, redisReply *reply)
@@ -95,8 +124,10 @@ static void finish(async_call *c, dlock_status st, redisReply *reply)
     dlock__async *a = &c->client->async;
     dlock_redis_callback *cb = c->cb;
     void *arg = c->arg;
+    resent_now = c->resent;
     free(c);
     cb(st, reply, arg);
+    resent_now = 0;
     release(a);
 }
 
@@ -206,6 +237,7 @@ static void on_reply(void *arg, redisReply *reply, const dlock__io_fail *fail, c
             finish(c, dlock__fail(DLOCK_ERR_CONNECT, "EVALSHA on %s: %s", name, why), NULL);
             return;
         }
+        c->resent = fail->sent;
     }
     if (slow(c) != DLOCK_OK) finish(c, DLOCK_ERR_SYS, NULL); /* slow() set the message */
 }

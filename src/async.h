@@ -28,7 +28,24 @@ typedef struct dlock__async {
 
 void dlock__async_init(dlock__async *a);
 
-/* Refuse new calls, wait until every call in flight has had its callback
+/* Refuse new calls from now on (dlock_client_free() began); those in
+ * flight go on. */
+void dlock__async_close(dlock__async *a);
+
+/* An asynchronous operation of a primitive (an acquire that waits between
+ * its script calls) counts as in flight from its start to its callback, so
+ * dlock_client_free() waits for it as for a call: begin refuses
+ * (DLOCK_ERR_INVALID) once the client is being freed, end follows the
+ * callback's return. */
+dlock_status dlock__async_begin(dlock__async *a);
+void dlock__async_end(dlock__async *a);
+
+/* Inside a callback of dlock__async_eval(): 1 when the command was sent
+ * more than once (a connection lost after the send; see
+ * dlock__held_release_done()). */
+int dlock__async_resent(void);
+
+/* Refuse new calls (if not done yet), wait until every call in flight has had its callback
  * return, and stop the slow lane's threads. */
 void dlock__async_shutdown(dlock__async *a);
 

@@ -90,7 +90,15 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
 void dlock_client_free(dlock_client *c)
 {
     if (!c) return;
-    /* Asynchronous calls first: their callbacks may still use the client. */
+    /* Asynchronous calls first: their callbacks may still use the client.
+     * An asynchronous acquire waiting for a release is ended now (it would
+     * keep the wait below going until its deadline). */
+    dlock__async_close(&c->async);
+    pthread_mutex_lock(&c->mu);
+    c->freeing = 1;
+    struct dlock__subscriber *sub = c->sub;
+    pthread_mutex_unlock(&c->mu);
+    dlock__sub_fire_all(sub);
     dlock__async_shutdown(&c->async);
     /* A renewal stuck on a server that stopped answering is of no use to
      * anyone now (no handle is left): fail it rather than wait it out. */
@@ -111,7 +119,10 @@ const char *dlock_client_id(const dlock_client *c)
 struct dlock__subscriber *dlock__client_subscriber(dlock_client *c)
 {
     pthread_mutex_lock(&c->mu);
-    if (!c->sub) c->sub = dlock__subscriber_start(c);
+    if (!c->sub) {
+        c->sub = dlock__subscriber_start(c);
+        if (c->freeing) dlock__sub_fire_all(c->sub); /* started by a wait that must end */
+    }
     struct dlock__subscriber *s = c->sub;
     pthread_mutex_unlock(&c->mu);
     return s;

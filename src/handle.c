@@ -71,7 +71,12 @@ void dlock__handle_destroy(dlock__handle *h, void (*drop)(dlock__handle *h, dloc
 dlock__thread_rec *dlock__handle_thread(dlock__handle *h, size_t size, int create,
                                       int (*init)(dlock__handle *h, dlock__thread_rec *t))
 {
-    unsigned long me = dlock__thread_number();
+    return dlock__handle_record(h, dlock__thread_number(), size, create, init);
+}
+
+dlock__thread_rec *dlock__handle_record(dlock__handle *h, unsigned long me, size_t size, int create,
+                                      int (*init)(dlock__handle *h, dlock__thread_rec *t))
+{
     pthread_mutex_lock(&h->mu);
     dlock__thread_rec *t = h->threads;
     while (t && t->thread != me) t = t->next;

@@ -100,6 +100,12 @@ void dlock__handle_destroy(dlock__handle *h, void (*drop)(dlock__handle *h, dloc
 dlock__thread_rec *dlock__handle_thread(dlock__handle *h, size_t size, int create,
                                       int (*init)(dlock__handle *h, dlock__thread_rec *t));
 
+/* The same for record `thread` (a thread number; 0 is the handle's own
+ * record, which no thread has: the holds of the asynchronous API, owned by
+ * the handle). */
+dlock__thread_rec *dlock__handle_record(dlock__handle *h, unsigned long thread, size_t size, int create,
+                                      int (*init)(dlock__handle *h, dlock__thread_rec *t));
+
 /* Set, or read, the loss callback and its argument. */
 void dlock__handle_on_lost(dlock__handle *h, dlock__handle_fn fn, void *arg);
 dlock__handle_fn dlock__handle_callback(dlock__handle *h, void **arg);

@@ -34,6 +34,7 @@
 #include "handle.h"
 #include "lock.h"
 #include "op.h"
+#include "subscriber.h"
 #include "util.h"
 #include "wait.h"
 
@@ -49,6 +50,7 @@ typedef struct lock_thread {
     struct dlock_lock *lock;
     uint64_t token;
     char *wake_channel; /* fair locks: this waiter's own channel */
+    atomic_int busy;    /* the handle's record: an asynchronous call is in flight */
 } lock_thread;
 
 struct dlock_lock {
@@ -170,49 +172,85 @@ static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
                     l->fair ? 5 : 4, args, &left);
 }
 
-/* One run of acquire.lua. Returns DLOCK_OK (hold updated), DLOCK__BUSY
- * (*pttl: the holder's remaining lease, -1 when it has none),
- * REPLICA_SHORT, or a failure. */
-static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, long *pttl, int64_t *sent)
-{
+/* The keys and arguments of one run of acquire.lua (fair_acquire.lua),
+ * shared by the synchronous and the asynchronous acquire. */
+typedef struct acquire_call {
+    dlock__script_id script;
+    int nkeys, nargs;
+    const char *keys[4], *args[8];
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
-    snprintf(lease_s, sizeof lease_s, "%ld", lease);
-    dlock__fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), floor_s);
-    snprintf(count_s, sizeof count_s, "%ld", h->held.count);
-    snprintf(timeout_s, sizeof timeout_s, "%ld", l->base.client->fair_waiter_timeout_ms);
-    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
+} acquire_call;
+
+static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int queue, acquire_call *c)
+{
+    snprintf(c->lease_s, sizeof c->lease_s, "%ld", lease);
+    dlock__fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), c->floor_s);
+    snprintf(c->count_s, sizeof c->count_s, "%ld", h->held.count);
+    snprintf(c->timeout_s, sizeof c->timeout_s, "%ld", l->base.client->fair_waiter_timeout_ms);
+    snprintf(c->prefix, sizeof c->prefix, "%s:", l->base.channel);
     const char *keys[4] = {l->base.key, l->base.fence, l->queue, l->queue_deadlines};
-    const char *fair_args[8] = {h->rec.owner, lease_s, count_s, timeout_s, queue ? "1" : "0", prefix,
-                                l->base.client->publish, floor_s};
-    const char *args[4] = {h->rec.owner, lease_s, count_s, floor_s};
-    redisReply *r;
-    long long acks;
-    *sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
-    dlock_status st =
-        l->fair ? dlock__eval_acked(l->base.client, DLOCK__SCRIPT_FAIR_ACQUIRE, 4, keys, 8, fair_args, &r, &acks)
-                : dlock__eval_acked(l->base.client, DLOCK__SCRIPT_ACQUIRE, 2, keys, 4, args, &r, &acks);
-    if (st != DLOCK_OK) return st;
-    int result;
+    memcpy(c->keys, keys, sizeof keys);
+    if (l->fair) {
+        const char *args[8] = {h->rec.owner, c->lease_s, c->count_s, c->timeout_s, queue ? "1" : "0", c->prefix,
+                               l->base.client->publish, c->floor_s};
+        memcpy(c->args, args, sizeof args);
+        c->script = DLOCK__SCRIPT_FAIR_ACQUIRE;
+        c->nkeys = 4;
+        c->nargs = 8;
+    } else {
+        const char *args[4] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s};
+        memcpy(c->args, args, sizeof args);
+        c->script = DLOCK__SCRIPT_ACQUIRE;
+        c->nkeys = 2;
+        c->nargs = 4;
+    }
+}
+
+/* What acquire.lua answered: DLOCK_OK (hold updated), DLOCK__BUSY
+ * (*pttl: the holder's remaining lease, -1 when it has none),
+ * REPLICA_SHORT (taken, but fewer than `acks` replicas have it: the caller
+ * undoes it), or a failure. */
+static int acquire_reply(dlock_lock *l, lock_thread *h, const redisReply *r, long long acks, long *pttl)
+{
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-        r->element[1]->type != REDIS_REPLY_INTEGER) {
-        result = dlock__fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
-    } else if (r->element[0]->integer == 0) {
+        r->element[1]->type != REDIS_REPLY_INTEGER)
+        return dlock__fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
+    if (r->element[0]->integer == 0) {
         long ttl = (long)r->element[1]->integer;
         *pttl = ttl == -2 ? 0 : ttl; /* -2: expired just now, retry at once */
-        result = DLOCK__BUSY;
-    } else if (r->element[0]->integer == 1 && l->base.client->replica_acks > 0 && acks < l->base.client->replica_acks) {
-        undo_acquire(l, h, lease);
+        return DLOCK__BUSY;
+    }
+    if (r->element[0]->integer == 1 && l->base.client->replica_acks > 0 && acks < l->base.client->replica_acks) {
         dlock__fail(DLOCK_ERR_REPLICA, "lock '%s': %lld of %d replicas acknowledged within %d ms; undone", l->base.name,
                    acks < 0 ? 0 : acks, l->base.client->replica_acks, l->base.client->replica_timeout_ms);
         *pttl = 50;
-        result = REPLICA_SHORT;
-    } else {
-        h->token = (uint64_t)r->element[1]->integer;
-        h->held.count = r->element[0]->integer == 1 ? 1 : h->held.count + 1;
-        dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
-        result = DLOCK_OK;
+        return REPLICA_SHORT;
     }
+    h->token = (uint64_t)r->element[1]->integer;
+    h->held.count = r->element[0]->integer == 1 ? 1 : h->held.count + 1;
+    dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
+    return DLOCK_OK;
+}
+
+/* One run of acquire.lua: acquire_reply()'s results, with a replica-short
+ * acquisition undone. */
+static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, long *pttl, int64_t *sent)
+{
+    acquire_call c;
+    acquire_call_make(l, h, lease, queue, &c);
+    redisReply *r;
+    long long acks;
+    *sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
+    dlock_status st = dlock__eval_acked(l->base.client, c.script, c.nkeys, c.keys, c.nargs, c.args, &r, &acks);
+    if (st != DLOCK_OK) return st;
+    int result = acquire_reply(l, h, r, acks, pttl);
     freeReplyObject(r);
+    if (result == REPLICA_SHORT) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dlock_last_error());
+        undo_acquire(l, h, lease);
+        dlock__fail(DLOCK_ERR_REPLICA, "%s", why);
+    }
     return result;
 }
 
@@ -306,6 +344,38 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
     return st;
 }
 
+/* The keys and arguments of one run of release.lua (fair_release.lua). */
+typedef struct release_call {
+    dlock__script_id script;
+    int nargs;
+    const char *keys[2], *args[5];
+    char lease_s[24], count_s[24], prefix[NAME_PREFIX_MAX];
+} release_call;
+
+static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
+{
+    snprintf(c->lease_s, sizeof c->lease_s, "%ld", h->held.lease_ms);
+    snprintf(c->count_s, sizeof c->count_s, "%ld", h->held.count);
+    snprintf(c->prefix, sizeof c->prefix, "%s:", l->base.channel);
+    c->keys[0] = l->base.key;
+    c->keys[1] = l->fair ? l->queue : l->base.channel;
+    const char *args[5] = {h->rec.owner, c->lease_s, c->count_s, l->base.client->publish, c->prefix};
+    memcpy(c->args, args, sizeof args);
+    c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
+    c->nargs = l->fair ? 5 : 4;
+}
+
+/* What release.lua answered, from a send that was `retried`: the hold's
+ * bookkeeping done, and the caller's status. */
+static dlock_status release_reply(dlock_lock *l, lock_thread *h, const redisReply *r, int retried)
+{
+    if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
+    if (dlock__held_release_done(l->base.client, &h->held, (long)r->integer, retried))
+        return dlock__fail(DLOCK_ERR_LOST,
+                          "lock '%s' expired before release; another owner may hold it", l->base.name);
+    return DLOCK_OK;
+}
+
 dlock_status dlock_lock_release(dlock_lock *l)
 {
     if (!l) return dlock__fail(DLOCK_ERR_INVALID, "lock is NULL");
@@ -315,36 +385,311 @@ dlock_status dlock_lock_release(dlock_lock *l)
     dlock_client *c = l->base.client;
     if (dlock__held_release_begin(c, &h->held))
         return dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
-    char lease_s[24], count_s[24];
-    snprintf(lease_s, sizeof lease_s, "%ld", h->held.lease_ms);
-    snprintf(count_s, sizeof count_s, "%ld", h->held.count);
-    char prefix[NAME_PREFIX_MAX];
-    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
-    const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
-    const char *args[5] = {h->rec.owner, lease_s, count_s, l->base.client->publish, prefix};
+    release_call rc;
+    release_call_make(l, h, &rc);
     redisReply *r;
     int retried;
-    dlock_status st = dlock__eval(c, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
-                                 l->fair ? 5 : 4, args, &r, &retried);
+    dlock_status st = dlock__eval(c, rc.script, 2, rc.keys, rc.nargs, rc.args, &r, &retried);
     if (st != DLOCK_OK) {
         dlock__held_release_failed(c, &h->held);
         return st; /* hold unchanged: the caller may try again */
     }
-    if (r->type != REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        return dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
-    }
-    long left = (long)r->integer;
+    st = release_reply(l, h, r, retried);
     freeReplyObject(r);
-    if (dlock__held_release_done(c, &h->held, left, retried))
-        return dlock__fail(DLOCK_ERR_LOST,
-                          "lock '%s' expired before release; another owner may hold it", l->base.name);
-    return DLOCK_OK;
+    return st;
 }
 
+/* ------------------------------------------------------------------------
+ * The asynchronous acquire and release.
+ *
+ * Why: a program that serves many requests from one thread (an event loop)
+ * cannot park a thread per waiting acquire. Each attempt here is one
+ * dlock__async_eval() on the shared connection; between attempts a busy
+ * lock is waited for by a watch on the subscriber thread (subscriber.h),
+ * which fires on a release message, on the confirmation of the
+ * subscription, or on the timers of the synchronous wait (wait.c): the
+ * holder's remaining lease, the safety net, a short poll while the
+ * subscription is not confirmed, a backoff while the server cannot be
+ * reached. wait.c's order is kept, and is what makes a release between two
+ * attempts impossible to miss: join the channel, wait for the
+ * confirmation, try again, and only then sleep.
+ *
+ * A hold taken this way belongs to the handle, not to a thread: its record
+ * is the handle's record 0 (owner "<client id>:0:<handle>"), which no thread
+ * has, so any thread may release it, and one asynchronous call runs on a
+ * handle at a time. Replies come on the library's reader thread, so nothing
+ * here may wait for a reply: what the synchronous path does in passing (a
+ * fair waiter leaving the queue) is sent without waiting for its answer.
+ * ------------------------------------------------------------------------ */
+
+typedef struct lock_async {
+    dlock__sub_watch w; /* first: a fired watch leads back here */
+    dlock_lock *l;
+    lock_thread *h;
+    long wait_ms, lease, before, backoff, pttl;
+    int watchdog, result, queued;
+    int64_t deadline, sent, since;
+    struct dlock__subscriber *sub;
+    dlock__sub_entry *e; /* the channel, once joined */
+    dlock_acquired_fn acquired;
+    dlock_released_fn released;
+    void *arg;
+} lock_async;
+
+static lock_thread *async_hold(dlock_lock *l, int create)
+{
+    return (lock_thread *)dlock__handle_record(&l->base, 0, sizeof(lock_thread), create, thread_init);
+}
+
+/* Claim the handle's record for one asynchronous call, counted in flight
+ * for dlock_client_free(). */
+static dlock_status async_claim(dlock_lock *l, lock_thread *h)
+{
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&h->busy, &idle, 1))
+        return dlock__fail(DLOCK_ERR_INVALID, "lock '%s': an asynchronous call is in flight on this handle",
+                          l->base.name);
+    dlock_status st = dlock__async_begin(&l->base.client->async);
+    if (st != DLOCK_OK) atomic_store(&h->busy, 0);
+    return st;
+}
+
+/* Sent without waiting for the answer: the reply is of no use. */
+static void ignore_reply(dlock_status st, redisReply *r, void *arg)
+{
+    (void)st;
+    (void)arg;
+    if (r) freeReplyObject(r);
+}
+
+static dlock_status async_send(dlock_client *c, dlock__script_id id, int nkeys, const char *const *keys, int nargs,
+                               const char *const *args, dlock_redis_callback *cb, void *arg)
+{
+    return dlock__async_eval(c, c->sha[id], dlock__script_body(id), 0, nkeys, keys, nargs, args, cb, arg);
+}
+
+/* The end of an asynchronous acquire: the hold begun, or the wait given
+ * up; the channel left; the callback, with the thread's last error set. */
+static void acquire_done(lock_async *op, int result)
+{
+    dlock_lock *l = op->l;
+    lock_thread *h = op->h;
+    dlock_client *c = l->base.client;
+    dlock_status st = (dlock_status)result;
+    if (result == DLOCK_OK &&
+        dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
+        release_call rc;
+        release_call_make(l, h, &rc);
+        async_send(c, rc.script, 2, rc.keys, rc.nargs, rc.args, ignore_reply, NULL);
+        h->held.count = op->before;
+        st = DLOCK_ERR_SYS;
+        dlock__fail(st, "cannot start the watchdog thread");
+    } else if (result == DLOCK__BUSY) {
+        st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
+    }
+    if (op->e) dlock__sub_leave(op->sub, op->e);
+    if (st != DLOCK_OK && l->fair && op->queued) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dlock_last_error());
+        char prefix[NAME_PREFIX_MAX];
+        snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
+        const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
+        const char *args[3] = {h->rec.owner, c->publish, prefix};
+        async_send(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, ignore_reply, NULL);
+        dlock__fail(st, "%s", why); /* the reason, not the leave's */
+    }
+    dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);
+    uint64_t token = st == DLOCK_OK ? h->token : 0;
+    dlock_acquired_fn cb = op->acquired;
+    void *arg = op->arg;
+    free(op);
+    atomic_store(&h->busy, 0);
+    cb(l, st, token, arg);
+    dlock__async_end(&c->async);
+}
+
+static void on_acquire_reply(dlock_status st, redisReply *r, void *arg);
+
+/* One attempt, sent; its reply goes on in on_acquire_reply(). */
+static dlock_status async_attempt(lock_async *op)
+{
+    acquire_call ac;
+    acquire_call_make(op->l, op->h, op->lease, op->wait_ms != 0, &ac);
+    op->queued |= op->l->fair && op->wait_ms != 0;
+    op->sent = dlock__mono_ms();
+    return async_send(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args, on_acquire_reply, op);
+}
+
+/* After an attempt that came to `result`: done, or arm the watch for the
+ * next one, exactly as dlock__wait_for() would sleep. */
+static void async_step(lock_async *op, int result)
+{
+    op->result = result;
+    if ((result != DLOCK__BUSY && result != DLOCK_ERR_CONNECT) || op->wait_ms == 0) {
+        acquire_done(op, result);
+        return;
+    }
+    int64_t now = dlock__mono_ms();
+    if (op->deadline >= 0 && now >= op->deadline) {
+        acquire_done(op, result);
+        return;
+    }
+    dlock_client *c = op->l->base.client;
+    int64_t until;
+    if (!op->e) {
+        /* First wait: join, and try again once the subscription is
+         * confirmed (or after a second without it). */
+        const char *channel = op->l->fair ? op->h->wake_channel : op->l->base.channel;
+        if (!(op->sub = dlock__client_subscriber(c))) {
+            acquire_done(op, dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread"));
+            return;
+        }
+        if (!(op->e = dlock__sub_join(op->sub, channel))) {
+            acquire_done(op, dlock__fail(DLOCK_ERR_NOMEM, "out of memory"));
+            return;
+        }
+        until = now + 1000;
+        if (op->deadline >= 0 && until > op->deadline) until = op->deadline;
+        dlock__sub_arm(op->sub, op->e, &op->w, until, 1);
+        return;
+    }
+    if (result == DLOCK_ERR_CONNECT) {
+        op->backoff = dlock__wait_backoff(op->backoff);
+        until = now + op->backoff;
+    } else {
+        op->backoff = 0;
+        long sleep = op->pttl >= 0 && op->pttl < DLOCK__WAIT_SAFETY_NET_MS ? op->pttl : DLOCK__WAIT_SAFETY_NET_MS;
+        if (sleep > DLOCK__WAIT_UNSUBSCRIBED_POLL_MS && !dlock__sub_ready(op->sub, op->e))
+            sleep = DLOCK__WAIT_UNSUBSCRIBED_POLL_MS;
+        until = now + sleep;
+    }
+    if (op->deadline >= 0 && until > op->deadline) until = op->deadline;
+    dlock__sub_arm(op->sub, op->e, &op->w, until, 0);
+}
+
+/* The reader thread (or the slow lane): an attempt's answer. */
+static void on_acquire_reply(dlock_status st, redisReply *r, void *arg)
+{
+    lock_async *op = arg;
+    int result = st;
+    op->pttl = -1;
+    if (st == DLOCK_OK) result = acquire_reply(op->l, op->h, r, -1, &op->pttl);
+    if (r) freeReplyObject(r);
+    async_step(op, result);
+}
+
+/* The subscriber thread: a release, the subscription, or a timer. At the
+ * deadline the wait ends with the last attempt's result, as in wait.c. */
+static void on_watch(dlock__sub_watch *w, int woken)
+{
+    lock_async *op = (lock_async *)w;
+    dlock_client *c = op->l->base.client;
+    if (woken == DLOCK__SUB_MESSAGE) dlock__stats_woken(&c->stats, lock_kind(op->l));
+    if (op->deadline >= 0 && dlock__mono_ms() >= op->deadline) {
+        acquire_done(op, op->result);
+        return;
+    }
+    dlock_status st = async_attempt(op);
+    if (st != DLOCK_OK) async_step(op, st);
+}
+
+dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms, dlock_acquired_fn cb, void *arg)
+{
+    if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "lock or callback is NULL");
+    if (wait_ms < DLOCK_WAIT_FOREVER)
+        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    dlock_status st = dlock__check_lease(lease_ms, 3, 1);
+    if (st != DLOCK_OK) return st;
+    dlock_client *c = l->base.client;
+    if (c->replica_acks > 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "replica-safe acquire (replica_acks) is synchronous only");
+    lock_thread *h = async_hold(l, 1);
+    if (!h) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    if ((st = async_claim(l, h)) != DLOCK_OK) return st;
+    if (h->held.count > 0 && atomic_load(&h->held.lost)) {
+        st = dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held; release it first", l->base.name);
+    } else {
+        lock_async *op = calloc(1, sizeof *op);
+        if (!op) {
+            st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        } else {
+            op->w.fn = on_watch;
+            op->l = l;
+            op->h = h;
+            op->wait_ms = wait_ms;
+            op->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->held.renewed;
+            op->lease = op->watchdog ? c->watchdog_lease_ms : lease_ms; /* as lock_acquire() */
+            op->before = h->held.count;
+            op->deadline = dlock__deadline(wait_ms);
+            op->since = dlock__stats_clock();
+            op->acquired = cb;
+            op->arg = arg;
+            if ((st = async_attempt(op)) == DLOCK_OK) return DLOCK_OK;
+            free(op);
+        }
+    }
+    atomic_store(&h->busy, 0);
+    dlock__async_end(&c->async);
+    return st;
+}
+
+static void on_release_reply(dlock_status st, redisReply *r, void *arg)
+{
+    lock_async *op = arg;
+    dlock_lock *l = op->l;
+    lock_thread *h = op->h;
+    dlock_client *c = l->base.client;
+    if (st != DLOCK_OK) dlock__held_release_failed(c, &h->held); /* hold unchanged: try again */
+    else st = release_reply(l, h, r, dlock__async_resent());
+    if (r) freeReplyObject(r);
+    dlock_released_fn cb = op->released;
+    void *cb_arg = op->arg;
+    free(op);
+    atomic_store(&h->busy, 0);
+    cb(l, st, cb_arg);
+    dlock__async_end(&c->async);
+}
+
+dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void *arg)
+{
+    if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "lock or callback is NULL");
+    lock_thread *h = async_hold(l, 0);
+    if (!h || h->held.count == 0)
+        return dlock__fail(DLOCK_ERR_NOT_OWNER, "this handle holds lock '%s' by no asynchronous acquire",
+                          l->base.name);
+    dlock_client *c = l->base.client;
+    dlock_status st = async_claim(l, h);
+    if (st != DLOCK_OK) return st;
+    lock_async *op = calloc(1, sizeof *op);
+    if (!op) {
+        st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    } else if (dlock__held_release_begin(c, &h->held)) {
+        st = dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
+    } else {
+        op->l = l;
+        op->h = h;
+        op->released = cb;
+        op->arg = arg;
+        release_call rc;
+        release_call_make(l, h, &rc);
+        if ((st = async_send(c, rc.script, 2, rc.keys, rc.nargs, rc.args, on_release_reply, op)) == DLOCK_OK)
+            return DLOCK_OK;
+        dlock__held_release_failed(c, &h->held);
+    }
+    free(op);
+    atomic_store(&h->busy, 0);
+    dlock__async_end(&c->async);
+    return st;
+}
+
+/* The calling thread's hold, or when it has none (never had one, or its
+ * last ended unlost), the handle's asynchronous one. */
 int dlock_lock_lost(dlock_lock *l)
 {
-    lock_thread *h = l ? thread_hold(l, 0) : NULL;
+    if (!l) return 0;
+    lock_thread *h = thread_hold(l, 0);
+    if (h && (h->held.count > 0 || atomic_load(&h->held.lost))) return dlock__held_lost(&h->held);
+    h = async_hold(l, 0);
     return h && dlock__held_lost(&h->held);
 }
 

@@ -43,6 +43,11 @@ dlock_status dlock__scripts_ensure(dlock_client *client)
     return DLOCK_OK;
 }
 
+const char *dlock__script_body(dlock__script_id id)
+{
+    return bodies[id];
+}
+
 /* Run a script whose reply is one integer, into *out. */
 dlock_status dlock__eval_int(dlock_client *client, dlock__script_id id, int nkeys, const char **keys,
                             int nargs, const char **args, long long *out)

@@ -21,6 +21,10 @@ typedef enum dlock__script_id {
  * unless that was done already. Thread-safe; no I/O. */
 dlock_status dlock__scripts_ensure(dlock_client *client);
 
+/* The text of a script, for a caller that runs it by its SHA1 through
+ * dlock__async_eval() (client->sha[id]). */
+const char *dlock__script_body(dlock__script_id id);
+
 /* WAIT after a command: for how many replicas, how long, and (out) how
  * many acknowledged (-1 when the reply was not a number). */
 typedef struct dlock__acks {

@@ -78,6 +78,8 @@ struct dlock__subscriber {
     int wake_fd;
     int stop;
     int dirty;          /* some entry needs a command sent */
+    int firing_all;     /* the client is being freed: watches fire at once */
+    dlock__sub_watch *armed, *due; /* asynchronous waits (dlock__sub_arm) */
     const char *cmd_sub, *cmd_unsub; /* SUBSCRIBE or SSUBSCRIBE, ... */
     sub_link links[MAX_LINKS];
     int n_links;        /* links are never removed: entries hold indexes */
@@ -114,13 +116,42 @@ static void poke(struct dlock__subscriber *s)
     if (write(s->wake_fd, &one, sizeof one) < 0) { /* counter full: already poked */ }
 }
 
+/* Move watch `w` (armed, or new) to the due list, to fire for `why`. */
+static void make_due(struct dlock__subscriber *s, dlock__sub_watch *w, int why)
+{
+    w->woken = why;
+    w->next = s->due;
+    s->due = w;
+}
+
+/* The armed watches of `e` that `why` fires: for a message, one per
+ * wake-up the entry has (each takes one), oldest first; for a confirmed
+ * subscription, those that asked for it. */
+static void fire_watches(struct dlock__subscriber *s, dlock__sub_entry *e, int why)
+{
+    dlock__sub_watch **pp = &s->armed;
+    while (*pp) {
+        dlock__sub_watch *w = *pp;
+        int fire = w->e == e && (why == DLOCK__SUB_MESSAGE ? e->permits > 0 : w->want_ready);
+        if (!fire) {
+            pp = &w->next;
+            continue;
+        }
+        if (why == DLOCK__SUB_MESSAGE) e->permits--;
+        *pp = w->next;
+        make_due(s, w, why);
+    }
+}
+
 /* Add wake-ups to an entry; never more than there are waiters, or a burst
  * of releases nobody slept through would cause as many useless retries. */
-static void grant(dlock__sub_entry *e, long n)
+static void grant(struct dlock__subscriber *s, dlock__sub_entry *e, long n)
 {
     long cap = e->refs > 0 ? e->refs : 0;
     e->permits += n;
     if (e->permits > cap) e->permits = cap;
+    fire_watches(s, e, DLOCK__SUB_MESSAGE);
+    if (e->permits == 0) return;
     if (n == 1) pthread_cond_signal(&e->cond);
     else pthread_cond_broadcast(&e->cond);
 }
@@ -133,7 +164,7 @@ static void subscription_lost(struct dlock__subscriber *s, dlock__sub_entry *e)
     e->state = SUB_IDLE;
     e->link = -1;
     if (e->refs == 0) unlink_free(s, e);
-    else grant(e, e->refs);
+    else grant(s, e, e->refs);
     s->dirty = 1;
 }
 
@@ -260,9 +291,10 @@ static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
         long n = 1;
         if (p->type == REDIS_REPLY_STRING && p->len == 1 && p->str[0] == '*') n = e->refs;
         else if (p->type == REDIS_REPLY_STRING) n = strtol(p->str, NULL, 10);
-        if (n > 0) grant(e, n);
+        if (n > 0) grant(s, e, n);
     } else if (strcmp(kind, "subscribe") == 0 && e->state == SUB_SENT) {
         e->state = SUB_ACTIVE;
+        fire_watches(s, e, DLOCK__SUB_READY);
         pthread_cond_broadcast(&e->cond);
     } else if (strcmp(kind, "unsubscribe") == 0 && e->state == UNSUB_SENT) {
         e->state = SUB_IDLE;
@@ -298,6 +330,9 @@ static int poll_timeout(struct dlock__subscriber *s, int64_t now)
     }
     if (any_active && s->client->topo->url.kind == DLOCK_URL_SENTINEL && now + MASTER_CHECK_MS < at)
         at = now + MASTER_CHECK_MS;
+    for (dlock__sub_watch *w = s->armed; w; w = w->next)
+        if (w->at < at) at = w->at;
+    if (s->due) at = now;
     if (at == INT64_MAX) return -1;
     return at <= now ? 0 : (int)(at - now);
 }
@@ -319,6 +354,41 @@ static void drain_wake_fd(struct dlock__subscriber *s)
 {
     uint64_t v;
     if (read(s->wake_fd, &v, sizeof v) < 0) { /* nothing pending */ }
+}
+
+/* Fire the watches whose time came, and every due one, in the order they
+ * became due; with mu released, since each starts an attempt. */
+static void run_due(struct dlock__subscriber *s)
+{
+    int64_t now = dlock__mono_ms();
+    dlock__sub_watch **pp = &s->armed;
+    while (*pp) {
+        dlock__sub_watch *w = *pp;
+        if (w->at > now) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        make_due(s, w, DLOCK__SUB_TIMER);
+    }
+    while (s->due) {
+        /* The list is newest first: reverse it. */
+        dlock__sub_watch *list = NULL, *w = s->due;
+        s->due = NULL;
+        while (w) {
+            dlock__sub_watch *next = w->next;
+            w->next = list;
+            list = w;
+            w = next;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (w = list; w;) {
+            dlock__sub_watch *next = w->next; /* w belongs to its owner once fired */
+            w->fn(w, w->woken);
+            w = next;
+        }
+        pthread_mutex_lock(&s->mu);
+    }
 }
 
 static void *subscriber_main(void *arg)
@@ -394,6 +464,7 @@ static void *subscriber_main(void *arg)
         }
         /* Idle channels may be due for UNSUBSCRIBE, links for a connect. */
         if (timeout >= 0) s->dirty = 1;
+        run_due(s);
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_links; i++)
@@ -496,6 +567,53 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
     }
     pthread_mutex_unlock(&s->mu);
     return woken;
+}
+
+void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w, int64_t at_ms,
+                   int want_ready)
+{
+    pthread_mutex_lock(&s->mu);
+    w->e = e;
+    w->at = at_ms;
+    w->want_ready = want_ready;
+    if (s->firing_all) {
+        make_due(s, w, DLOCK__SUB_TIMER);
+    } else if (e->permits > 0) {
+        e->permits--;
+        make_due(s, w, DLOCK__SUB_MESSAGE);
+    } else if (want_ready && e->state == SUB_ACTIVE) {
+        make_due(s, w, DLOCK__SUB_READY);
+    } else {
+        /* Appended, so a message wakes the watch that waited longest. */
+        dlock__sub_watch **pp = &s->armed;
+        while (*pp) pp = &(*pp)->next;
+        w->next = NULL;
+        *pp = w;
+    }
+    pthread_mutex_unlock(&s->mu);
+    poke(s); /* a new timer, or a watch due now */
+}
+
+int dlock__sub_ready(struct dlock__subscriber *s, dlock__sub_entry *e)
+{
+    pthread_mutex_lock(&s->mu);
+    int ok = e->state == SUB_ACTIVE;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void dlock__sub_fire_all(struct dlock__subscriber *s)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->firing_all = 1;
+    while (s->armed) {
+        dlock__sub_watch *w = s->armed;
+        s->armed = w->next;
+        make_due(s, w, DLOCK__SUB_TIMER);
+    }
+    pthread_mutex_unlock(&s->mu);
+    poke(s);
 }
 
 void dlock__sub_leave(struct dlock__subscriber *s, dlock__sub_entry *e)

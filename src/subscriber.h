@@ -25,6 +25,39 @@ int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int6
  * deadline passes (0). Each message wakes as many threads as it names. */
 int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms);
 
+/*
+ * Waiting without a thread, for the asynchronous acquire: a watch armed on
+ * an entry the caller joined fires once, on the subscriber thread and
+ * without any library lock held, when a message grants the entry a
+ * wake-up (woken = DLOCK__SUB_MESSAGE; a wake-up granted while no watch or
+ * thread waited is taken at once), when the subscription is confirmed and
+ * `want_ready` was asked (DLOCK__SUB_READY), or at `at_ms`
+ * (DLOCK__SUB_TIMER). Armed watches share the entry's wake-ups with
+ * sleeping threads, first come first served. The watch's memory is the
+ * caller's and must stay valid until it fired.
+ */
+enum { DLOCK__SUB_TIMER = 0, DLOCK__SUB_MESSAGE = 1, DLOCK__SUB_READY = 2 };
+typedef struct dlock__sub_watch dlock__sub_watch;
+typedef void dlock__sub_fire_fn(dlock__sub_watch *w, int woken);
+struct dlock__sub_watch {
+    dlock__sub_fire_fn *fn;
+    dlock__sub_entry *e;
+    int64_t at;           /* fire by then (monotonic ms) */
+    int want_ready;       /* fire when the subscription is confirmed */
+    int woken;            /* why it fired */
+    dlock__sub_watch *next; /* in the armed or the due list */
+};
+
+void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w, int64_t at_ms,
+                   int want_ready);
+
+/* 1 while the entry's subscription is confirmed. */
+int dlock__sub_ready(struct dlock__subscriber *s, dlock__sub_entry *e);
+
+/* dlock_client_free() began: fire every armed watch now, and every watch
+ * armed from now on at once, so that asynchronous waits end. */
+void dlock__sub_fire_all(struct dlock__subscriber *s);
+
 /* Drop interest; the channel is unsubscribed after a short idle time so a
  * busy lock does not pay SUBSCRIBE/UNSUBSCRIBE on every wait. */
 void dlock__sub_leave(struct dlock__subscriber *s, dlock__sub_entry *e);

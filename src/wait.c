@@ -16,11 +16,8 @@
 #include "subscriber.h"
 #include "util.h"
 
-/* How long a waiter trusts a not-yet-confirmed subscription before it
- * retries anyway: only matters while the pub/sub connection is down. */
-#define UNSUBSCRIBED_POLL_MS 200
-/* Longest sleep when the holder's lease is unknown. */
-#define SAFETY_NET_MS 2000
+#define UNSUBSCRIBED_POLL_MS DLOCK__WAIT_UNSUBSCRIBED_POLL_MS
+#define SAFETY_NET_MS DLOCK__WAIT_SAFETY_NET_MS
 
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
                    dlock__try_fn try, void *ctx, int first, long retry_ms)
@@ -44,7 +41,7 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
         if (result == DLOCK_OK) {
             break;
         } else if (result == DLOCK_ERR_CONNECT) {
-            backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
+            backoff = dlock__wait_backoff(backoff);
             until = now + backoff;
         } else if (result != DLOCK__BUSY) {
             break;

@@ -6,6 +6,19 @@
 
 #include "dlock.h"
 
+/* How long a waiter trusts a not-yet-confirmed subscription before it
+ * retries anyway: only matters while the pub/sub connection is down. */
+#define DLOCK__WAIT_UNSUBSCRIBED_POLL_MS 200
+/* Longest sleep when the holder's lease is unknown. */
+#define DLOCK__WAIT_SAFETY_NET_MS 2000
+
+/* The next pause after a server could not be reached: 50 ms, doubling to
+ * 1 s. */
+static inline long dlock__wait_backoff(long backoff)
+{
+    return backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
+}
+
 /* Result of one attempt besides DLOCK_OK and failures: not available yet. */
 #define DLOCK__BUSY 1
 
