@@ -3,7 +3,7 @@
  * libdlock's public API.
  *
  *   dlock-bench -u URL --mode MODE --workers N [--seconds S] [--permits P]
- *               [--read-percent R] [-v]
+ *               [--read-percent R] [--async] [-v]
  *
  * What it measures. N worker threads share ONE dlock_client (the library's
  * intended use: one client per process, its connection pool serving every
@@ -28,6 +28,12 @@
  *                pair.
  *   psem         the permit-expirable dlock_psem, P permits, each permit
  *                with a 10 s lease (random id, sorted set of expiries).
+ * With --async (uncontended, contended, fair) there are no worker threads:
+ * the main thread starts N chains of dlock_lock_acquire_async() ->
+ * dlock_lock_release_async() -> the next acquire, each chain on a handle
+ * of its own (of one name for contended and fair), so N acquisitions are
+ * in flight at once and the library's threads run every step; the JSON
+ * line then says "api":"async" (else "sync").
  * After a warm-up of 0.5 s that is not counted, every pair that *completes*
  * within the next S seconds is counted and its latency goes into a
  * per-worker log-linear histogram (64 sub-buckets per power of two: under
@@ -133,6 +139,7 @@ typedef struct worker {
     uint64_t rng;
     hold_rec *recs;
     size_t n_recs, cap_recs;
+    hold_rec rec; /* --async: the pair under way */
 } worker;
 
 /* What the workers share: the mode and its one resource. */
@@ -151,6 +158,10 @@ static int fail_exit;
 static atomic_uint_fast64_t hold_gen; /* single lock: bumped inside the lock */
 static atomic_int inside;             /* exclusive holders (or permit holders) now */
 static atomic_int readers_inside;     /* rw: read holders now */
+static int use_async;                 /* --async */
+static pthread_mutex_t chains_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t chains_cv = PTHREAD_COND_INITIALIZER;
+static int chains_ended;              /* --async: chains that stopped */
 
 /* Monotonic nanoseconds: pairs are timed against a clock that never steps. */
 static int64_t now_ns(void)
@@ -338,6 +349,72 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* --async: one pair as a chain of callbacks on the library's threads.
+ * Each chain's steps follow one another, so its worker needs no lock. */
+static void chain_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg);
+static void chain_released(dlock_lock *l, dlock_status st, void *arg);
+
+static void chain_end(void)
+{
+    pthread_mutex_lock(&chains_mu);
+    chains_ended++;
+    pthread_cond_broadcast(&chains_cv);
+    pthread_mutex_unlock(&chains_mu);
+}
+
+static void chain_next(worker *w)
+{
+    if (atomic_load(&phase) == PHASE_STOP) {
+        chain_end();
+        return;
+    }
+    w->rec = (hold_rec){.worker = w->index};
+    w->rec.t_start = now_ns();
+    dlock_status st = dlock_lock_acquire_async(w->lock, DLOCK_WAIT_FOREVER, LEASE_MS, chain_acquired, w);
+    if (st != DLOCK_OK) {
+        fail(status_exit(st), "acquire failed: %s", dlock_last_error());
+        chain_end();
+    }
+}
+
+static void chain_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)token;
+    worker *w = arg;
+    if (st == DLOCK_OK) {
+        w->rec.t_acq = now_ns();
+        check_inside(CLS_READ, &w->rec);
+        if ((st = dlock_lock_release_async(l, chain_released, w)) == DLOCK_OK) return;
+        fail(status_exit(st), "release failed: %s", dlock_last_error());
+    } else {
+        fail(status_exit(st), "acquire failed: %s", dlock_last_error());
+    }
+    chain_end();
+}
+
+static void chain_released(dlock_lock *l, dlock_status st, void *arg)
+{
+    (void)l;
+    worker *w = arg;
+    if (st != DLOCK_OK) {
+        fail(status_exit(st), "release failed: %s", dlock_last_error());
+        chain_end();
+        return;
+    }
+    w->rec.t_rel = now_ns();
+    w->rec.measured = atomic_load(&phase) == PHASE_MEASURE;
+    if (w->rec.measured) {
+        w->hist[CLS_READ][hist_index((uint64_t)(w->rec.t_rel - w->rec.t_start))]++;
+        w->ops[CLS_READ]++;
+    }
+    if (single_lock() && push_rec(w, &w->rec) != 0) {
+        fail(EXIT_SOFTWARE, "%s", "out of memory");
+        chain_end();
+        return;
+    }
+    chain_next(w);
+}
+
 /* qsort order for nanosecond samples. */
 static int cmp_i64(const void *a, const void *b)
 {
@@ -398,7 +475,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench -u URL --mode MODE --workers N [--seconds S] [--permits P]\n"
-            "                   [--read-percent R] [-v]\n"
+            "                   [--read-percent R] [--async] [-v]\n"
             "  -u URL             redis://host:port or unix:///path.sock (required)\n"
             "  --mode MODE        uncontended: a lock per worker; contended: one lock for all;\n"
             "                     fair: one fair lock for all; rw: one read-write lock, R%% reads;\n"
@@ -408,8 +485,10 @@ static void usage(FILE *f)
             "  --seconds S        measured time after a 0.5 s warm-up (default 5)\n"
             "  --permits P        semaphore, psem: permits (default max(1, N/4))\n"
             "  --read-percent R   rw: percentage of read holds, 0..100 (default 90)\n"
+            "  --async            uncontended, contended, fair: N acquisitions in flight from\n"
+            "                     one thread through the asynchronous API, not N threads\n"
             "  -v, --verbose      contended, fair: how often the lock changed hands, on stderr\n"
-            "Prints one JSON line: lib, mode, workers, ops, seconds, ops_per_s, p50_us, p99_us,\n"
+            "Prints one JSON line: lib, api, mode, workers, ops, seconds, ops_per_s, p50_us, p99_us,\n"
             "and handoff_p50_us (contended, fair), reads/writes and their rates and\n"
             "percentiles (rw), kind and permits (semaphore, psem).\n",
             MAX_WORKERS);
@@ -509,7 +588,7 @@ int main(int argc, char **argv)
         {"workers", required_argument, NULL, 'w'}, {"seconds", required_argument, NULL, 's'},
         {"permits", required_argument, NULL, 'p'}, {"read-percent", required_argument, NULL, 'r'},
         {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+        {"async", no_argument, NULL, 'a'},         {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":u:vh", longopts, NULL)) != -1) {
@@ -536,6 +615,7 @@ int main(int argc, char **argv)
                 return bad_usage("--read-percent must be an integer from 0 to 100", optarg);
             break;
         case 'v': verbose = 1; break;
+        case 'a': use_async = 1; break;
         case 'h': usage(stdout); return 0;
         case ':': return bad_usage("option needs a value", argv[optind - 1]);
         default: return bad_usage("unknown option", argv[optind - 1]);
@@ -548,6 +628,8 @@ int main(int argc, char **argv)
     if (mode == M_COUNT)
         return bad_usage("--mode must be uncontended, contended, fair, rw, semaphore or psem", mode_arg);
     if (!workers) return bad_usage("--workers is required", NULL);
+    if (use_async && mode != M_UNCONTENDED && mode != M_CONTENDED && mode != M_FAIR)
+        return bad_usage("--async works with uncontended, contended and fair", mode_arg);
     if (!permits) permits = workers / 4 > 1 ? workers / 4 : 1;
 
     /* A malformed URL is the caller's mistake; an unreachable one is not. */
@@ -585,13 +667,21 @@ int main(int argc, char **argv)
                 fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
                 return EXIT_SOFTWARE;
             }
+        } else if (use_async && single_lock()) {
+            /* One call in flight per handle: a handle per chain. */
+            if ((mode == M_FAIR ? dlock_lock_new_fair(client, dlock_lock_name(shared), &ws[i].lock)
+                                : dlock_lock_new(client, dlock_lock_name(shared), &ws[i].lock)) != DLOCK_OK) {
+                fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
+                return EXIT_SOFTWARE;
+            }
         } else {
             ws[i].lock = shared;
         }
     }
 
     int started = 0;
-    for (; started < n; started++) {
+    for (; use_async && started < n; started++) chain_next(&ws[started]);
+    for (; !use_async && started < n; started++) {
         int e = pthread_create(&ws[started].thread, NULL, worker_main, &ws[started]);
         if (e) {
             fail(EXIT_SOFTWARE, "cannot start a worker thread: %s", strerror(e));
@@ -606,7 +696,12 @@ int main(int argc, char **argv)
     sleep_until(t_begin + (int64_t)(seconds * 1e9));
     int64_t t_end = now_ns();
     atomic_store(&phase, PHASE_STOP);
-    for (int i = 0; i < started; i++) pthread_join(ws[i].thread, NULL);
+    if (use_async) {
+        pthread_mutex_lock(&chains_mu);
+        while (chains_ended < started) pthread_cond_wait(&chains_cv, &chains_mu);
+        pthread_mutex_unlock(&chains_mu);
+    }
+    for (int i = 0; !use_async && i < started; i++) pthread_join(ws[i].thread, NULL);
 
     if (atomic_load(&failed)) {
         fprintf(stderr, "dlock-bench: %s\n", fail_msg);
@@ -626,16 +721,16 @@ int main(int argc, char **argv)
         uint64_t total = ops[CLS_READ] + ops[CLS_WRITE];
         double secs = (double)(t_end - t_begin) / 1e9;
         printf("{\"lib\":\"dlock\",\"mode\":\"%s\",\"workers\":%d,\"ops\":%" PRIu64
-               ",\"seconds\":%.3f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f",
+               ",\"seconds\":%.3f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"api\":\"%s\"",
                mode_names[mode], n, total, secs, (double)total / secs, hist_percentile(all, total, 0.50) / 1e3,
-               hist_percentile(all, total, 0.99) / 1e3);
+               hist_percentile(all, total, 0.99) / 1e3, use_async ? "async" : "sync");
         print_extra(ws, n, (const uint64_t *const *)merged, ops, secs, verbose, &rc);
         printf("}\n");
         fflush(stdout);
     }
 
     for (int i = 0; i < n; i++) {
-        if (mode == M_UNCONTENDED) dlock_lock_free(ws[i].lock);
+        if (mode == M_UNCONTENDED || (use_async && single_lock())) dlock_lock_free(ws[i].lock);
         free(ws[i].recs);
     }
     dlock_lock_free(shared);

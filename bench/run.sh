@@ -32,6 +32,9 @@
 #      uncontended, contended, fair, rw (90 % reads): 1, 8, 64 workers
 #      semaphore (plain) and psem (permit-expirable): 8 and 64 workers,
 #      workers/4 permits
+#      async: the asynchronous API (dlock-bench --async, N acquisitions
+#      in flight from one thread), uncontended with 8 and 64, contended
+#      with 64
 #    BENCH_MODES narrows the list (e.g. "uncontended contended").
 # 4. With BENCH_ANCHORS=1, the anchors in bench/anchors run the
 #    uncontended and contended cases with 1, 8 and 64 workers against the
@@ -46,8 +49,9 @@
 #    % of one core (other users of this shared machine; includes kernel
 #    time not charged to a process). Then a summary, also on stdout, with
 #    the targets: uncontended@8 >= 80% of the floor, contended@64 >= 50% of
-#    contended@8, median handoff < 1 ms. Status is 0 even on MISS unless
-#    BENCH_STRICT=1.
+#    contended@8, median handoff < 1 ms; and issue 14's: sync
+#    uncontended@8 >= 100% of the floor, async uncontended@64 >= 150%.
+#    Status is 0 even on MISS unless BENCH_STRICT=1.
 #
 # Environment: BENCH_SECONDS (5), BENCH_FLOOR_N (requests per floor run,
 # default 20000 * BENCH_SECONDS), BENCH_FLOOR_ROUNDS (2), BENCH_MODES (all),
@@ -68,7 +72,7 @@ rounds=${BENCH_FLOOR_ROUNDS:-2}
 floor_n=${BENCH_FLOOR_N:-$(awk -v s="$secs" 'BEGIN { n = int(s * 20000)
     print (n < 1000 ? 1000 : n) }')}
 strict=${BENCH_STRICT:-0}
-modes=${BENCH_MODES:-uncontended contended fair rw semaphore psem}
+modes=${BENCH_MODES:-uncontended contended fair rw semaphore psem async}
 on_server=""
 on_client=""
 if [ "${BENCH_PIN:-0}" = 1 ]; then
@@ -182,6 +186,15 @@ run_case() {
 "
 }
 for mode in $modes; do
+    if [ "$mode" = async ]; then
+        for c in "uncontended 8" "uncontended 64" "contended 64"; do
+            set -- $c
+            # shellcheck disable=SC2086 # $on_client is a command prefix or nothing
+            run_case $on_client "$bin" -u "unix://$sock" --mode "$1" --workers "$2" --seconds "$secs" --async ||
+                exit 1
+        done
+        continue
+    fi
     case $mode in
         semaphore|psem) counts="8 64" ;;
         *) counts="1 8 64" ;;
@@ -254,8 +267,13 @@ if [ "${BENCH_ANCHORS:-0}" = 1 ]; then
 fi
 
 # ---- summary ------------------------------------------------------------
-pick() { printf '%s' "$results" | grep "\"lib\":\"$1\",\"mode\":\"$2\",\"workers\":$3," | head -1; }
-rate() { field "$(pick "$1" "$2" "$3")" ops_per_s; }
+# pick LIB MODE WORKERS [API]: the case's JSON line (API: sync by default;
+# the anchors have none).
+pick() {
+    printf '%s' "$results" | grep "\"lib\":\"$1\",\"mode\":\"$2\",\"workers\":$3," |
+        if [ "$1" = dlock ]; then grep "\"api\":\"${4:-sync}\""; else cat; fi | head -1
+}
+rate() { field "$(pick "$1" "$2" "$3" "${4:-}")" ops_per_s; }
 floor_rate=$(field "$floor" ops_per_s)
 u8=$(rate dlock uncontended 8)
 c8=$(rate dlock contended 8)
@@ -278,6 +296,10 @@ handoffs() {
 v1=$(verdict "$u8" "$floor_rate" 80 "of the floor")
 v2=$(verdict "$c64" "$c8" 50 "of contended@8 ($c8 pairs/s)")
 v3=$(handoffs)
+a64=$(rate dlock uncontended 64 async)
+ac64=$(rate dlock contended 64 async)
+v4=$(verdict "$u8" "$floor_rate" 100 "of the floor")
+v5=$(verdict "$a64" "$floor_rate" 150 "of the floor")
 pinned=""
 [ -n "$on_server" ] && pinned=", pinned: server CPU 0, clients CPU 1"
 echo "summary (BENCH_SECONDS=$secs, $(nproc) cores$pinned; JSON lines above, grep '^{'):"
@@ -285,6 +307,9 @@ echo "  floor (redis-benchmark acquire+release pair, best of $floor_rounds round
 echo "  uncontended@8: $u8 pairs/s = $v1"
 echo "  contended@64:  $c64 pairs/s = $v2"
 echo "  median handoff, contended@8 and @64: $v3"
+echo "  issue 14: sync uncontended@8: $v4"
+echo "  issue 14: async uncontended@64: $a64 pairs/s = $v5"
+echo "  async contended@64: $ac64 pairs/s, p99 $(field "$(pick dlock contended 64 async)" p99_us) us"
 for lib in node-redlock redis-py; do
     a=$(rate "$lib" uncontended 8)
     if [ -n "$a" ]; then
@@ -293,6 +318,6 @@ for lib in node-redlock redis-py; do
     fi
 done
 if [ "$strict" = 1 ]; then
-    case "$v1$v2$v3" in *MISS*|*"not measured"*) exit 1 ;; esac
+    case "$v1$v2$v3$v4$v5" in *MISS*|*"not measured"*) exit 1 ;; esac
 fi
 exit 0
