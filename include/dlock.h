@@ -528,6 +528,21 @@ DLOCK_API dlock_status dlock_semaphore_release(dlock_semaphore *sem, long permit
 /* Permits available now (0 when the semaphore was never set). */
 DLOCK_API dlock_status dlock_semaphore_available(dlock_semaphore *sem, long *available);
 
+/* What an asynchronous semaphore call ends with, as its synchronous twin. */
+typedef void (*dlock_semaphore_fn)(dlock_semaphore *sem, dlock_status status, void *arg);
+
+/*
+ * dlock_semaphore_acquire() and dlock_semaphore_release() without a thread
+ * that waits, under the rules of dlock_lock_acquire_async(): cb runs once
+ * later on a library thread, one asynchronous call runs on a handle at a
+ * time (use a handle per call in flight), a status other than DLOCK_OK
+ * means nothing was started and cb will not run.
+ */
+DLOCK_API dlock_status dlock_semaphore_acquire_async(dlock_semaphore *sem, long permits, long wait_ms,
+                                                     dlock_semaphore_fn cb, void *arg);
+DLOCK_API dlock_status dlock_semaphore_release_async(dlock_semaphore *sem, long permits, dlock_semaphore_fn cb,
+                                                     void *arg);
+
 /* ------------------------------------------------------------------------ */
 /* Permit-expirable semaphore                                               */
 /* ------------------------------------------------------------------------ */
@@ -687,6 +702,24 @@ DLOCK_API int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode);
 
 /* Register the loss callback of this handle (NULL removes it). */
 DLOCK_API void dlock_rwlock_on_lost(dlock_rwlock *rw, dlock_rw_lost_fn fn, void *arg);
+
+/* What an asynchronous read-write call ends with, as its synchronous twin
+ * (the token of a write hold; 0 for a read hold). */
+typedef void (*dlock_rw_acquired_fn)(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status, uint64_t token,
+                                     void *arg);
+typedef void (*dlock_rw_released_fn)(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status, void *arg);
+
+/*
+ * dlock_rwlock_acquire() and dlock_rwlock_release() without a thread that
+ * waits, under the rules of dlock_lock_acquire_async(): the holds belong to
+ * the handle (any thread may release them, dlock_rwlock_lost() reports
+ * them when the calling thread has none of its own), one asynchronous call
+ * runs on a handle at a time.
+ */
+DLOCK_API dlock_status dlock_rwlock_acquire_async(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
+                                                  dlock_rw_acquired_fn cb, void *arg);
+DLOCK_API dlock_status dlock_rwlock_release_async(dlock_rwlock *rw, dlock_rw_mode mode, dlock_rw_released_fn cb,
+                                                  void *arg);
 
 /* What dlock_rwlock_inspect() reports. */
 typedef struct dlock_rwlock_info {

@@ -306,3 +306,16 @@ dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char
     }
     return st;
 }
+
+dlock_status dlock__async_script(dlock_client *client, dlock__script_id id, int nkeys, const char *const *keys,
+                                int nargs, const char *const *args, dlock_redis_callback *cb, void *arg)
+{
+    return dlock__async_eval(client, client->sha[id], dlock__script_body(id), 0, nkeys, keys, nargs, args, cb, arg);
+}
+
+void dlock__async_ignore(dlock_status st, redisReply *reply, void *arg)
+{
+    (void)st;
+    (void)arg;
+    if (reply) freeReplyObject(reply);
+}

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "dlock_redis.h"
+#include "script.h"
 
 #define DLOCK__SLOW_LANE_MAX 8 /* slow-lane threads, started as needed */
 
@@ -39,6 +40,14 @@ void dlock__async_close(dlock__async *a);
  * callback's return. */
 dlock_status dlock__async_begin(dlock__async *a);
 void dlock__async_end(dlock__async *a);
+
+/* dlock__async_eval() of one of the library's scripts. */
+dlock_status dlock__async_script(struct dlock_client *client, dlock__script_id id, int nkeys, const char *const *keys,
+                                int nargs, const char *const *args, dlock_redis_callback *cb, void *arg);
+
+/* A callback for a call whose answer is of no use (sent and forgotten:
+ * a fair waiter leaving the queue). */
+void dlock__async_ignore(dlock_status st, redisReply *reply, void *arg);
 
 /* Inside a callback of dlock__async_eval(): 1 when the command was sent
  * more than once (a connection lost after the send; see

@@ -95,6 +95,21 @@ dlock__thread_rec *dlock__handle_record(dlock__handle *h, unsigned long me, size
     return t;
 }
 
+dlock_status dlock__handle_async_claim(dlock__handle *h, dlock__thread_rec *rec)
+{
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&rec->async_busy, &idle, 1))
+        return dlock__fail(DLOCK_ERR_INVALID, "'%s': an asynchronous call is in flight on this handle", h->name);
+    dlock_status st = dlock__async_begin(&h->client->async);
+    if (st != DLOCK_OK) atomic_store(&rec->async_busy, 0);
+    return st;
+}
+
+void dlock__handle_async_done(dlock__thread_rec *rec)
+{
+    atomic_store(&rec->async_busy, 0);
+}
+
 void dlock__handle_on_lost(dlock__handle *h, dlock__handle_fn fn, void *arg)
 {
     pthread_mutex_lock(&h->mu);

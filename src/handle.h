@@ -46,6 +46,7 @@ typedef struct dlock__thread_rec {
     /* "<client id>:<thread number>:<handle number>": two handles of one
      * name are two owners even in one thread (see lock.c) */
     char owner[64];
+    atomic_int async_busy; /* record 0: an asynchronous call is in flight */
 } dlock__thread_rec;
 
 /* The loss callback as stored: each primitive casts its own type to and
@@ -105,6 +106,13 @@ dlock__thread_rec *dlock__handle_thread(dlock__handle *h, size_t size, int creat
  * the handle). */
 dlock__thread_rec *dlock__handle_record(dlock__handle *h, unsigned long thread, size_t size, int create,
                                       int (*init)(dlock__handle *h, dlock__thread_rec *t));
+
+/* Claim record 0 for one asynchronous call (one at a time per handle:
+ * DLOCK_ERR_INVALID while another is in flight), counted in flight for
+ * dlock_client_free(); dlock__handle_async_done() gives it back once the
+ * callback is about to run. */
+dlock_status dlock__handle_async_claim(dlock__handle *h, dlock__thread_rec *rec);
+void dlock__handle_async_done(dlock__thread_rec *rec);
 
 /* Set, or read, the loss callback and its argument. */
 void dlock__handle_on_lost(dlock__handle *h, dlock__handle_fn fn, void *arg);

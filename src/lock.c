@@ -50,7 +50,6 @@ typedef struct lock_thread {
     struct dlock_lock *lock;
     uint64_t token;
     char *wake_channel; /* fair locks: this waiter's own channel */
-    atomic_int busy;    /* the handle's record: an asynchronous call is in flight */
 } lock_thread;
 
 struct dlock_lock {
@@ -404,15 +403,10 @@ dlock_status dlock_lock_release(dlock_lock *l)
  *
  * Why: a program that serves many requests from one thread (an event loop)
  * cannot park a thread per waiting acquire. Each attempt here is one
- * dlock__async_eval() on the shared connection; between attempts a busy
- * lock is waited for by a watch on the subscriber thread (subscriber.h),
- * which fires on a release message, on the confirmation of the
- * subscription, or on the timers of the synchronous wait (wait.c): the
- * holder's remaining lease, the safety net, a short poll while the
- * subscription is not confirmed, a backoff while the server cannot be
- * reached. wait.c's order is kept, and is what makes a release between two
- * attempts impossible to miss: join the channel, wait for the
- * confirmation, try again, and only then sleep.
+ * dlock__async_eval() on the shared connection, and between attempts
+ * wait.c's dlock__await stands in for the sleeping thread: the same
+ * events, the same timers, the same order (join the channel, wait for the
+ * confirmation, try again, and only then sleep).
  *
  * A hold taken this way belongs to the handle, not to a thread: its record
  * is the handle's record 0 (owner "<client id>:0:<handle>"), which no thread
@@ -423,14 +417,12 @@ dlock_status dlock_lock_release(dlock_lock *l)
  * ------------------------------------------------------------------------ */
 
 typedef struct lock_async {
-    dlock__sub_watch w; /* first: a fired watch leads back here */
+    dlock__await aw; /* first: the wait's state (wait.h) */
     dlock_lock *l;
     lock_thread *h;
-    long wait_ms, lease, before, backoff, pttl;
-    int watchdog, result, queued;
-    int64_t deadline, sent, since;
-    struct dlock__subscriber *sub;
-    dlock__sub_entry *e; /* the channel, once joined */
+    long lease, before;
+    int watchdog, queued;
+    int64_t sent, since;
     dlock_acquired_fn acquired;
     dlock_released_fn released;
     void *arg;
@@ -441,37 +433,11 @@ static lock_thread *async_hold(dlock_lock *l, int create)
     return (lock_thread *)dlock__handle_record(&l->base, 0, sizeof(lock_thread), create, thread_init);
 }
 
-/* Claim the handle's record for one asynchronous call, counted in flight
- * for dlock_client_free(). */
-static dlock_status async_claim(dlock_lock *l, lock_thread *h)
-{
-    int idle = 0;
-    if (!atomic_compare_exchange_strong(&h->busy, &idle, 1))
-        return dlock__fail(DLOCK_ERR_INVALID, "lock '%s': an asynchronous call is in flight on this handle",
-                          l->base.name);
-    dlock_status st = dlock__async_begin(&l->base.client->async);
-    if (st != DLOCK_OK) atomic_store(&h->busy, 0);
-    return st;
-}
-
-/* Sent without waiting for the answer: the reply is of no use. */
-static void ignore_reply(dlock_status st, redisReply *r, void *arg)
-{
-    (void)st;
-    (void)arg;
-    if (r) freeReplyObject(r);
-}
-
-static dlock_status async_send(dlock_client *c, dlock__script_id id, int nkeys, const char *const *keys, int nargs,
-                               const char *const *args, dlock_redis_callback *cb, void *arg)
-{
-    return dlock__async_eval(c, c->sha[id], dlock__script_body(id), 0, nkeys, keys, nargs, args, cb, arg);
-}
-
 /* The end of an asynchronous acquire: the hold begun, or the wait given
  * up; the channel left; the callback, with the thread's last error set. */
-static void acquire_done(lock_async *op, int result)
+static void acquire_done(dlock__await *aw, int result)
 {
+    lock_async *op = (lock_async *)aw;
     dlock_lock *l = op->l;
     lock_thread *h = op->h;
     dlock_client *c = l->base.client;
@@ -480,14 +446,13 @@ static void acquire_done(lock_async *op, int result)
         dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
         release_call rc;
         release_call_make(l, h, &rc);
-        async_send(c, rc.script, 2, rc.keys, rc.nargs, rc.args, ignore_reply, NULL);
+        dlock__async_script(c, rc.script, 2, rc.keys, rc.nargs, rc.args, dlock__async_ignore, NULL);
         h->held.count = op->before;
         st = DLOCK_ERR_SYS;
         dlock__fail(st, "cannot start the watchdog thread");
     } else if (result == DLOCK__BUSY) {
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     }
-    if (op->e) dlock__sub_leave(op->sub, op->e);
     if (st != DLOCK_OK && l->fair && op->queued) {
         char why[512];
         snprintf(why, sizeof why, "%s", dlock_last_error());
@@ -495,7 +460,7 @@ static void acquire_done(lock_async *op, int result)
         snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
         const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
         const char *args[3] = {h->rec.owner, c->publish, prefix};
-        async_send(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, ignore_reply, NULL);
+        dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, dlock__async_ignore, NULL);
         dlock__fail(st, "%s", why); /* the reason, not the leave's */
     }
     dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);
@@ -503,95 +468,30 @@ static void acquire_done(lock_async *op, int result)
     dlock_acquired_fn cb = op->acquired;
     void *arg = op->arg;
     free(op);
-    atomic_store(&h->busy, 0);
+    dlock__handle_async_done(&h->rec);
     cb(l, st, token, arg);
     dlock__async_end(&c->async);
 }
 
-static void on_acquire_reply(dlock_status st, redisReply *r, void *arg);
-
-/* One attempt, sent; its reply goes on in on_acquire_reply(). */
-static dlock_status async_attempt(lock_async *op)
+/* One attempt, sent; dlock__await_reply() takes its answer. */
+static dlock_status async_attempt(dlock__await *aw)
 {
+    lock_async *op = (lock_async *)aw;
     acquire_call ac;
-    acquire_call_make(op->l, op->h, op->lease, op->wait_ms != 0, &ac);
-    op->queued |= op->l->fair && op->wait_ms != 0;
+    acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, &ac);
+    op->queued |= op->l->fair && aw->wait_ms != 0;
     op->sent = dlock__mono_ms();
-    return async_send(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args, on_acquire_reply, op);
+    return dlock__async_script(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args, dlock__await_reply, op);
 }
 
-/* After an attempt that came to `result`: done, or arm the watch for the
- * next one, exactly as dlock__wait_for() would sleep. */
-static void async_step(lock_async *op, int result)
+static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
 {
-    op->result = result;
-    if ((result != DLOCK__BUSY && result != DLOCK_ERR_CONNECT) || op->wait_ms == 0) {
-        acquire_done(op, result);
-        return;
-    }
-    int64_t now = dlock__mono_ms();
-    if (op->deadline >= 0 && now >= op->deadline) {
-        acquire_done(op, result);
-        return;
-    }
-    dlock_client *c = op->l->base.client;
-    int64_t until;
-    if (!op->e) {
-        /* First wait: join, and try again once the subscription is
-         * confirmed (or after a second without it). */
-        const char *channel = op->l->fair ? op->h->wake_channel : op->l->base.channel;
-        if (!(op->sub = dlock__client_subscriber(c))) {
-            acquire_done(op, dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread"));
-            return;
-        }
-        if (!(op->e = dlock__sub_join(op->sub, channel))) {
-            acquire_done(op, dlock__fail(DLOCK_ERR_NOMEM, "out of memory"));
-            return;
-        }
-        until = now + 1000;
-        if (op->deadline >= 0 && until > op->deadline) until = op->deadline;
-        dlock__sub_arm(op->sub, op->e, &op->w, until, 1);
-        return;
-    }
-    if (result == DLOCK_ERR_CONNECT) {
-        op->backoff = dlock__wait_backoff(op->backoff);
-        until = now + op->backoff;
-    } else {
-        op->backoff = 0;
-        long sleep = op->pttl >= 0 && op->pttl < DLOCK__WAIT_SAFETY_NET_MS ? op->pttl : DLOCK__WAIT_SAFETY_NET_MS;
-        if (sleep > DLOCK__WAIT_UNSUBSCRIBED_POLL_MS && !dlock__sub_ready(op->sub, op->e))
-            sleep = DLOCK__WAIT_UNSUBSCRIBED_POLL_MS;
-        until = now + sleep;
-    }
-    if (op->deadline >= 0 && until > op->deadline) until = op->deadline;
-    dlock__sub_arm(op->sub, op->e, &op->w, until, 0);
+    lock_async *op = (lock_async *)aw;
+    return acquire_reply(op->l, op->h, r, -1, retry_ms);
 }
 
-/* The reader thread (or the slow lane): an attempt's answer. */
-static void on_acquire_reply(dlock_status st, redisReply *r, void *arg)
-{
-    lock_async *op = arg;
-    int result = st;
-    op->pttl = -1;
-    if (st == DLOCK_OK) result = acquire_reply(op->l, op->h, r, -1, &op->pttl);
-    if (r) freeReplyObject(r);
-    async_step(op, result);
-}
+static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire_done};
 
-/* The subscriber thread: a release, the subscription, or a timer. At the
- * deadline the wait ends with the last attempt's result, as in wait.c. */
-static void on_watch(dlock__sub_watch *w, int woken)
-{
-    lock_async *op = (lock_async *)w;
-    dlock_client *c = op->l->base.client;
-    if (woken == DLOCK__SUB_MESSAGE) dlock__stats_woken(&c->stats, lock_kind(op->l));
-    if (op->deadline >= 0 && dlock__mono_ms() >= op->deadline) {
-        acquire_done(op, op->result);
-        return;
-    }
-    dlock_status st = async_attempt(op);
-    if (st != DLOCK_OK) async_step(op, st);
-}
 
 dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms, dlock_acquired_fn cb, void *arg)
 {
@@ -605,7 +505,7 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
         return dlock__fail(DLOCK_ERR_INVALID, "replica-safe acquire (replica_acks) is synchronous only");
     lock_thread *h = async_hold(l, 1);
     if (!h) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    if ((st = async_claim(l, h)) != DLOCK_OK) return st;
+    if ((st = dlock__handle_async_claim(&l->base, &h->rec)) != DLOCK_OK) return st;
     if (h->held.count > 0 && atomic_load(&h->held.lost)) {
         st = dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held; release it first", l->base.name);
     } else {
@@ -613,22 +513,21 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
         if (!op) {
             st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         } else {
-            op->w.fn = on_watch;
             op->l = l;
             op->h = h;
-            op->wait_ms = wait_ms;
             op->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->held.renewed;
             op->lease = op->watchdog ? c->watchdog_lease_ms : lease_ms; /* as lock_acquire() */
             op->before = h->held.count;
-            op->deadline = dlock__deadline(wait_ms);
             op->since = dlock__stats_clock();
             op->acquired = cb;
             op->arg = arg;
-            if ((st = async_attempt(op)) == DLOCK_OK) return DLOCK_OK;
+            const char *channel = l->fair ? h->wake_channel : l->base.channel;
+            st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms);
+            if (st == DLOCK_OK) return DLOCK_OK;
             free(op);
         }
     }
-    atomic_store(&h->busy, 0);
+    dlock__handle_async_done(&h->rec);
     dlock__async_end(&c->async);
     return st;
 }
@@ -645,7 +544,7 @@ static void on_release_reply(dlock_status st, redisReply *r, void *arg)
     dlock_released_fn cb = op->released;
     void *cb_arg = op->arg;
     free(op);
-    atomic_store(&h->busy, 0);
+    dlock__handle_async_done(&h->rec);
     cb(l, st, cb_arg);
     dlock__async_end(&c->async);
 }
@@ -658,7 +557,7 @@ dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void 
         return dlock__fail(DLOCK_ERR_NOT_OWNER, "this handle holds lock '%s' by no asynchronous acquire",
                           l->base.name);
     dlock_client *c = l->base.client;
-    dlock_status st = async_claim(l, h);
+    dlock_status st = dlock__handle_async_claim(&l->base, &h->rec);
     if (st != DLOCK_OK) return st;
     lock_async *op = calloc(1, sizeof *op);
     if (!op) {
@@ -672,12 +571,12 @@ dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void 
         op->arg = arg;
         release_call rc;
         release_call_make(l, h, &rc);
-        if ((st = async_send(c, rc.script, 2, rc.keys, rc.nargs, rc.args, on_release_reply, op)) == DLOCK_OK)
+        if ((st = dlock__async_script(c, rc.script, 2, rc.keys, rc.nargs, rc.args, on_release_reply, op)) == DLOCK_OK)
             return DLOCK_OK;
         dlock__held_release_failed(c, &h->held);
     }
     free(op);
-    atomic_store(&h->busy, 0);
+    dlock__handle_async_done(&h->rec);
     dlock__async_end(&c->async);
     return st;
 }

@@ -28,12 +28,23 @@
 #include "op.h"
 #include "util.h"
 
-void dlock__op_new(dlock_client *client, const char *object_key, dlock__op *op)
+/* "<thread number>" or "h<handle number>" names the record's caller. */
+static void op_make(dlock_client *client, const char *object_key, const char *kind, unsigned long who, dlock__op *op)
 {
     /* Names cannot contain '}', so the first one closes the hash tag. */
     const char *close = strchr(object_key, '}');
     int tag = close ? (int)(close - object_key + 1) : (int)strlen(object_key);
-    snprintf(op->key, sizeof op->key, "%.*s:op:%s:%lu", tag, object_key, client->id, dlock__thread_number());
+    snprintf(op->key, sizeof op->key, "%.*s:op:%s:%s%lu", tag, object_key, client->id, kind, who);
     snprintf(op->seq, sizeof op->seq, "%llu", (unsigned long long)atomic_fetch_add(&client->op_seq, 1) + 1);
     snprintf(op->ttl, sizeof op->ttl, "%ld", client->op_ttl_ms);
+}
+
+void dlock__op_new(dlock_client *client, const char *object_key, dlock__op *op)
+{
+    op_make(client, object_key, "", dlock__thread_number(), op);
+}
+
+void dlock__op_new_async(dlock_client *client, const char *object_key, unsigned long handle, dlock__op *op)
+{
+    op_make(client, object_key, "h", handle, op);
 }

@@ -23,4 +23,9 @@ typedef struct dlock__op {
  * whose key is `object_key` (any "dlock:{NAME}..." key of it). */
 void dlock__op_new(dlock_client *client, const char *object_key, dlock__op *op);
 
+/* The same for an asynchronous call through handle number `handle`: its
+ * record is the handle's ("...:op:<client id>:h<handle>"), which holds for
+ * the same reason, since a handle has one asynchronous call at a time. */
+void dlock__op_new_async(dlock_client *client, const char *object_key, unsigned long handle, dlock__op *op);
+
 #endif

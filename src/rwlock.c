@@ -100,6 +100,44 @@ static void hold_lost(dlock__wd_entry *e)
     if (fn) fn(rw, h->mode, h->mode == DLOCK_WRITE ? h->t->token : 0, arg);
 }
 
+/* The keys and arguments of one run of rw_acquire.lua, shared by the
+ * synchronous and the asynchronous acquire. */
+typedef struct rw_call {
+    const char *keys[2], *args[5];
+    char lease[24], count[24], floor[24];
+} rw_call;
+
+static void rw_call_make(dlock_rwlock *rw, rw_thread *t, dlock_rw_mode mode, long lease, rw_call *c)
+{
+    snprintf(c->lease, sizeof c->lease, "%ld", lease);
+    snprintf(c->count, sizeof c->count, "%ld", t->hold[mode].held.count);
+    dlock__fence_floor_arg(&rw->base.client->fences, rw->base.fence, atomic_load(&rw->base.floor), c->floor);
+    c->keys[0] = rw->base.key;
+    c->keys[1] = rw->base.fence;
+    const char *args[5] = {t->rec.owner, c->lease, c->count, mode_name[mode], c->floor};
+    memcpy(c->args, args, sizeof args);
+}
+
+/* What rw_acquire.lua answered: DLOCK_OK (*token), DLOCK__BUSY
+ * (*retry_ms), DLOCK_ERR_DEADLOCK or a failure. */
+static int rw_reply(dlock_rwlock *rw, const redisReply *r, long *retry_ms, uint64_t *token)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER)
+        return dlock__fail(DLOCK_ERR_REDIS, "rwlock acquire: unexpected reply");
+    if (r->element[0]->integer == -1)
+        return dlock__fail(DLOCK_ERR_DEADLOCK, "read-to-write upgrade refused: release the read hold first");
+    if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
+        return dlock__fail(DLOCK_ERR_REDIS, "rwlock acquire: unexpected reply");
+    if (r->element[0]->integer == 0) {
+        long ms = (long)r->element[1]->integer;
+        *retry_ms = ms == -2 ? 0 : ms;
+        return DLOCK__BUSY;
+    }
+    *token = (uint64_t)r->element[1]->integer;
+    dlock__fence_note(&rw->base.client->fences, rw->base.fence, *token);
+    return DLOCK_OK;
+}
+
 struct rw_attempt {
     rw_thread *t;
     dlock_rw_mode mode;
@@ -108,41 +146,32 @@ struct rw_attempt {
     int64_t sent; /* when the last attempt was sent */
 };
 
-/* One run of rw_acquire.lua: DLOCK_OK, DLOCK__BUSY, DLOCK_ERR_DEADLOCK or a
- * failure. */
+/* One run of rw_acquire.lua: rw_reply()'s results. */
 static int rw_try(void *ctx, long *retry_ms)
 {
     struct rw_attempt *a = ctx;
     dlock_rwlock *rw = a->t->rw;
-    char lease[24], count[24], floor[24];
-    snprintf(lease, sizeof lease, "%ld", a->lease);
-    snprintf(count, sizeof count, "%ld", a->t->hold[a->mode].held.count);
-    dlock__fence_floor_arg(&rw->base.client->fences, rw->base.fence, atomic_load(&rw->base.floor), floor);
-    const char *keys[2] = {rw->base.key, rw->base.fence};
-    const char *args[5] = {a->t->rec.owner, lease, count, mode_name[a->mode], floor};
+    rw_call c;
+    rw_call_make(rw, a->t, a->mode, a->lease, &c);
     redisReply *r;
     a->sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
-    dlock_status st = dlock__eval(rw->base.client, DLOCK__SCRIPT_RW_ACQUIRE, 2, keys, 5, args, &r, NULL);
+    dlock_status st = dlock__eval(rw->base.client, DLOCK__SCRIPT_RW_ACQUIRE, 2, c.keys, 5, c.args, &r, NULL);
     if (st != DLOCK_OK) return st;
-    int result;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
-        result = dlock__fail(DLOCK_ERR_REDIS, "rwlock acquire: unexpected reply");
-    } else if (r->element[0]->integer == -1) {
-        result = dlock__fail(DLOCK_ERR_DEADLOCK,
-                            "read-to-write upgrade refused: release the read hold first");
-    } else if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER) {
-        result = dlock__fail(DLOCK_ERR_REDIS, "rwlock acquire: unexpected reply");
-    } else if (r->element[0]->integer == 0) {
-        long ms = (long)r->element[1]->integer;
-        *retry_ms = ms == -2 ? 0 : ms;
-        result = DLOCK__BUSY;
-    } else {
-        a->token = (uint64_t)r->element[1]->integer;
-        dlock__fence_note(&rw->base.client->fences, rw->base.fence, a->token);
-        result = DLOCK_OK;
-    }
+    int result = rw_reply(rw, r, retry_ms, &a->token);
     freeReplyObject(r);
     return result;
+}
+
+/* Checks every acquire makes before it sends anything. */
+static dlock_status rw_check(rw_thread *t, dlock_rw_mode mode)
+{
+    rw_hold *h = &t->hold[mode];
+    if (h->held.count > 0 && atomic_load(&h->held.lost))
+        return dlock__fail(DLOCK_ERR_LOST, "the %s hold was lost while held; release it first", mode_name[mode]);
+    /* Refuse the upgrade here too: no need to ask the server. */
+    if (mode == DLOCK_WRITE && t->hold[DLOCK_WRITE].held.count == 0 && t->hold[DLOCK_READ].held.count > 0)
+        return dlock__fail(DLOCK_ERR_DEADLOCK, "read-to-write upgrade refused: release the read hold first");
+    return DLOCK_OK;
 }
 
 static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms, uint64_t *token)
@@ -154,12 +183,8 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
     rw_thread *t = thread_record(rw, 1);
     if (!t) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     rw_hold *h = &t->hold[mode];
-    if (h->held.count > 0 && atomic_load(&h->held.lost))
-        return dlock__fail(DLOCK_ERR_LOST, "the %s hold was lost while held; release it first",
-                          mode_name[mode]);
-    /* Refuse the upgrade here too: no need to ask the server. */
-    if (mode == DLOCK_WRITE && t->hold[DLOCK_WRITE].held.count == 0 && t->hold[DLOCK_READ].held.count > 0)
-        return dlock__fail(DLOCK_ERR_DEADLOCK, "read-to-write upgrade refused: release the read hold first");
+    dlock_status bad_state = rw_check(t, mode);
+    if (bad_state != DLOCK_OK) return bad_state;
 
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->held.renewed;
     struct rw_attempt a = {t, mode, watchdog ? rw->base.client->watchdog_lease_ms : lease_ms, 0, 0};
@@ -196,6 +221,32 @@ dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wai
     return st;
 }
 
+/* The keys and arguments of one run of rw_release.lua. */
+typedef struct rel_call {
+    const char *keys[2], *args[5];
+    char lease[24], count[24];
+} rel_call;
+
+static void rel_call_make(dlock_rwlock *rw, rw_thread *t, dlock_rw_mode mode, rel_call *c)
+{
+    rw_hold *h = &t->hold[mode];
+    snprintf(c->lease, sizeof c->lease, "%ld", h->held.lease_ms);
+    snprintf(c->count, sizeof c->count, "%ld", h->held.count);
+    c->keys[0] = rw->base.key;
+    c->keys[1] = rw->base.channel;
+    const char *args[5] = {t->rec.owner, c->lease, c->count, mode_name[mode], rw->base.client->publish};
+    memcpy(c->args, args, sizeof args);
+}
+
+/* What rw_release.lua answered, from a send that was `retried`. */
+static dlock_status rel_reply(dlock_rwlock *rw, rw_hold *h, const redisReply *r, int retried)
+{
+    if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "rwlock release: unexpected reply");
+    if (dlock__held_release_done(rw->base.client, &h->held, (long)r->integer, retried))
+        return dlock__fail(DLOCK_ERR_LOST, "the %s hold expired before release", h->mode == DLOCK_READ ? "read" : "write");
+    return DLOCK_OK;
+}
+
 dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode)
 {
     if (!rw) return dlock__fail(DLOCK_ERR_INVALID, "rwlock is NULL");
@@ -207,33 +258,193 @@ dlock_status dlock_rwlock_release(dlock_rwlock *rw, dlock_rw_mode mode)
     dlock_client *c = rw->base.client;
     if (dlock__held_release_begin(c, &h->held))
         return dlock__fail(DLOCK_ERR_LOST, "the %s hold was lost while held", mode_name[mode]);
-    char lease[24], count[24];
-    snprintf(lease, sizeof lease, "%ld", h->held.lease_ms);
-    snprintf(count, sizeof count, "%ld", h->held.count);
-    const char *keys[2] = {rw->base.key, rw->base.channel};
-    const char *args[5] = {t->rec.owner, lease, count, mode_name[mode], rw->base.client->publish};
+    rel_call rc;
+    rel_call_make(rw, t, mode, &rc);
     redisReply *r;
     int retried;
-    dlock_status st = dlock__eval(c, DLOCK__SCRIPT_RW_RELEASE, 2, keys, 5, args, &r, &retried);
+    dlock_status st = dlock__eval(c, DLOCK__SCRIPT_RW_RELEASE, 2, rc.keys, 5, rc.args, &r, &retried);
     if (st != DLOCK_OK) {
         dlock__held_release_failed(c, &h->held);
         return st;
     }
-    if (r->type != REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        return dlock__fail(DLOCK_ERR_REDIS, "rwlock release: unexpected reply");
-    }
-    long left = (long)r->integer;
+    st = rel_reply(rw, h, r, retried);
     freeReplyObject(r);
-    if (dlock__held_release_done(c, &h->held, left, retried))
-        return dlock__fail(DLOCK_ERR_LOST, "the %s hold expired before release", mode_name[mode]);
-    return DLOCK_OK;
+    return st;
 }
 
+/* ------------------------------------------------------------------------
+ * The asynchronous acquire and release: as lock.c's (see there), on the
+ * handle's record 0, with wait.c's dlock__await between attempts.
+ * ------------------------------------------------------------------------ */
+
+typedef struct rw_async {
+    dlock__await aw; /* first: the wait's state */
+    dlock_rwlock *rw;
+    rw_thread *t;
+    dlock_rw_mode mode;
+    long lease, before;
+    int watchdog;
+    uint64_t token;
+    int64_t sent, since;
+    dlock_rw_acquired_fn acquired;
+    dlock_rw_released_fn released;
+    void *arg;
+} rw_async;
+
+static rw_thread *async_record(dlock_rwlock *rw, int create)
+{
+    return (rw_thread *)dlock__handle_record(&rw->base, 0, sizeof(rw_thread), create, thread_init);
+}
+
+static dlock_status async_attempt(dlock__await *aw)
+{
+    rw_async *op = (rw_async *)aw;
+    rw_call c;
+    rw_call_make(op->rw, op->t, op->mode, op->lease, &c);
+    op->sent = dlock__mono_ms();
+    return dlock__async_script(op->rw->base.client, DLOCK__SCRIPT_RW_ACQUIRE, 2, c.keys, 5, c.args,
+                               dlock__await_reply, op);
+}
+
+static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
+{
+    rw_async *op = (rw_async *)aw;
+    return rw_reply(op->rw, r, retry_ms, &op->token);
+}
+
+static void acquire_done(dlock__await *aw, int result)
+{
+    rw_async *op = (rw_async *)aw;
+    dlock_rwlock *rw = op->rw;
+    rw_thread *t = op->t;
+    rw_hold *h = &t->hold[op->mode];
+    dlock_client *c = rw->base.client;
+    dlock_status st = (dlock_status)result;
+    if (result == DLOCK_OK) {
+        h->held.count = op->before + 1;
+        if (op->mode == DLOCK_WRITE) t->token = op->token;
+        if (dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
+            rel_call rc;
+            rel_call_make(rw, t, op->mode, &rc);
+            dlock__async_script(c, DLOCK__SCRIPT_RW_RELEASE, 2, rc.keys, 5, rc.args, dlock__async_ignore, NULL);
+            h->held.count = op->before;
+            st = dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+        }
+    } else if (result == DLOCK__BUSY) {
+        st = dlock__fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[op->mode]);
+    }
+    dlock__stats_acquired(&c->stats, mode_kind[op->mode], op->since, st);
+    uint64_t token = st == DLOCK_OK ? op->token : 0;
+    dlock_rw_mode mode = op->mode;
+    dlock_rw_acquired_fn cb = op->acquired;
+    void *arg = op->arg;
+    free(op);
+    dlock__handle_async_done(&t->rec);
+    cb(rw, mode, st, token, arg);
+    dlock__async_end(&c->async);
+}
+
+static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire_done};
+
+dlock_status dlock_rwlock_acquire_async(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
+                                        dlock_rw_acquired_fn cb, void *arg)
+{
+    if (!rw || !cb) return dlock__fail(DLOCK_ERR_INVALID, "rwlock or callback is NULL");
+    if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock__fail(DLOCK_ERR_INVALID, "bad mode");
+    if (wait_ms < DLOCK_WAIT_FOREVER)
+        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    dlock_status st = dlock__check_lease(lease_ms, 3, 1);
+    if (st != DLOCK_OK) return st;
+    rw_thread *t = async_record(rw, 1);
+    if (!t) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_client *c = rw->base.client;
+    if ((st = dlock__handle_async_claim(&rw->base, &t->rec)) != DLOCK_OK) return st;
+    rw_async *op = NULL;
+    if ((st = rw_check(t, mode)) == DLOCK_OK && !(op = calloc(1, sizeof *op)))
+        st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (st == DLOCK_OK) {
+        rw_hold *h = &t->hold[mode];
+        op->rw = rw;
+        op->t = t;
+        op->mode = mode;
+        op->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG || h->held.renewed;
+        op->lease = op->watchdog ? c->watchdog_lease_ms : lease_ms;
+        op->before = h->held.count;
+        op->since = dlock__stats_clock();
+        op->acquired = cb;
+        op->arg = arg;
+        st = dlock__await_start(&op->aw, &acquire_ops, c, mode_kind[mode], rw->base.channel, wait_ms);
+        if (st == DLOCK_OK) return DLOCK_OK;
+    }
+    free(op);
+    dlock__handle_async_done(&t->rec);
+    dlock__async_end(&c->async);
+    return st;
+}
+
+static void on_release_reply(dlock_status st, redisReply *r, void *arg)
+{
+    rw_async *op = arg;
+    dlock_rwlock *rw = op->rw;
+    rw_thread *t = op->t;
+    rw_hold *h = &t->hold[op->mode];
+    dlock_client *c = rw->base.client;
+    if (st != DLOCK_OK) dlock__held_release_failed(c, &h->held);
+    else st = rel_reply(rw, h, r, dlock__async_resent());
+    if (r) freeReplyObject(r);
+    dlock_rw_mode mode = op->mode;
+    dlock_rw_released_fn cb = op->released;
+    void *cb_arg = op->arg;
+    free(op);
+    dlock__handle_async_done(&t->rec);
+    cb(rw, mode, st, cb_arg);
+    dlock__async_end(&c->async);
+}
+
+dlock_status dlock_rwlock_release_async(dlock_rwlock *rw, dlock_rw_mode mode, dlock_rw_released_fn cb, void *arg)
+{
+    if (!rw || !cb) return dlock__fail(DLOCK_ERR_INVALID, "rwlock or callback is NULL");
+    if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock__fail(DLOCK_ERR_INVALID, "bad mode");
+    rw_thread *t = async_record(rw, 0);
+    rw_hold *h = t ? &t->hold[mode] : NULL;
+    if (!h || h->held.count == 0)
+        return dlock__fail(DLOCK_ERR_NOT_OWNER, "this handle holds no %s hold taken asynchronously",
+                          mode_name[mode]);
+    dlock_client *c = rw->base.client;
+    dlock_status st = dlock__handle_async_claim(&rw->base, &t->rec);
+    if (st != DLOCK_OK) return st;
+    rw_async *op = calloc(1, sizeof *op);
+    if (!op) {
+        st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    } else if (dlock__held_release_begin(c, &h->held)) {
+        st = dlock__fail(DLOCK_ERR_LOST, "the %s hold was lost while held", mode_name[mode]);
+    } else {
+        op->rw = rw;
+        op->t = t;
+        op->mode = mode;
+        op->released = cb;
+        op->arg = arg;
+        rel_call rc;
+        rel_call_make(rw, t, mode, &rc);
+        st = dlock__async_script(c, DLOCK__SCRIPT_RW_RELEASE, 2, rc.keys, 5, rc.args, on_release_reply, op);
+        if (st == DLOCK_OK) return DLOCK_OK;
+        dlock__held_release_failed(c, &h->held);
+    }
+    free(op);
+    dlock__handle_async_done(&t->rec);
+    dlock__async_end(&c->async);
+    return st;
+}
+
+/* The calling thread's hold of `mode`, or when it has none, the handle's
+ * asynchronous one (as dlock_lock_lost()). */
 int dlock_rwlock_lost(dlock_rwlock *rw, dlock_rw_mode mode)
 {
     if (!rw || (mode != DLOCK_READ && mode != DLOCK_WRITE)) return 0;
     rw_thread *t = thread_record(rw, 0);
+    if (t && (t->hold[mode].held.count > 0 || atomic_load(&t->hold[mode].held.lost)))
+        return dlock__held_lost(&t->hold[mode].held);
+    t = async_record(rw, 0);
     return t && dlock__held_lost(&t->hold[mode].held);
 }
 

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 #include "handle.h"
@@ -55,34 +56,67 @@ dlock_status dlock_semaphore_set_permits(dlock_semaphore *s, long permits, int *
 
 struct sem_attempt {
     dlock_semaphore *s;
-    const char *n;
+    long permits;
 };
+
+/* The keys and arguments of one run of sem_acquire.lua (sem_release.lua:
+ * with the channel and the publish command), each its own operation. */
+typedef struct sem_call {
+    dlock__op op;
+    char n[24];
+    const char *keys[3], *args[4];
+} sem_call;
+
+/* `handle`: 0 for the calling thread's call, else the asynchronous call's
+ * handle number (op.h). */
+static void sem_call_make(dlock_semaphore *s, long permits, int release, unsigned long handle, sem_call *c)
+{
+    dlock_client *client = s->base.client;
+    snprintf(c->n, sizeof c->n, "%ld", permits);
+    if (handle) dlock__op_new_async(client, s->base.key, handle, &c->op);
+    else dlock__op_new(client, s->base.key, &c->op);
+    c->keys[0] = s->base.key;
+    if (release) {
+        c->keys[1] = s->base.channel;
+        c->keys[2] = c->op.key;
+        const char *args[4] = {c->n, client->publish, c->op.seq, c->op.ttl};
+        memcpy(c->args, args, sizeof args);
+    } else {
+        c->keys[1] = c->op.key;
+        const char *args[3] = {c->n, c->op.seq, c->op.ttl};
+        memcpy(c->args, args, sizeof args);
+    }
+}
 
 /* One try; with no lease to bound the wait, the retry bound is unknown.
  * Each try is its own operation: one that took nothing may run again. */
 static int sem_try(void *ctx, long *retry_ms)
 {
     struct sem_attempt *a = ctx;
-    dlock__op op;
-    dlock__op_new(a->s->base.client, a->s->base.key, &op);
-    const char *keys[2] = {a->s->base.key, op.key};
-    const char *args[3] = {a->n, op.seq, op.ttl};
+    sem_call c;
+    sem_call_make(a->s, a->permits, 0, 0, &c);
     long long got;
-    dlock_status st = dlock__eval_int(a->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, 2, keys, 3, args, &got);
+    dlock_status st = dlock__eval_int(a->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, 2, c.keys, 3, c.args, &got);
     if (st != DLOCK_OK) return st;
     *retry_ms = -1;
     return got == 1 ? DLOCK_OK : DLOCK__BUSY;
 }
 
-static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
+/* The arguments every acquire checks. */
+static dlock_status sem_check(long permits, long wait_ms)
 {
     if (permits < 1 || permits > PERMITS_MAX)
         return dlock__fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    char n[24];
-    snprintf(n, sizeof n, "%ld", permits);
-    struct sem_attempt a = {s, n};
+    return DLOCK_OK;
+}
+
+static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
+{
+    dlock_status bad = sem_check(permits, wait_ms);
+    if (bad != DLOCK_OK) return bad;
+    struct sem_attempt a = {s, permits};
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     int result = sem_try(&a, &retry);
@@ -109,14 +143,137 @@ dlock_status dlock_semaphore_release(dlock_semaphore *s, long permits)
     if (!s) return dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
     if (permits < 1 || permits > PERMITS_MAX)
         return dlock__fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
-    char n[24];
-    snprintf(n, sizeof n, "%ld", permits);
-    dlock__op op;
-    dlock__op_new(s->base.client, s->base.key, &op);
-    const char *keys[3] = {s->base.key, s->base.channel, op.key};
-    const char *args[4] = {n, s->base.client->publish, op.seq, op.ttl};
+    sem_call c;
+    sem_call_make(s, permits, 1, 0, &c);
     long long available;
-    return dlock__eval_int(s->base.client, DLOCK__SCRIPT_SEM_RELEASE, 3, keys, 4, args, &available);
+    return dlock__eval_int(s->base.client, DLOCK__SCRIPT_SEM_RELEASE, 3, c.keys, 4, c.args, &available);
+}
+
+/* ------------------------------------------------------------------------
+ * The asynchronous acquire and release: as lock.c's (see there). Permits
+ * have no owner, but each call keeps an operation record for its resends,
+ * and the handle's (op.h) allows one asynchronous call at a time.
+ * ------------------------------------------------------------------------ */
+
+typedef struct sem_async {
+    dlock__await aw; /* first: the wait's state */
+    dlock_semaphore *s;
+    dlock__thread_rec *rec; /* the handle's record 0: one call at a time */
+    long permits;
+    int64_t since;
+    dlock_semaphore_fn cb;
+    void *arg;
+} sem_async;
+
+static dlock_status async_attempt(dlock__await *aw)
+{
+    sem_async *op = (sem_async *)aw;
+    sem_call c;
+    sem_call_make(op->s, op->permits, 0, op->s->base.number, &c);
+    return dlock__async_script(op->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, 2, c.keys, 3, c.args,
+                               dlock__await_reply, op);
+}
+
+static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
+{
+    (void)aw;
+    *retry_ms = -1;
+    if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    return r->integer == 1 ? DLOCK_OK : DLOCK__BUSY;
+}
+
+/* The end of either call: the callback, with the thread's last error set. */
+static void async_done(sem_async *op, dlock_status st)
+{
+    dlock_client *c = op->s->base.client;
+    dlock_semaphore *s = op->s;
+    dlock__thread_rec *rec = op->rec;
+    dlock_semaphore_fn cb = op->cb;
+    void *arg = op->arg;
+    free(op);
+    dlock__handle_async_done(rec);
+    cb(s, st, arg);
+    dlock__async_end(&c->async);
+}
+
+static void acquire_done(dlock__await *aw, int result)
+{
+    sem_async *op = (sem_async *)aw;
+    dlock_status st = (dlock_status)result;
+    if (result == DLOCK__BUSY) st = dlock__fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
+    dlock__stats_acquired(&op->s->base.client->stats, DLOCK_STATS_SEMAPHORE, op->since, st);
+    async_done(op, st);
+}
+
+static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire_done};
+
+static void on_release_reply(dlock_status st, redisReply *r, void *arg)
+{
+    if (st == DLOCK_OK && r->type != REDIS_REPLY_INTEGER)
+        st = dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    if (r) freeReplyObject(r);
+    async_done(arg, st);
+}
+
+/* Claim the handle for one asynchronous call and make its state. */
+static dlock_status async_begin(dlock_semaphore *s, long permits, dlock_semaphore_fn cb, void *arg, sem_async **out)
+{
+    *out = NULL;
+    dlock__thread_rec *rec = dlock__handle_record(&s->base, 0, sizeof *rec, 1, NULL);
+    if (!rec) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_status st = dlock__handle_async_claim(&s->base, rec);
+    if (st != DLOCK_OK) return st;
+    sem_async *op = calloc(1, sizeof *op);
+    if (!op) {
+        dlock__handle_async_done(rec);
+        dlock__async_end(&s->base.client->async);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    op->s = s;
+    op->rec = rec;
+    op->permits = permits;
+    op->cb = cb;
+    op->arg = arg;
+    *out = op;
+    return DLOCK_OK;
+}
+
+/* Undo async_begin() for a call that was not sent. */
+static dlock_status async_abandon(sem_async *op, dlock_status st)
+{
+    dlock__thread_rec *rec = op->rec;
+    dlock_client *c = op->s->base.client;
+    free(op);
+    dlock__handle_async_done(rec);
+    dlock__async_end(&c->async);
+    return st;
+}
+
+dlock_status dlock_semaphore_acquire_async(dlock_semaphore *s, long permits, long wait_ms, dlock_semaphore_fn cb,
+                                           void *arg)
+{
+    if (!s || !cb) return dlock__fail(DLOCK_ERR_INVALID, "semaphore or callback is NULL");
+    dlock_status st = sem_check(permits, wait_ms);
+    sem_async *op;
+    if (st == DLOCK_OK) st = async_begin(s, permits, cb, arg, &op);
+    if (st != DLOCK_OK) return st;
+    op->since = dlock__stats_clock();
+    st = dlock__await_start(&op->aw, &acquire_ops, s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, wait_ms);
+    return st == DLOCK_OK ? st : async_abandon(op, st);
+}
+
+dlock_status dlock_semaphore_release_async(dlock_semaphore *s, long permits, dlock_semaphore_fn cb, void *arg)
+{
+    if (!s || !cb) return dlock__fail(DLOCK_ERR_INVALID, "semaphore or callback is NULL");
+    if (permits < 1 || permits > PERMITS_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
+    sem_async *op;
+    dlock_status st = async_begin(s, permits, cb, arg, &op);
+    if (st != DLOCK_OK) return st;
+    sem_call c;
+    sem_call_make(s, permits, 1, s->base.number, &c);
+    st = dlock__async_script(s->base.client, DLOCK__SCRIPT_SEM_RELEASE, 3, c.keys, 4, c.args, on_release_reply, op);
+    return st == DLOCK_OK ? st : async_abandon(op, st);
 }
 
 dlock_status dlock_semaphore_available(dlock_semaphore *s, long *available)

@@ -56,3 +56,97 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
     dlock__sub_leave(sub, e);
     return result;
 }
+
+/* ------------------------------------------------------------------------
+ * Waiting without a thread. The order above (join, confirmation, attempt,
+ * sleep) is kept by arming the first watch for the confirmation; every
+ * later one sleeps as the loop above does. Replies come on the mux's
+ * reader thread, watches fire on the subscriber thread: neither may wait
+ * for a reply, so everything here only sends.
+ * ------------------------------------------------------------------------ */
+
+static void await_end(dlock__await *w, int result)
+{
+    if (w->e) dlock__sub_leave(w->sub, w->e);
+    w->e = NULL;
+    w->ops->done(w, result);
+}
+
+/* After an attempt that came to `result`: the end, or the watch armed for
+ * the next attempt. */
+static void await_step(dlock__await *w, int result)
+{
+    w->result = result;
+    if ((result != DLOCK__BUSY && result != DLOCK_ERR_CONNECT) || w->wait_ms == 0) {
+        await_end(w, result);
+        return;
+    }
+    int64_t now = dlock__mono_ms();
+    if (w->deadline >= 0 && now >= w->deadline) {
+        await_end(w, result);
+        return;
+    }
+    int64_t until;
+    int want_ready = 0;
+    if (!w->e) {
+        if (!(w->sub = dlock__client_subscriber(w->client))) {
+            await_end(w, dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread"));
+            return;
+        }
+        if (!(w->e = dlock__sub_join(w->sub, w->channel))) {
+            await_end(w, dlock__fail(DLOCK_ERR_NOMEM, "out of memory"));
+            return;
+        }
+        until = now + 1000; /* as dlock__sub_wait_ready() above */
+        want_ready = 1;
+    } else if (result == DLOCK_ERR_CONNECT) {
+        w->backoff = dlock__wait_backoff(w->backoff);
+        until = now + w->backoff;
+    } else {
+        w->backoff = 0;
+        long sleep = w->retry_ms >= 0 && w->retry_ms < SAFETY_NET_MS ? w->retry_ms : SAFETY_NET_MS;
+        if (sleep > UNSUBSCRIBED_POLL_MS && !dlock__sub_ready(w->sub, w->e)) sleep = UNSUBSCRIBED_POLL_MS;
+        until = now + sleep;
+    }
+    if (w->deadline >= 0 && until > w->deadline) until = w->deadline;
+    dlock__sub_arm(w->sub, w->e, &w->watch, until, want_ready);
+}
+
+void dlock__await_reply(dlock_status st, redisReply *r, void *arg)
+{
+    dlock__await *w = arg;
+    int result = st;
+    w->retry_ms = -1;
+    if (st == DLOCK_OK) result = w->ops->parse(w, r, &w->retry_ms);
+    if (r) freeReplyObject(r);
+    await_step(w, result);
+}
+
+/* The subscriber thread: a release, the confirmation, or a timer. At the
+ * deadline the wait ends with the last attempt's result, as above. */
+static void await_fire(dlock__sub_watch *watch, int woken)
+{
+    dlock__await *w = (dlock__await *)watch;
+    if (woken == DLOCK__SUB_MESSAGE) dlock__stats_woken(&w->client->stats, w->kind);
+    if (w->deadline >= 0 && dlock__mono_ms() >= w->deadline) {
+        await_end(w, w->result);
+        return;
+    }
+    dlock_status st = w->ops->send(w);
+    if (st != DLOCK_OK) await_step(w, st);
+}
+
+dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
+                               dlock_stats_kind kind, const char *channel, long wait_ms)
+{
+    w->watch.fn = await_fire;
+    w->ops = ops;
+    w->client = client;
+    w->kind = kind;
+    w->channel = channel;
+    w->wait_ms = wait_ms;
+    w->deadline = dlock__deadline(wait_ms);
+    w->backoff = 0;
+    w->e = NULL;
+    return ops->send(w);
+}

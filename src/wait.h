@@ -4,7 +4,10 @@
 
 #include <stdint.h>
 
+#include <hiredis/hiredis.h>
+
 #include "dlock.h"
+#include "subscriber.h"
 
 /* How long a waiter trusts a not-yet-confirmed subscription before it
  * retries anyway: only matters while the pub/sub connection is down. */
@@ -51,5 +54,48 @@ static inline int dlock__should_wait(int result, long wait_ms)
  */
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
                    dlock__try_fn try, void *ctx, int first, long retry_ms);
+
+/*
+ * The same wait without a thread, for the asynchronous acquisitions: each
+ * attempt is a call the primitive sends with dlock__async_eval() (callback
+ * dlock__await_reply, argument the await), and between attempts a watch on
+ * the subscriber (subscriber.h) stands in for the sleeping thread, woken by
+ * the same events at the same times as dlock__wait_for().
+ */
+typedef struct dlock__await dlock__await;
+
+typedef struct dlock__await_ops {
+    /* Send one attempt; not DLOCK_OK when it could not be sent (message
+     * set), which counts as that attempt's result. */
+    dlock_status (*send)(dlock__await *w);
+    /* Read an attempt's reply: DLOCK_OK, DLOCK__BUSY (*retry_ms as for
+     * dlock__try_fn) or a failure (message set). */
+    int (*parse)(dlock__await *w, const redisReply *r, long *retry_ms);
+    /* The end, exactly once, on a library thread, the channel already
+     * left: DLOCK_OK, DLOCK__BUSY (time ran out) or a failure. */
+    void (*done)(dlock__await *w, int result);
+} dlock__await_ops;
+
+struct dlock__await {
+    dlock__sub_watch watch; /* first: a fired watch leads back here */
+    const dlock__await_ops *ops;
+    dlock_client *client;
+    dlock_stats_kind kind;
+    const char *channel; /* must outlive the wait */
+    long wait_ms, backoff, retry_ms;
+    int64_t deadline;
+    int result; /* the last attempt's */
+    struct dlock__subscriber *sub;
+    dlock__sub_entry *e; /* the channel, once joined */
+};
+
+/* Begin: the first attempt is sent. Not DLOCK_OK: nothing was sent and
+ * done will not run. `w` is the primitive's, allocated by it, and must
+ * stay valid until done (which may free it). */
+dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
+                               dlock_stats_kind kind, const char *channel, long wait_ms);
+
+/* The callback of every attempt sent by ops->send. */
+void dlock__await_reply(dlock_status st, redisReply *r, void *arg);
 
 #endif

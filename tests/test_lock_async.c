@@ -6,7 +6,9 @@
  * woken by the release, not by the holder's lease; a wait runs out; a fair
  * lock serves asynchronous waiters in order; the hold belongs to the
  * handle; re-entry; one call in flight per handle; loss is reported; and
- * dlock_client_free() ends a waiting acquire.
+ * dlock_client_free() ends a waiting acquire. The read-write lock and the
+ * semaphore: chains of asynchronous calls from many handles keep their
+ * rules (no reader beside a writer, never more holders than permits).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -151,122 +153,6 @@ static void async_acquire_and_release_leave_the_lock_free(void **state)
     dlock_lock_free(l);
     dlock_client_free(c);
     assert_int_equal(d.n, 0);
-}
-
-/* Many handles of one name, all waiting from one thread, each taking the
- * lock ROUNDS times: every callback checks that nobody else is inside and
- * that tokens rise in the order of the holds. */
-#define HANDLES 16
-#define ROUNDS 8
-
-typedef struct crowd {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_int inside, overlaps, failures, finished;
-    uint64_t last_token;
-    atomic_int out_of_order;
-    int rounds[HANDLES];
-    dlock_lock *locks[HANDLES];
-} crowd;
-
-static void crowd_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg);
-
-static int crowd_index(crowd *cr, dlock_lock *l)
-{
-    for (int i = 0; i < HANDLES; i++)
-        if (cr->locks[i] == l) return i;
-    return -1;
-}
-
-static void crowd_finished(crowd *cr)
-{
-    pthread_mutex_lock(&cr->mu);
-    atomic_fetch_add(&cr->finished, 1);
-    pthread_cond_broadcast(&cr->cv);
-    pthread_mutex_unlock(&cr->mu);
-}
-
-static void crowd_released(dlock_lock *l, dlock_status st, void *arg)
-{
-    crowd *cr = arg;
-    int i = crowd_index(cr, l);
-    if (st != DLOCK_OK) atomic_fetch_add(&cr->failures, 1);
-    if (st != DLOCK_OK || ++cr->rounds[i] == ROUNDS) {
-        crowd_finished(cr);
-        return;
-    }
-    if (dlock_lock_acquire_async(l, DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, crowd_acquired, cr) != DLOCK_OK) {
-        atomic_fetch_add(&cr->failures, 1);
-        crowd_finished(cr);
-    }
-}
-
-static void crowd_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
-{
-    crowd *cr = arg;
-    if (st != DLOCK_OK) {
-        atomic_fetch_add(&cr->failures, 1);
-        crowd_finished(cr);
-        return;
-    }
-    if (atomic_fetch_add(&cr->inside, 1) != 0) atomic_fetch_add(&cr->overlaps, 1);
-    pthread_mutex_lock(&cr->mu);
-    if (token <= cr->last_token) atomic_fetch_add(&cr->out_of_order, 1);
-    cr->last_token = token;
-    pthread_mutex_unlock(&cr->mu);
-    atomic_fetch_sub(&cr->inside, 1); /* before the release lets the next one in */
-    if (dlock_lock_release_async(l, crowd_released, cr) != DLOCK_OK) {
-        atomic_fetch_add(&cr->failures, 1);
-        crowd_finished(cr);
-    }
-}
-
-static void run_crowd(int fair)
-{
-    dlock_client *c = new_client(0);
-    crowd cr;
-    memset(&cr, 0, sizeof cr);
-    pthread_mutex_init(&cr.mu, NULL);
-    pthread_cond_init(&cr.cv, NULL);
-    for (int i = 0; i < HANDLES; i++)
-        assert_int_equal(fair ? dlock_lock_new_fair(c, "async:crowd", &cr.locks[i])
-                              : dlock_lock_new(c, "async:crowd", &cr.locks[i]),
-                         DLOCK_OK);
-    for (int i = 0; i < HANDLES; i++)
-        assert_int_equal(
-            dlock_lock_acquire_async(cr.locks[i], DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, crowd_acquired, &cr),
-            DLOCK_OK);
-    long long until = now_ms() + 60000;
-    pthread_mutex_lock(&cr.mu);
-    while (atomic_load(&cr.finished) < HANDLES && now_ms() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&cr.cv, &cr.mu, &ts);
-    }
-    pthread_mutex_unlock(&cr.mu);
-    assert_int_equal(atomic_load(&cr.finished), HANDLES);
-    assert_int_equal(atomic_load(&cr.failures), 0);
-    assert_int_equal(atomic_load(&cr.overlaps), 0);
-    assert_int_equal(atomic_load(&cr.out_of_order), 0);
-    for (int i = 0; i < HANDLES; i++) assert_int_equal(cr.rounds[i], ROUNDS);
-    struct dlock_stats st;
-    assert_int_equal(dlock_stats(c, &st), DLOCK_OK);
-    assert_int_equal(st.kind[fair ? DLOCK_STATS_FAIR : DLOCK_STATS_LOCK].acquisitions, HANDLES * ROUNDS);
-    for (int i = 0; i < HANDLES; i++) dlock_lock_free(cr.locks[i]);
-    dlock_client_free(c);
-}
-
-static void async_holds_of_one_name_exclude_each_other_with_rising_tokens(void **state)
-{
-    (void)state;
-    run_crowd(0);
-}
-
-static void async_fair_holds_exclude_each_other_with_rising_tokens(void **state)
-{
-    (void)state;
-    run_crowd(1);
 }
 
 /* The holder's lease is 10 s: a waiter that got the lock within a second
@@ -550,6 +436,326 @@ static void client_free_ends_a_waiting_async_acquire(void **state)
     dlock_client_free(other);
 }
 
+/*
+ * Many handles of one name (a lock, a fair lock, a read-write lock or a
+ * semaphore of PERMITS), each a chain of asynchronous acquire -> release
+ * ROUNDS times, all started from one thread. The holds are handed to the
+ * test's thread, which ends each after a short pause: the windows of
+ * holds span many callbacks, so holders the rule forbids at once would be
+ * seen. Tokens of exclusive holds must rise in the order of the holds.
+ */
+#define HANDLES 16
+#define ROUNDS 8
+#define PERMITS 3
+
+enum { K_LOCK, K_FAIR, K_RW, K_SEM };
+
+typedef struct family {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int kind;
+    atomic_int writers, readers, holders, broken, failures;
+    int finished;                  /* chains that ended (under mu) */
+    int pending[HANDLES], npending; /* holds for the test's thread to end (under mu) */
+    uint64_t last_token;           /* under mu */
+    int rounds[HANDLES];
+    dlock_rw_mode mode[HANDLES];
+    dlock_lock *locks[HANDLES];
+    dlock_rwlock *rw[HANDLES];
+    dlock_semaphore *sems[HANDLES];
+    atomic_int reads, writes;
+} family;
+
+static void family_finished(family *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->finished++;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void family_failed(family *f)
+{
+    atomic_fetch_add(&f->failures, 1);
+    family_finished(f);
+}
+
+static int family_index(family *f, const void *h)
+{
+    for (int i = 0; i < HANDLES; i++)
+        if ((void *)f->locks[i] == h || (void *)f->rw[i] == h || (void *)f->sems[i] == h) return i;
+    return -1;
+}
+
+static void lock_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg);
+static void rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status st, uint64_t token, void *arg);
+static void sem_acquired(dlock_semaphore *s, dlock_status st, void *arg);
+
+/* The next round of handle i, or its end. */
+static void family_next(family *f, int i)
+{
+    if (f->rounds[i]++ == ROUNDS) {
+        family_finished(f);
+        return;
+    }
+    dlock_status st;
+    switch (f->kind) {
+    case K_SEM: st = dlock_semaphore_acquire_async(f->sems[i], 1, DLOCK_WAIT_FOREVER, sem_acquired, f); break;
+    case K_RW:
+        f->mode[i] = (f->rounds[i] + i) % 4 == 0 ? DLOCK_WRITE : DLOCK_READ;
+        st = dlock_rwlock_acquire_async(f->rw[i], f->mode[i], DLOCK_WAIT_FOREVER, 10000, rw_acquired, f);
+        break;
+    default: st = dlock_lock_acquire_async(f->locks[i], DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, lock_acquired, f);
+    }
+    if (st != DLOCK_OK) family_failed(f);
+}
+
+/* A hold began: check the rule, then hand it to the test's thread. */
+static void family_held(family *f, const void *h, int exclusive, uint64_t token)
+{
+    int i = family_index(f, h);
+    switch (f->kind) {
+    case K_SEM:
+        if (atomic_fetch_add(&f->holders, 1) >= PERMITS) atomic_fetch_add(&f->broken, 1);
+        break;
+    case K_RW:
+        if (exclusive) {
+            atomic_fetch_add(&f->writes, 1);
+            if (atomic_fetch_add(&f->writers, 1) != 0 || atomic_load(&f->readers) != 0) atomic_fetch_add(&f->broken, 1);
+        } else {
+            atomic_fetch_add(&f->reads, 1);
+            atomic_fetch_add(&f->readers, 1);
+            if (atomic_load(&f->writers) != 0) atomic_fetch_add(&f->broken, 1);
+        }
+        break;
+    default:
+        if (atomic_fetch_add(&f->holders, 1) != 0) atomic_fetch_add(&f->broken, 1);
+    }
+    pthread_mutex_lock(&f->mu);
+    if (exclusive) {
+        if (token <= f->last_token) atomic_fetch_add(&f->broken, 1);
+        f->last_token = token;
+    }
+    f->pending[f->npending++] = i;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void lock_released(dlock_lock *l, dlock_status st, void *arg)
+{
+    if (st != DLOCK_OK) family_failed(arg);
+    else family_next(arg, family_index(arg, l));
+}
+
+static void lock_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    if (st != DLOCK_OK) family_failed(arg);
+    else family_held(arg, l, 1, token);
+}
+
+static void rw_released(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status st, void *arg)
+{
+    (void)mode;
+    if (st != DLOCK_OK) family_failed(arg);
+    else family_next(arg, family_index(arg, rw));
+}
+
+static void rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status st, uint64_t token, void *arg)
+{
+    if (st != DLOCK_OK) family_failed(arg);
+    else family_held(arg, rw, mode == DLOCK_WRITE, token);
+}
+
+static void sem_released(dlock_semaphore *s, dlock_status st, void *arg)
+{
+    if (st != DLOCK_OK) family_failed(arg);
+    else family_next(arg, family_index(arg, s));
+}
+
+static void sem_acquired(dlock_semaphore *s, dlock_status st, void *arg)
+{
+    if (st != DLOCK_OK) family_failed(arg);
+    else family_held(arg, s, 0, 0);
+}
+
+/* The test's thread: end hold i (the rule's counters first, since the
+ * release lets the next holder in), after a pause. */
+static void family_release(family *f, int i)
+{
+    struct timespec pause = {0, 300000};
+    nanosleep(&pause, NULL);
+    dlock_status st;
+    switch (f->kind) {
+    case K_SEM:
+        atomic_fetch_sub(&f->holders, 1);
+        st = dlock_semaphore_release_async(f->sems[i], 1, sem_released, f);
+        break;
+    case K_RW:
+        atomic_fetch_sub(f->mode[i] == DLOCK_WRITE ? &f->writers : &f->readers, 1);
+        st = dlock_rwlock_release_async(f->rw[i], f->mode[i], rw_released, f);
+        break;
+    default:
+        atomic_fetch_sub(&f->holders, 1);
+        st = dlock_lock_release_async(f->locks[i], lock_released, f);
+    }
+    if (st != DLOCK_OK) family_failed(f);
+}
+
+static void run_family(int kind)
+{
+    dlock_client *c = new_client(0);
+    family f;
+    memset(&f, 0, sizeof f);
+    pthread_mutex_init(&f.mu, NULL);
+    pthread_cond_init(&f.cv, NULL);
+    f.kind = kind;
+    const char *name = "async:family";
+    for (int i = 0; i < HANDLES; i++) {
+        dlock_status st;
+        switch (kind) {
+        case K_SEM: st = dlock_semaphore_new(c, name, &f.sems[i]); break;
+        case K_RW: st = dlock_rwlock_new(c, name, &f.rw[i]); break;
+        case K_FAIR: st = dlock_lock_new_fair(c, name, &f.locks[i]); break;
+        default: st = dlock_lock_new(c, name, &f.locks[i]);
+        }
+        assert_int_equal(st, DLOCK_OK);
+    }
+    if (kind == K_SEM) assert_int_equal(dlock_semaphore_set_permits(f.sems[0], PERMITS, NULL), DLOCK_OK);
+    for (int i = 0; i < HANDLES; i++) family_next(&f, i);
+    long long until = now_ms() + 60000;
+    pthread_mutex_lock(&f.mu);
+    while (f.finished < HANDLES && now_ms() < until) {
+        if (f.npending > 0) {
+            int i = f.pending[--f.npending];
+            pthread_mutex_unlock(&f.mu);
+            family_release(&f, i);
+            pthread_mutex_lock(&f.mu);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&f.cv, &f.mu, &ts);
+    }
+    pthread_mutex_unlock(&f.mu);
+    assert_int_equal(f.finished, HANDLES);
+    assert_int_equal(atomic_load(&f.failures), 0);
+    assert_int_equal(atomic_load(&f.broken), 0);
+    for (int i = 0; i < HANDLES; i++) assert_int_equal(f.rounds[i], ROUNDS + 1);
+    struct dlock_stats st;
+    assert_int_equal(dlock_stats(c, &st), DLOCK_OK);
+    if (kind == K_SEM) {
+        long available = -1;
+        assert_int_equal(dlock_semaphore_available(f.sems[0], &available), DLOCK_OK);
+        assert_int_equal(available, PERMITS);
+        assert_int_equal(st.kind[DLOCK_STATS_SEMAPHORE].acquisitions, HANDLES * ROUNDS);
+    } else if (kind == K_RW) {
+        assert_int_equal(atomic_load(&f.reads) + atomic_load(&f.writes), HANDLES * ROUNDS);
+        assert_true(atomic_load(&f.writes) > 0);
+        dlock_rwlock_info info;
+        assert_int_equal(dlock_rwlock_inspect(c, name, &info), DLOCK_OK);
+        assert_int_equal(info.held, 0);
+    } else {
+        assert_int_equal(st.kind[kind == K_FAIR ? DLOCK_STATS_FAIR : DLOCK_STATS_LOCK].acquisitions, HANDLES * ROUNDS);
+        dlock_lock_info info;
+        assert_int_equal(dlock_lock_inspect(c, name, &info), DLOCK_OK);
+        assert_int_equal(info.held, 0);
+    }
+    for (int i = 0; i < HANDLES; i++) {
+        dlock_lock_free(f.locks[i]);
+        dlock_rwlock_free(f.rw[i]);
+        dlock_semaphore_free(f.sems[i]);
+    }
+    dlock_client_free(c);
+    /* The next case's name is clean again. */
+    th_target_flush(&server);
+}
+
+static void async_holds_of_one_name_exclude_each_other_with_rising_tokens(void **state)
+{
+    (void)state;
+    run_family(K_LOCK);
+}
+
+static void async_fair_holds_exclude_each_other_with_rising_tokens(void **state)
+{
+    (void)state;
+    run_family(K_FAIR);
+}
+
+static void async_rw_holds_never_put_a_reader_beside_a_writer(void **state)
+{
+    (void)state;
+    run_family(K_RW);
+}
+
+static void async_semaphore_never_admits_more_holders_than_permits(void **state)
+{
+    (void)state;
+    run_family(K_SEM);
+}
+
+/* A write hold taken synchronously keeps an asynchronous reader waiting
+ * until its release wakes it; then the writer's own thread cannot release
+ * the handle's read hold, any thread's release_async can. */
+typedef struct rw_done {
+    done d;
+    dlock_rw_mode mode;
+} rw_done;
+
+static void on_rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status st, uint64_t token, void *arg)
+{
+    (void)rw;
+    rw_done *r = arg;
+    r->mode = mode;
+    done_note(&r->d, st, token);
+}
+
+static void on_rw_released(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status st, void *arg)
+{
+    (void)rw;
+    rw_done *r = arg;
+    r->mode = mode;
+    done_note(&r->d, st, 0);
+}
+
+static void async_reader_waits_for_the_writer_and_is_woken(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_rwlock *writer, *reader;
+    assert_int_equal(dlock_rwlock_new(c, "async:rw", &writer), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c, "async:rw", &reader), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(writer, DLOCK_WRITE, 0, 10000, NULL), DLOCK_OK);
+    rw_done r;
+    memset(&r, 0, sizeof r);
+    done_init(&r.d);
+    assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_READ, 20000, 10000, on_rw_acquired, &r), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_READ, 0, 10000, on_rw_acquired, &r),
+                     DLOCK_ERR_INVALID);
+    assert_int_equal(done_wait(&r.d, 1, 300), 0);
+    long long released = now_ms();
+    assert_int_equal(dlock_rwlock_release(writer, DLOCK_WRITE), DLOCK_OK);
+    assert_int_equal(done_wait(&r.d, 1, 5000), 1);
+    assert_int_equal(r.d.st, DLOCK_OK);
+    assert_int_equal(r.mode, DLOCK_READ);
+    assert_true(r.d.at - released < 1000);
+    assert_int_equal(dlock_rwlock_release(reader, DLOCK_READ), DLOCK_ERR_NOT_OWNER);
+    /* Upgrade refused at once, as synchronously. */
+    assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_WRITE, 0, 10000, on_rw_acquired, &r),
+                     DLOCK_ERR_DEADLOCK);
+    done_init(&r.d);
+    assert_int_equal(dlock_rwlock_release_async(reader, DLOCK_READ, on_rw_released, &r), DLOCK_OK);
+    assert_int_equal(done_wait(&r.d, 1, 5000), 1);
+    assert_int_equal(r.d.st, DLOCK_OK);
+    dlock_rwlock_info info;
+    assert_int_equal(dlock_rwlock_inspect(c, "async:rw", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    dlock_rwlock_free(writer);
+    dlock_rwlock_free(reader);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -563,6 +769,9 @@ int main(void)
         cmocka_unit_test(second_async_call_on_a_handle_is_refused_while_one_is_in_flight),
         cmocka_unit_test(async_hold_is_renewed_and_its_loss_reported),
         cmocka_unit_test(client_free_ends_a_waiting_async_acquire),
+        cmocka_unit_test(async_rw_holds_never_put_a_reader_beside_a_writer),
+        cmocka_unit_test(async_semaphore_never_admits_more_holders_than_permits),
+        cmocka_unit_test(async_reader_waits_for_the_writer_and_is_woken),
     };
     return th_target_run_suite(tests, &server);
 }
