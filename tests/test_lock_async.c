@@ -756,6 +756,31 @@ static void async_reader_waits_for_the_writer_and_is_woken(void **state)
     dlock_client_free(c);
 }
 
+/* examples/async_libuv.c, run against the target: every job held the lock
+ * once, in order of rising tokens, from one libuv loop. */
+static void libuv_example_runs_every_job_through_the_lock(void **state)
+{
+    (void)state;
+#ifndef DLOCK_EXAMPLE_LIBUV
+    skip();
+#else
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", DLOCK_EXAMPLE_LIBUV, server.url);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char line[512];
+    int holds = 0, ok = 0;
+    while (fgets(line, sizeof line, p)) {
+        fputs(line, stderr);
+        if (strstr(line, "holds the lock, fencing token")) holds++;
+        if (strncmp(line, "ok: 8 jobs", 10) == 0) ok = 1;
+    }
+    assert_int_equal(pclose(p), 0);
+    assert_int_equal(holds, 8);
+    assert_int_equal(ok, 1);
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -772,6 +797,7 @@ int main(void)
         cmocka_unit_test(async_rw_holds_never_put_a_reader_beside_a_writer),
         cmocka_unit_test(async_semaphore_never_admits_more_holders_than_permits),
         cmocka_unit_test(async_reader_waits_for_the_writer_and_is_woken),
+        cmocka_unit_test(libuv_example_runs_every_job_through_the_lock),
     };
     return th_target_run_suite(tests, &server);
 }
