@@ -254,6 +254,16 @@ DLOCK_API dlock_status dlock_client_new(const char *url, const dlock_options *op
 DLOCK_API void dlock_client_free(dlock_client *client);
 
 /*
+ * End the client's asynchronous life before it is freed: refuse new
+ * asynchronous calls (DLOCK_ERR_INVALID), end the acquisitions that are
+ * waiting (their callbacks get DLOCK_ERR_INVALID), and return once every
+ * callback has returned, so the handles may then be freed and the client
+ * after them. Synchronous calls keep working. Never from a callback.
+ * dlock_client_free() does this first.
+ */
+DLOCK_API void dlock_client_drain(dlock_client *client);
+
+/*
  * The client's unique id: 32 hex digits drawn from the OS random source when
  * the client was made. Lock owners are "<id>:<thread number>:<handle number>".
  */
@@ -409,8 +419,8 @@ typedef void (*dlock_released_fn)(dlock_lock *lock, dlock_status status, void *a
  * short and never call the synchronous API from one (hand the result to
  * your own loop; examples/async_libuv.c shows how). A status other than
  * DLOCK_OK means nothing was started and cb will not run. Do not free the
- * handle while a call is in flight; dlock_client_free() ends waiting
- * acquisitions (DLOCK_ERR_INVALID) and waits for every callback.
+ * handle while a call is in flight: to stop with acquisitions still
+ * waiting, dlock_client_drain() ends them and waits for every callback.
  */
 DLOCK_API dlock_status dlock_lock_acquire_async(dlock_lock *lock, long wait_ms, long lease_ms, dlock_acquired_fn cb,
                                                 void *arg);

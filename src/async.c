@@ -73,6 +73,13 @@ void dlock__async_close(dlock__async *a)
     pthread_mutex_unlock(&a->mu);
 }
 
+void dlock__async_wait_drained(dlock__async *a)
+{
+    pthread_mutex_lock(&a->mu);
+    while (a->inflight > 0) pthread_cond_wait(&a->drained, &a->mu);
+    pthread_mutex_unlock(&a->mu);
+}
+
 void dlock__async_shutdown(dlock__async *a)
 {
     pthread_mutex_lock(&a->mu);
@@ -102,7 +109,7 @@ dlock_status dlock__async_begin(dlock__async *a)
     int closing = a->closing;
     if (!closing) a->inflight++;
     pthread_mutex_unlock(&a->mu);
-    return closing ? dlock__fail(DLOCK_ERR_INVALID, "client is being freed") : DLOCK_OK;
+    return closing ? dlock__fail(DLOCK_ERR_INVALID, "the client is shutting down (dlock_client_drain or dlock_client_free)") : DLOCK_OK;
 }
 
 void dlock__async_end(dlock__async *a)
@@ -282,7 +289,7 @@ dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char
     if (a->closing) {
         pthread_mutex_unlock(&a->mu);
         free(c);
-        return dlock__fail(DLOCK_ERR_INVALID, "client is being freed");
+        return dlock__fail(DLOCK_ERR_INVALID, "the client is shutting down (dlock_client_drain or dlock_client_free)");
     }
     a->inflight++;
     pthread_mutex_unlock(&a->mu);

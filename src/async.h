@@ -29,9 +29,12 @@ typedef struct dlock__async {
 
 void dlock__async_init(dlock__async *a);
 
-/* Refuse new calls from now on (dlock_client_free() began); those in
+/* Refuse new calls from now on (dlock_client_drain() began); those in
  * flight go on. */
 void dlock__async_close(dlock__async *a);
+
+/* Wait until no call is in flight (after dlock__async_close()). */
+void dlock__async_wait_drained(dlock__async *a);
 
 /* An asynchronous operation of a primitive (an acquire that waits between
  * its script calls) counts as in flight from its start to its callback, so

@@ -90,15 +90,8 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
 void dlock_client_free(dlock_client *c)
 {
     if (!c) return;
-    /* Asynchronous calls first: their callbacks may still use the client.
-     * An asynchronous acquire waiting for a release is ended now (it would
-     * keep the wait below going until its deadline). */
-    dlock__async_close(&c->async);
-    pthread_mutex_lock(&c->mu);
-    c->freeing = 1;
-    struct dlock__subscriber *sub = c->sub;
-    pthread_mutex_unlock(&c->mu);
-    dlock__sub_fire_all(sub);
+    /* Asynchronous calls first: their callbacks may still use the client. */
+    dlock_client_drain(c);
     dlock__async_shutdown(&c->async);
     /* A renewal stuck on a server that stopped answering is of no use to
      * anyone now (no handle is left): fail it rather than wait it out. */
@@ -111,6 +104,20 @@ void dlock_client_free(dlock_client *c)
     free(c);
 }
 
+/* An asynchronous acquire waiting for a release is ended now: it would
+ * otherwise keep the wait for callbacks going until its own deadline. */
+void dlock_client_drain(dlock_client *c)
+{
+    if (!c) return;
+    dlock__async_close(&c->async);
+    pthread_mutex_lock(&c->mu);
+    c->draining = 1;
+    struct dlock__subscriber *sub = c->sub;
+    pthread_mutex_unlock(&c->mu);
+    dlock__sub_fire_all(sub);
+    dlock__async_wait_drained(&c->async);
+}
+
 const char *dlock_client_id(const dlock_client *c)
 {
     return c ? c->id : "";
@@ -121,7 +128,7 @@ struct dlock__subscriber *dlock__client_subscriber(dlock_client *c)
     pthread_mutex_lock(&c->mu);
     if (!c->sub) {
         c->sub = dlock__subscriber_start(c);
-        if (c->freeing) dlock__sub_fire_all(c->sub); /* started by a wait that must end */
+        if (c->draining) dlock__sub_fire_all(c->sub); /* started by a wait that must end */
     }
     struct dlock__subscriber *s = c->sub;
     pthread_mutex_unlock(&c->mu);

@@ -27,8 +27,8 @@ struct dlock_client {
     char sha[DLOCK__SCRIPT_COUNT][41];   /* SHA1 of each script, computed at build time */
     atomic_int scripts_ready;           /* sha[] is filled (set once, under mu) */
     const char *publish;                /* "publish", or "spublish" on Cluster (sharded pub/sub) */
-    pthread_mutex_t mu;                 /* guards the lazy start of the threads, and freeing */
-    int freeing;                        /* dlock_client_free() began */
+    pthread_mutex_t mu;                 /* guards the lazy start of the threads, and draining */
+    int draining;                       /* dlock_client_drain() began */
     struct dlock__subscriber *sub;       /* started by the first waiter */
     struct dlock__watchdog *wd;          /* started by the first renewed hold */
     dlock__async async;                  /* asynchronous calls in flight, and the slow lane */

@@ -78,7 +78,7 @@ struct dlock__subscriber {
     int wake_fd;
     int stop;
     int dirty;          /* some entry needs a command sent */
-    int firing_all;     /* the client is being freed: watches fire at once */
+    int firing_all;     /* the client is draining: watches fire at once */
     dlock__sub_watch *armed, *due; /* asynchronous waits (dlock__sub_arm) */
     const char *cmd_sub, *cmd_unsub; /* SUBSCRIBE or SSUBSCRIBE, ... */
     sub_link links[MAX_LINKS];

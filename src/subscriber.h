@@ -54,7 +54,7 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
 /* 1 while the entry's subscription is confirmed. */
 int dlock__sub_ready(struct dlock__subscriber *s, dlock__sub_entry *e);
 
-/* dlock_client_free() began: fire every armed watch now, and every watch
+/* dlock_client_drain() began: fire every armed watch now, and every watch
  * armed from now on at once, so that asynchronous waits end. */
 void dlock__sub_fire_all(struct dlock__subscriber *s);
 

@@ -429,7 +429,7 @@ static void client_free_ends_a_waiting_async_acquire(void **state)
     assert_true(now_ms() - start < 3000);
     assert_int_equal(d.n, 1);
     assert_int_equal(d.st, DLOCK_ERR_INVALID);
-    assert_non_null(strstr(d.error, "being freed"));
+    assert_non_null(strstr(d.error, "shutting down"));
     dlock_lock_free(waiter);
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
     dlock_lock_free(holder);
@@ -756,6 +756,35 @@ static void async_reader_waits_for_the_writer_and_is_woken(void **state)
     dlock_client_free(c);
 }
 
+/* dlock_client_drain() ends a waiting acquire, refuses new asynchronous
+ * calls and leaves the synchronous API working; then the handles are
+ * freed and the client after them, as documented. */
+static void drain_ends_waits_and_leaves_the_synchronous_api_working(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *holder, *waiter;
+    assert_int_equal(dlock_lock_new(c, "async:drain", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "async:drain", &waiter), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(holder, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    done d;
+    done_init(&d);
+    assert_int_equal(dlock_lock_acquire_async(waiter, DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, on_acquired, &d),
+                     DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 200), 0);
+    dlock_client_drain(c);
+    assert_int_equal(d.n, 1); /* the callback has run when drain returns */
+    assert_int_equal(d.st, DLOCK_ERR_INVALID);
+    assert_non_null(strstr(d.error, "shutting down"));
+    assert_int_equal(dlock_lock_acquire_async(waiter, 0, DLOCK_LEASE_WATCHDOG, on_acquired, &d), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(waiter, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(waiter), DLOCK_OK);
+    dlock_lock_free(holder);
+    dlock_lock_free(waiter);
+    dlock_client_free(c);
+}
+
 /* examples/async_libuv.c, run against the target: every job held the lock
  * once, in order of rising tokens, from one libuv loop. */
 static void libuv_example_runs_every_job_through_the_lock(void **state)
@@ -797,6 +826,7 @@ int main(void)
         cmocka_unit_test(async_rw_holds_never_put_a_reader_beside_a_writer),
         cmocka_unit_test(async_semaphore_never_admits_more_holders_than_permits),
         cmocka_unit_test(async_reader_waits_for_the_writer_and_is_woken),
+        cmocka_unit_test(drain_ends_waits_and_leaves_the_synchronous_api_working),
         cmocka_unit_test(libuv_example_runs_every_job_through_the_lock),
     };
     return th_target_run_suite(tests, &server);
