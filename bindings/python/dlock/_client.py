@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import ctypes
 import itertools
 import logging
@@ -228,6 +227,10 @@ class _State:
             entries = list(self.ptrs.values())
             self.ptrs.clear()
             ptr, self.ptr = self.ptr, None
+        if ptr is not None:
+            # Asynchronous acquisitions still waiting (async with) end now,
+            # and their callbacks run, before any handle is freed.
+            _lib.dlock_client_drain(ptr)
         for free, p in entries:
             free(p)
         if ptr is not None:
@@ -310,10 +313,12 @@ class _Handle:
             self.stacks.setdefault((hold._thread, hold._mode), []).append(hold)
             self.state.pinned.add(self)
 
-    def pop(self, mode: Optional[int], ended: bool, lost: bool) -> Optional["Hold"]:
-        """The calling thread released one hold (or, with ended, all of
-        them: the library forgot the hold). Returns the hold taken off."""
-        key = (threading.get_ident(), mode)
+    def pop(self, mode: Optional[int], ended: bool, lost: bool,
+            thread: Optional[int] = None) -> Optional["Hold"]:
+        """The calling thread (or `thread`) released one hold (or, with
+        ended, all of them: the library forgot the hold). Returns the hold
+        taken off."""
+        key = (threading.get_ident() if thread is None else thread, mode)
         with self.mu:
             stack = self.stacks.get(key)
             if not stack:
@@ -352,7 +357,7 @@ def _report(holds: List["Hold"]) -> None:
         if id(owner) in seen:
             continue
         seen.add(id(owner))
-        fn = h.lock.on_lost
+        fn = getattr(h.lock, "_origin", h.lock).on_lost
         if fn is not None:
             try:
                 fn(h)
@@ -389,61 +394,136 @@ def _on_rw_lost(_rw: Optional[int], mode: int, token: int, arg: Optional[int]) -
 
 
 # ---------------------------------------------------------------------------
-# asyncio: the library has no asynchronous lock API yet, so an async hold
-# runs its acquire and its release on one thread of a pool: holds belong to
-# threads, so the thread that acquired must be the one that releases. Each
-# task keeps one such thread while it holds anything, which also makes
-# nested `async with` of one lock in one task re-entrant.
+# asyncio, on the library's asynchronous API: no thread waits for a task.
+# The library's asynchronous holds belong to a C handle, not to a thread,
+# so each task gets a handle of its own per lock (made on its first `async
+# with`, freed after its last): two tasks are two owners, and a nested
+# `async with` in one task re-enters. The library calls back on its own
+# threads (ctypes takes the GIL there); the callbacks only hand the outcome
+# to the task's loop with call_soon_threadsafe.
 
-class _Owner:
-    """A thread that runs the calls of the holds given to it, one by one."""
-
-    def __init__(self) -> None:
-        self.q: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self.uses = 0
-        threading.Thread(target=self._run, name="dlock-async-owner", daemon=True).start()
-
-    def submit(self, fn: Callable[[], Any]) -> "concurrent.futures.Future[Any]":
-        f: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
-        self.q.put((fn, f))
-        return f
-
-    def _run(self) -> None:
-        while True:
-            fn, f = self.q.get()
-            if not f.set_running_or_notify_cancel():
-                continue
-            try:
-                f.set_result(fn())
-            except BaseException as e:  # handed to the awaiting task
-                f.set_exception(e)
+# key -> (loop or None, future or None, hook(status, token, awaited))
+_Hook = Callable[[int, int, bool], None]
+_calls: Dict[int, Tuple[Optional[asyncio.AbstractEventLoop], "Optional[asyncio.Future[int]]",
+                        Optional[_Hook]]] = {}
+_call_keys = itertools.count(1)
 
 
-class _Owners:
-    def __init__(self) -> None:
-        self.mu = threading.Lock()
-        self.idle: List[_Owner] = []
-        self.by_task: "weakref.WeakKeyDictionary[asyncio.Task[Any], _Owner]" = \
-            weakref.WeakKeyDictionary()
-
-    def take(self, task: "asyncio.Task[Any]") -> _Owner:
-        with self.mu:
-            o = self.by_task.get(task)
-            if o is None:
-                o = self.idle.pop() if self.idle else _Owner()
-                self.by_task[task] = o
-            o.uses += 1
-            return o
-
-    def give(self, task: "asyncio.Task[Any]", o: _Owner) -> None:
-        with self.mu:
-            o.uses -= 1
-            if o.uses == 0:
-                self.by_task.pop(task, None)
-                self.idle.append(o)
+def _call_start(loop: Optional[asyncio.AbstractEventLoop],
+                hook: Optional[_Hook]) -> "Tuple[int, Optional[asyncio.Future[int]]]":
+    """A key for one asynchronous call. Its outcome goes to the future (on
+    `loop`), after hook(status, token, awaited) ran on the loop's thread;
+    with no loop, to the hook alone, on the service thread."""
+    key = next(_call_keys)
+    fut = loop.create_future() if loop is not None else None
+    _calls[key] = (loop, fut, hook)
+    return key, fut
 
 
-_owners = _Owners()
+def _call_end(key: Optional[int], status: int, token: int) -> None:
+    """On a library thread: hand the outcome over."""
+    entry = _calls.pop(key, None) if key is not None else None
+    if entry is None:
+        return
+    loop, fut, hook = entry
+    message = _native.last_error() if status else ""
+    if loop is not None:
+        try:
+            loop.call_soon_threadsafe(_call_settle, fut, status, token, message, hook)
+            return
+        except RuntimeError:  # the loop is closed: nobody awaits this
+            fut = None
+    _service.put(_call_settle, fut, status, token, message, hook)
+
+
+def _call_settle(fut: "Optional[asyncio.Future[int]]", status: int, token: int, message: str,
+                 hook: Optional[_Hook]) -> None:
+    awaited = fut is not None and not fut.done()
+    if hook is not None:
+        hook(status, token, awaited)
+    if fut is not None and awaited:
+        if status:
+            fut.set_exception(_errors.from_status(status, message))
+        else:
+            fut.set_result(token)
+
+
+@_native.ACQUIRED_FN
+def _on_acquired(_lock: Optional[int], status: int, token: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, token)
+
+
+@_native.RELEASED_FN
+def _on_released(_lock: Optional[int], status: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, 0)
+
+
+@_native.RW_ACQUIRED_FN
+def _on_rw_acquired(_rw: Optional[int], _mode: int, status: int, token: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, token)
+
+
+@_native.RW_RELEASED_FN
+def _on_rw_released(_rw: Optional[int], _mode: int, status: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, 0)
+
+
+@_native.SEM_FN
+def _on_sem(_sem: Optional[int], status: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, 0)
+
+
+class _TaskHandle:
+    """A task's own C handle of one lock (or semaphore), and how many of
+    its `async with` blocks are open on it."""
+
+    __slots__ = ("handle", "uses")
+
+    def __init__(self, handle: "_Handle") -> None:
+        self.handle = handle
+        self.uses = 1
+
+
+_task_mu = threading.Lock()
+_task_handles: "weakref.WeakKeyDictionary[asyncio.Task[Any], Dict[int, _TaskHandle]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _task_handle(shared: "_Handle", task: "asyncio.Task[Any]", enter: bool) -> Optional[_TaskHandle]:
+    """The task's handle for `shared`'s name: one more use of it with
+    `enter` (made on first use), else the one there is (or None)."""
+    with _task_mu:
+        th = _task_handles.get(task, {}).get(shared.key)
+        if th is not None and enter:
+            th.uses += 1
+        if th is not None or not enter:
+            return th
+    st = shared.state
+    ptr = ctypes.c_void_p()
+    st.enter()
+    try:
+        _check(_NEW[shared.kind](st.ptr, shared.name, ctypes.byref(ptr)))
+        with st.mu:
+            h = _Handle(st, shared.kind, shared.name, ptr.value)
+    finally:
+        st.leave()
+    th = _TaskHandle(h)
+    with _task_mu:
+        _task_handles.setdefault(task, {})[shared.key] = th
+    return th
+
+
+def _task_handle_done(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandle) -> None:
+    """One use fewer; the last frees the C handle (no call is in flight on
+    it then: every use ends after its call's callback)."""
+    with _task_mu:
+        th.uses -= 1
+        if th.uses > 0:
+            return
+        per = _task_handles.get(task)
+        if per is not None and per.get(shared_key) is th:
+            del per[shared_key]
+    _reap(th.handle.state, th.handle.key)
 
 
 def _current_task() -> "asyncio.Task[Any]":
@@ -650,39 +730,115 @@ class _Exclusive(_OnHandle):
     def __exit__(self, *exc: Any) -> None:
         _exit_release(self, self._mode, exc[0] is not None)
 
+    # The two asynchronous calls each kind makes in C, on handle `ptr`.
+    def _c_acquire_async(self, ptr: int, wait_ms: int, lease_ms: int, key: int) -> int:
+        raise NotImplementedError
+
+    def _c_release_async(self, ptr: int, key: int) -> int:
+        raise NotImplementedError
+
+    def _view(self, handle: _Handle) -> "_Exclusive":
+        """This object over a task's handle: what its holds refer to (its
+        lost query, its release), reporting losses to this object."""
+        v = object.__new__(type(self))
+        v.__dict__.update(self.__dict__)
+        v._h = handle
+        v._origin = self
+        return v
+
     async def __aenter__(self) -> Hold:
+        """Acquire for the running task, without blocking the loop: the
+        task's holds are its own (other tasks wait), and a nested ``async
+        with`` of the same lock in the task re-enters."""
         task = _current_task()
-        owner = _owners.take(task)
-        f = owner.submit(self.acquire)
+        shared_key = self._h.key
+        th = _task_handle(self._h, task, enter=True)
+        assert th is not None
+        view = self._view(th.handle)
+        loop = asyncio.get_running_loop()
+
+        def hook(status: int, token: int, awaited: bool) -> None:
+            if not awaited:  # the task stopped waiting: undo what it got
+                settle_unawaited(status)
+
+        def settle_unawaited(status: int) -> None:
+            if status == 0:
+                view._release_in_background(lambda: _task_handle_done(task, shared_key, th))
+            else:
+                _task_handle_done(task, shared_key, th)
+
+        key, fut = _call_start(loop, hook)
+        assert fut is not None
         try:
-            return await asyncio.wrap_future(f)
+            rc = view._rc(lambda ptr: self._c_acquire_async(ptr, self._wait, self._lease, key))
+        except BaseException:
+            _calls.pop(key, None)
+            _task_handle_done(task, shared_key, th)
+            raise
+        if rc:
+            _calls.pop(key, None)
+            _task_handle_done(task, shared_key, th)
+            fail(rc)
+        try:
+            token = await fut
         except asyncio.CancelledError:
-            # The acquire goes on in the owner thread; if it succeeds,
-            # release it there (the done callback runs on that thread).
-            def undo(done: "concurrent.futures.Future[Any]") -> None:
-                if not done.cancelled() and done.exception() is None:
-                    try:
-                        done.result().release()
-                    except _errors.DlockError:
-                        pass
-                _owners.give(task, owner)
-            f.add_done_callback(undo)
+            # Cancelled after the outcome arrived: the hook saw it awaited.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                settle_unawaited(0)
             raise
         except BaseException:
-            _owners.give(task, owner)
+            _task_handle_done(task, shared_key, th)
             raise
+        hold = Hold(view, token, self._mode)
+        th.handle.push(hold)
+        return hold
+
+    def _release_in_background(self, then: Callable[[], None]) -> None:
+        """Release an asynchronous hold nobody awaits; then() afterwards."""
+        key, _ = _call_start(None, lambda _st, _tok, _aw: then())
+        try:
+            rc = self._rc(lambda ptr: self._c_release_async(ptr, key))
+        except _errors.DlockError:
+            rc = -1
+        if rc:
+            _calls.pop(key, None)
+            then()
 
     async def __aexit__(self, *exc: Any) -> None:
         task = _current_task()
-        with _owners.mu:
-            owner = _owners.by_task.get(task)
-        if owner is None:
+        shared_key = self._h.key
+        th = _task_handle(self._h, task, enter=False)
+        if th is None:
             raise RuntimeError("dlock: async exit from a task that did not enter")
+        mode, ident = self._mode, threading.get_ident()
+        view = self._view(th.handle)
+
+        def hook(status: int, _token: int, _awaited: bool) -> None:
+            # The hold's bookkeeping, awaited or not (a cancelled exit
+            # still releases). A failure other than a loss leaves the hold
+            # as it was, as a synchronous release does.
+            if status in (0, _errors.ERR_LOST):
+                th.handle.pop(mode, ended=status != 0, lost=status != 0, thread=ident)
+                _task_handle_done(task, shared_key, th)
+
+        key, fut = _call_start(asyncio.get_running_loop(), hook)
+        assert fut is not None
         try:
-            await asyncio.wrap_future(owner.submit(
-                lambda: _exit_release(self, self._mode, exc[0] is not None)))
-        finally:
-            _owners.give(task, owner)
+            rc = view._rc(lambda ptr: self._c_release_async(ptr, key))
+        except BaseException:
+            _calls.pop(key, None)
+            raise
+        try:
+            if rc:
+                _calls.pop(key, None)
+                hook(rc, 0, True)
+                fail(rc)
+            await fut
+        except _errors.DlockError:
+            if exc[0] is None:
+                raise
+            _log.warning("dlock: release of %r failed while an exception was raised", self,
+                         exc_info=True)
 
 
 def _now_ms() -> int:
@@ -704,6 +860,12 @@ class Lock(_Exclusive):
 
     def _c_lost(self) -> int:
         return _lib.dlock_lock_lost(self._h.ptr)
+
+    def _c_acquire_async(self, ptr: int, wait_ms: int, lease_ms: int, key: int) -> int:
+        return _lib.dlock_lock_acquire_async(ptr, wait_ms, lease_ms, _on_acquired, key)
+
+    def _c_release_async(self, ptr: int, key: int) -> int:
+        return _lib.dlock_lock_release_async(ptr, _on_released, key)
 
     def _sliced(self) -> bool:
         return self._h.kind != "fair"
@@ -747,6 +909,12 @@ class RWLockMode(_Exclusive):
 
     def _c_lost(self) -> int:
         return _lib.dlock_rwlock_lost(self._h.ptr, self._mode)
+
+    def _c_acquire_async(self, ptr: int, wait_ms: int, lease_ms: int, key: int) -> int:
+        return _lib.dlock_rwlock_acquire_async(ptr, self._mode, wait_ms, lease_ms, _on_rw_acquired, key)
+
+    def _c_release_async(self, ptr: int, key: int) -> int:
+        return _lib.dlock_rwlock_release_async(ptr, self._mode, _on_rw_released, key)
 
     def __repr__(self) -> str:
         return "<dlock.RWLock %r %s>" % (self.name, _MODE_NAMES[self._mode])
@@ -814,13 +982,69 @@ class Semaphore(_OnHandle):
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
-    # Semaphores have no owner thread, so any executor thread will do.
+    # One permit, through the library's asynchronous calls on a handle of
+    # the task's own (the library runs one asynchronous call per handle).
     async def __aenter__(self) -> "Semaphore":
-        await asyncio.get_running_loop().run_in_executor(None, self.acquire)
+        task = _current_task()
+        shared_key = self._h.key
+        th = _task_handle(self._h, task, enter=True)
+        assert th is not None
+        ptr = th.handle.ptr
+
+        def give_back(status: int) -> None:
+            if status != 0:
+                _task_handle_done(task, shared_key, th)
+                return
+            k, _ = _call_start(None, lambda _st, _tok, _aw: _task_handle_done(task, shared_key, th))
+            if self._rc(lambda _p: _lib.dlock_semaphore_release_async(ptr, 1, _on_sem, k)):
+                _calls.pop(k, None)
+                _task_handle_done(task, shared_key, th)
+
+        def hook(status: int, _token: int, awaited: bool) -> None:
+            if not awaited:
+                give_back(status)
+
+        key, fut = _call_start(asyncio.get_running_loop(), hook)
+        assert fut is not None
+        try:
+            rc = self._rc(lambda _p: _lib.dlock_semaphore_acquire_async(ptr, 1, self._wait, _on_sem, key))
+        except BaseException:
+            _calls.pop(key, None)
+            _task_handle_done(task, shared_key, th)
+            raise
+        if rc:
+            _calls.pop(key, None)
+            _task_handle_done(task, shared_key, th)
+            fail(rc)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                give_back(0)
+            raise
+        except BaseException:
+            _task_handle_done(task, shared_key, th)
+            raise
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.release)
+        task = _current_task()
+        shared_key = self._h.key
+        th = _task_handle(self._h, task, enter=False)
+        if th is None:
+            raise RuntimeError("dlock: async exit from a task that did not enter")
+
+        def hook(status: int, _token: int, _awaited: bool) -> None:
+            if status == 0:
+                _task_handle_done(task, shared_key, th)
+
+        key, fut = _call_start(asyncio.get_running_loop(), hook)
+        assert fut is not None
+        rc = self._rc(lambda _p: _lib.dlock_semaphore_release_async(th.handle.ptr, 1, _on_sem, key))
+        if rc:
+            _calls.pop(key, None)
+            fail(rc)
+        await fut
 
     def __repr__(self) -> str:
         return "<dlock.Semaphore %r>" % self.name

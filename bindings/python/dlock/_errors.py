@@ -3,7 +3,7 @@ built-in exception a Python caller would catch for that kind of failure."""
 from __future__ import annotations
 
 import builtins
-from typing import Dict, NoReturn, Type
+from typing import Dict, NoReturn, Optional, Type
 
 from . import _native
 
@@ -138,11 +138,12 @@ _BY_STATUS: Dict[int, Type[DlockError]] = {
 }
 
 
-def from_status(status: int) -> DlockError:
+def from_status(status: int, message: Optional[str] = None) -> DlockError:
     """The exception for a failed call, made in the thread that called, so
-    it carries that call's dlock_last_error()."""
+    it carries that call's dlock_last_error() (or `message`, read by the
+    thread of an asynchronous call's callback)."""
     cls = _BY_STATUS.get(status, DlockError)
-    return cls(_native.last_error(), status)
+    return cls(_native.last_error() if message is None else message, status)
 
 
 def fail(status: int) -> NoReturn:

@@ -78,6 +78,13 @@ LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_void_p)
 # void (*)(dlock_rwlock *, dlock_rw_mode, uint64_t token, void *arg)
 RW_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_uint64, c_void_p)
 
+# The asynchronous API's completions (dlock.h): lock, read-write, semaphore.
+ACQUIRED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_uint64, c_void_p)
+RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
+RW_ACQUIRED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_uint64, c_void_p)
+RW_RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
+SEM_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
+
 _P = ctypes.POINTER
 # name: (result type, argument types)
 _PROTOTYPES = {
@@ -89,6 +96,7 @@ _PROTOTYPES = {
     "dlock_client_new": (c_int, [c_char_p, _P(Options), _P(c_void_p)]),
     "dlock_client_free": (None, [c_void_p]),
     "dlock_client_id": (c_char_p, [c_void_p]),
+    "dlock_client_drain": (None, [c_void_p]),
     "dlock_lock_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
     "dlock_lock_new_fair": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
     "dlock_lock_free": (None, [c_void_p]),
@@ -97,6 +105,8 @@ _PROTOTYPES = {
     "dlock_lock_set_fence_floor": (None, [c_void_p, c_uint64]),
     "dlock_lock_lost": (c_int, [c_void_p]),
     "dlock_lock_on_lost": (None, [c_void_p, LOST_FN, c_void_p]),
+    "dlock_lock_acquire_async": (c_int, [c_void_p, c_long, c_long, ACQUIRED_FN, c_void_p]),
+    "dlock_lock_release_async": (c_int, [c_void_p, RELEASED_FN, c_void_p]),
     "dlock_lock_inspect": (c_int, [c_void_p, c_char_p, _P(LockInfo)]),
     "dlock_lock_force_unlock": (c_int, [c_void_p, c_char_p, _P(c_int)]),
     "dlock_id_next": (c_int, [c_void_p, c_char_p, _P(c_uint64), ctypes.c_size_t]),
@@ -106,6 +116,8 @@ _PROTOTYPES = {
     "dlock_semaphore_acquire": (c_int, [c_void_p, c_long, c_long]),
     "dlock_semaphore_release": (c_int, [c_void_p, c_long]),
     "dlock_semaphore_available": (c_int, [c_void_p, _P(c_long)]),
+    "dlock_semaphore_acquire_async": (c_int, [c_void_p, c_long, c_long, SEM_FN, c_void_p]),
+    "dlock_semaphore_release_async": (c_int, [c_void_p, c_long, SEM_FN, c_void_p]),
     "dlock_latch_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
     "dlock_latch_free": (None, [c_void_p]),
     "dlock_latch_set": (c_int, [c_void_p, c_long, _P(c_int)]),
@@ -119,6 +131,8 @@ _PROTOTYPES = {
     "dlock_rwlock_set_fence_floor": (None, [c_void_p, c_uint64]),
     "dlock_rwlock_lost": (c_int, [c_void_p, c_int]),
     "dlock_rwlock_on_lost": (None, [c_void_p, RW_LOST_FN, c_void_p]),
+    "dlock_rwlock_acquire_async": (c_int, [c_void_p, c_int, c_long, c_long, RW_ACQUIRED_FN, c_void_p]),
+    "dlock_rwlock_release_async": (c_int, [c_void_p, c_int, RW_RELEASED_FN, c_void_p]),
     "dlock_rwlock_inspect": (c_int, [c_void_p, c_char_p, _P(RWLockInfo)]),
     "dlock_rwlock_force_unlock": (c_int, [c_void_p, c_char_p, _P(c_int)]),
 }

@@ -1,9 +1,13 @@
-"""The asyncio face: acquire and release run on one thread of the
-package's pool per task (the library has no asynchronous lock API yet)."""
+"""The asyncio face, on the library's asynchronous API: tasks wait
+without threads, each task is its own owner, nested `async with`
+re-enters, and every rule of the synchronous face holds."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+
+import pytest
 
 import dlock
 
@@ -81,3 +85,122 @@ def test_async_latch_and_semaphore(client, name):
         return await waiting, sem.available
 
     assert asyncio.run(main()) == (True, 1)
+
+
+def test_async_waiters_park_no_thread(client, name):
+    """Fifty tasks queue for one lock; no Python thread is started for
+    them, and the holds exclude each other in token order."""
+    spans = []
+
+    async def worker():
+        async with client.lock(name) as hold:
+            t0 = time.monotonic()
+            await asyncio.sleep(0.001)
+            spans.append((t0, time.monotonic(), hold.token))
+
+    async def main():
+        before = threading.active_count()
+        tasks = [asyncio.ensure_future(worker()) for _ in range(50)]
+        await asyncio.sleep(0.05)
+        during = threading.active_count()
+        await asyncio.gather(*tasks)
+        return before, during
+
+    before, during = asyncio.run(main())
+    assert during - before <= 1, "threads were started for waiting tasks"
+    spans.sort()
+    assert len(spans) == 50
+    for a, b in zip(spans, spans[1:]):
+        assert a[1] <= b[0], "two tasks held the lock at once"
+        assert a[2] < b[2]
+
+
+def test_async_rw_and_semaphore_keep_their_rules(client, name):
+    rw = client.rw_lock(name + ":rw")
+    sem = client.semaphore(name + ":s", 2)
+    state = {"readers": 0, "writers": 0, "in_sem": 0, "max_sem": 0, "broken": 0}
+
+    async def reader():
+        async with rw.read():
+            state["readers"] += 1
+            if state["writers"]:
+                state["broken"] += 1
+            await asyncio.sleep(0.002)
+            state["readers"] -= 1
+
+    async def writer():
+        async with rw.write() as hold:
+            assert hold.token > 0
+            state["writers"] += 1
+            if state["writers"] > 1 or state["readers"]:
+                state["broken"] += 1
+            await asyncio.sleep(0.002)
+            state["writers"] -= 1
+
+    async def permit():
+        async with sem:
+            state["in_sem"] += 1
+            state["max_sem"] = max(state["max_sem"], state["in_sem"])
+            await asyncio.sleep(0.002)
+            state["in_sem"] -= 1
+
+    async def main():
+        jobs = [reader() for _ in range(12)] + [writer() for _ in range(4)] + [permit() for _ in range(10)]
+        await asyncio.gather(*jobs)
+
+    asyncio.run(main())
+    assert state["broken"] == 0
+    assert state["max_sem"] == 2
+    assert sem.available == 2
+    assert not client.inspect_rw(name + ":rw").held
+
+
+def test_async_hold_loss_is_reported(redis, name):
+    lost = []
+    c = dlock.Client(redis.url, watchdog_lease=0.6)
+    try:
+        async def main():
+            lock = c.lock(name, on_lost=lost.append)
+            async with lock as hold:
+                assert not hold.lost
+                assert c.force_unlock(name)
+                for _ in range(100):
+                    if hold.lost:
+                        break
+                    await asyncio.sleep(0.02)
+                assert hold.lost
+
+        with pytest.raises(dlock.LockLost):
+            asyncio.run(main())
+        for _ in range(100):
+            if lost:
+                break
+            time.sleep(0.02)
+        assert len(lost) == 1 and lost[0].lost
+    finally:
+        c.close()
+
+
+def test_close_ends_a_waiting_task(redis, name):
+    c = dlock.Client(redis.url)
+    other = dlock.Client(redis.url)
+    try:
+        hold = other.lock(name).acquire()
+
+        async def main():
+            async def waiter():
+                async with c.lock(name):
+                    pass
+
+            task = asyncio.ensure_future(waiter())
+            await asyncio.sleep(0.2)
+            assert not task.done()
+            c.close()
+            return await asyncio.gather(task, return_exceptions=True)
+
+        (result,) = asyncio.run(main())
+        assert isinstance(result, dlock.DlockError), result
+        hold.release()
+    finally:
+        c.close()
+        other.close()
