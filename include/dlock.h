@@ -412,8 +412,10 @@ typedef void (*dlock_released_fn)(dlock_lock *lock, dlock_status status, void *a
  * asynchronous call (acquire or release) runs on a handle at a time: a
  * second one fails with DLOCK_ERR_INVALID until the first one's callback
  * has begun. Watchdog renewal, loss (dlock_lock_lost(), the loss callback)
- * and fencing work as for synchronous holds. Replica-safe acquire
- * (dlock_options.replica_acks) is synchronous only (DLOCK_ERR_INVALID).
+ * and fencing work as for synchronous holds. Under replica-safe acquire
+ * (dlock_options.replica_acks) each attempt and its WAIT run on one of the
+ * library's threads (the synchronous path, not the shared connection), and
+ * end as dlock_lock_acquire() would (DLOCK_ERR_REPLICA).
  *
  * Callbacks run on the threads that read every caller's replies: keep them
  * short and never call the synchronous API from one (hand the result to

@@ -45,6 +45,8 @@ struct async_call {
     int argc, nkeys;         /* argv: EVALSHA sha nkeys keys... args... */
     int node;                /* fast path: the node it went to */
     int resent;              /* the slow lane sends it again */
+    int acked;               /* WAIT for client->replica_acks after it (slow lane only) */
+    long long acks;          /* ... and what WAIT answered (-1: not asked) */
     int64_t deadline;        /* slow lane: after this it fails unsent */
     dlock_redis_callback *cb;
     void *arg;
@@ -118,6 +120,12 @@ void dlock__async_end(dlock__async *a)
 }
 
 static __thread int resent_now;
+static __thread long long acks_now = -1;
+
+long long dlock__async_acks(void)
+{
+    return acks_now;
+}
 
 int dlock__async_resent(void)
 {
@@ -132,9 +140,11 @@ static void finish(async_call *c, dlock_status st, redisReply *reply)
     dlock_redis_callback *cb = c->cb;
     void *arg = c->arg;
     resent_now = c->resent;
+    acks_now = c->acks;
     free(c);
     cb(st, reply, arg);
     resent_now = 0;
+    acks_now = -1;
     release(a);
 }
 
@@ -183,8 +193,10 @@ static void run_slow(async_call *c)
     }
     redisReply *r = NULL;
     int nargs = c->argc - 3 - c->nkeys;
+    dlock__acks acks = {c->client->replica_acks, c->client->replica_timeout_ms, -1};
     dlock_status st = dlock__eval_raw(c->client, c->sha, c->body, c->nkeys, c->argv + 3, nargs,
-                                     c->argv + 3 + c->nkeys, c->io_flags, &r, NULL, NULL);
+                                     c->argv + 3 + c->nkeys, c->io_flags, &r, c->acked ? &acks : NULL, NULL);
+    c->acks = acks.acks;
     if (st == DLOCK_OK) st = settle(r);
     finish(c, st, r); /* an error reply goes to the callback too */
 }
@@ -249,9 +261,23 @@ static void on_reply(void *arg, redisReply *reply, const dlock__io_fail *fail, c
     if (slow(c) != DLOCK_OK) finish(c, DLOCK_ERR_SYS, NULL); /* slow() set the message */
 }
 
+static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
+                           int nkeys, const char *const *keys, int nargs, const char *const *args,
+                           dlock_redis_callback *cb, void *arg);
+
 dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char *body, int io_flags, int nkeys,
                               const char *const *keys, int nargs, const char *const *args,
                               dlock_redis_callback *cb, void *arg)
+{
+    return submit(client, sha, body, io_flags, 0, nkeys, keys, nargs, args, cb, arg);
+}
+
+/* Appended to the shared connection (the fast path) or handed to the
+ * slow lane; `acked` calls always take the slow lane (WAIT blocks a
+ * connection). */
+static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
+                           int nkeys, const char *const *keys, int nargs, const char *const *args,
+                           dlock_redis_callback *cb, void *arg)
 {
     int argc = 3 + nkeys + nargs;
     size_t strings = 0;
@@ -264,6 +290,8 @@ dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char
     c->sha = sha;
     c->body = body;
     c->io_flags = io_flags;
+    c->acked = acked;
+    c->acks = -1;
     c->argc = argc;
     c->nkeys = nkeys;
     c->cb = cb;
@@ -296,7 +324,7 @@ dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char
 
     dlock__topo *t = client->topo;
     int node = -1;
-    if (!(io_flags & DLOCK__IO_EXCLUSIVE) && !atomic_load(&t->stale))
+    if (!acked && !(io_flags & DLOCK__IO_EXCLUSIVE) && !atomic_load(&t->stale))
         node = dlock__topo_node_known(t, keys[0], strlen(keys[0]));
     if (node >= 0) {
         c->node = node;
@@ -318,6 +346,14 @@ dlock_status dlock__async_script(dlock_client *client, dlock__script_id id, int 
                                 int nargs, const char *const *args, dlock_redis_callback *cb, void *arg)
 {
     return dlock__async_eval(client, client->sha[id], dlock__script_body(id), 0, nkeys, keys, nargs, args, cb, arg);
+}
+
+dlock_status dlock__async_script_acked(dlock_client *client, dlock__script_id id, int nkeys,
+                                      const char *const *keys, int nargs, const char *const *args,
+                                      dlock_redis_callback *cb, void *arg)
+{
+    return submit(client, client->sha[id], dlock__script_body(id), 0, client->replica_acks > 0, nkeys, keys, nargs,
+                  args, cb, arg);
 }
 
 void dlock__async_ignore(dlock_status st, redisReply *reply, void *arg)

@@ -48,6 +48,16 @@ void dlock__async_end(dlock__async *a);
 dlock_status dlock__async_script(struct dlock_client *client, dlock__script_id id, int nkeys, const char *const *keys,
                                 int nargs, const char *const *args, dlock_redis_callback *cb, void *arg);
 
+/* The same for an acquisition under replica-safe acquire
+ * (client->replica_acks > 0): WAIT follows the script on a connection of
+ * its own, so the call runs in the slow lane; dlock__async_acks() in the
+ * callback gives the replicas that acknowledged it. Without replica-safe
+ * acquire, dlock__async_script(). */
+dlock_status dlock__async_script_acked(struct dlock_client *client, dlock__script_id id, int nkeys,
+                                      const char *const *keys, int nargs, const char *const *args,
+                                      dlock_redis_callback *cb, void *arg);
+long long dlock__async_acks(void);
+
 /* A callback for a call whose answer is of no use (sent and forgotten:
  * a fair waiter leaving the queue). */
 void dlock__async_ignore(dlock_status st, redisReply *reply, void *arg);

@@ -422,6 +422,7 @@ typedef struct lock_async {
     lock_thread *h;
     long lease, before;
     int watchdog, queued;
+    int replica_short; /* the last attempt was undone for want of replicas */
     int64_t sent, since;
     dlock_acquired_fn acquired;
     dlock_released_fn released;
@@ -450,6 +451,9 @@ static void acquire_done(dlock__await *aw, int result)
         h->held.count = op->before;
         st = DLOCK_ERR_SYS;
         dlock__fail(st, "cannot start the watchdog thread");
+    } else if (result == DLOCK__BUSY && op->replica_short) {
+        st = dlock__fail(DLOCK_ERR_REPLICA, "lock '%s': fewer than %d replicas acknowledged it within %d ms; undone",
+                        l->base.name, c->replica_acks, c->replica_timeout_ms);
     } else if (result == DLOCK__BUSY) {
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     }
@@ -481,13 +485,27 @@ static dlock_status async_attempt(dlock__await *aw)
     acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, &ac);
     op->queued |= op->l->fair && aw->wait_ms != 0;
     op->sent = dlock__mono_ms();
-    return dlock__async_script(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args, dlock__await_reply, op);
+    return dlock__async_script_acked(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args,
+                                     dlock__await_reply, op);
 }
 
+/* A replica-short acquisition is undone (sent, not waited for: this is a
+ * library thread) and counts as busy, as in try_again(). */
 static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
 {
     lock_async *op = (lock_async *)aw;
-    return acquire_reply(op->l, op->h, r, -1, retry_ms);
+    dlock_lock *l = op->l;
+    int result = acquire_reply(l, op->h, r, dlock__async_acks(), retry_ms);
+    op->replica_short = result == REPLICA_SHORT;
+    if (!op->replica_short) return result;
+    char lease_s[24], prefix[NAME_PREFIX_MAX];
+    snprintf(lease_s, sizeof lease_s, "%ld", op->lease);
+    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
+    const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
+    const char *args[5] = {op->h->rec.owner, lease_s, "1", l->base.client->publish, prefix};
+    dlock__async_script(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
+                        l->fair ? 5 : 4, args, dlock__async_ignore, NULL);
+    return DLOCK__BUSY;
 }
 
 static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire_done};
@@ -501,8 +519,6 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
     dlock_status st = dlock__check_lease(lease_ms, 3, 1);
     if (st != DLOCK_OK) return st;
     dlock_client *c = l->base.client;
-    if (c->replica_acks > 0)
-        return dlock__fail(DLOCK_ERR_INVALID, "replica-safe acquire (replica_acks) is synchronous only");
     lock_thread *h = async_hold(l, 1);
     if (!h) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     if ((st = dlock__handle_async_claim(&l->base, &h->rec)) != DLOCK_OK) return st;

@@ -785,6 +785,39 @@ static void drain_ends_waits_and_leaves_the_synchronous_api_working(void **state
     dlock_client_free(c);
 }
 
+/* Replica-safe acquire: each attempt is followed by WAIT. A single server
+ * has no replica, so every acquisition is undone (DLOCK_ERR_REPLICA, the
+ * lock left free); Sentinel and Cluster masters have one, so it holds. */
+static void async_replica_safe_acquire_waits_for_replicas(void **state)
+{
+    (void)state;
+    dlock_options o = {0};
+    o.replica_acks = 1;
+    o.replica_timeout_ms = 100;
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "async:replica", &l), DLOCK_OK);
+    done d;
+    done_init(&d);
+    assert_int_equal(dlock_lock_acquire_async(l, 300, DLOCK_LEASE_WATCHDOG, on_acquired, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 10000), 1);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "async:replica", &info), DLOCK_OK);
+    if (server.kind == TH_TARGET_SINGLE) {
+        assert_int_equal(d.st, DLOCK_ERR_REPLICA);
+        assert_non_null(strstr(d.error, "replicas"));
+        assert_int_equal(info.held, 0);
+    } else {
+        if (d.st != DLOCK_OK) fail_msg("acquire_async: %s", d.error);
+        assert_int_equal(info.held, 1);
+        assert_int_equal(info.last_token, d.token);
+        release_ok(l);
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
 /* examples/async_libuv.c, run against the target: every job held the lock
  * once, in order of rising tokens, from one libuv loop. */
 static void libuv_example_runs_every_job_through_the_lock(void **state)
@@ -827,6 +860,7 @@ int main(void)
         cmocka_unit_test(async_semaphore_never_admits_more_holders_than_permits),
         cmocka_unit_test(async_reader_waits_for_the_writer_and_is_woken),
         cmocka_unit_test(drain_ends_waits_and_leaves_the_synchronous_api_working),
+        cmocka_unit_test(async_replica_safe_acquire_waits_for_replicas),
         cmocka_unit_test(libuv_example_runs_every_job_through_the_lock),
     };
     return th_target_run_suite(tests, &server);
