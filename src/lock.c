@@ -305,10 +305,17 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     long before = h->held.count;
 
     struct attempt a = {l, h, lease, 0, 0};
-    int result = try_acquire(l, h, lease, wait_ms != 0, &pttl, &a.sent);
-    a.replica_short = result == REPLICA_SHORT;
-    if (result == REPLICA_SHORT) result = DLOCK__BUSY;
-    if (dlock__should_wait(result, wait_ms)) {
+    int result;
+    /* Bounded barging: a plain newcomer queues behind a waiter of this
+     * process that has waited too long (a fair lock queues anyway). */
+    if (!l->fair && wait_ms != 0 && before == 0 && dlock__wait_defer(l->base.client, l->base.channel)) {
+        result = DLOCK__DEFER;
+    } else {
+        result = try_acquire(l, h, lease, wait_ms != 0, &pttl, &a.sent);
+        a.replica_short = result == REPLICA_SHORT;
+        if (result == REPLICA_SHORT) result = DLOCK__BUSY;
+    }
+    if (result == DLOCK__DEFER || dlock__should_wait(result, wait_ms)) {
         result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->base.channel, deadline,
                                 try_again, &a, result, pttl);
         if (result != DLOCK_OK && l->fair) {

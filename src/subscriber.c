@@ -59,6 +59,7 @@ struct dlock__sub_entry {
     int link;           /* links[] index while not SUB_IDLE, else -1 */
     long permits;       /* wake-ups not yet consumed */
     int64_t idle_since; /* when refs dropped to zero */
+    dlock__sub_watch *waiting; /* enlisted waiters, oldest first */
     pthread_cond_t cond;
     struct dlock__sub_entry *next;
 };
@@ -116,10 +117,25 @@ static void poke(struct dlock__subscriber *s)
     if (write(s->wake_fd, &one, sizeof one) < 0) { /* counter full: already poked */ }
 }
 
-/* Move watch `w` (armed, or new) to the due list, to fire for `why`. */
+/* A sleeping thread's watch: fired by a signal, under mu, with no trip
+ * through the due list. */
+typedef struct thread_watch {
+    dlock__sub_watch w; /* first; fn NULL */
+    pthread_cond_t cv;
+    int fired;
+} thread_watch;
+
+/* Move watch `w` (armed, or new) to the due list, to fire for `why`; a
+ * thread's is woken now. */
 static void make_due(struct dlock__subscriber *s, dlock__sub_watch *w, int why)
 {
     w->woken = why;
+    if (!w->fn) {
+        thread_watch *t = (thread_watch *)w;
+        t->fired = 1;
+        pthread_cond_signal(&t->cv);
+        return;
+    }
     w->next = s->due;
     s->due = w;
 }
@@ -150,10 +166,8 @@ static void grant(struct dlock__subscriber *s, dlock__sub_entry *e, long n)
     long cap = e->refs > 0 ? e->refs : 0;
     e->permits += n;
     if (e->permits > cap) e->permits = cap;
+    (void)n;
     fire_watches(s, e, DLOCK__SUB_MESSAGE);
-    if (e->permits == 0) return;
-    if (n == 1) pthread_cond_signal(&e->cond);
-    else pthread_cond_broadcast(&e->cond);
 }
 
 /* The subscription of `e` is gone from the server's side (or never will be
@@ -551,22 +565,26 @@ int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int6
     return ok;
 }
 
-int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms)
+/* Into the armed list, ordered by `since` (stable: after its equals), so
+ * wake-ups go to the waiter that began waiting first, even when it
+ * retried in vain in between and re-arms behind younger ones. */
+static void insert_armed(struct dlock__subscriber *s, dlock__sub_watch *w)
 {
-    int woken = 1;
-    pthread_mutex_lock(&s->mu);
-    while (e->permits == 0 && !s->stop) {
-        if (dlock__cond_wait_until(&e->cond, &s->mu, deadline_ms) == ETIMEDOUT) {
-            woken = 0;
-            break;
+    dlock__sub_watch **pp = &s->armed;
+    while (*pp && (*pp)->since <= w->since) pp = &(*pp)->next;
+    w->next = *pp;
+    *pp = w;
+}
+
+/* Take `w` out of the armed list; 0 when it was not there (it fired). */
+static int remove_armed(struct dlock__subscriber *s, dlock__sub_watch *w)
+{
+    for (dlock__sub_watch **pp = &s->armed; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            return 1;
         }
-    }
-    if (e->permits > 0) {
-        e->permits--;
-        woken = 1;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return woken;
+    return 0;
 }
 
 void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w, int64_t at_ms,
@@ -584,14 +602,65 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
     } else if (want_ready && e->state == SUB_ACTIVE) {
         make_due(s, w, DLOCK__SUB_READY);
     } else {
-        /* Appended, so a message wakes the watch that waited longest. */
-        dlock__sub_watch **pp = &s->armed;
-        while (*pp) pp = &(*pp)->next;
-        w->next = NULL;
-        *pp = w;
+        insert_armed(s, w);
     }
     pthread_mutex_unlock(&s->mu);
-    poke(s); /* a new timer, or a watch due now */
+    if (w->fn) poke(s); /* a new timer, or a watch due now */
+}
+
+/* A sleeping thread is an armed watch of its own (no timer: it times its
+ * own sleep), so it takes its turn among the watches by `since`. */
+int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since)
+{
+    int woken = 1;
+    thread_watch t;
+    memset(&t, 0, sizeof t);
+    t.w.e = e;
+    t.w.at = INT64_MAX;
+    t.w.since = since;
+    pthread_mutex_lock(&s->mu);
+    if (e->permits > 0) {
+        e->permits--;
+    } else if (!s->stop) {
+        dlock__cond_init(&t.cv);
+        insert_armed(s, &t.w);
+        while (!t.fired && !s->stop)
+            if (dlock__cond_wait_until(&t.cv, &s->mu, deadline_ms) == ETIMEDOUT) break;
+        if (!t.fired && remove_armed(s, &t.w)) woken = s->stop;
+        pthread_cond_destroy(&t.cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return woken;
+}
+
+void dlock__sub_enlist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w)
+{
+    pthread_mutex_lock(&s->mu);
+    dlock__sub_watch **pp = &e->waiting;
+    while (*pp && (*pp)->since <= w->since) pp = &(*pp)->wnext;
+    w->wnext = *pp;
+    *pp = w;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dlock__sub_delist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w)
+{
+    pthread_mutex_lock(&s->mu);
+    for (dlock__sub_watch **pp = &e->waiting; *pp; pp = &(*pp)->wnext)
+        if (*pp == w) {
+            *pp = w->wnext;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+}
+
+int64_t dlock__sub_oldest(struct dlock__subscriber *s, const char *channel)
+{
+    pthread_mutex_lock(&s->mu);
+    dlock__sub_entry *e = find(s, channel, strlen(channel));
+    int64_t oldest = e && e->waiting ? e->waiting->since : -1;
+    pthread_mutex_unlock(&s->mu);
+    return oldest;
 }
 
 int dlock__sub_ready(struct dlock__subscriber *s, dlock__sub_entry *e)

@@ -22,8 +22,10 @@ dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *chann
 int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms);
 
 /* Sleep until a message on the channel wakes this thread (1) or the
- * deadline passes (0). Each message wakes as many threads as it names. */
-int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms);
+ * deadline passes (0). Each message wakes as many waiters as it names,
+ * those that began waiting (`since`, monotonic ms) first: a waiter that
+ * retried in vain and sleeps again keeps its place. */
+int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since);
 
 /*
  * Waiting without a thread, for the asynchronous acquire: a watch armed on
@@ -43,13 +45,26 @@ struct dlock__sub_watch {
     dlock__sub_fire_fn *fn;
     dlock__sub_entry *e;
     int64_t at;           /* fire by then (monotonic ms) */
+    int64_t since;        /* when its wait began: the older, the sooner woken */
     int want_ready;       /* fire when the subscription is confirmed */
     int woken;            /* why it fired */
     dlock__sub_watch *next; /* in the armed or the due list */
+    dlock__sub_watch *wnext; /* in its entry's list of waiters (dlock__sub_enlist) */
 };
 
 void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w, int64_t at_ms,
                    int want_ready);
+
+/* A waiter counts on its entry for its whole wait, awake or asleep, from
+ * enlist to delist (`w` only needs `since`): what dlock__sub_oldest()
+ * reports. */
+void dlock__sub_enlist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w);
+void dlock__sub_delist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w);
+
+/* When the longest wait on `channel` in this client began (monotonic
+ * ms), -1 when nobody waits on it: lets a newcomer see that it would
+ * barge ahead of an old waiter. */
+int64_t dlock__sub_oldest(struct dlock__subscriber *s, const char *channel);
 
 /* 1 while the entry's subscription is confirmed. */
 int dlock__sub_ready(struct dlock__subscriber *s, dlock__sub_entry *e);

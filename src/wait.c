@@ -26,8 +26,12 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
     if (!sub) return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
     dlock__sub_entry *e = dlock__sub_join(sub, channel);
     if (!e) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    int result = first;
+    int defer = first == DLOCK__DEFER;
+    int result = defer ? DLOCK__BUSY : first;
     long backoff = 0;
+    dlock__sub_watch me = {0};
+    me.since = dlock__mono_ms();
+    dlock__sub_enlist(sub, e, &me);
     for (;;) {
         int64_t now = dlock__mono_ms();
         if (deadline_ms >= 0 && now >= deadline_ms) break;
@@ -35,9 +39,19 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
         if (deadline_ms >= 0 && ready_by > deadline_ms) ready_by = deadline_ms;
         int subscribed = dlock__sub_wait_ready(sub, e, ready_by);
 
+        int64_t until;
+        if (defer && subscribed) {
+            /* Older waiters are in line: one of them is woken by the next
+             * release, then this one in its turn. */
+            defer = 0;
+            until = now + SAFETY_NET_MS;
+            if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
+            if (dlock__sub_wait(sub, e, until, me.since)) dlock__stats_woken(&client->stats, kind);
+            continue;
+        }
+        defer = 0;
         result = try(ctx, &retry_ms);
         now = dlock__mono_ms();
-        int64_t until;
         if (result == DLOCK_OK) {
             break;
         } else if (result == DLOCK_ERR_CONNECT) {
@@ -51,10 +65,27 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
         }
         if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-        if (until > now && dlock__sub_wait(sub, e, until)) dlock__stats_woken(&client->stats, kind);
+        if (until > now && dlock__sub_wait(sub, e, until, me.since)) dlock__stats_woken(&client->stats, kind);
     }
+    dlock__sub_delist(sub, e, &me);
     dlock__sub_leave(sub, e);
     return result;
+}
+
+/* Why a bound and not strict order: a releaser that takes the lock again
+ * at once (barging) saves a wake-up per pair and keeps throughput up, but
+ * unbounded it starves the waiters (a tail of many times the mean). Past
+ * the bound, the process's newcomers queue, and the waiters are served in
+ * the order they came (the subscriber wakes the oldest first). Other
+ * processes are not bound by it. */
+int dlock__wait_defer(dlock_client *client, const char *channel)
+{
+    pthread_mutex_lock(&client->mu);
+    struct dlock__subscriber *sub = client->sub;
+    pthread_mutex_unlock(&client->mu);
+    if (!sub) return 0;
+    int64_t oldest = dlock__sub_oldest(sub, channel);
+    return oldest >= 0 && dlock__mono_ms() - oldest > DLOCK__BARGE_MS;
 }
 
 /* ------------------------------------------------------------------------
@@ -67,7 +98,10 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
 
 static void await_end(dlock__await *w, int result)
 {
-    if (w->e) dlock__sub_leave(w->sub, w->e);
+    if (w->e) {
+        dlock__sub_delist(w->sub, w->e, &w->watch);
+        dlock__sub_leave(w->sub, w->e);
+    }
     w->e = NULL;
     w->ops->done(w, result);
 }
@@ -97,6 +131,7 @@ static void await_step(dlock__await *w, int result)
             await_end(w, dlock__fail(DLOCK_ERR_NOMEM, "out of memory"));
             return;
         }
+        dlock__sub_enlist(w->sub, w->e, &w->watch);
         until = now + 1000; /* as dlock__sub_wait_ready() above */
         want_ready = 1;
     } else if (result == DLOCK_ERR_CONNECT) {
@@ -146,6 +181,7 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     w->channel = channel;
     w->wait_ms = wait_ms;
     w->deadline = dlock__deadline(wait_ms);
+    w->watch.since = dlock__mono_ms();
     w->backoff = 0;
     w->e = NULL;
     return ops->send(w);

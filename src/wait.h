@@ -25,6 +25,18 @@ static inline long dlock__wait_backoff(long backoff)
 /* Result of one attempt besides DLOCK_OK and failures: not available yet. */
 #define DLOCK__BUSY 1
 
+/* `first` of dlock__wait_for() when no attempt was made: the caller
+ * defers to older waiters of its process (dlock__wait_defer()). */
+#define DLOCK__DEFER 2
+
+/* How long a waiter may wait before the newcomers of its process stop
+ * trying first and queue behind it (bounded barging). */
+#define DLOCK__BARGE_MS 2
+
+/* 1 when a waiter of this client on `channel` has waited longer than
+ * DLOCK__BARGE_MS: a newcomer should queue behind it rather than try. */
+int dlock__wait_defer(dlock_client *client, const char *channel);
+
 /*
  * One attempt to take whatever the caller waits for. Returns DLOCK_OK when
  * taken, DLOCK__BUSY when not (setting *retry_ms to how long the current
@@ -46,7 +58,9 @@ static inline int dlock__should_wait(int result, long wait_ms)
 /*
  * Wait on `channel` and call `try` until it succeeds, fails hard, or
  * `deadline_ms` (-1: none) passes. The caller has already made one attempt,
- * which came to `first` (DLOCK__BUSY with `retry_ms`, or DLOCK_ERR_CONNECT).
+ * which came to `first` (DLOCK__BUSY with `retry_ms`, or DLOCK_ERR_CONNECT),
+ * or none (DLOCK__DEFER): then it sleeps first, in line behind the older
+ * waiters, until a release wakes it.
  * Connection failures are waited out with backoff until the deadline. At
  * the deadline the last attempt's result is returned: DLOCK__BUSY when the
  * resource was taken, DLOCK_ERR_CONNECT when the server could not be

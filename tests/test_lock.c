@@ -559,6 +559,51 @@ static void release_wakes_a_waiter_at_once(void **state)
     dlock_client_free(c1);
 }
 
+/* Bounded barging: a holder that releases and at once asks again (the
+ * loop of every worker) must queue behind a thread of its process that
+ * has waited past the bound, and the waiter gets the lock first. Without
+ * the bound the releaser's new attempt reaches Redis before the waiter,
+ * woken by the release message, can retry, and wins nearly every time:
+ * five rounds make that a near-certain failure. */
+struct barge_waiter {
+    dlock_lock *l;
+    atomic_llong got_at;
+    dlock_status status;
+};
+
+static void *barge_waiter_main(void *arg)
+{
+    struct barge_waiter *w = arg;
+    w->status = dlock_lock_acquire(w->l, 10000, 30000, NULL);
+    atomic_store(&w->got_at, th_now_ms());
+    usleep(20000);
+    if (w->status == DLOCK_OK) dlock_lock_release(w->l);
+    return NULL;
+}
+
+static void a_releaser_asking_again_queues_behind_an_old_waiter(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *l = th_lock_new(c, "barge");
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+        struct barge_waiter w = {l, 0, DLOCK_ERR_INVALID};
+        pthread_t th;
+        pthread_create(&th, NULL, barge_waiter_main, &w);
+        usleep(100000); /* the waiter sleeps on the channel, well past the bound */
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        assert_int_equal(dlock_lock_acquire(l, 10000, 30000, NULL), DLOCK_OK);
+        int barged = atomic_load(&w.got_at) == 0; /* the waiter has not had it yet */
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        pthread_join(th, NULL);
+        if (barged) fail_msg("round %d: the releaser barged ahead of a waiter of 100 ms", i);
+        assert_int_equal(w.status, DLOCK_OK);
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
 /* The release comes after the waiter's failed try but before its
  * subscription is active (the proxy holds the SUBSCRIBE back for 300 ms):
  * the message is published to nobody. The waiter must still get the lock
@@ -940,6 +985,7 @@ int main(void)
         cmocka_unit_test(wait_gives_up_after_its_wait_time),
         cmocka_unit_test(release_wakes_a_waiter_at_once),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
+        cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),
         cmocka_unit_test(waiter_acquires_after_redis_restart),
         cmocka_unit_test(script_flush_does_not_break_the_lock),
         cmocka_unit_test(threads_sharing_a_client_exclude_each_other),
