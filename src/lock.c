@@ -9,6 +9,8 @@
  *   dlock:{NAME}        hash: owner, count (re-entries), token (fencing)
  *   dlock:{NAME}:fence  last fencing token handed out; never expires
  *   dlock:{NAME}:ch     channel on which releases wake waiters
+ *   dlock:{NAME}:w      processes waiting (plain lock; see acquire.lua)
+ *   dlock:{NAME}:r      the process a release woke, for RESERVE_MS
  *
  * The owner is "<client id>:<thread number>:<handle number>", so holds
  * belong to threads as with a reentrant mutex, and to one handle: two
@@ -38,6 +40,11 @@
 #include "util.h"
 #include "wait.h"
 
+/* How long a release keeps the lock for the process it woke (acquire.lua):
+ * long enough for the message, two wake-ups and a round trip on a busy
+ * machine, short enough that a process that died costs little. */
+#define RESERVE_MS "20"
+
 /* Room for "dlock:{NAME}:ch:" with the longest name. */
 #define NAME_PREFIX_MAX 600
 
@@ -56,6 +63,7 @@ struct dlock_lock {
     dlock__handle base; /* first: client, name, keys, threads, callback, floor */
     int fair;
     char *queue, *queue_deadlines; /* fair locks only */
+    char *waiters, *woken;         /* plain locks: the waiting processes, the one woken */
 };
 
 /* The metrics count the two kinds apart: their waits differ by design. */
@@ -104,7 +112,8 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     if (st != DLOCK_OK) return st;
     dlock_lock *l = (dlock_lock *)h;
     l->fair = fair;
-    if (fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")))) {
+    if ((fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")))) ||
+        (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r"))))) {
         dlock_lock_free(l);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
@@ -128,6 +137,8 @@ void dlock_lock_free(dlock_lock *l)
     dlock__handle_destroy(&l->base, thread_drop);
     free(l->queue);
     free(l->queue_deadlines);
+    free(l->waiters);
+    free(l->woken);
     free(l);
 }
 
@@ -180,7 +191,10 @@ typedef struct acquire_call {
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
 } acquire_call;
 
-static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int queue, acquire_call *c)
+/* `queue`: the caller will wait if the lock is busy (a fair waiter joins
+ * the queue, a plain one registers its process: acquire.lua);
+ * `enlisted`: the caller is one of the waiters on the channel already. */
+static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, acquire_call *c)
 {
     snprintf(c->lease_s, sizeof c->lease_s, "%ld", lease);
     dlock__fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), c->floor_s);
@@ -197,11 +211,20 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
         c->nkeys = 4;
         c->nargs = 8;
     } else {
-        const char *args[4] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s};
+        /* Only a waiter registers its process: a first attempt that finds
+         * the lock busy registers at its next, once subscribed, and one
+         * that finds it free has nothing to undo. */
+        dlock_client *client = l->base.client;
+        int registers = queue && enlisted;
+        int others = registers ? dlock__wait_count(client, l->base.channel) - 1 : 0;
+        const char *args[7] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s, client->id, c->timeout_s,
+                               !registers ? "0" : others > 0 ? "2" : "1"};
         memcpy(c->args, args, sizeof args);
+        c->keys[2] = l->waiters;
+        c->keys[3] = l->woken;
         c->script = DLOCK__SCRIPT_ACQUIRE;
-        c->nkeys = 2;
-        c->nargs = 4;
+        c->nkeys = 4;
+        c->nargs = 7;
     }
 }
 
@@ -233,10 +256,11 @@ static int acquire_reply(dlock_lock *l, lock_thread *h, const redisReply *r, lon
 
 /* One run of acquire.lua: acquire_reply()'s results, with a replica-short
  * acquisition undone. */
-static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, long *pttl, int64_t *sent)
+static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, long *pttl,
+                       int64_t *sent)
 {
     acquire_call c;
-    acquire_call_make(l, h, lease, queue, &c);
+    acquire_call_make(l, h, lease, queue, enlisted, &c);
     redisReply *r;
     long long acks;
     *sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
@@ -267,7 +291,7 @@ struct attempt {
 static int try_again(void *ctx, long *retry_ms)
 {
     struct attempt *a = ctx;
-    int r = try_acquire(a->l, a->h, a->lease, 1, retry_ms, &a->sent);
+    int r = try_acquire(a->l, a->h, a->lease, 1, 1, retry_ms, &a->sent);
     a->replica_short = r == REPLICA_SHORT;
     return a->replica_short ? DLOCK__BUSY : r;
 }
@@ -283,6 +307,17 @@ static void fair_leave(dlock_lock *l, lock_thread *h)
     const char *args[3] = {h->rec.owner, l->base.client->publish, prefix};
     long long n;
     dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
+}
+
+/* The last waiter of this process on a plain lock gave up: the process
+ * leaves the set of waiting processes (waiter_leave.lua). Best effort: if
+ * this fails, its registration runs out by itself. */
+static void waiter_leave(dlock_lock *l)
+{
+    const char *keys[1] = {l->waiters};
+    const char *args[1] = {l->base.client->id};
+    long long n;
+    dlock__eval_int(l->base.client, DLOCK__SCRIPT_WAITER_LEAVE, 1, keys, 1, args, &n);
 }
 
 static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
@@ -311,19 +346,20 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     if (!l->fair && wait_ms != 0 && before == 0 && dlock__wait_defer(l->base.client, l->base.channel)) {
         result = DLOCK__DEFER;
     } else {
-        result = try_acquire(l, h, lease, wait_ms != 0, &pttl, &a.sent);
+        result = try_acquire(l, h, lease, wait_ms != 0, 0, &pttl, &a.sent);
         a.replica_short = result == REPLICA_SHORT;
         if (result == REPLICA_SHORT) result = DLOCK__BUSY;
     }
     if (result == DLOCK__DEFER || dlock__should_wait(result, wait_ms)) {
         result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->base.channel, deadline,
                                 try_again, &a, result, pttl);
-        if (result != DLOCK_OK && l->fair) {
+        if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->base.channel) == 0)) {
             dlock_status keep = (dlock_status)result;
             char why[512];
             snprintf(why, sizeof why, "%s", dlock_last_error());
-            fair_leave(l, h);
-            dlock__fail(keep, "%s", why); /* the reason, not fair_leave's */
+            if (l->fair) fair_leave(l, h);
+            else waiter_leave(l);
+            dlock__fail(keep, "%s", why); /* the reason, not the leave's */
         }
     }
     if (result == DLOCK__BUSY && a.replica_short) return DLOCK_ERR_REPLICA; /* message set by try_acquire */
@@ -353,8 +389,8 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
 /* The keys and arguments of one run of release.lua (fair_release.lua). */
 typedef struct release_call {
     dlock__script_id script;
-    int nargs;
-    const char *keys[2], *args[5];
+    int nkeys, nargs;
+    const char *keys[4], *args[5];
     char lease_s[24], count_s[24], prefix[NAME_PREFIX_MAX];
 } release_call;
 
@@ -365,10 +401,15 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
     snprintf(c->prefix, sizeof c->prefix, "%s:", l->base.channel);
     c->keys[0] = l->base.key;
     c->keys[1] = l->fair ? l->queue : l->base.channel;
-    const char *args[5] = {h->rec.owner, c->lease_s, c->count_s, l->base.client->publish, c->prefix};
+    c->keys[2] = l->waiters;
+    c->keys[3] = l->woken;
+    /* release.lua's ARGV[5] is the reservation; fair_release.lua's the prefix */
+    const char *args[5] = {h->rec.owner, c->lease_s, c->count_s, l->base.client->publish,
+                           l->fair ? c->prefix : RESERVE_MS};
     memcpy(c->args, args, sizeof args);
     c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
-    c->nargs = l->fair ? 5 : 4;
+    c->nkeys = l->fair ? 2 : 4;
+    c->nargs = 5;
 }
 
 /* What release.lua answered, from a send that was `retried`: the hold's
@@ -395,7 +436,7 @@ dlock_status dlock_lock_release(dlock_lock *l)
     release_call_make(l, h, &rc);
     redisReply *r;
     int retried;
-    dlock_status st = dlock__eval(c, rc.script, 2, rc.keys, rc.nargs, rc.args, &r, &retried);
+    dlock_status st = dlock__eval(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, &retried);
     if (st != DLOCK_OK) {
         dlock__held_release_failed(c, &h->held);
         return st; /* hold unchanged: the caller may try again */
@@ -454,7 +495,7 @@ static void acquire_done(dlock__await *aw, int result)
         dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
         release_call rc;
         release_call_make(l, h, &rc);
-        dlock__async_script(c, rc.script, 2, rc.keys, rc.nargs, rc.args, dlock__async_ignore, NULL);
+        dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, dlock__async_ignore, NULL);
         h->held.count = op->before;
         st = DLOCK_ERR_SYS;
         dlock__fail(st, "cannot start the watchdog thread");
@@ -464,14 +505,18 @@ static void acquire_done(dlock__await *aw, int result)
     } else if (result == DLOCK__BUSY) {
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     }
-    if (st != DLOCK_OK && l->fair && op->queued) {
+    if (st != DLOCK_OK && op->queued &&
+        (l->fair || dlock__wait_count(c, l->base.channel) == 0)) { /* as lock_acquire() */
         char why[512];
         snprintf(why, sizeof why, "%s", dlock_last_error());
         char prefix[NAME_PREFIX_MAX];
         snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
         const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
         const char *args[3] = {h->rec.owner, c->publish, prefix};
-        dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, dlock__async_ignore, NULL);
+        const char *wkeys[1] = {l->waiters};
+        const char *wargs[1] = {c->id};
+        if (l->fair) dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, dlock__async_ignore, NULL);
+        else dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 1, wkeys, 1, wargs, dlock__async_ignore, NULL);
         dlock__fail(st, "%s", why); /* the reason, not the leave's */
     }
     dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);
@@ -489,8 +534,8 @@ static dlock_status async_attempt(dlock__await *aw)
 {
     lock_async *op = (lock_async *)aw;
     acquire_call ac;
-    acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, &ac);
-    op->queued |= op->l->fair && aw->wait_ms != 0;
+    acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, aw->e != NULL, &ac);
+    op->queued |= aw->wait_ms != 0 && (op->l->fair || aw->e != NULL); /* as acquire_call_make() */
     op->sent = dlock__mono_ms();
     return dlock__async_script_acked(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args,
                                      dlock__await_reply, op);
@@ -594,7 +639,7 @@ dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void 
         op->arg = arg;
         release_call rc;
         release_call_make(l, h, &rc);
-        if ((st = dlock__async_script(c, rc.script, 2, rc.keys, rc.nargs, rc.args, on_release_reply, op)) == DLOCK_OK)
+        if ((st = dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, on_release_reply, op)) == DLOCK_OK)
             return DLOCK_OK;
         dlock__held_release_failed(c, &h->held);
     }

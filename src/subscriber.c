@@ -303,7 +303,10 @@ static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
     if (strcmp(kind, "message") == 0) {
         const redisReply *p = r->element[2];
         long n = 1;
+        size_t idlen = strlen(s->client->id);
         if (p->type == REDIS_REPLY_STRING && p->len == 1 && p->str[0] == '*') n = e->refs;
+        else if (p->type == REDIS_REPLY_STRING && p->len == idlen) /* a release for one process (release.lua) */
+            n = memcmp(p->str, s->client->id, idlen) == 0;
         else if (p->type == REDIS_REPLY_STRING) n = strtol(p->str, NULL, 10);
         if (n > 0) grant(s, e, n);
     } else if (strcmp(kind, "subscribe") == 0 && e->state == SUB_SENT) {
@@ -652,6 +655,16 @@ void dlock__sub_delist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__
             break;
         }
     pthread_mutex_unlock(&s->mu);
+}
+
+int dlock__sub_waiting(struct dlock__subscriber *s, const char *channel)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    dlock__sub_entry *e = find(s, channel, strlen(channel));
+    for (dlock__sub_watch *w = e ? e->waiting : NULL; w; w = w->wnext) n++;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 int64_t dlock__sub_oldest(struct dlock__subscriber *s, const char *channel)

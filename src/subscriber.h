@@ -61,6 +61,9 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
 void dlock__sub_enlist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w);
 void dlock__sub_delist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w);
 
+/* How many waiters of this client are enlisted on `channel`. */
+int dlock__sub_waiting(struct dlock__subscriber *s, const char *channel);
+
 /* When the longest wait on `channel` in this client began (monotonic
  * ms), -1 when nobody waits on it: lets a newcomer see that it would
  * barge ahead of an old waiter. */

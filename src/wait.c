@@ -78,6 +78,14 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
  * the bound, the process's newcomers queue, and the waiters are served in
  * the order they came (the subscriber wakes the oldest first). Other
  * processes are not bound by it. */
+int dlock__wait_count(dlock_client *client, const char *channel)
+{
+    pthread_mutex_lock(&client->mu);
+    struct dlock__subscriber *sub = client->sub;
+    pthread_mutex_unlock(&client->mu);
+    return sub ? dlock__sub_waiting(sub, channel) : 0;
+}
+
 int dlock__wait_defer(dlock_client *client, const char *channel)
 {
     pthread_mutex_lock(&client->mu);

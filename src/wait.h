@@ -37,6 +37,10 @@ static inline long dlock__wait_backoff(long backoff)
  * DLOCK__BARGE_MS: a newcomer should queue behind it rather than try. */
 int dlock__wait_defer(dlock_client *client, const char *channel);
 
+/* How many of this client's threads and asynchronous acquisitions wait
+ * on `channel` now (0 when none has ever waited). */
+int dlock__wait_count(dlock_client *client, const char *channel);
+
 /*
  * One attempt to take whatever the caller waits for. Returns DLOCK_OK when
  * taken, DLOCK__BUSY when not (setting *retry_ms to how long the current

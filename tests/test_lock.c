@@ -604,6 +604,61 @@ static void a_releaser_asking_again_queues_behind_an_old_waiter(void **state)
     dlock_client_free(c);
 }
 
+/* Across processes: a release wakes one waiting process, the one that
+ * has waited (retried) least recently, not every subscribed process.
+ * Four child processes start waiting 150 ms apart on a lock the parent
+ * holds; each, once it has the lock, appends its number to a list and
+ * holds it 100 ms. After the parent's release they must come in the order
+ * they began, and every hand-off must cost the server one acquire that
+ * works (the EVALSHA count is at most releases + acquisitions + the
+ * waiters' first tries and one retry each once subscribed). Woken all at
+ * once, three would retry in vain at each hand-off and the newest could
+ * come first. */
+static void a_release_wakes_the_process_that_waited_longest(void **state)
+{
+    (void)state;
+    enum { CHILDREN = 4 };
+    dlock_client *c = new_client(0);
+    dlock_lock *l = th_lock_new(c, "herd");
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    for (int i = 0; i < CHILDREN; i++) {
+        if (fork() == 0) {
+            dlock_client *cc = th_lock_client(server.url, 0);
+            dlock_lock *cl;
+            redisContext *rc = th_target_connect(&server, "{herd}");
+            if (!cc || !rc || dlock_lock_new(cc, "herd", &cl)) _exit(2);
+            if (dlock_lock_acquire(cl, 20000, 10000, NULL) != DLOCK_OK) _exit(3);
+            freeReplyObject(redisCommand(rc, "RPUSH {herd}:order %d", i));
+            usleep(100000);
+            if (dlock_lock_release(cl) != DLOCK_OK) _exit(4);
+            redisFree(rc);
+            dlock_lock_free(cl);
+            dlock_client_free(cc);
+            _exit(0);
+        }
+        usleep(150000);
+    }
+    long long before = th_target_calls(&server, "evalsha");
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    wait_children(CHILDREN);
+    long long calls = th_target_calls(&server, "evalsha") - before;
+    redisReply *r = th_target_cmd(&server, "{herd}", "LRANGE {herd}:order 0 -1");
+    assert_non_null(r);
+    assert_int_equal(r->elements, CHILDREN);
+    char order[16] = "", want[16] = "";
+    for (int i = 0; i < CHILDREN; i++) {
+        snprintf(order + strlen(order), sizeof order - strlen(order), "%s", r->element[i]->str);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%d", i);
+    }
+    freeReplyObject(r);
+    if (strcmp(order, want) != 0) fail_msg("processes got the lock in the order %s, not %s", order, want);
+    /* 1 parent release + 4 acquisitions + 4 releases, and slack for a
+     * safety-net retry or two; a herd would add 3 + 2 + 1 in vain. */
+    if (calls > 11) fail_msg("%lld EVALSHA calls for %d hand-offs", calls, CHILDREN);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
 /* The release comes after the waiter's failed try but before its
  * subscription is active (the proxy holds the SUBSCRIBE back for 300 ms):
  * the message is published to nobody. The waiter must still get the lock
@@ -986,6 +1041,7 @@ int main(void)
         cmocka_unit_test(release_wakes_a_waiter_at_once),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),
+        cmocka_unit_test(a_release_wakes_the_process_that_waited_longest),
         cmocka_unit_test(waiter_acquires_after_redis_restart),
         cmocka_unit_test(script_flush_does_not_break_the_lock),
         cmocka_unit_test(threads_sharing_a_client_exclude_each_other),

@@ -6,14 +6,19 @@
 -- ARGV[2]  lease in milliseconds, restored while holds remain
 -- ARGV[3]  holds the caller has before this release (at least 1)
 -- ARGV[4]  "publish", or "spublish" on Redis Cluster
+-- KEYS[3]  (optional) waiting processes "dlock:{name}:w" (see acquire.lua)
+-- KEYS[4]  (optional, with KEYS[3]) "dlock:{name}:r": the woken process
+-- ARGV[5]  how long (ms) the woken process has the lock to itself
 --
 -- Returns -1 when ARGV[1] is not the owner (nothing is changed: the hold
 -- expired and someone else may own the lock now), else the holds left.
 -- The count is set from ARGV[3] rather than decremented so that a resend
--- after a lost reply cannot release twice. When the last hold goes, one
--- waiter per subscribed process is woken through the channel ("1"); a
--- resend of that last release returns -1, which the caller that knows it
--- resent (src/lock.c) reads as done.
+-- after a lost reply cannot release twice. When the last hold goes, the
+-- waiting process that retried least recently is woken: the message is
+-- its client id, and it leaves the set (a retry in vain registers it
+-- again); with none registered, one waiter per subscribed process ("1").
+-- A resend of that last release returns -1, which the caller that knows
+-- it resent (src/lock.c) reads as done.
 
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
@@ -25,5 +30,18 @@ if left > 0 then
     return left
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[4], KEYS[2], '1')
+local wake = '1'
+if KEYS[3] then
+    local t = redis.call('TIME')
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0)
+    if first[1] then
+        wake = first[1]
+        redis.call('ZREM', KEYS[3], wake)
+        if KEYS[4] then
+            redis.call('SET', KEYS[4], wake, 'PX', ARGV[5])
+        end
+    end
+end
+redis.call(ARGV[4], KEYS[2], wake)
 return 0
