@@ -8,8 +8,12 @@
  * lock once more (a release published before the subscription took effect
  * would otherwise be missed), and only then sleeps. Releases publish on the
  * channel; this thread turns each message into "permits" on the channel's
- * entry and wakes that many sleeping threads, so one release wakes one
- * waiter of the process instead of the whole herd.
+ * entry and wakes that many sleepers, so one release wakes one waiter of
+ * the process instead of the whole herd: the one that began waiting first.
+ * A message naming another client (release.lua wakes one process) wakes
+ * nobody here. Every sleeper is a watch (subscriber.h): a thread asleep on
+ * a condition variable of its own, or an asynchronous acquire whose next
+ * attempt this thread sends when the watch fires.
  *
  * The connections are owned by this thread alone: other threads never
  * write to them. They change the channel table under `mu` and poke an
@@ -160,13 +164,14 @@ static void fire_watches(struct dlock__subscriber *s, dlock__sub_entry *e, int w
 }
 
 /* Add wake-ups to an entry; never more than there are waiters, or a burst
- * of releases nobody slept through would cause as many useless retries. */
+ * of releases nobody slept through would cause as many useless retries.
+ * They go to the armed watches (sleeping threads among them) oldest first;
+ * what is left waits for the next to arm. */
 static void grant(struct dlock__subscriber *s, dlock__sub_entry *e, long n)
 {
     long cap = e->refs > 0 ? e->refs : 0;
     e->permits += n;
     if (e->permits > cap) e->permits = cap;
-    (void)n;
     fire_watches(s, e, DLOCK__SUB_MESSAGE);
 }
 
