@@ -64,6 +64,7 @@ struct dlock_lock {
     int fair;
     char *queue, *queue_deadlines; /* fair locks only */
     char *waiters, *woken;         /* plain locks: the waiting processes, the one woken */
+    char *wait_channel;            /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
 };
 
 /* The metrics count the two kinds apart: their waits differ by design. */
@@ -113,7 +114,9 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     dlock_lock *l = (dlock_lock *)h;
     l->fair = fair;
     if ((fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")))) ||
-        (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r"))))) {
+        (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
+                   asprintf(&l->wait_channel, "%s:%s", l->base.channel, client->id) < 0))) {
+        l->wait_channel = NULL;
         dlock_lock_free(l);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
@@ -139,6 +142,7 @@ void dlock_lock_free(dlock_lock *l)
     free(l->queue_deadlines);
     free(l->waiters);
     free(l->woken);
+    free(l->wait_channel);
     free(l);
 }
 
@@ -216,7 +220,7 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
          * that finds it free has nothing to undo. */
         dlock_client *client = l->base.client;
         int registers = queue && enlisted;
-        int others = registers ? dlock__wait_count(client, l->base.channel) - 1 : 0;
+        int others = registers ? dlock__wait_count(client, l->wait_channel) - 1 : 0;
         const char *args[7] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s, client->id, c->timeout_s,
                                !registers ? "0" : others > 0 ? "2" : "1"};
         memcpy(c->args, args, sizeof args);
@@ -343,7 +347,7 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     int result;
     /* Bounded barging: a plain newcomer queues behind a waiter of this
      * process that has waited too long (a fair lock queues anyway). */
-    if (!l->fair && wait_ms != 0 && before == 0 && dlock__wait_defer(l->base.client, l->base.channel)) {
+    if (!l->fair && wait_ms != 0 && before == 0 && dlock__wait_defer(l->base.client, l->wait_channel)) {
         result = DLOCK__DEFER;
     } else {
         result = try_acquire(l, h, lease, wait_ms != 0, 0, &pttl, &a.sent);
@@ -351,9 +355,9 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         if (result == REPLICA_SHORT) result = DLOCK__BUSY;
     }
     if (result == DLOCK__DEFER || dlock__should_wait(result, wait_ms)) {
-        result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->base.channel, deadline,
+        result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->wait_channel, deadline,
                                 try_again, &a, result, pttl);
-        if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->base.channel) == 0)) {
+        if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->wait_channel) == 0)) {
             dlock_status keep = (dlock_status)result;
             char why[512];
             snprintf(why, sizeof why, "%s", dlock_last_error());
@@ -506,7 +510,7 @@ static void acquire_done(dlock__await *aw, int result)
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     }
     if (st != DLOCK_OK && op->queued &&
-        (l->fair || dlock__wait_count(c, l->base.channel) == 0)) { /* as lock_acquire() */
+        (l->fair || dlock__wait_count(c, l->wait_channel) == 0)) { /* as lock_acquire() */
         char why[512];
         snprintf(why, sizeof why, "%s", dlock_last_error());
         char prefix[NAME_PREFIX_MAX];
@@ -589,7 +593,7 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             op->since = dlock__stats_clock();
             op->acquired = cb;
             op->arg = arg;
-            const char *channel = l->fair ? h->wake_channel : l->base.channel;
+            const char *channel = l->fair ? h->wake_channel : l->wait_channel;
             st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms);
             if (st == DLOCK_OK) return DLOCK_OK;
             free(op);
@@ -705,15 +709,15 @@ dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lo
 
 /* Every lock kind keeps all its holds in one hash, so one script breaks
  * any of them: delete the hash, wake its waiters with `wake`. */
-dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
-                                     int *was_held)
+dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *waiters,
+                                     const char *wake, int *was_held)
 {
     dlock__op op;
     dlock__op_new(client, key, &op);
-    const char *keys[3] = {key, channel, op.key};
+    const char *keys[4] = {key, channel, op.key, waiters};
     const char *args[4] = {client->publish, op.seq, op.ttl, wake};
     long long deleted = 0;
-    dlock_status st = dlock__eval_int(client, DLOCK__SCRIPT_FORCE_UNLOCK, 3, keys, 4, args, &deleted);
+    dlock_status st = dlock__eval_int(client, DLOCK__SCRIPT_FORCE_UNLOCK, waiters ? 4 : 3, keys, 4, args, &deleted);
     if (st == DLOCK_OK && was_held) *was_held = deleted == 1;
     return st;
 }
@@ -723,7 +727,10 @@ dlock_status dlock_lock_force_unlock(dlock_client *client, const char *name, int
     if (was_held) *was_held = 0;
     dlock__handle h;
     dlock_status st = dlock__handle_init(&h, client, name, &lock_keys);
-    if (st == DLOCK_OK) st = dlock__force_unlock_hash(client, h.key, h.channel, "1", was_held);
+    char *waiters = st == DLOCK_OK ? dlock__key(name, ":w") : NULL;
+    if (st == DLOCK_OK && !waiters) st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (st == DLOCK_OK) st = dlock__force_unlock_hash(client, h.key, h.channel, waiters, "1", was_held);
+    free(waiters);
     dlock__handle_destroy(&h, NULL);
     return st;
 }

@@ -8,9 +8,10 @@
 dlock_client *dlock__lock_client(const dlock_lock *lock);
 
 /* Force unlock of one lock hash (`key`, waking waiters on `channel` with
- * `wake`: "1" for one per process, "*" for all); shared by the plain and
- * the read-write lock. */
-dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *wake,
-                                     int *was_held);
+ * `wake`: "1" for one per process, "*" for all, and with `waiters` (may be
+ * NULL), the plain lock's waiting processes on their own channels);
+ * shared by the plain and the read-write lock. */
+dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *waiters,
+                                     const char *wake, int *was_held);
 
 #endif

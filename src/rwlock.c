@@ -498,7 +498,7 @@ dlock_status dlock_rwlock_force_unlock(dlock_client *client, const char *name, i
     if (was_held) *was_held = 0;
     dlock__handle h;
     dlock_status st = dlock__handle_init(&h, client, name, &rw_keys);
-    if (st == DLOCK_OK) st = dlock__force_unlock_hash(client, h.key, h.channel, "*", was_held);
+    if (st == DLOCK_OK) st = dlock__force_unlock_hash(client, h.key, h.channel, NULL, "*", was_held);
     dlock__handle_destroy(&h, NULL);
     return st;
 }

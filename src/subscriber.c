@@ -10,8 +10,9 @@
  * channel; this thread turns each message into "permits" on the channel's
  * entry and wakes that many sleepers, so one release wakes one waiter of
  * the process instead of the whole herd: the one that began waiting first.
- * A message naming another client (release.lua wakes one process) wakes
- * nobody here. Every sleeper is a watch (subscriber.h): a thread asleep on
+ * (A plain lock's waiters listen on their process's own channel, so that
+ * a release wakes one process: release.lua.) Every sleeper is a watch
+ * (subscriber.h): a thread asleep on
  * a condition variable of its own, or an asynchronous acquire whose next
  * attempt this thread sends when the watch fires.
  *
@@ -308,10 +309,7 @@ static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
     if (strcmp(kind, "message") == 0) {
         const redisReply *p = r->element[2];
         long n = 1;
-        size_t idlen = strlen(s->client->id);
         if (p->type == REDIS_REPLY_STRING && p->len == 1 && p->str[0] == '*') n = e->refs;
-        else if (p->type == REDIS_REPLY_STRING && p->len == idlen) /* a release for one process (release.lua) */
-            n = memcmp(p->str, s->client->id, idlen) == 0;
         else if (p->type == REDIS_REPLY_STRING) n = strtol(p->str, NULL, 10);
         if (n > 0) grant(s, e, n);
     } else if (strcmp(kind, "subscribe") == 0 && e->state == SUB_SENT) {

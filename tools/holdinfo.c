@@ -65,7 +65,8 @@ static const char read_script[] =
     "end\n"
     "local lt, lr = hold(KEYS[1], 'owner', KEYS[2])\n"
     "local wt, wr = hold(KEYS[3], 'writer', KEYS[4])\n"
-    "return {now, lt, lr, wt, wr, redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')}\n";
+    "return {now, lt, lr, wt, wr, redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')\n"
+    "    + redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf')}\n";
 
 struct holdinfo {
     dlock_client *client; /* the holder's, for the first write and the last delete */
@@ -314,8 +315,10 @@ static void read_token(const redisReply *r, char *out, size_t size)
 }
 
 /* Subscribers of the plain and the read-write lock's channels: each
- * waiting process listens once per channel on its own connection.
- * Clusters count sharded subscribers apart (SHARDNUMSUB). */
+ * waiting process listens once per channel on its own connection (a
+ * plain-lock waiter of this version listens on its process's own channel
+ * and is counted from dlock:{NAME}:w instead; RedLock's and older clients'
+ * here). Clusters count sharded subscribers apart (SHARDNUMSUB). */
 static void count_subscribers(dlock_client *client, const char *name, int cluster, holdinfo_view *v)
 {
     char *ch = NULL, *rwch = NULL;
@@ -344,17 +347,18 @@ dlock_status holdinfo_read(dlock_client *client, const char *name, int cluster, 
     memset(v, 0, sizeof *v);
     v->lock.pid = v->rw.pid = -1;
     v->waiting = v->rw_waiting = -1;
-    static const char *const suffixes[5] = {"", ":info", ":rw", ":rw:info", ":qt"};
-    char *keys[5] = {NULL};
+    /* ":qt": fair waiters; ":w": processes waiting for the plain lock */
+    static const char *const suffixes[6] = {"", ":info", ":rw", ":rw:info", ":qt", ":w"};
+    char *keys[6] = {NULL};
     dlock_status st = DLOCK_OK;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (asprintf(&keys[i], "dlock:{%s}%s", name, suffixes[i]) < 0) {
             keys[i] = NULL;
             st = DLOCK_ERR_NOMEM;
         }
     redisReply *r = NULL;
-    if (st == DLOCK_OK) st = eval(client, 0, read_script, 5, (const char *const *)keys, 0, NULL, &r);
-    for (int i = 0; i < 5; i++) free(keys[i]);
+    if (st == DLOCK_OK) st = eval(client, 0, read_script, 6, (const char *const *)keys, 0, NULL, &r);
+    for (int i = 0; i < 6; i++) free(keys[i]);
     if (st != DLOCK_OK) {
         if (r) freeReplyObject(r);
         return st;

@@ -79,9 +79,11 @@ typedef struct holdinfo_view {
 /*
  * Read the records and the waiters of `name`. `cluster`: the client talks
  * to a Redis Cluster, where waiters listen with sharded pub/sub. The
- * waiters are live entries of the fair queue plus processes subscribed to
- * the lock's channel, so a process that has just acquired after waiting
- * may still count for about a second, until its subscription is dropped.
+ * waiters are live entries of the fair queue, the processes registered as
+ * waiting for the plain lock (dlock:{NAME}:w, until their deadline), and
+ * processes subscribed to the lock's channel (RedLock, older clients), so
+ * a process that has just acquired after waiting may still count for
+ * about a second, until its subscription is dropped.
  */
 dlock_status holdinfo_read(dlock_client *client, const char *name, int cluster, holdinfo_view *v);
 

@@ -9,6 +9,8 @@
 -- ARGV[2]  this call's operation sequence number
 -- ARGV[3]  the record's lifetime in milliseconds
 -- ARGV[4]  the wake-up message: "1" (one waiter per process) or "*" (all)
+-- KEYS[4]  (optional) a plain lock's waiting processes "dlock:{name}:w":
+--          each is woken on its own channel KEYS[2]:<client id> too
 --
 -- Returns 1 when a lock was deleted, else 0. The holder's watchdog finds
 -- the lock gone at its next renewal and reports it lost.
@@ -25,6 +27,11 @@ if op_replay(KEYS[3], ARGV[2]) then
 end
 if redis.call('DEL', KEYS[1]) == 1 then
     redis.call(ARGV[1], KEYS[2], ARGV[4])
+    if KEYS[4] then
+        for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+            redis.call(ARGV[1], KEYS[2] .. ':' .. id, ARGV[4])
+        end
+    end
     op_record(KEYS[3], ARGV[2], 1, ARGV[3])
     return 1
 end

@@ -14,9 +14,11 @@
 -- expired and someone else may own the lock now), else the holds left.
 -- The count is set from ARGV[3] rather than decremented so that a resend
 -- after a lost reply cannot release twice. When the last hold goes, the
--- waiting process that retried least recently is woken: the message is
--- its client id, and it leaves the set (a retry in vain registers it
--- again); with none registered, one waiter per subscribed process ("1").
+-- waiting process that retried least recently is woken, on its own
+-- channel "dlock:{name}:ch:<client id>" (so no other process even reads
+-- the message), and it leaves the set (a retry in vain registers it
+-- again); with none registered, one waiter per process subscribed to the
+-- lock's channel (RedLock, older clients) is woken ("1").
 -- A resend of that last release returns -1, which the caller that knows
 -- it resent (src/lock.c) reads as done.
 
@@ -30,18 +32,18 @@ if left > 0 then
     return left
 end
 redis.call('DEL', KEYS[1])
-local wake = '1'
 if KEYS[3] then
     local t = redis.call('TIME')
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
     local first = redis.call('ZRANGE', KEYS[3], 0, 0)
     if first[1] then
-        wake = first[1]
-        redis.call('ZREM', KEYS[3], wake)
+        redis.call('ZREM', KEYS[3], first[1])
         if KEYS[4] then
-            redis.call('SET', KEYS[4], wake, 'PX', ARGV[5])
+            redis.call('SET', KEYS[4], first[1], 'PX', ARGV[5])
         end
+        redis.call(ARGV[4], KEYS[2] .. ':' .. first[1], '1')
+        return 0
     end
 end
-redis.call(ARGV[4], KEYS[2], wake)
+redis.call(ARGV[4], KEYS[2], '1')
 return 0
