@@ -334,7 +334,13 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * pub/sub connection costs at most that). While its subscription is not
  * confirmed yet (the pub/sub link is being re-made) it retries every
  * 200 ms; a fair waiter also retries every half fair_waiter_timeout_ms to
- * keep its place.
+ * keep its place. Order, for the plain lock: a release wakes one waiting
+ * process (the one that retried least recently, which then has the free
+ * lock to itself for 20 ms) and in it the thread that has waited longest;
+ * a thread that starts to acquire while a thread of its process has waited
+ * more than 2 ms queues behind it instead of trying first. Waits are
+ * therefore served about in order, not strictly (the fair lock is
+ * strict).
  *
  * `lease_ms`: a positive lease (3 to DLOCK_LEASE_MAX_MS) makes the hold
  * expire by itself after that long; DLOCK_LEASE_WATCHDOG uses the client's

@@ -76,8 +76,9 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
  * at once (barging) saves a wake-up per pair and keeps throughput up, but
  * unbounded it starves the waiters (a tail of many times the mean). Past
  * the bound, the process's newcomers queue, and the waiters are served in
- * the order they came (the subscriber wakes the oldest first). Other
- * processes are not bound by it. */
+ * the order they came (the subscriber wakes the oldest first). Between
+ * processes, the plain lock's scripts do the same at Redis (acquire.lua:
+ * the woken process has the free lock to itself for a moment). */
 int dlock__wait_count(dlock_client *client, const char *channel)
 {
     pthread_mutex_lock(&client->mu);
