@@ -215,14 +215,15 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
         c->nkeys = 4;
         c->nargs = 8;
     } else {
-        /* Only a waiter registers its process: a first attempt that finds
-         * the lock busy registers at its next, once subscribed, and one
-         * that finds it free has nothing to undo. */
+        /* A waiter registers its process (a first attempt that finds the
+         * lock busy registers at its next, once subscribed); so does any
+         * attempt while other waiters of the process sleep, so that the
+         * process stays registered when a newcomer of it takes the lock
+         * just after a release picked it (and took it out of the set). */
         dlock_client *client = l->base.client;
-        int registers = queue && enlisted;
-        int others = registers ? dlock__wait_count(client, l->wait_channel) - 1 : 0;
-        const char *args[7] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s, client->id, c->timeout_s,
-                               !registers ? "0" : others > 0 ? "2" : "1"};
+        int others = queue ? dlock__wait_count(client, l->wait_channel) - (enlisted ? 1 : 0) : 0;
+        const char *mode = others > 0 ? "2" : queue && enlisted ? "1" : "0";
+        const char *args[7] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s, client->id, c->timeout_s, mode};
         memcpy(c->args, args, sizeof args);
         c->keys[2] = l->waiters;
         c->keys[3] = l->woken;
@@ -594,7 +595,9 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             op->acquired = cb;
             op->arg = arg;
             const char *channel = l->fair ? h->wake_channel : l->wait_channel;
-            st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms);
+            /* Bounded barging, as lock_acquire() */
+            int defer = !l->fair && wait_ms != 0 && op->before == 0 && dlock__wait_defer(c, channel);
+            st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, defer);
             if (st == DLOCK_OK) return DLOCK_OK;
             free(op);
         }

@@ -373,7 +373,7 @@ dlock_status dlock_rwlock_acquire_async(dlock_rwlock *rw, dlock_rw_mode mode, lo
         op->since = dlock__stats_clock();
         op->acquired = cb;
         op->arg = arg;
-        st = dlock__await_start(&op->aw, &acquire_ops, c, mode_kind[mode], rw->base.channel, wait_ms);
+        st = dlock__await_start(&op->aw, &acquire_ops, c, mode_kind[mode], rw->base.channel, wait_ms, 0);
         if (st == DLOCK_OK) return DLOCK_OK;
     }
     free(op);

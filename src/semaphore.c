@@ -258,7 +258,8 @@ dlock_status dlock_semaphore_acquire_async(dlock_semaphore *s, long permits, lon
     if (st == DLOCK_OK) st = async_begin(s, permits, cb, arg, &op);
     if (st != DLOCK_OK) return st;
     op->since = dlock__stats_clock();
-    st = dlock__await_start(&op->aw, &acquire_ops, s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, wait_ms);
+    st = dlock__await_start(&op->aw, &acquire_ops, s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, wait_ms,
+                            0);
     return st == DLOCK_OK ? st : async_abandon(op, st);
 }
 

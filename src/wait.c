@@ -181,7 +181,7 @@ static void await_fire(dlock__sub_watch *watch, int woken)
 }
 
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms)
+                               dlock_stats_kind kind, const char *channel, long wait_ms, int defer)
 {
     w->watch.fn = await_fire;
     w->ops = ops;
@@ -193,5 +193,19 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     w->watch.since = dlock__mono_ms();
     w->backoff = 0;
     w->e = NULL;
+    if (defer && wait_ms != 0) {
+        /* No attempt: straight into line. What could fail on the way is
+         * checked here, so that the callback never runs inside the call. */
+        if (!(w->sub = dlock__client_subscriber(client)))
+            return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+        if (!(w->e = dlock__sub_join(w->sub, channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        dlock__sub_enlist(w->sub, w->e, &w->watch);
+        w->result = DLOCK__BUSY;
+        int ready = dlock__sub_ready(w->sub, w->e);
+        int64_t until = dlock__mono_ms() + (ready ? SAFETY_NET_MS : 1000);
+        if (w->deadline >= 0 && until > w->deadline) until = w->deadline;
+        dlock__sub_arm(w->sub, w->e, &w->watch, until, !ready);
+        return DLOCK_OK;
+    }
     return ops->send(w);
 }

@@ -107,11 +107,13 @@ struct dlock__await {
     dlock__sub_entry *e; /* the channel, once joined */
 };
 
-/* Begin: the first attempt is sent. Not DLOCK_OK: nothing was sent and
- * done will not run. `w` is the primitive's, allocated by it, and must
- * stay valid until done (which may free it). */
+/* Begin: the first attempt is sent, or with `defer` (dlock__wait_defer()
+ * said so) none: the wait begins in line behind older waiters. Not
+ * DLOCK_OK: nothing was sent and done will not run. `w` is the
+ * primitive's, allocated by it, and must stay valid until done (which may
+ * free it, and may have run when this returns). */
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms);
+                               dlock_stats_kind kind, const char *channel, long wait_ms, int defer);
 
 /* The callback of every attempt sent by ops->send. */
 void dlock__await_reply(dlock_status st, redisReply *r, void *arg);
