@@ -526,6 +526,40 @@ def _task_handle_done(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandl
     _reap(th.handle.state, th.handle.key)
 
 
+async def _acquire_on(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandle,
+                      submit: Callable[[int], int], give_back: Callable[[int], None]) -> int:
+    """One asynchronous acquisition on the task's handle `th`: submit(key)
+    starts it in C (its status); give_back(status) undoes an outcome that
+    nobody awaits any more (the task was cancelled) and ends the use of
+    `th`. Returns the token; a failure ends the use of `th` and raises."""
+    def hook(status: int, _token: int, awaited: bool) -> None:
+        if not awaited:
+            give_back(status)
+
+    key, fut = _call_start(asyncio.get_running_loop(), hook)
+    assert fut is not None
+    try:
+        rc = submit(key)
+    except BaseException:
+        _calls.pop(key, None)
+        _task_handle_done(task, shared_key, th)
+        raise
+    if rc:
+        _calls.pop(key, None)
+        _task_handle_done(task, shared_key, th)
+        fail(rc)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        # Cancelled after the outcome arrived: the hook saw it awaited.
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            give_back(0)
+        raise
+    except BaseException:
+        _task_handle_done(task, shared_key, th)
+        raise
+
+
 def _current_task() -> "asyncio.Task[Any]":
     t = asyncio.current_task()
     if t is None:
@@ -755,40 +789,17 @@ class _Exclusive(_OnHandle):
         th = _task_handle(self._h, task, enter=True)
         assert th is not None
         view = self._view(th.handle)
-        loop = asyncio.get_running_loop()
 
-        def hook(status: int, token: int, awaited: bool) -> None:
-            if not awaited:  # the task stopped waiting: undo what it got
-                settle_unawaited(status)
-
-        def settle_unawaited(status: int) -> None:
+        def give_back(status: int) -> None:
             if status == 0:
                 view._release_in_background(lambda: _task_handle_done(task, shared_key, th))
             else:
                 _task_handle_done(task, shared_key, th)
 
-        key, fut = _call_start(loop, hook)
-        assert fut is not None
-        try:
-            rc = view._rc(lambda ptr: self._c_acquire_async(ptr, self._wait, self._lease, key))
-        except BaseException:
-            _calls.pop(key, None)
-            _task_handle_done(task, shared_key, th)
-            raise
-        if rc:
-            _calls.pop(key, None)
-            _task_handle_done(task, shared_key, th)
-            fail(rc)
-        try:
-            token = await fut
-        except asyncio.CancelledError:
-            # Cancelled after the outcome arrived: the hook saw it awaited.
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                settle_unawaited(0)
-            raise
-        except BaseException:
-            _task_handle_done(task, shared_key, th)
-            raise
+        token = await _acquire_on(
+            task, shared_key, th,
+            lambda key: view._rc(lambda ptr: self._c_acquire_async(ptr, self._wait, self._lease, key)),
+            give_back)
         hold = Hold(view, token, self._mode)
         th.handle.push(hold)
         return hold
@@ -1000,31 +1011,10 @@ class Semaphore(_OnHandle):
                 _calls.pop(k, None)
                 _task_handle_done(task, shared_key, th)
 
-        def hook(status: int, _token: int, awaited: bool) -> None:
-            if not awaited:
-                give_back(status)
-
-        key, fut = _call_start(asyncio.get_running_loop(), hook)
-        assert fut is not None
-        try:
-            rc = self._rc(lambda _p: _lib.dlock_semaphore_acquire_async(ptr, 1, self._wait, _on_sem, key))
-        except BaseException:
-            _calls.pop(key, None)
-            _task_handle_done(task, shared_key, th)
-            raise
-        if rc:
-            _calls.pop(key, None)
-            _task_handle_done(task, shared_key, th)
-            fail(rc)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                give_back(0)
-            raise
-        except BaseException:
-            _task_handle_done(task, shared_key, th)
-            raise
+        await _acquire_on(
+            task, shared_key, th,
+            lambda key: self._rc(lambda _p: _lib.dlock_semaphore_acquire_async(ptr, 1, self._wait, _on_sem, key)),
+            give_back)
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
