@@ -11,8 +11,9 @@
  * it, so that nobody else can have taken it yet; a competitor that asks
  * the server directly at that moment must be refused.
  *
- * Every kind of renewed hold is tried: plain and fair lock, read and write
- * hold, permit, and RedLock (by majority, two of three masters cut off).
+ * Every kind of renewed hold is tried: plain and fair lock (also taken
+ * through the asynchronous API), read and write hold, permit, and RedLock
+ * (by majority, two of three masters cut off).
  * A hold with an explicit lease and no watchdog is told by the clock too.
  * On a Redis Cluster, one master cut off (paused) must not cost the holds
  * on the healthy masters: renewals of one server must not wait for
@@ -182,6 +183,55 @@ static void cut_off_fair_lock_holder_is_told_before_its_lease_ends(void **state)
 
 /* Read or write hold: the competitor asks for the opposite (or the same
  * exclusive) mode. */
+/* A hold taken with dlock_lock_acquire_async() belongs to the handle, not
+ * a thread, but is renewed and given up by the same clock. */
+static atomic_int async_done;
+static atomic_int async_status;
+
+static void on_async_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)l;
+    (void)token;
+    (void)arg;
+    atomic_store(&async_status, st);
+    atomic_store(&async_done, 1);
+}
+
+static void on_async_released(dlock_lock *l, dlock_status st, void *arg)
+{
+    (void)l;
+    (void)st;
+    (void)arg;
+}
+
+static void cut_off_async_lock_holder_is_told_before_its_lease_ends(void **state)
+{
+    (void)state;
+    dlock_client *cut = client_of(th_proxy_url(proxy)), *direct = client_of(server.url);
+    dlock_lock *l, *other;
+    assert_int_equal(dlock_lock_new(cut, "cut-async", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(direct, "cut-async", &other), DLOCK_OK);
+    dlock_lock_on_lost(l, on_lock_lost, NULL);
+    atomic_store(&async_done, 0);
+    assert_int_equal(dlock_lock_acquire_async(l, 0, DLOCK_LEASE_WATCHDOG, on_async_acquired, NULL), DLOCK_OK);
+    for (long long t0 = th_now_ms(); !atomic_load(&async_done) && th_now_ms() - t0 < 5000;) usleep(1000);
+    assert_int_equal(atomic_load(&async_done), 1);
+    assert_int_equal(atomic_load(&async_status), DLOCK_OK);
+    long long after = cut_and_wait_for_loss();
+    assert_int_equal(dlock_lock_lost(l), 1); /* the handle's hold, asked from any thread */
+    assert_int_equal(dlock_lock_acquire(other, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_true(after < LEASE_MS);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    heal();
+    assert_int_equal(dlock_lock_release_async(l, on_async_released, NULL), DLOCK_ERR_LOST);
+    assert_int_equal(dlock_lock_acquire(other, 3000, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(other), DLOCK_OK);
+    dlock_lock_free(other);
+    dlock_lock_free(l);
+    dlock_client_free(direct);
+    dlock_client_free(cut);
+}
+
 static void rw_case(dlock_rw_mode mode, const char *name)
 {
     dlock_client *cut = client_of(th_proxy_url(proxy)), *direct = client_of(server.url);
@@ -369,6 +419,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(cut_off_lock_holder_is_told_before_its_lease_ends, heal_all),
         cmocka_unit_test_teardown(cut_off_fair_lock_holder_is_told_before_its_lease_ends, heal_all),
+        cmocka_unit_test_teardown(cut_off_async_lock_holder_is_told_before_its_lease_ends, heal_all),
         cmocka_unit_test_teardown(cut_off_write_holder_is_told_before_its_lease_ends, heal_all),
         cmocka_unit_test_teardown(cut_off_read_holder_is_told_before_its_lease_ends, heal_all),
         cmocka_unit_test_teardown(cut_off_permit_holder_is_told_before_its_lease_ends, heal_all),
