@@ -4,7 +4,7 @@ one server: redis-py's Lock (Debian python3-redis) and dlock's Python
 package (bindings/python, on libdlock).
 
     python3 pylocks.py --lib redis-py|dlock -u URL --mode uncontended|contended
-                       --workers N [--threads] [--seconds S]
+                       --workers N [--threads|--asyncio] [--seconds S]
 
 Prints one JSON line in dlock-bench's shape, "lib" being "redis-py" or
 "dlock-py", plus "wait_p99_us" (p99 of the acquire call alone, the wait
@@ -12,8 +12,11 @@ when contended) and "kind": "processes" or "threads".
 
 Workers are N processes (the default), each with its own connection or
 Client, or with --threads N threads of one process sharing one redis.Redis
-(its connection pool) or one dlock.Client, all started and connected
-before the clock starts. Each loops acquire / release with a 10 s lease and
+(its connection pool) or one dlock.Client, or with --asyncio N tasks of
+one event loop sharing one redis.asyncio.Redis (its Lock: acquire polls
+with asyncio.sleep(0.1)) or one dlock.Client (`async with`, on the C
+library's asynchronous API: no thread per waiting task), all started and
+connected before the clock starts. Each loops acquire / release with a 10 s lease and
 the library's defaults otherwise:
   - redis-py: Lock(timeout=10); acquire is SET NX PX, retried every 0.1 s
     while the lock is held (it polls); release is one EVALSHA
@@ -49,13 +52,15 @@ def parse_args(default_lib=None):
     p.add_argument("--mode", required=True, choices=["uncontended", "contended"])
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--threads", action="store_true", help="workers are threads of one process")
+    p.add_argument("--asyncio", action="store_true", help="workers are asyncio tasks of one process")
     p.add_argument("--fair", action="store_true", help="dlock only: the fair lock")
     p.add_argument("--seconds", type=float, default=5.0)
     try:
         a = p.parse_args()
     except SystemExit as e:
         sys.exit(0 if e.code == 0 else 64)
-    if not 1 <= a.workers <= 1024 or not a.seconds > 0 or (a.fair and a.lib != "dlock"):
+    if (not 1 <= a.workers <= 1024 or not a.seconds > 0 or (a.fair and a.lib != "dlock")
+            or (a.threads and a.asyncio)):
         p.print_usage(sys.stderr)
         sys.exit(64)
     return a
@@ -85,9 +90,10 @@ def make_lock(args, conn, name):
 
 
 def lock_name(args, i, tag):
+    pid = os.getpid() if args.threads or args.asyncio else os.getppid()
     if args.mode == "contended":
-        return "bench:%sc:%d" % (tag, os.getpid() if args.threads else os.getppid())
-    return "bench:%su:%d:%d" % (tag, os.getpid() if args.threads else os.getppid(), i)
+        return "bench:%sc:%d" % (tag, pid)
+    return "bench:%su:%d:%d" % (tag, pid, i)
 
 
 def loop(i, args, lock, t0):
@@ -112,6 +118,62 @@ def loop(i, args, lock, t0):
             holds.append((t_acq, t_rel_call, t_rel, t_start, i, measured))
         if t_rel > measure_to:
             break
+    return lat, waits, holds
+
+
+async def aloop(i, args, acquire, release, t0):
+    """loop() for one asyncio task: acquire() and release() are awaited."""
+    measure_from = t0 + WARMUP_NS
+    measure_to = measure_from + int(args.seconds * 1e9)
+    lat, waits, holds = [], [], []
+    now = time.monotonic_ns
+    contended = args.mode == "contended"
+    while True:
+        t_start = now()
+        await acquire()
+        t_acq = now()
+        t_rel_call = now()
+        await release()
+        t_rel = now()
+        measured = measure_from <= t_rel <= measure_to
+        if measured:
+            lat.append(t_rel - t_start)
+            waits.append(t_acq - t_start)
+        if contended:
+            holds.append((t_acq, t_rel_call, t_rel, t_start, i, measured))
+        if t_rel > measure_to:
+            break
+    return lat, waits, holds
+
+
+def run_asyncio(args):
+    import asyncio
+
+    async def main():
+        if args.lib == "redis-py":
+            import redis.asyncio as aredis
+
+            conn = aredis.Redis.from_url(args.url)
+            await conn.ping()
+            locks = [conn.lock(lock_name(args, i, "a"), timeout=LEASE_S) for i in range(args.workers)]
+            calls = [(lk.acquire, lk.release) for lk in locks]
+        else:
+            conn = connect(args)
+            locks = [make_lock(args, conn, lock_name(args, i, "a")) for i in range(args.workers)]
+            calls = [(lk.__aenter__, lambda lk=lk: lk.__aexit__(None, None, None)) for lk in locks]
+        t0 = time.monotonic_ns()
+        results = await asyncio.gather(*(aloop(i, args, calls[i][0], calls[i][1], t0)
+                                         for i in range(args.workers)))
+        if args.lib == "redis-py":
+            await conn.close()
+        else:
+            conn.close()
+        return results
+
+    results = asyncio.run(main())
+    lat = [x for r in results for x in r[0]]
+    waits = [x for r in results for x in r[1]]
+    holds = [x for r in results for x in r[2]]
     return lat, waits, holds
 
 
@@ -223,7 +285,10 @@ def main(default_lib=None):
         fail("cannot import %s (%s): %s" % (args.lib, hint, e), 69)
     except Exception as e:  # any connection or auth failure
         fail("cannot use %s: %s" % (args.url, e), 69)
-    lat, waits, holds = run_threads(args) if args.threads else run_processes(args)
+    if args.asyncio:
+        lat, waits, holds = run_asyncio(args)
+    else:
+        lat, waits, holds = run_threads(args) if args.threads else run_processes(args)
     lat.sort()
     waits.sort()
     line = {
@@ -241,7 +306,7 @@ def main(default_lib=None):
     if args.mode == "contended":
         h = handoff_p50(holds)
         line["handoff_p50_us"] = None if h is None else round(h, 1)
-    line["kind"] = "threads" if args.threads else "processes"
+    line["kind"] = "asyncio" if args.asyncio else "threads" if args.threads else "processes"
     if args.fair:
         line["fair"] = True
     print(json.dumps(line, separators=(",", ":")))

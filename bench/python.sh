@@ -9,8 +9,9 @@
 # (PYTHONPATH, DLOCK_LIBRARY); redis-py from Debian's python3-redis. The
 # loop is bench/pylocks.py's, the one the redis-py anchor of bench/run.sh
 # runs: uncontended (each worker its own lock) and contended (one lock),
-# 8 and 64 workers, as processes (each with its own connection or Client)
-# and as threads of one process (sharing one connection pool or Client),
+# 8 and 64 workers, as processes (each with its own connection or Client),
+# as threads of one process (sharing one connection pool or Client) and as
+# asyncio tasks of one process (redis.asyncio's Lock; dlock's `async with`),
 # BENCH_SECONDS (5) each after a 0.5 s warm-up, the two libraries one
 # right after the other in every case, FLUSHALL before each. Each result
 # is one JSON line on stdout (progress on stderr), then a summary with the
@@ -27,7 +28,7 @@
 # Environment: BENCH_SECONDS (5), BENCH_STRICT (0), BENCH_PYTHON (the
 # interpreter; default the first of python3, /usr/bin/python3 that has
 # the redis module), BENCH_PY_WORKERS ("8 64"), BENCH_PY_KINDS
-# ("processes threads").
+# ("processes threads asyncio").
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/scripts/servers.sh"
@@ -37,7 +38,7 @@ lib=$(cd "$build" && pwd)/libdlock.so
 secs=${BENCH_SECONDS:-5}
 strict=${BENCH_STRICT:-0}
 workers_list=${BENCH_PY_WORKERS:-8 64}
-kinds=${BENCH_PY_KINDS:-processes threads}
+kinds=${BENCH_PY_KINDS:-processes threads asyncio}
 
 [ -f "$lib" ] || { echo "bench-python: $lib not built (run make)" >&2; exit 1; }
 need redis-server redis-cli
@@ -61,6 +62,7 @@ results=""
 for kind in $kinds; do
     flag=""
     [ "$kind" = threads ] && flag=--threads
+    [ "$kind" = asyncio ] && flag=--asyncio
     for mode in uncontended contended; do
         for workers in $workers_list; do
             libs="redis-py dlock"

@@ -289,7 +289,7 @@ class _Handle:
     """One C handle (dlock_lock, dlock_rwlock, ...) and the Python holds of
     it, per thread."""
 
-    __slots__ = ("state", "kind", "name", "ptr", "key", "mu", "stacks", "__weakref__")
+    __slots__ = ("state", "kind", "name", "ptr", "key", "mu", "stacks", "idle", "__weakref__")
 
     def __init__(self, state: _State, kind: str, name: bytes, ptr: int) -> None:
         self.state = state
@@ -300,6 +300,9 @@ class _Handle:
         self.mu = threading.Lock()
         # (thread ident, mode) -> the open holds of that thread, oldest first.
         self.stacks: Dict[Tuple[int, Optional[int]], List[Hold]] = {}
+        # Handles of this name that tasks used and gave back (asyncio),
+        # kept for the next task: making one costs more than a round trip.
+        self.idle: List["_Handle"] = []
         _by_key[self.key] = weakref.ref(self)
         state.ptrs[self.key] = (_FREE[kind], ptr)
         weakref.finalize(self, _queue_reap, state, self.key)
@@ -477,10 +480,11 @@ class _TaskHandle:
     """A task's own C handle of one lock (or semaphore), and how many of
     its `async with` blocks are open on it."""
 
-    __slots__ = ("handle", "uses")
+    __slots__ = ("handle", "shared", "uses")
 
-    def __init__(self, handle: "_Handle") -> None:
+    def __init__(self, handle: "_Handle", shared: "_Handle") -> None:
         self.handle = handle
+        self.shared = shared
         self.uses = 1
 
 
@@ -498,6 +502,10 @@ def _task_handle(shared: "_Handle", task: "asyncio.Task[Any]", enter: bool) -> O
             th.uses += 1
         if th is not None or not enter:
             return th
+        if shared.idle:
+            th = _TaskHandle(shared.idle.pop(), shared)
+            _task_handles.setdefault(task, {})[shared.key] = th
+            return th
     st = shared.state
     ptr = ctypes.c_void_p()
     st.enter()
@@ -507,15 +515,16 @@ def _task_handle(shared: "_Handle", task: "asyncio.Task[Any]", enter: bool) -> O
             h = _Handle(st, shared.kind, shared.name, ptr.value)
     finally:
         st.leave()
-    th = _TaskHandle(h)
+    th = _TaskHandle(h, shared)
     with _task_mu:
         _task_handles.setdefault(task, {})[shared.key] = th
     return th
 
 
 def _task_handle_done(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandle) -> None:
-    """One use fewer; the last frees the C handle (no call is in flight on
-    it then: every use ends after its call's callback)."""
+    """One use fewer; after the last the C handle goes back to its name's
+    idle list for the next task (no call is in flight on it then: every
+    use ends after its call's callback, and nothing is held on it)."""
     with _task_mu:
         th.uses -= 1
         if th.uses > 0:
@@ -523,6 +532,9 @@ def _task_handle_done(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandl
         per = _task_handles.get(task)
         if per is not None and per.get(shared_key) is th:
             del per[shared_key]
+        if not th.handle.stacks:
+            th.shared.idle.append(th.handle)
+            return
     _reap(th.handle.state, th.handle.key)
 
 
