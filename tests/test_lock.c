@@ -610,10 +610,9 @@ static void a_releaser_asking_again_queues_behind_an_old_waiter(void **state)
  * holds; each, once it has the lock, appends its number to a list and
  * holds it 100 ms. After the parent's release they must come in the order
  * they began, and every hand-off must cost the server one acquire that
- * works (the EVALSHA count is at most releases + acquisitions + the
- * waiters' first tries and one retry each once subscribed). Woken all at
- * once, three would retry in vain at each hand-off and the newest could
- * come first. */
+ * works (the EVALSHA count stays near releases + acquisitions). Woken
+ * all at once, the others would retry in vain at each hand-off and the
+ * newest could come first. */
 static void a_release_wakes_the_process_that_waited_longest(void **state)
 {
     (void)state;
@@ -652,9 +651,11 @@ static void a_release_wakes_the_process_that_waited_longest(void **state)
     }
     freeReplyObject(r);
     if (strcmp(order, want) != 0) fail_msg("processes got the lock in the order %s, not %s", order, want);
-    /* 1 parent release + 4 acquisitions + 4 releases, and slack for a
-     * safety-net retry or two; a herd would add 3 + 2 + 1 in vain. */
-    if (calls > 11) fail_msg("%lld EVALSHA calls for %d hand-offs", calls, CHILDREN);
+    /* 1 parent release + 4 acquisitions + 4 releases, and slack for the
+     * last child's first tries (on a slow machine they may come after the
+     * count began) and a safety-net retry or two; a herd would add
+     * 3 + 2 + 1 retries in vain to the 9. */
+    if (calls > 13) fail_msg("%lld EVALSHA calls for %d hand-offs", calls, CHILDREN);
     dlock_lock_free(l);
     dlock_client_free(c);
 }
