@@ -142,47 +142,6 @@ static void heal(void)
     th_proxy_partition(proxy, 0);
 }
 
-/* A plain or fair lock: the competitor, asking the server directly at the
- * moment of loss, must find it still held. */
-static void lock_case(int fair, const char *name)
-{
-    dlock_client *cut = client_of(th_proxy_url(proxy)), *direct = client_of(server.url);
-    dlock_lock *l, *other;
-    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(cut, name, &l), DLOCK_OK);
-    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(direct, name, &other), DLOCK_OK);
-    dlock_lock_on_lost(l, on_lock_lost, NULL);
-    assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
-    long long after = cut_and_wait_for_loss();
-    /* Flag and callback at the same moment: the flag is set by now. */
-    assert_int_equal(dlock_lock_lost(l), 1);
-    assert_int_equal(dlock_lock_acquire(other, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
-    assert_true(after < LEASE_MS);
-    assert_int_equal(atomic_load(&lost_calls), 1);
-    heal();
-    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_LOST);
-    /* ... and it does end on the server by itself. */
-    assert_int_equal(dlock_lock_acquire(other, 3000, 5000, NULL), DLOCK_OK);
-    assert_int_equal(dlock_lock_release(other), DLOCK_OK);
-    dlock_lock_free(other);
-    dlock_lock_free(l);
-    dlock_client_free(direct);
-    dlock_client_free(cut);
-}
-
-static void cut_off_lock_holder_is_told_before_its_lease_ends(void **state)
-{
-    (void)state;
-    lock_case(0, "cut-plain");
-}
-
-static void cut_off_fair_lock_holder_is_told_before_its_lease_ends(void **state)
-{
-    (void)state;
-    lock_case(1, "cut-fair");
-}
-
-/* Read or write hold: the competitor asks for the opposite (or the same
- * exclusive) mode. */
 /* A hold taken with dlock_lock_acquire_async() belongs to the handle, not
  * a thread, but is renewed and given up by the same clock. */
 static atomic_int async_done;
@@ -204,26 +163,36 @@ static void on_async_released(dlock_lock *l, dlock_status st, void *arg)
     (void)arg;
 }
 
-static void cut_off_async_lock_holder_is_told_before_its_lease_ends(void **state)
+/* A plain or fair lock, held by a thread or (`async`) by the handle
+ * through the asynchronous API: the competitor, asking the server
+ * directly at the moment of loss, must find it still held. */
+static void lock_case(int fair, int async, const char *name)
 {
-    (void)state;
     dlock_client *cut = client_of(th_proxy_url(proxy)), *direct = client_of(server.url);
     dlock_lock *l, *other;
-    assert_int_equal(dlock_lock_new(cut, "cut-async", &l), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(direct, "cut-async", &other), DLOCK_OK);
+    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(cut, name, &l), DLOCK_OK);
+    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(direct, name, &other), DLOCK_OK);
     dlock_lock_on_lost(l, on_lock_lost, NULL);
-    atomic_store(&async_done, 0);
-    assert_int_equal(dlock_lock_acquire_async(l, 0, DLOCK_LEASE_WATCHDOG, on_async_acquired, NULL), DLOCK_OK);
-    for (long long t0 = th_now_ms(); !atomic_load(&async_done) && th_now_ms() - t0 < 5000;) usleep(1000);
-    assert_int_equal(atomic_load(&async_done), 1);
-    assert_int_equal(atomic_load(&async_status), DLOCK_OK);
+    if (async) {
+        atomic_store(&async_done, 0);
+        assert_int_equal(dlock_lock_acquire_async(l, 0, DLOCK_LEASE_WATCHDOG, on_async_acquired, NULL), DLOCK_OK);
+        for (long long t0 = th_now_ms(); !atomic_load(&async_done) && th_now_ms() - t0 < 5000;) usleep(1000);
+        assert_int_equal(atomic_load(&async_done), 1);
+        assert_int_equal(atomic_load(&async_status), DLOCK_OK);
+    } else {
+        assert_int_equal(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    }
     long long after = cut_and_wait_for_loss();
-    assert_int_equal(dlock_lock_lost(l), 1); /* the handle's hold, asked from any thread */
+    /* Flag and callback at the same moment: the flag is set by now (for
+     * the handle's hold, asked from any thread). */
+    assert_int_equal(dlock_lock_lost(l), 1);
     assert_int_equal(dlock_lock_acquire(other, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
     assert_true(after < LEASE_MS);
     assert_int_equal(atomic_load(&lost_calls), 1);
     heal();
-    assert_int_equal(dlock_lock_release_async(l, on_async_released, NULL), DLOCK_ERR_LOST);
+    assert_int_equal(async ? dlock_lock_release_async(l, on_async_released, NULL) : dlock_lock_release(l),
+                     DLOCK_ERR_LOST);
+    /* ... and it does end on the server by itself. */
     assert_int_equal(dlock_lock_acquire(other, 3000, 5000, NULL), DLOCK_OK);
     assert_int_equal(dlock_lock_release(other), DLOCK_OK);
     dlock_lock_free(other);
@@ -232,6 +201,26 @@ static void cut_off_async_lock_holder_is_told_before_its_lease_ends(void **state
     dlock_client_free(cut);
 }
 
+static void cut_off_lock_holder_is_told_before_its_lease_ends(void **state)
+{
+    (void)state;
+    lock_case(0, 0, "cut-plain");
+}
+
+static void cut_off_fair_lock_holder_is_told_before_its_lease_ends(void **state)
+{
+    (void)state;
+    lock_case(1, 0, "cut-fair");
+}
+
+static void cut_off_async_lock_holder_is_told_before_its_lease_ends(void **state)
+{
+    (void)state;
+    lock_case(0, 1, "cut-async");
+}
+
+/* Read or write hold: the competitor asks for the opposite (or the same
+ * exclusive) mode. */
 static void rw_case(dlock_rw_mode mode, const char *name)
 {
     dlock_client *cut = client_of(th_proxy_url(proxy)), *direct = client_of(server.url);
