@@ -96,54 +96,56 @@ def lock_name(args, i, tag):
     return "bench:%su:%d:%d" % (tag, pid, i)
 
 
+class Samples:
+    """One worker's samples: latencies, waits, and (contended) its holds."""
+
+    def __init__(self, i, args, t0):
+        self.i = i
+        self.measure_from = t0 + WARMUP_NS
+        self.measure_to = self.measure_from + int(args.seconds * 1e9)
+        self.contended = args.mode == "contended"
+        self.lat, self.waits, self.holds = [], [], []
+
+    def add(self, t_start, t_acq, t_rel_call, t_rel):
+        """Record one pair; False once the measured window is over."""
+        measured = self.measure_from <= t_rel <= self.measure_to
+        if measured:
+            self.lat.append(t_rel - t_start)
+            self.waits.append(t_acq - t_start)
+        if self.contended:
+            self.holds.append((t_acq, t_rel_call, t_rel, t_start, self.i, measured))
+        return t_rel <= self.measure_to
+
+    def result(self):
+        return self.lat, self.waits, self.holds
+
+
 def loop(i, args, lock, t0):
     """One worker's measured loop; returns (latencies, waits, holds)."""
-    measure_from = t0 + WARMUP_NS
-    measure_to = measure_from + int(args.seconds * 1e9)
-    lat, waits, holds = [], [], []
+    s = Samples(i, args, t0)
     now = time.monotonic_ns
-    contended = args.mode == "contended"
     while True:
         t_start = now()
         lock.acquire()
         t_acq = now()
         t_rel_call = now()
         lock.release()
-        t_rel = now()
-        measured = measure_from <= t_rel <= measure_to
-        if measured:
-            lat.append(t_rel - t_start)
-            waits.append(t_acq - t_start)
-        if contended:
-            holds.append((t_acq, t_rel_call, t_rel, t_start, i, measured))
-        if t_rel > measure_to:
-            break
-    return lat, waits, holds
+        if not s.add(t_start, t_acq, t_rel_call, now()):
+            return s.result()
 
 
 async def aloop(i, args, acquire, release, t0):
     """loop() for one asyncio task: acquire() and release() are awaited."""
-    measure_from = t0 + WARMUP_NS
-    measure_to = measure_from + int(args.seconds * 1e9)
-    lat, waits, holds = [], [], []
+    s = Samples(i, args, t0)
     now = time.monotonic_ns
-    contended = args.mode == "contended"
     while True:
         t_start = now()
         await acquire()
         t_acq = now()
         t_rel_call = now()
         await release()
-        t_rel = now()
-        measured = measure_from <= t_rel <= measure_to
-        if measured:
-            lat.append(t_rel - t_start)
-            waits.append(t_acq - t_start)
-        if contended:
-            holds.append((t_acq, t_rel_call, t_rel, t_start, i, measured))
-        if t_rel > measure_to:
-            break
-    return lat, waits, holds
+        if not s.add(t_start, t_acq, t_rel_call, now()):
+            return s.result()
 
 
 def run_asyncio(args):
