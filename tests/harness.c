@@ -174,6 +174,40 @@ int th_redis_clock_jump(const th_redis *r, const char *offset)
     return rename(tmp, r->clock_file); /* a reader never sees half a line */
 }
 
+/* Why poll rather than sleep a fixed time: libfaketime re-reads the file
+ * when its whole-second cache counter moves on, which is anywhere from
+ * one to two seconds after the write, later on a loaded machine. A checker
+ * that must know when the server's leases jumped needs the moment it was
+ * seen, not a guess. */
+int th_redis_clock_settle(const th_redis *r, long offset_s, int timeout_ms)
+{
+    redisContext *c = th_redis_connect(r);
+    if (!c) return -1;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int rc = -1;
+    for (;;) {
+        redisReply *rep = redisCommand(c, "TIME");
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
+            long long srv_us = strtoll(rep->element[0]->str, NULL, 10) * 1000000LL +
+                               strtoll(rep->element[1]->str, NULL, 10);
+            long long ours_us = (long long)wall.tv_sec * 1000000LL + wall.tv_nsec / 1000;
+            long long diff = srv_us - ours_us - (long long)offset_s * 1000000LL;
+            if (diff > -1000000LL && diff < 1000000LL) rc = 0;
+        }
+        if (rep) freeReplyObject(rep);
+        if (rc == 0) break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long ms = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (ms >= timeout_ms) break;
+        usleep(2000);
+    }
+    redisFree(c);
+    return rc;
+}
+
 /* The server's environment: ours, plus libfaketime when its clock is
  * offset. Built before fork(): the child of a threaded program may only
  * make async-signal-safe calls until it execs. NULL on failure. */

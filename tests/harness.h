@@ -92,8 +92,16 @@ int th_redis_clock_offset(th_redis *r, const char *offset);
 int th_redis_clock_file(th_redis *r, const char *path);
 
 /* Write `offset` into the clock file of a server started after
- * th_redis_clock_file(): its clock jumps within a second. 0 on success. */
+ * th_redis_clock_file(). The server reads it up to two seconds later
+ * (libfaketime counts its cache in whole seconds): wait for that with
+ * th_redis_clock_settle(). 0 on success. */
 int th_redis_clock_jump(const th_redis *r, const char *offset);
+
+/* Wait until the server's TIME is `offset_s` seconds (give or take one)
+ * from our own wall clock, polling every few milliseconds for up to
+ * `timeout_ms`: the moment a jump has surely taken effect. 0 once it has,
+ * -1 on timeout or when the server cannot be asked. */
+int th_redis_clock_settle(const th_redis *r, long offset_s, int timeout_ms);
 
 /* SIGSTOP / SIGCONT the server. */
 void th_redis_pause(th_redis *r);

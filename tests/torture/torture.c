@@ -313,6 +313,7 @@ typedef struct active {
     int type, slot;
     pid_t pid;
     int64_t t0, until;
+    long clock_offset; /* F_CLOCK: the offset its servers must show */
 } active;
 
 static int free_slot(run *r, int64_t now)
@@ -375,6 +376,8 @@ static void start_fault(run *r, active *act, int *n_act)
         th_redis_restart(&r->servers[m]);
         log_fault(r, type == F_RESTART ? "restart" : "restart-aof", 0, target, now, tt_now_us());
     } else if (type == F_CLOCK) {
+        for (int k = 0; k < *n_act; k++)
+            if (act[k].type == F_CLOCK) return; /* one jump at a time */
         /* Forward 3 s (leases end early: explained), or back 10 s (they end
          * late, and the fencing clock floor steps back: nothing may go
          * wrong). */
@@ -383,7 +386,10 @@ static void start_fault(run *r, active *act, int *n_act)
         char off[24];
         snprintf(off, sizeof off, "%+ld", r->clock_offset);
         for (int m = 0; m < r->n_servers; m++) th_redis_clock_jump(&r->servers[m], off);
-        log_fault(r, forward ? "clock-forward" : "clock-back", 0, off, now, now);
+        /* The fault lasts until every server is seen on its new clock (a
+         * lease may end early at any moment up to then): end_faults() asks
+         * them, and gives up after 5 s. */
+        act[(*n_act)++] = (active){(int)type, forward, 0, now, now + 5000000, r->clock_offset};
     } else if (type == F_FAILOVER && r->have_topo) {
         int port, next = -1;
         if (r->s->topo == TOPO_SENTINEL) {
@@ -412,6 +418,20 @@ static void end_faults(run *r, active *act, int *n_act, int all)
     int64_t now = tt_now_us();
     for (int k = 0; k < *n_act;) {
         active *a = &act[k];
+        if (a->type == F_CLOCK) {
+            int seen = 1;
+            for (int m = 0; m < r->n_servers && seen; m++)
+                seen = th_redis_clock_settle(&r->servers[m], a->clock_offset, 0) == 0;
+            if (!seen && !all && a->until > now) {
+                k++;
+                continue;
+            }
+            char off[24];
+            snprintf(off, sizeof off, "%+ld", a->clock_offset);
+            log_fault(r, a->slot ? "clock-forward" : "clock-back", 0, off, a->t0, tt_now_us());
+            act[k] = act[--*n_act];
+            continue;
+        }
         if (!all && a->until > now) {
             k++;
             continue;
