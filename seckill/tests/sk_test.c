@@ -289,6 +289,8 @@ int skt_serve_stop(skt_serve *s)
         s->pid = 0;
         rc = -1;
     }
+    /* Whoever asserts on it, a stop that went wrong shows why. */
+    if (rc != 0) skt_serve_dump(s);
     return rc;
 }
 

@@ -74,7 +74,8 @@ typedef struct skt_serve {
 int skt_serve_start(skt_serve *s, const skt_dir *d, const char *redis_url, const char *strategy,
                     const char *const *extra, const char *const *env);
 
-/* SIGTERM and wait; returns the exit status (128+N for a signal). */
+/* SIGTERM and wait; returns the exit status (128+N for a signal). Prints
+ * its stderr when that is not 0. */
 int skt_serve_stop(skt_serve *s);
 
 /* Wait up to `ms` for it to exit by itself; its exit status, or -1. */
