@@ -95,6 +95,7 @@ struct dlock__watchdog {
     wd_lane *lanes[N_LANES];
     int max_lane;             /* highest lane index ever made */
     uint64_t next_gen;
+    int64_t sleep_until;      /* the scheduler waits until then; 0 while it runs */
     int stop;
 };
 
@@ -313,30 +314,43 @@ static int64_t dispatch(struct dlock__watchdog *wd, int64_t now)
     }
 }
 
+/* The first hold (not being released) whose lease is no longer trusted
+ * at `now`; else NULL, with the earliest time one will be in *earliest.
+ * Called with mu held. */
+static dlock__wd_entry *first_lost(struct dlock__watchdog *wd, int64_t now, int64_t *earliest)
+{
+    *earliest = INT64_MAX;
+    for (dlock__wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
+        if (e->releasing) continue;
+        if (e->lost_ms <= now) return e;
+        if (e->lost_ms < *earliest) *earliest = e->lost_ms;
+    }
+    return NULL;
+}
+
 static void *watchdog_main(void *arg)
 {
     struct dlock__watchdog *wd = arg;
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
-        int64_t now = dlock__mono_ms();
-        dlock__wd_entry *lost = NULL;
-        int64_t earliest = INT64_MAX;
-        for (dlock__wd_entry *e = wd->head.next; e != &wd->head; e = e->next) {
-            if (e->releasing) continue;
-            if (e->lost_ms <= now) {
-                lost = e;
-                break;
-            }
-            if (e->lost_ms < earliest) earliest = e->lost_ms;
+        int64_t earliest;
+        dlock__wd_entry *lost = first_lost(wd, dlock__mono_ms(), &earliest);
+        if (!lost) {
+            int64_t due = dispatch(wd, dlock__mono_ms());
+            /* Again: dispatch may have dropped mu, and a hold added or
+             * marked meanwhile woke nobody (sleep_until was 0). */
+            lost = first_lost(wd, dlock__mono_ms(), &earliest);
+            if (due < earliest) earliest = due;
         }
         if (lost) {
             report_lost(wd, lost);
             continue;
         }
-        int64_t due = dispatch(wd, now);
-        if (due < earliest) earliest = due;
-        if (earliest > dlock__mono_ms())
+        if (earliest > dlock__mono_ms()) {
+            wd->sleep_until = earliest;
             dlock__cond_wait_until(&wd->cond, &wd->mu, earliest == INT64_MAX ? -1 : earliest);
+            wd->sleep_until = 0;
+        }
     }
     pthread_mutex_unlock(&wd->mu);
     return NULL;
@@ -359,6 +373,18 @@ struct dlock__watchdog *dlock__watchdog_start(dlock_client *client)
         return NULL;
     }
     return wd;
+}
+
+/* Why not always signal: every acquire adds its hold and every release
+ * marks it, and a scheduler woken each time only finds its next deadline
+ * unchanged (a renewal is a third of a lease away), at the price of a
+ * context switch per call on a busy client. It is woken only when `e` is
+ * due before the time it sleeps until; while it runs (sleep_until 0) it
+ * looks at every entry before it sleeps again. Called with mu held. */
+static void wake_for(struct dlock__watchdog *wd, const dlock__wd_entry *e)
+{
+    int64_t due = e->next_ms < e->lost_ms ? e->next_ms : e->lost_ms;
+    if (due < wd->sleep_until) pthread_cond_signal(&wd->cond);
 }
 
 /* Each lane finishes its call in flight (within the client's timeouts)
@@ -403,7 +429,7 @@ void dlock__wd_add(struct dlock__watchdog *wd, dlock__wd_entry *e, int64_t since
     e->lost_ms = since_ms + dlock__lease_trust_ms(e->lease_ms, wd->client->safety_margin_pct);
     atomic_store(&e->trusted_until, e->lost_ms);
     e->next_ms = since_ms + e->lease_ms / DLOCK__RENEW_DIVISOR;
-    pthread_cond_signal(&wd->cond);
+    wake_for(wd, e);
     pthread_mutex_unlock(&wd->mu);
 }
 
@@ -422,7 +448,7 @@ void dlock__wd_releasing(struct dlock__watchdog *wd, dlock__wd_entry *e, int on)
 {
     pthread_mutex_lock(&wd->mu);
     e->releasing = on;
-    pthread_cond_signal(&wd->cond); /* off again: its clock counts once more */
+    if (!on) wake_for(wd, e); /* its loss counts once more */
     pthread_mutex_unlock(&wd->mu);
 }
 
