@@ -356,6 +356,11 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         if (result == REPLICA_SHORT) result = DLOCK__BUSY;
     }
     if (result == DLOCK__DEFER || dlock__should_wait(result, wait_ms)) {
+        /* The watchdog's thread starts on a client's first renewed hold:
+         * start it now, while the wait costs nothing, not between the
+         * release that ends the wait and the caller's first step (a
+         * failure to start is reported by the hold, as without the wait). */
+        if (watchdog) (void)dlock__client_watchdog(l->base.client);
         result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->wait_channel, deadline,
                                 try_again, &a, result, pttl);
         if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->wait_channel) == 0)) {

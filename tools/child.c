@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <poll.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -86,6 +88,66 @@ static void exec_command(pid_t guard, int report_fd, char *const *argv, char *co
     _exit(127);
 }
 
+/* exec_command()'s arguments, through clone(). */
+typedef struct exec_args {
+    pid_t guard;
+    int report_fd;
+    char *const *argv, *const *env;
+    const sigset_t *defaults, *mask;
+    const struct sigaction *job_orig;
+} exec_args;
+
+static int exec_entry(void *arg)
+{
+    const exec_args *a = arg;
+    exec_command(a->guard, a->report_fd, a->argv, a->env, a->defaults, a->mask, a->job_orig);
+    return 127;
+}
+
+/* A stack for COMMAND's child until its exec, with an unmapped page below
+ * it: room for execvpe()'s PATH search and its /bin/sh fallback, which
+ * copies argv, on the stack. Mapped by dlock before the guard's fork (the
+ * guard inherits it), so the guard need not. NULL when it cannot be
+ * mapped; *total is the whole mapping, for munmap(). */
+static char *exec_stack(char *const *argv, size_t *size, size_t *total)
+{
+    size_t argc = 0;
+    while (argv[argc]) argc++;
+    const char *path = getenv("PATH");
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t need = 256 * 1024 + (argc + 4) * sizeof(char *) + (path ? strlen(path) : 0) + 2 * 4096;
+    need = (need + page - 1) / page * page;
+    char *m = mmap(NULL, need + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    if (mprotect(m, page, PROT_NONE) != 0) {
+        munmap(m, need + page);
+        return NULL;
+    }
+    *size = need;
+    *total = need + page;
+    return m + page;
+}
+
+/*
+ * Start COMMAND's process, as posix_spawn() does: clone(CLONE_VM |
+ * CLONE_VFORK) on a stack of its own. Why not fork(): the guard is a copy
+ * of dlock, libraries and threads' stacks included, and copying its page
+ * tables for a child that only execs was the larger part of the time from
+ * the lock's hand-off to COMMAND's start. The child shares the guard's
+ * memory until its exec, while the guard is suspended, and makes only
+ * system calls there (exec_command()); its signal dispositions and mask
+ * are its own (no CLONE_SIGHAND). Returns its pid, or -1 with errno.
+ */
+static pid_t spawn_command(const exec_args *a, char *stack, size_t size)
+{
+    if (!stack) {
+        pid_t pid = fork();
+        if (pid == 0) exec_entry((void *)a); /* does not return */
+        return pid;
+    }
+    return clone(exec_entry, stack + size, CLONE_VM | CLONE_VFORK | SIGCHLD, (void *)a);
+}
+
 /* The guard: wait for dlock's go, start COMMAND, then report what becomes
  * of it, and kill the group when COMMAND ends or dlock dies. Never
  * returns. */
@@ -100,7 +162,8 @@ typedef struct own_fds {
 } own_fds;
 
 static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char *const *argv, char *const *env,
-                       const sigset_t *defaults, const sigset_t *mask, const struct sigaction *job_orig)
+                       const sigset_t *defaults, const sigset_t *mask, const struct sigaction *job_orig, char *stack,
+                       size_t stack_size)
 {
     pid_t me = getpid();
     setpgid(0, 0);
@@ -138,12 +201,12 @@ static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char 
     /* dlock sets the group up (and the terminal) first; EOF: it died. */
     if (sfd < 0 || read(lifeline_fd, &go, 1) != 1) kill(0, SIGKILL);
 
-    pid_t cmd = fork();
+    exec_args ea = {me, report_fd, argv, env, defaults, mask, job_orig};
+    pid_t cmd = spawn_command(&ea, stack, stack_size);
     if (cmd < 0) {
         send_report(report_fd, REPORT_EXEC_ERROR, errno);
         kill(0, SIGKILL);
     }
-    if (cmd == 0) exec_command(me, report_fd, argv, env, defaults, mask, job_orig);
 
     for (;;) {
         struct pollfd p[2] = {{lifeline_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
@@ -231,7 +294,10 @@ int child_start(child *c, char *const *argv, char *const *env, const sigset_t *d
     for (size_t i = 0; i < N_JOB; i++) sigaction(job_signals[i], NULL, &job_orig[i]);
     own_fds own;
     list_own_fds(&own);
+    size_t stack_size = 0, stack_total = 0;
+    char *stack = exec_stack(argv, &stack_size, &stack_total);
     pid_t g = fork();
+    if (stack && g != 0) munmap(stack - (stack_total - stack_size), stack_total); /* the guard's copy stays */
     if (g < 0) {
         int e = errno;
         close(rep[0]);
@@ -243,7 +309,7 @@ int child_start(child *c, char *const *argv, char *const *env, const sigset_t *d
     if (g == 0) {
         close(rep[0]);
         close(life[1]);
-        guard_main(rep[1], life[0], &own, argv, env, defaults, mask, job_orig);
+        guard_main(rep[1], life[0], &own, argv, env, defaults, mask, job_orig, stack, stack_size);
     }
     close(rep[1]);
     close(life[0]);

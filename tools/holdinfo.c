@@ -78,6 +78,10 @@ struct holdinfo {
     char ttl[24]; /* the record's TTL, ms */
     long every_ms; /* refresh period */
     atomic_int *lost; /* the hold was lost: stop refreshing */
+    /* The first write, made by the keeper (see holdinfo_start()). */
+    char *lock;    /* the lock's hash */
+    const char *owner_field;
+    char host[256], pid[24], command[HOLDINFO_COMMAND_MAX + 1];
     int running;   /* the keeper thread was started */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -179,6 +183,12 @@ void holdinfo_command_line(char *const *command, char *out, size_t size)
 static void *keeper(void *arg)
 {
     holdinfo *h = arg;
+    const char *first_keys[2] = {h->lock, h->key};
+    const char *first_args[9] = {h->token, h->ttl, h->owner_field, "host", h->host, "pid", h->pid,
+                                 "command", h->command};
+    /* Not written (the hold is gone already, or the server refused): the
+     * hold goes on without a record. */
+    if (eval_int(h->client, 0, record_script, 2, first_keys, 9, first_args) != 1) return NULL;
     const char *keys[1] = {h->key};
     const char *args[2] = {h->token, h->ttl};
     pthread_mutex_lock(&h->mu);
@@ -229,23 +239,30 @@ static int start_keeper(holdinfo *h)
     return 0;
 }
 
+/* Why the keeper makes the first write, not the caller: the record is for
+ * `dlock status` only, and a round trip here would come between the
+ * acquisition and COMMAND's start, the hand-off a waiting script feels.
+ * The record script writes only while this hold is the lock's current
+ * one, so a write that lands after a quick COMMAND's release writes
+ * nothing. */
 holdinfo *holdinfo_start(dlock_client *client, const char *url, const dlock_options *opts, holdinfo_kind kind,
                          const char *name, uint64_t token, long lease_ms, char *const *command, atomic_int *lost)
 {
-    char host[256], pid[24], cmd[HOLDINFO_COMMAND_MAX + 1], *lock = NULL;
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
-    host[sizeof host - 1] = '\0';
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    holdinfo_command_line(command, cmd, sizeof cmd);
-
     holdinfo *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
     const char *suffix = kind == HOLDINFO_WRITE ? ":rw" : "";
-    if (!h || !(h->url = strdup(url)) || asprintf(&h->key, "dlock:{%s}%s:info", name, suffix) < 0 ||
-        asprintf(&lock, "dlock:{%s}%s", name, suffix) < 0) {
-        if (h) free(h->url);
-        free(h);
+    h->url = strdup(url);
+    if (asprintf(&h->key, "dlock:{%s}%s:info", name, suffix) < 0) h->key = NULL; /* else undefined */
+    if (asprintf(&h->lock, "dlock:{%s}%s", name, suffix) < 0) h->lock = NULL;
+    if (!h->url || !h->key || !h->lock) {
+        holdinfo_stop(h, 0);
         return NULL;
     }
+    if (gethostname(h->host, sizeof h->host) != 0) snprintf(h->host, sizeof h->host, "?");
+    h->host[sizeof h->host - 1] = '\0';
+    snprintf(h->pid, sizeof h->pid, "%ld", (long)getpid());
+    holdinfo_command_line(command, h->command, sizeof h->command);
+    h->owner_field = kind == HOLDINFO_WRITE ? "writer" : "owner";
     h->client = client;
     h->lost = lost;
     snprintf(h->token, sizeof h->token, "%llu", (unsigned long long)token);
@@ -256,13 +273,8 @@ holdinfo *holdinfo_start(dlock_client *client, const char *url, const dlock_opti
     if (!h->opts.command_timeout_ms || h->opts.command_timeout_ms > t) h->opts.command_timeout_ms = (int)t;
     if (!h->opts.connect_timeout_ms || h->opts.connect_timeout_ms > t) h->opts.connect_timeout_ms = (int)t;
     h->opts.offline_ok = 1;
-    const char *keys[2] = {lock, h->key};
-    const char *args[9] = {h->token, h->ttl, kind == HOLDINFO_WRITE ? "writer" : "owner",
-                           "host", host, "pid", pid, "command", cmd};
-    long long written = eval_int(client, 0, record_script, 2, keys, 9, args);
-    free(lock);
-    if (written != 1 || start_keeper(h) != 0) {
-        holdinfo_stop(h, written == 1);
+    if (start_keeper(h) != 0) {
+        holdinfo_stop(h, 0);
         return NULL;
     }
     return h;
@@ -288,6 +300,7 @@ void holdinfo_stop(holdinfo *h, int remove)
     }
     free(h->url);
     free(h->key);
+    free(h->lock);
     free(h);
 }
 

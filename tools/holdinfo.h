@@ -40,11 +40,12 @@ typedef struct holdinfo holdinfo;
  * Record that this process holds `name` (acquired through `client` with
  * `token` and a lease of `lease_ms`) while running `command`, and keep the
  * record alive until holdinfo_stop(), or until *lost (may be NULL) becomes
- * nonzero: a hold known lost needs no record. The refreshes go through a
- * client of the keeper's own, made from `url` and `opts` with short
- * timeouts (see keeper() in holdinfo.c). Best effort: NULL when the record
- * could not be written (the server refused, or the hold is already gone),
- * and the hold goes on without it.
+ * nonzero: a hold known lost needs no record. Returns at once: a thread
+ * of its own writes the record (through `client`) and then refreshes it
+ * through a client of its own, made from `url` and `opts` with short
+ * timeouts (see keeper() in holdinfo.c). Best effort: when the record
+ * cannot be written (the server refused, or the hold is already gone) the
+ * hold goes on without it; NULL only when the thread cannot start.
  */
 holdinfo *holdinfo_start(dlock_client *client, const char *url, const dlock_options *opts, holdinfo_kind kind,
                          const char *name, uint64_t token, long lease_ms, char *const *command, atomic_int *lost);
