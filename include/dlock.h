@@ -667,6 +667,19 @@ DLOCK_API dlock_status dlock_latch_count_down(dlock_latch *latch, long *remainin
  * `wait_ms` as in dlock_lock_acquire(); DLOCK_ERR_TIMEOUT when time ran out. */
 DLOCK_API dlock_status dlock_latch_await(dlock_latch *latch, long wait_ms);
 
+/* What an asynchronous await ends with, as dlock_latch_await() would. */
+typedef void (*dlock_latch_fn)(dlock_latch *latch, dlock_status status, void *arg);
+
+/*
+ * dlock_latch_await() without a thread that waits, under the rules of
+ * dlock_lock_acquire_async(): cb runs once later on a library thread,
+ * with DLOCK_OK when the latch is open, DLOCK_ERR_TIMEOUT when `wait_ms`
+ * ran out first, or a failure; one asynchronous call runs on a handle at
+ * a time (use a handle per await in flight); a status other than DLOCK_OK
+ * means nothing was started and cb will not run.
+ */
+DLOCK_API dlock_status dlock_latch_await_async(dlock_latch *latch, long wait_ms, dlock_latch_fn cb, void *arg);
+
 /* The current count (0 when not set). */
 DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "async.h"
 #include "client.h"
 #include "handle.h"
 #include "op.h"
@@ -111,5 +112,82 @@ dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
     int64_t since = dlock__stats_clock();
     dlock_status st = latch_await(l, wait_ms);
     dlock__stats_acquired(&l->base.client->stats, DLOCK_STATS_LATCH, since, st);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * The asynchronous await: the wait engine of the asynchronous acquires
+ * (wait.h), with the count as the attempt. One call at a time per handle,
+ * as for the semaphore's (semaphore.c).
+ * ------------------------------------------------------------------------ */
+
+typedef struct latch_async {
+    dlock__await aw; /* first: the wait's state */
+    dlock_latch *l;
+    dlock__thread_rec *rec; /* the handle's record 0: one call at a time */
+    int64_t since;
+    dlock_latch_fn cb;
+    void *arg;
+} latch_async;
+
+static dlock_status async_attempt(dlock__await *aw)
+{
+    latch_async *op = (latch_async *)aw;
+    const char *keys[1] = {op->l->base.key};
+    return dlock__async_script(op->l->base.client, DLOCK__SCRIPT_LATCH_COUNT, 1, keys, 0, NULL, dlock__await_reply,
+                               op);
+}
+
+static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
+{
+    (void)aw;
+    *retry_ms = -1;
+    if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    return r->integer <= 0 ? DLOCK_OK : DLOCK__BUSY;
+}
+
+static void async_done(dlock__await *aw, int result)
+{
+    latch_async *op = (latch_async *)aw;
+    dlock_status st = (dlock_status)result;
+    if (result == DLOCK__BUSY) st = dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
+    dlock_latch *l = op->l;
+    dlock_client *c = l->base.client;
+    dlock__stats_acquired(&c->stats, DLOCK_STATS_LATCH, op->since, st);
+    dlock__thread_rec *rec = op->rec;
+    dlock_latch_fn cb = op->cb;
+    void *arg = op->arg;
+    free(op);
+    dlock__handle_async_done(rec);
+    cb(l, st, arg);
+    dlock__async_end(&c->async);
+}
+
+static const dlock__await_ops await_ops = {async_attempt, async_parse, async_done};
+
+dlock_status dlock_latch_await_async(dlock_latch *l, long wait_ms, dlock_latch_fn cb, void *arg)
+{
+    if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "latch or callback is NULL");
+    if (wait_ms < DLOCK_WAIT_FOREVER)
+        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    dlock__thread_rec *rec = dlock__handle_record(&l->base, 0, sizeof *rec, 1, NULL);
+    if (!rec) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_status st = dlock__handle_async_claim(&l->base, rec);
+    if (st != DLOCK_OK) return st;
+    latch_async *op = calloc(1, sizeof *op);
+    if (!op) {
+        st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    } else {
+        op->l = l;
+        op->rec = rec;
+        op->cb = cb;
+        op->arg = arg;
+        op->since = dlock__stats_clock();
+        st = dlock__await_start(&op->aw, &await_ops, l->base.client, DLOCK_STATS_LATCH, l->base.channel, wait_ms, 0);
+        if (st == DLOCK_OK) return st;
+        free(op);
+    }
+    dlock__handle_async_done(rec);
+    dlock__async_end(&l->base.client->async);
     return st;
 }

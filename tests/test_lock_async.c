@@ -8,7 +8,8 @@
  * handle; re-entry; one call in flight per handle; loss is reported; and
  * dlock_client_free() ends a waiting acquire. The read-write lock and the
  * semaphore: chains of asynchronous calls from many handles keep their
- * rules (no reader beside a writer, never more holders than permits).
+ * rules (no reader beside a writer, never more holders than permits). The
+ * latch: asynchronous awaits end when the count reaches zero.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -820,6 +821,65 @@ static void async_replica_safe_acquire_waits_for_replicas(void **state)
 
 /* examples/async_libuv.c, run against the target: every job held the lock
  * once, in order of rising tokens, from one libuv loop. */
+static void on_latch(dlock_latch *l, dlock_status st, void *arg)
+{
+    (void)l;
+    done_note(arg, st, 0);
+}
+
+/* Eight awaits from one thread on a latch of two, half of them begun
+ * after the first count-down: none ends before the second, all end at it;
+ * a shut latch runs out at its wait; a latch never set is open; one await
+ * at a time per handle. */
+static void async_latch_await_opens_at_zero_and_runs_out_when_shut(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    dlock_client *c = new_client(0);
+    dlock_latch *setter, *l[N];
+    assert_int_equal(dlock_latch_new(c, "async:latch", &setter), DLOCK_OK);
+    for (int i = 0; i < N; i++) assert_int_equal(dlock_latch_new(c, "async:latch", &l[i]), DLOCK_OK);
+    int was_set;
+    assert_int_equal(dlock_latch_set(setter, 2, &was_set), DLOCK_OK);
+    assert_true(was_set);
+    done d;
+    done_init(&d);
+    for (int i = 0; i < N / 2; i++)
+        assert_int_equal(dlock_latch_await_async(l[i], DLOCK_WAIT_FOREVER, on_latch, &d), DLOCK_OK);
+    assert_int_equal(dlock_latch_await_async(l[0], DLOCK_WAIT_FOREVER, on_latch, &d), DLOCK_ERR_INVALID);
+    assert_int_equal(done_wait(&d, 1, 300), 0);
+    long remaining;
+    assert_int_equal(dlock_latch_count_down(setter, &remaining), DLOCK_OK);
+    assert_int_equal(remaining, 1);
+    /* One left: still shut, for the awaits begun before and after it. */
+    for (int i = N / 2; i < N; i++)
+        assert_int_equal(dlock_latch_await_async(l[i], DLOCK_WAIT_FOREVER, on_latch, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 300), 0);
+    long long opened = now_ms();
+    assert_int_equal(dlock_latch_count_down(setter, &remaining), DLOCK_OK);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(done_wait(&d, N, 5000), N);
+    assert_int_equal(d.st, DLOCK_OK);
+    assert_true(d.at - opened < 1000); /* woken by the count-down, not a timer */
+
+    /* Shut: runs out at its wait. Open (never set): at once. */
+    assert_int_equal(dlock_latch_set(setter, 1, &was_set), DLOCK_OK);
+    done_init(&d);
+    long long start = now_ms();
+    assert_int_equal(dlock_latch_await_async(l[0], 300, on_latch, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 5000), 1);
+    assert_int_equal(d.st, DLOCK_ERR_TIMEOUT);
+    assert_true(d.at - start >= 290);
+    assert_int_equal(dlock_latch_count_down(setter, NULL), DLOCK_OK);
+    done_init(&d);
+    assert_int_equal(dlock_latch_await_async(l[1], 0, on_latch, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 5000), 1);
+    assert_int_equal(d.st, DLOCK_OK);
+    for (int i = 0; i < N; i++) dlock_latch_free(l[i]);
+    dlock_latch_free(setter);
+    dlock_client_free(c);
+}
+
 static void libuv_example_runs_every_job_through_the_lock(void **state)
 {
     (void)state;
@@ -861,6 +921,7 @@ int main(void)
         cmocka_unit_test(async_reader_waits_for_the_writer_and_is_woken),
         cmocka_unit_test(drain_ends_waits_and_leaves_the_synchronous_api_working),
         cmocka_unit_test(async_replica_safe_acquire_waits_for_replicas),
+        cmocka_unit_test(async_latch_await_opens_at_zero_and_runs_out_when_shut),
         cmocka_unit_test(libuv_example_runs_every_job_through_the_lock),
     };
     return th_target_run_suite(tests, &server);

@@ -476,6 +476,11 @@ def _on_sem(_sem: Optional[int], status: int, arg: Optional[int]) -> None:
     _call_end(arg, status, 0)
 
 
+@_native.LATCH_FN
+def _on_latch(_latch: Optional[int], status: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, 0)
+
+
 class _TaskHandle:
     """A task's own C handle of one lock (or semaphore), and how many of
     its `async with` blocks are open on it."""
@@ -506,19 +511,38 @@ def _task_handle(shared: "_Handle", task: "asyncio.Task[Any]", enter: bool) -> O
             th = _TaskHandle(shared.idle.pop(), shared)
             _task_handles.setdefault(task, {})[shared.key] = th
             return th
+    th = _TaskHandle(_new_handle(shared), shared)
+    with _task_mu:
+        _task_handles.setdefault(task, {})[shared.key] = th
+    return th
+
+
+def _new_handle(shared: "_Handle") -> "_Handle":
+    """A C handle of its own for `shared`'s name and kind."""
     st = shared.state
     ptr = ctypes.c_void_p()
     st.enter()
     try:
         _check(_NEW[shared.kind](st.ptr, shared.name, ctypes.byref(ptr)))
         with st.mu:
-            h = _Handle(st, shared.kind, shared.name, ptr.value)
+            return _Handle(st, shared.kind, shared.name, ptr.value)
     finally:
         st.leave()
-    th = _TaskHandle(h, shared)
+
+
+def _spare_handle(shared: "_Handle") -> "_Handle":
+    """An idle C handle of `shared`'s name for one asynchronous call that
+    holds nothing afterwards (a latch's await); give it back with
+    _spare_done() from its callback."""
     with _task_mu:
-        _task_handles.setdefault(task, {})[shared.key] = th
-    return th
+        if shared.idle:
+            return shared.idle.pop()
+    return _new_handle(shared)
+
+
+def _spare_done(shared: "_Handle", h: "_Handle") -> None:
+    with _task_mu:
+        shared.idle.append(h)
 
 
 def _task_handle_done(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandle) -> None:
@@ -1081,8 +1105,27 @@ class Latch(_OnHandle):
         return True
 
     async def wait_async(self, timeout: Seconds = None) -> bool:
-        """wait() in the event loop's default executor (a thread)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.wait, timeout)
+        """wait() for a task, on the library's asynchronous await: the
+        waiting task holds no thread, and is woken by the last count-down."""
+        wait_ms = _wait_ms(timeout)
+        shared = self._h
+        h = _spare_handle(shared)
+
+        def hook(_status: int, _token: int, _awaited: bool) -> None:
+            _spare_done(shared, h)
+
+        key, fut = _call_start(asyncio.get_running_loop(), hook)
+        assert fut is not None
+        rc = self._rc(lambda _p: _lib.dlock_latch_await_async(h.ptr, wait_ms, _on_latch, key))
+        if rc:
+            _calls.pop(key, None)
+            _spare_done(shared, h)
+            fail(rc)
+        try:
+            await fut
+        except _errors.NotAcquired:
+            return False
+        return True
 
     @property
     def count(self) -> int:

@@ -84,6 +84,7 @@ RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 RW_ACQUIRED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_uint64, c_void_p)
 RW_RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
 SEM_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
+LATCH_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 
 _P = ctypes.POINTER
 # name: (result type, argument types)
@@ -118,6 +119,7 @@ _PROTOTYPES = {
     "dlock_semaphore_available": (c_int, [c_void_p, _P(c_long)]),
     "dlock_semaphore_acquire_async": (c_int, [c_void_p, c_long, c_long, SEM_FN, c_void_p]),
     "dlock_semaphore_release_async": (c_int, [c_void_p, c_long, SEM_FN, c_void_p]),
+    "dlock_latch_await_async": (c_int, [c_void_p, c_long, LATCH_FN, c_void_p]),
     "dlock_latch_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
     "dlock_latch_free": (None, [c_void_p]),
     "dlock_latch_set": (c_int, [c_void_p, c_long, _P(c_int)]),

@@ -87,6 +87,35 @@ def test_async_latch_and_semaphore(client, name):
     assert asyncio.run(main()) == (True, 1)
 
 
+def test_async_latch_waiters_park_no_thread_and_time_out(client, name):
+    """Thirty tasks wait for one latch without a thread each; none is
+    let through by the first of two count-downs, all by the second; a
+    shut latch's wait_async gives False at its timeout."""
+    async def main():
+        latch = client.latch(name)
+        latch.set(2)
+        before = threading.active_count()
+        tasks = [asyncio.ensure_future(latch.wait_async(10)) for _ in range(30)]
+        await asyncio.sleep(0.2)
+        during = threading.active_count()
+        latch.count_down()
+        await asyncio.sleep(0.2)
+        early = sum(t.done() for t in tasks)
+        latch.count_down()
+        results = await asyncio.gather(*tasks)
+        shut = client.latch(name + ":shut")
+        shut.set(1)
+        t0 = time.monotonic()
+        timed_out = await shut.wait_async(0.3)
+        return before, during, early, results, timed_out, time.monotonic() - t0
+
+    before, during, early, results, timed_out, took = asyncio.run(main())
+    assert during - before <= 1, "threads were started for waiting tasks"
+    assert early == 0, "a wait ended before the count reached zero"
+    assert results == [True] * 30
+    assert timed_out is False and took >= 0.29
+
+
 def test_async_waiters_park_no_thread(client, name):
     """Fifty tasks queue for one lock; no Python thread is started for
     them, and the holds exclude each other in token order."""
