@@ -145,11 +145,20 @@ class _Service:
 _service = _Service()
 
 
+# This process's pid, kept by the fork hook below rather than asked of
+# the kernel on every call (os.getpid() is a system call: two per
+# lock+release pair, a third of the pair's calls). Python runs the hook in
+# every child it forks, also for multiprocessing and C code that forks
+# through PyOS_AfterFork_Child.
+_pid = os.getpid()
+
+
 def _after_fork_in_child() -> None:
     # The parent's service thread does not exist in the child, and its
     # queue's lock may have been taken at the moment of fork().
-    global _service
+    global _service, _pid
     _service = _Service()
+    _pid = os.getpid()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -162,7 +171,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 class _State:
     def __init__(self) -> None:
         self.ptr: Optional[int] = None
-        self.pid = os.getpid()
+        self.pid = _pid
         self.mu = threading.Lock()
         self.idle = threading.Condition(self.mu)
         self.busy = 0  # library calls under way on the client or its handles
@@ -179,7 +188,7 @@ class _State:
         self.pinned: Set["_Handle"] = set()
 
     def enter(self) -> None:
-        if os.getpid() != self.pid:
+        if _pid != self.pid:
             raise ForkedClient(
                 "this dlock Client was made in process %d and used in process %d, a child made "
                 "by fork(); libdlock's threads and connections do not survive fork(): make a new "
