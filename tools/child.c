@@ -61,8 +61,13 @@ typedef struct report {
 static const int job_signals[] = {SIGTSTP, SIGTTIN, SIGTTOU};
 #define N_JOB (sizeof job_signals / sizeof job_signals[0])
 
+/* Code that runs on the stack of exec_stack() (see spawn_command()):
+ * AddressSanitizer's instrumentation, run there, warns that it does not
+ * know that stack and that false reports may follow. */
+#define NO_ASAN __attribute__((no_sanitize_address))
+
 /* One report, whole (pipe writes up to PIPE_BUF are atomic). */
-static void send_report(int fd, int kind, int value)
+NO_ASAN static void send_report(int fd, int kind, int value)
 {
     report r = {kind, value};
     ssize_t n = write(fd, &r, sizeof r);
@@ -71,8 +76,8 @@ static void send_report(int fd, int kind, int value)
 
 /* COMMAND, in the guard's child: the signals and mask dlock was started
  * with, death with the guard, then exec. Never returns. */
-static void exec_command(pid_t guard, int report_fd, char *const *argv, char *const *env, const sigset_t *defaults,
-                         const sigset_t *mask, const struct sigaction *job_orig)
+NO_ASAN static void exec_command(pid_t guard, int report_fd, char *const *argv, char *const *env,
+                                 const sigset_t *defaults, const sigset_t *mask, const struct sigaction *job_orig)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != guard) _exit(127);
     struct sigaction dfl;
@@ -97,7 +102,7 @@ typedef struct exec_args {
     const struct sigaction *job_orig;
 } exec_args;
 
-static int exec_entry(void *arg)
+NO_ASAN static int exec_entry(void *arg)
 {
     const exec_args *a = arg;
     exec_command(a->guard, a->report_fd, a->argv, a->env, a->defaults, a->mask, a->job_orig);
