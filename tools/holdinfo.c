@@ -186,9 +186,10 @@ static void *keeper(void *arg)
     const char *first_keys[2] = {h->lock, h->key};
     const char *first_args[9] = {h->token, h->ttl, h->owner_field, "host", h->host, "pid", h->pid,
                                  "command", h->command};
-    /* Not written (the hold is gone already, or the server refused): the
-     * hold goes on without a record. */
-    if (eval_int(h->client, 0, record_script, 2, first_keys, 9, first_args) != 1) return NULL;
+    /* Not written (the hold is gone already, the server refused or did
+     * not answer): the hold goes on without a record. Sent once, so that
+     * holdinfo_stop() waits for one command's timeout at most. */
+    if (eval_int(h->client, DLOCK_REDIS_ONCE, record_script, 2, first_keys, 9, first_args) != 1) return NULL;
     const char *keys[1] = {h->key};
     const char *args[2] = {h->token, h->ttl};
     pthread_mutex_lock(&h->mu);
