@@ -110,6 +110,28 @@ void dlock__handle_async_done(dlock__thread_rec *rec)
     atomic_store(&rec->async_busy, 0);
 }
 
+void *dlock__handle_async_op(dlock__handle *h, size_t size, dlock__thread_rec **rec, dlock_status *st)
+{
+    *rec = dlock__handle_record(h, 0, sizeof **rec, 1, NULL);
+    if (!*rec) {
+        *st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    if ((*st = dlock__handle_async_claim(h, *rec)) != DLOCK_OK) return NULL;
+    void *op = calloc(1, size);
+    if (!op) {
+        dlock__handle_async_abandon(h, *rec);
+        *st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    return op;
+}
+
+void dlock__handle_async_abandon(dlock__handle *h, dlock__thread_rec *rec)
+{
+    dlock__handle_async_done(rec);
+    dlock__async_end(&h->client->async);
+}
+
 void dlock__handle_on_lost(dlock__handle *h, dlock__handle_fn fn, void *arg)
 {
     pthread_mutex_lock(&h->mu);

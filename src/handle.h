@@ -114,6 +114,15 @@ dlock__thread_rec *dlock__handle_record(dlock__handle *h, unsigned long thread, 
 dlock_status dlock__handle_async_claim(dlock__handle *h, dlock__thread_rec *rec);
 void dlock__handle_async_done(dlock__thread_rec *rec);
 
+/* One asynchronous call on a handle without owners (a semaphore's, a
+ * latch's): record 0 claimed as above, and the call's state allocated,
+ * `size` bytes zeroed. NULL with *st set (message too) when the handle is
+ * busy, the client is being freed or memory ran out; else *rec is the
+ * record. A call that is then not sent gives both back with
+ * dlock__handle_async_abandon(). */
+void *dlock__handle_async_op(dlock__handle *h, size_t size, dlock__thread_rec **rec, dlock_status *st);
+void dlock__handle_async_abandon(dlock__handle *h, dlock__thread_rec *rec);
+
 /* Set, or read, the loss callback and its argument. */
 void dlock__handle_on_lost(dlock__handle *h, dlock__handle_fn fn, void *arg);
 dlock__handle_fn dlock__handle_callback(dlock__handle *h, void **arg);

@@ -170,24 +170,19 @@ dlock_status dlock_latch_await_async(dlock_latch *l, long wait_ms, dlock_latch_f
     if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "latch or callback is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    dlock__thread_rec *rec = dlock__handle_record(&l->base, 0, sizeof *rec, 1, NULL);
-    if (!rec) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    dlock_status st = dlock__handle_async_claim(&l->base, rec);
-    if (st != DLOCK_OK) return st;
-    latch_async *op = calloc(1, sizeof *op);
-    if (!op) {
-        st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    } else {
-        op->l = l;
-        op->rec = rec;
-        op->cb = cb;
-        op->arg = arg;
-        op->since = dlock__stats_clock();
-        st = dlock__await_start(&op->aw, &await_ops, l->base.client, DLOCK_STATS_LATCH, l->base.channel, wait_ms, 0);
-        if (st == DLOCK_OK) return st;
+    dlock__thread_rec *rec;
+    dlock_status st;
+    latch_async *op = dlock__handle_async_op(&l->base, sizeof *op, &rec, &st);
+    if (!op) return st;
+    op->l = l;
+    op->rec = rec;
+    op->cb = cb;
+    op->arg = arg;
+    op->since = dlock__stats_clock();
+    st = dlock__await_start(&op->aw, &await_ops, l->base.client, DLOCK_STATS_LATCH, l->base.channel, wait_ms, 0);
+    if (st != DLOCK_OK) {
         free(op);
+        dlock__handle_async_abandon(&l->base, rec);
     }
-    dlock__handle_async_done(rec);
-    dlock__async_end(&l->base.client->async);
     return st;
 }

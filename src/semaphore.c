@@ -218,34 +218,25 @@ static void on_release_reply(dlock_status st, redisReply *r, void *arg)
 /* Claim the handle for one asynchronous call and make its state. */
 static dlock_status async_begin(dlock_semaphore *s, long permits, dlock_semaphore_fn cb, void *arg, sem_async **out)
 {
-    *out = NULL;
-    dlock__thread_rec *rec = dlock__handle_record(&s->base, 0, sizeof *rec, 1, NULL);
-    if (!rec) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    dlock_status st = dlock__handle_async_claim(&s->base, rec);
-    if (st != DLOCK_OK) return st;
-    sem_async *op = calloc(1, sizeof *op);
-    if (!op) {
-        dlock__handle_async_done(rec);
-        dlock__async_end(&s->base.client->async);
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    }
+    dlock__thread_rec *rec;
+    dlock_status st;
+    sem_async *op = *out = dlock__handle_async_op(&s->base, sizeof *op, &rec, &st);
+    if (!op) return st;
     op->s = s;
     op->rec = rec;
     op->permits = permits;
     op->cb = cb;
     op->arg = arg;
-    *out = op;
     return DLOCK_OK;
 }
 
 /* Undo async_begin() for a call that was not sent. */
 static dlock_status async_abandon(sem_async *op, dlock_status st)
 {
+    dlock__handle *h = &op->s->base;
     dlock__thread_rec *rec = op->rec;
-    dlock_client *c = op->s->base.client;
     free(op);
-    dlock__handle_async_done(rec);
-    dlock__async_end(&c->async);
+    dlock__handle_async_abandon(h, rec);
     return st;
 }
 
