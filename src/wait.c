@@ -115,6 +115,17 @@ static void await_end(dlock__await *w, int result)
     w->ops->done(w, result);
 }
 
+/* Join the channel and get in line: the wait's first step, after a busy
+ * attempt or (bounded barging) instead of one. */
+static dlock_status await_join(dlock__await *w)
+{
+    if (!(w->sub = dlock__client_subscriber(w->client)))
+        return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+    if (!(w->e = dlock__sub_join(w->sub, w->channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock__sub_enlist(w->sub, w->e, &w->watch);
+    return DLOCK_OK;
+}
+
 /* After an attempt that came to `result`: the end, or the watch armed for
  * the next attempt. */
 static void await_step(dlock__await *w, int result)
@@ -132,15 +143,11 @@ static void await_step(dlock__await *w, int result)
     int64_t until;
     int want_ready = 0;
     if (!w->e) {
-        if (!(w->sub = dlock__client_subscriber(w->client))) {
-            await_end(w, dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread"));
+        dlock_status st = await_join(w);
+        if (st != DLOCK_OK) {
+            await_end(w, st);
             return;
         }
-        if (!(w->e = dlock__sub_join(w->sub, w->channel))) {
-            await_end(w, dlock__fail(DLOCK_ERR_NOMEM, "out of memory"));
-            return;
-        }
-        dlock__sub_enlist(w->sub, w->e, &w->watch);
         until = now + 1000; /* as dlock__sub_wait_ready() above */
         want_ready = 1;
     } else if (result == DLOCK_ERR_CONNECT) {
@@ -196,10 +203,8 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     if (defer && wait_ms != 0) {
         /* No attempt: straight into line. What could fail on the way is
          * checked here, so that the callback never runs inside the call. */
-        if (!(w->sub = dlock__client_subscriber(client)))
-            return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
-        if (!(w->e = dlock__sub_join(w->sub, channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-        dlock__sub_enlist(w->sub, w->e, &w->watch);
+        dlock_status st = await_join(w);
+        if (st != DLOCK_OK) return st;
         w->result = DLOCK__BUSY;
         int ready = dlock__sub_ready(w->sub, w->e);
         int64_t until = dlock__mono_ms() + (ready ? SAFETY_NET_MS : 1000);
