@@ -41,8 +41,13 @@
  *
  * One JSON line goes to stdout:
  *   {"lib":"dlock","mode":"uncontended","workers":8,"ops":..,"seconds":..,
- *    "ops_per_s":..,"p50_us":..,"p99_us":..}
- * plus, by mode:
+ *    "ops_per_s":..,"p50_us":..,"p99_us":..,"api":..,"lease":..,"p999_us":..,
+ *    "wait_p99_us":..,"wait_p999_us":..,"share_min":..,"share_max":..}
+ * where the wait is the acquire call alone (the pair less its release), and
+ * a worker's share is the pairs it completed over the mean of all workers:
+ * 1.0 everywhere when every worker got its turn as often; a lock that
+ * starves some shows share_min near 0 and share_max well above 1. Plus, by
+ * mode:
  * - contended, fair: "handoff_p50_us", the median time from a release (the
  *   releaser's release call returning) to the next acquisition by a
  *   different worker that was already waiting (its acquire returning). Both
@@ -62,12 +67,12 @@
  * - Leases are an explicit 10 s unless --watchdog: then DLOCK_LEASE_WATCHDOG,
  *   the default of the CLI and of the Python package, and each pair also
  *   registers its hold with the watchdog and takes it off again.
- * - contended measures the library's barging lock: a releaser that loops
- *   straight back usually beats the waiter its release woke, whose retry is
- *   then wasted, so throughput stays below one worker's and the waiters'
- *   tail latency is long. That is the honest behaviour of the plain lock;
- *   fair is the ordered alternative. -v prints how often the lock changed
- *   hands.
+ * - contended measures the plain lock's bounded barging: a releaser that
+ *   loops straight back may take the lock again, unless a waiter of this
+ *   process has waited longer than a couple of milliseconds (then it queues
+ *   behind it), so most hand-offs follow the order of arrival and the wait
+ *   tail stays short. fair is strictly ordered. -v prints how often the lock
+ *   changed hands.
  * - rw: readers are not held back by a waiting writer (documented in
  *   dlock.h), so with many overlapping readers writes wait long; the write
  *   percentiles show it. A write still waiting when the time is up is not
@@ -137,6 +142,7 @@ typedef struct worker {
     int index;
     dlock_lock *lock; /* uncontended, contended, fair */
     uint64_t *hist[N_CLS];
+    uint64_t *wait_hist; /* the acquire call alone, every class */
     uint64_t ops[N_CLS];
     uint64_t rng;
     hold_rec *recs;
@@ -316,6 +322,14 @@ static void check_inside(int cls, hold_rec *rec)
     }
 }
 
+/* Count a measured pair: its whole time, and its wait (the acquire call). */
+static void record(worker *w, int cls, const hold_rec *rec)
+{
+    w->hist[cls][hist_index((uint64_t)(rec->t_rel - rec->t_start))]++;
+    w->wait_hist[hist_index((uint64_t)(rec->t_acq - rec->t_start))]++;
+    w->ops[cls]++;
+}
+
 /* The measured loop of one worker thread: acquire, release, record. */
 static void *worker_main(void *arg)
 {
@@ -339,10 +353,7 @@ static void *worker_main(void *arg)
         }
         rec.t_rel = now_ns();
         rec.measured = atomic_load(&phase) == PHASE_MEASURE;
-        if (rec.measured) {
-            w->hist[cls][hist_index((uint64_t)(rec.t_rel - rec.t_start))]++;
-            w->ops[cls]++;
-        }
+        if (rec.measured) record(w, cls, &rec);
         if (single_lock() && push_rec(w, &rec) != 0) {
             fail(EXIT_SOFTWARE, "%s", "out of memory");
             break;
@@ -405,10 +416,7 @@ static void chain_released(dlock_lock *l, dlock_status st, void *arg)
     }
     w->rec.t_rel = now_ns();
     w->rec.measured = atomic_load(&phase) == PHASE_MEASURE;
-    if (w->rec.measured) {
-        w->hist[CLS_READ][hist_index((uint64_t)(w->rec.t_rel - w->rec.t_start))]++;
-        w->ops[CLS_READ]++;
-    }
+    if (w->rec.measured) record(w, CLS_READ, &w->rec);
     if (single_lock() && push_rec(w, &w->rec) != 0) {
         fail(EXIT_SOFTWARE, "%s", "out of memory");
         chain_end();
@@ -461,11 +469,31 @@ static double handoff_p50(worker *ws, int n, int verbose, int *err)
         result = (double)samples[(k - 1) / 2];
     }
     if (verbose) {
-        double p90 = k ? (double)samples[(size_t)((double)(k - 1) * 0.9)] / 1e3 : 0.0;
+        /* How many holds began while each waiter waited: at most N-1 when
+         * the waits are served in the order they began. */
+        int64_t *ahead = calloc(max_gen + 1, sizeof *ahead);
+        size_t m = 0;
+        uint64_t g0 = 1;
+        for (uint64_t g = 1; ahead && g <= max_gen; g++) {
+            const hold_rec *b = by_gen[g];
+            if (!b || !b->measured) continue;
+            while (g0 < g && by_gen[g0] && by_gen[g0]->t_acq < b->t_start) g0++;
+            ahead[m++] = (int64_t)(g - g0);
+        }
+        if (m) {
+            qsort(ahead, m, sizeof *ahead, cmp_i64);
+            fprintf(stderr, "dlock-bench: holds begun during a wait: p50 %lld, p99 %lld, max %lld\n",
+                    (long long)ahead[(m - 1) / 2], (long long)ahead[(size_t)((double)(m - 1) * 0.99)],
+                    (long long)ahead[m - 1]);
+        }
+        free(ahead);
+#define HANDOFF_Q(q) (k ? (double)samples[(size_t)((double)(k - 1) * (q))] / 1e3 : 0.0)
         fprintf(stderr,
                 "dlock-bench: %zu measured holds: %zu re-taken by the releaser, %zu handed to a "
-                "waiter (%zu of them read before the release's own reply), p90 handoff %.1f us\n",
-                measured, same, k, inverted, p90);
+                "waiter (%zu of them read before the release's own reply), handoff p90 %.1f, "
+                "p99 %.1f, p999 %.1f, max %.1f us\n",
+                measured, same, k, inverted, HANDOFF_Q(0.9), HANDOFF_Q(0.99), HANDOFF_Q(0.999), HANDOFF_Q(1.0));
+#undef HANDOFF_Q
     }
     free(by_gen);
     free(samples);
@@ -650,7 +678,9 @@ int main(int argc, char **argv)
 
     int n = (int)workers, rc = 0;
     worker *ws = calloc((size_t)n, sizeof *ws);
-    uint64_t *hist = calloc((size_t)(n + 1) * N_CLS * HIST_BUCKETS, sizeof *hist);
+    /* Per class, slot 0 then one per worker; then the waits, the same way. */
+    uint64_t *hist = calloc((size_t)(n + 1) * (N_CLS + 1) * HIST_BUCKETS, sizeof *hist);
+    uint64_t *waits = hist ? hist + (size_t)(n + 1) * N_CLS * HIST_BUCKETS : NULL;
     dlock_lock *shared = NULL;
     if (!ws || !hist) {
         fprintf(stderr, "dlock-bench: out of memory\n");
@@ -665,6 +695,7 @@ int main(int argc, char **argv)
         ws[i].index = i;
         ws[i].rng = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
         for (int k = 0; k < N_CLS; k++) ws[i].hist[k] = hist + ((size_t)(i + 1) * N_CLS + k) * HIST_BUCKETS;
+        ws[i].wait_hist = waits + (size_t)(i + 1) * HIST_BUCKETS;
         if (mode == M_UNCONTENDED) {
             char name[96];
             snprintf(name, sizeof name, "bench:u:%ld:%d", (long)getpid(), i);
@@ -723,13 +754,23 @@ int main(int argc, char **argv)
             }
             for (int b = 0; b < HIST_BUCKETS; b++) all[b] += merged[k][b];
         }
-        uint64_t total = ops[CLS_READ] + ops[CLS_WRITE];
-        double secs = (double)(t_end - t_begin) / 1e9;
+        uint64_t total = ops[CLS_READ] + ops[CLS_WRITE], least = UINT64_MAX, most = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t mine = ws[i].ops[CLS_READ] + ws[i].ops[CLS_WRITE];
+            if (mine < least) least = mine;
+            if (mine > most) most = mine;
+            for (int b = 0; b < HIST_BUCKETS; b++) waits[b] += ws[i].wait_hist[b];
+        }
+        double secs = (double)(t_end - t_begin) / 1e9, fair_share = (double)total / n;
         printf("{\"lib\":\"dlock\",\"mode\":\"%s\",\"workers\":%d,\"ops\":%" PRIu64
                ",\"seconds\":%.3f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"api\":\"%s\",\"lease\":\"%s\"",
                mode_names[mode], n, total, secs, (double)total / secs, hist_percentile(all, total, 0.50) / 1e3,
                hist_percentile(all, total, 0.99) / 1e3, use_async ? "async" : "sync",
                lease_ms == DLOCK_LEASE_WATCHDOG ? "watchdog" : "10s");
+        printf(",\"p999_us\":%.1f,\"wait_p99_us\":%.1f,\"wait_p999_us\":%.1f,\"share_min\":%.3f,\"share_max\":%.3f",
+               hist_percentile(all, total, 0.999) / 1e3, hist_percentile(waits, total, 0.99) / 1e3,
+               hist_percentile(waits, total, 0.999) / 1e3, total ? (double)least / fair_share : 0.0,
+               total ? (double)most / fair_share : 0.0);
         print_extra(ws, n, (const uint64_t *const *)merged, ops, secs, verbose, &rc);
         printf("}\n");
         fflush(stdout);

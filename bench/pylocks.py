@@ -7,8 +7,10 @@ package (bindings/python, on libdlock).
                        --workers N [--threads|--asyncio] [--seconds S]
 
 Prints one JSON line in dlock-bench's shape, "lib" being "redis-py" or
-"dlock-py", plus "wait_p99_us" (p99 of the acquire call alone, the wait
-when contended) and "kind": "processes" or "threads".
+"dlock-py", plus "p999_us", "wait_p99_us" and "wait_p999_us" (the acquire
+call alone, the wait when contended), "share_min" and "share_max" (the
+pairs of the least and the most served worker over the mean) and "kind":
+"processes", "threads" or "asyncio".
 
 Workers are N processes (the default), each with its own connection or
 Client, or with --threads N threads of one process sharing one redis.Redis
@@ -173,10 +175,7 @@ def run_asyncio(args):
         return results
 
     results = asyncio.run(main())
-    lat = [x for r in results for x in r[0]]
-    waits = [x for r in results for x in r[1]]
-    holds = [x for r in results for x in r[2]]
-    return lat, waits, holds
+    return merge(results)
 
 
 def process_worker(i, args, start, barrier, out):
@@ -200,17 +199,12 @@ def run_processes(args):
         p.start()
     start.value = time.monotonic_ns()
     barrier.wait(timeout=120)
-    lat, waits, holds = [], [], []
-    for _ in procs:
-        l, w, h = out.get(timeout=args.seconds + 120)
-        lat.extend(l)
-        waits.extend(w)
-        holds.extend(h)
+    results = [out.get(timeout=args.seconds + 120) for _ in procs]
     for p in procs:
         p.join()
         if p.exitcode != 0:
             fail("a worker failed (exit %s)" % p.exitcode)
-    return lat, waits, holds
+    return merge(results)
 
 
 def run_threads(args):
@@ -238,10 +232,16 @@ def run_threads(args):
         fail("a worker failed: %r" % errors[0])
     if args.lib == "dlock":
         conn.close()
+    return merge(results)
+
+
+def merge(results):
+    """The workers' (latencies, waits, holds) as one of each, plus how many
+    measured pairs each worker completed."""
     lat = [x for r in results for x in r[0]]
     waits = [x for r in results for x in r[1]]
     holds = [x for r in results for x in r[2]]
-    return lat, waits, holds
+    return lat, waits, holds, [len(r[0]) for r in results]
 
 
 def fail(why, code=70):
@@ -288,9 +288,9 @@ def main(default_lib=None):
     except Exception as e:  # any connection or auth failure
         fail("cannot use %s: %s" % (args.url, e), 69)
     if args.asyncio:
-        lat, waits, holds = run_asyncio(args)
+        lat, waits, holds, done = run_asyncio(args)
     else:
-        lat, waits, holds = run_threads(args) if args.threads else run_processes(args)
+        lat, waits, holds, done = run_threads(args) if args.threads else run_processes(args)
     lat.sort()
     waits.sort()
     line = {
@@ -303,8 +303,14 @@ def main(default_lib=None):
         "p50_us": round(percentile(lat, 0.50), 1),
         "p99_us": round(percentile(lat, 0.99), 1),
     }
-    # The acquire call alone: the wait, in the contended case.
+    # The acquire call alone: the wait, in the contended case; and each
+    # worker's pairs over the mean (1.0: all served alike).
+    fair_share = len(lat) / args.workers
+    line["p999_us"] = round(percentile(lat, 0.999), 1)
     line["wait_p99_us"] = round(percentile(waits, 0.99), 1)
+    line["wait_p999_us"] = round(percentile(waits, 0.999), 1)
+    line["share_min"] = round(min(done) / fair_share, 3) if fair_share else 0.0
+    line["share_max"] = round(max(done) / fair_share, 3) if fair_share else 0.0
     if args.mode == "contended":
         h = handoff_p50(holds)
         line["handoff_p50_us"] = None if h is None else round(h, 1)

@@ -123,6 +123,10 @@ for kind in $kinds; do
             verdicts="$verdicts $v $w"
             echo "  $kind contended@$workers: dlock $d / redis-py $r pairs/s = $v"
             echo "  $kind contended@$workers p99 wait: redis-py $rw / dlock $dw us = $w"
+            echo "  $kind contended@$workers p999 wait: redis-py $(field "$rl" wait_p999_us) / dlock" \
+                "$(field "$dl" wait_p999_us) us; pairs of the least / most served worker over the mean:" \
+                "redis-py $(field "$rl" share_min) / $(field "$rl" share_max)," \
+                "dlock $(field "$dl" share_min) / $(field "$dl" share_max)"
             fl=$(pick dlock-py contended "$workers" "$kind" fair)
             echo "  $kind contended@$workers, dlock's fair lock (no target; the same loop on fair_lock):" \
                 "$(field "$fl" ops_per_s) pairs/s = $(ratio "$(field "$fl" ops_per_s)" "$r" 10 | cut -d' ' -f1)" \

@@ -12,8 +12,8 @@
 // SET PX; release: GET, DEL). Settings are the library's defaults (retry
 // every 200 ms +- 100 ms jitter: it polls) except retryCount -1, wait
 // forever, like dlock's DLOCK_WAIT_FOREVER. The lease is 10 s as in
-// dlock-bench. Timing, warm-up (0.5 s), percentiles and the handoff are
-// defined as in dlock-bench.c; holds of the one lock are ordered by the
+// dlock-bench. Timing, warm-up (0.5 s), percentiles, waits, shares and the
+// handoff are defined as in dlock-bench.c; holds of the one lock are ordered by the
 // time their acquire returned (they cannot overlap), and an overlap is
 // reported as broken mutual exclusion (exit 70).
 "use strict";
@@ -87,6 +87,8 @@ async function main() {
   const measureFrom = t0 + WARMUP_NS;
   const measureTo = measureFrom + BigInt(Math.round(o.seconds * 1e9));
   const lat = [];
+  const waits = [];
+  const done = new Array(o.workers).fill(0);
   const holds = [];
   let stopped = false;
 
@@ -100,7 +102,11 @@ async function main() {
       await lock.release();
       const tRel = now();
       const measured = tRel >= measureFrom && tRel <= measureTo;
-      if (measured) lat.push(tRel - tStart);
+      if (measured) {
+        lat.push(tRel - tStart);
+        waits.push(tAcq - tStart);
+        done[i]++;
+      }
       if (o.mode === "contended") holds.push({ i, tStart, tAcq, tRelCall, tRel, measured });
       if (tRel > measureTo) stopped = true;
     }
@@ -111,11 +117,18 @@ async function main() {
   await Promise.all(workers);
   client.disconnect();
 
-  lat.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const byValue = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+  lat.sort(byValue);
+  waits.sort(byValue);
   const secs = o.seconds;
+  const fairShare = lat.length / o.workers;
+  const share = (n) => (fairShare > 0 ? n / fairShare : 0).toFixed(3);
   let line = `{"lib":"node-redlock","mode":"${o.mode}","workers":${o.workers},"ops":${lat.length},` +
     `"seconds":${secs.toFixed(3)},"ops_per_s":${(lat.length / secs).toFixed(1)},` +
-    `"p50_us":${pct(lat, 0.5).toFixed(1)},"p99_us":${pct(lat, 0.99).toFixed(1)}`;
+    `"p50_us":${pct(lat, 0.5).toFixed(1)},"p99_us":${pct(lat, 0.99).toFixed(1)},` +
+    `"p999_us":${pct(lat, 0.999).toFixed(1)},"wait_p99_us":${pct(waits, 0.99).toFixed(1)},` +
+    `"wait_p999_us":${pct(waits, 0.999).toFixed(1)},"share_min":${share(Math.min(...done))},` +
+    `"share_max":${share(Math.max(...done))}`;
   if (o.mode === "contended") {
     holds.sort((a, b) => (a.tAcq < b.tAcq ? -1 : a.tAcq > b.tAcq ? 1 : 0));
     const hand = [];
