@@ -432,20 +432,67 @@ def _call_start(loop: Optional[asyncio.AbstractEventLoop],
     return key, fut
 
 
+# Outcomes on their way to a loop, by loop, while one drain is scheduled
+# there: the library's reader thread hands many replies over in a burst,
+# and waking the loop once for the burst (one write to its self-pipe)
+# instead of once per outcome saves a system call and a wake-up each.
+_Outcome = Tuple["Optional[asyncio.Future[int]]", int, int, str, Optional[_Hook]]
+_inbox_mu = threading.Lock()
+_inbox: Dict[asyncio.AbstractEventLoop, List[_Outcome]] = {}
+
+
+# A library thread that calls back is not a Python thread: for each call
+# ctypes makes a Python thread state and deletes it at the return, and in
+# CPython 3.11 that maps and unmaps the state's frame stack, whose unmap
+# makes every other CPU flush its TLB (an interrupt each). A thread that
+# completes thousands of calls a second keeps one state instead: taking
+# one more hold on it (PyGILState_Ensure, never released) outlives the
+# callback's own. One small state stays per library thread; the
+# interpreter frees them at exit.
+_pinned = threading.local()
+_gil_ensure = ctypes.pythonapi.PyGILState_Ensure
+_gil_ensure.restype = ctypes.c_int
+_gil_ensure.argtypes = []
+
+
+def _pin_thread_state() -> None:
+    if not getattr(_pinned, "done", False):
+        _gil_ensure()
+        _pinned.done = True
+
+
 def _call_end(key: Optional[int], status: int, token: int) -> None:
     """On a library thread: hand the outcome over."""
+    _pin_thread_state()
     entry = _calls.pop(key, None) if key is not None else None
     if entry is None:
         return
     loop, fut, hook = entry
     message = _native.last_error() if status else ""
-    if loop is not None:
-        try:
-            loop.call_soon_threadsafe(_call_settle, fut, status, token, message, hook)
+    if loop is None:
+        _service.put(_call_settle, fut, status, token, message, hook)
+        return
+    with _inbox_mu:
+        pending = _inbox.get(loop)
+        if pending is not None:
+            pending.append((fut, status, token, message, hook))
             return
-        except RuntimeError:  # the loop is closed: nobody awaits this
-            fut = None
-    _service.put(_call_settle, fut, status, token, message, hook)
+        _inbox[loop] = [(fut, status, token, message, hook)]
+    try:
+        loop.call_soon_threadsafe(_drain_inbox, loop)
+    except RuntimeError:  # the loop is closed: nobody awaits these
+        with _inbox_mu:
+            orphans = _inbox.pop(loop, [])
+        for _fut, st, tok, msg, hk in orphans:
+            _service.put(_call_settle, None, st, tok, msg, hk)
+
+
+def _drain_inbox(loop: asyncio.AbstractEventLoop) -> None:
+    """On the loop's thread: settle every outcome that came for it."""
+    with _inbox_mu:
+        outcomes = _inbox.pop(loop, [])
+    for outcome in outcomes:
+        _call_settle(*outcome)
 
 
 def _call_settle(fut: "Optional[asyncio.Future[int]]", status: int, token: int, message: str,
