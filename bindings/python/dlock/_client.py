@@ -151,14 +151,19 @@ _service = _Service()
 # every child it forks, also for multiprocessing and C code that forks
 # through PyOS_AfterFork_Child.
 _pid = os.getpid()
+# The thread that gets signals (Ctrl-C), for the same reason; threading's
+# own fork hook, registered before this one, has already named the forking
+# thread main when this one runs.
+_main_ident = threading.main_thread().ident
 
 
 def _after_fork_in_child() -> None:
     # The parent's service thread does not exist in the child, and its
     # queue's lock may have been taken at the moment of fork().
-    global _service, _pid
+    global _service, _pid, _main_ident
     _service = _Service()
     _pid = os.getpid()
+    _main_ident = threading.main_thread().ident
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -805,11 +810,17 @@ class _Exclusive(_OnHandle):
         token = ctypes.c_uint64()
         st.enter()
         try:
-            if (wait_ms == 0 or 0 < wait_ms <= _SLICE_MS or not self._sliced()
-                    or threading.current_thread() is not threading.main_thread()):
+            # The main thread waits in slices, so that Ctrl-C is seen
+            # between them; the first is tried here, which is all an
+            # acquisition that does not wait long needs.
+            if (0 <= wait_ms <= _SLICE_MS or threading.get_ident() != _main_ident
+                    or not self._sliced()):
                 rc = self._c_acquire(wait_ms, lease_ms, token)
             else:
-                rc = self._acquire_in_slices(wait_ms, lease_ms, token)
+                deadline = None if wait_ms == _FOREVER else _now_ms() + wait_ms
+                rc = self._c_acquire(_SLICE_MS, lease_ms, token)
+                if rc == _errors.ERR_TIMEOUT:
+                    rc = self._acquire_in_slices(deadline, lease_ms, token)
         finally:
             st.leave()
         if rc:
@@ -818,8 +829,8 @@ class _Exclusive(_OnHandle):
         self._h.push(hold)
         return hold
 
-    def _acquire_in_slices(self, wait_ms: int, lease_ms: int, token: ctypes.c_uint64) -> int:
-        deadline = None if wait_ms == _FOREVER else _now_ms() + wait_ms
+    def _acquire_in_slices(self, deadline: Optional[int], lease_ms: int,
+                           token: ctypes.c_uint64) -> int:
         while True:
             left = _SLICE_MS if deadline is None else max(0, min(_SLICE_MS, deadline - _now_ms()))
             rc = self._c_acquire(left, lease_ms, token)
@@ -833,7 +844,12 @@ class _Exclusive(_OnHandle):
         self._release(self._mode)
 
     def _release(self, mode: Optional[int]) -> None:
-        rc = self._rc(lambda _ptr: self._c_release())
+        st = self._h.state
+        st.enter()
+        try:
+            rc = self._c_release()
+        finally:
+            st.leave()
         if rc == _errors.ERR_LOST:
             self._h.pop(mode, ended=True, lost=True)
         elif rc == 0:
