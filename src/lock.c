@@ -45,6 +45,10 @@
  * machine, short enough that a process that died costs little. */
 #define RESERVE_MS "20"
 
+/* release.lua's answer when the last hold went and this client's waiters
+ * are next in line: it published nothing, the releaser wakes one. */
+#define WAKE_OWN (-2)
+
 /* Room for "dlock:{NAME}:ch:" with the longest name. */
 #define NAME_PREFIX_MAX 600
 
@@ -400,7 +404,7 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
 typedef struct release_call {
     dlock__script_id script;
     int nkeys, nargs;
-    const char *keys[4], *args[5];
+    const char *keys[4], *args[6];
     char lease_s[24], count_s[24], prefix[NAME_PREFIX_MAX];
 } release_call;
 
@@ -413,13 +417,15 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
     c->keys[1] = l->fair ? l->queue : l->base.channel;
     c->keys[2] = l->waiters;
     c->keys[3] = l->woken;
-    /* release.lua's ARGV[5] is the reservation; fair_release.lua's the prefix */
-    const char *args[5] = {h->rec.owner, c->lease_s, c->count_s, l->base.client->publish,
-                           l->fair ? c->prefix : RESERVE_MS};
+    /* release.lua's ARGV[5] is the reservation, its ARGV[6] this client
+     * (so that it can tell when the next in line is this client's own
+     * waiter); fair_release.lua's ARGV[5] is the prefix */
+    const char *args[6] = {h->rec.owner, c->lease_s, c->count_s, l->base.client->publish,
+                           l->fair ? c->prefix : RESERVE_MS, l->base.client->id};
     memcpy(c->args, args, sizeof args);
     c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
     c->nkeys = l->fair ? 2 : 4;
-    c->nargs = 5;
+    c->nargs = l->fair ? 5 : 6;
 }
 
 /* What release.lua answered, from a send that was `retried`: the hold's
@@ -427,7 +433,15 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
 static dlock_status release_reply(dlock_lock *l, lock_thread *h, const redisReply *r, int retried)
 {
     if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
-    if (dlock__held_release_done(l->base.client, &h->held, (long)r->integer, retried))
+    long left = (long)r->integer;
+    /* -2: released, and this client's waiters are next (release.lua): wake
+     * one here. A resent release cannot tell whether its first run said
+     * so, so it wakes one too; at worst that one retries in vain. */
+    if (!l->fair && (left == WAKE_OWN || (retried && left < 0))) {
+        if (left == WAKE_OWN) left = 0;
+        dlock__wait_wake(l->base.client, l->wait_channel);
+    }
+    if (dlock__held_release_done(l->base.client, &h->held, left, retried))
         return dlock__fail(DLOCK_ERR_LOST,
                           "lock '%s' expired before release; another owner may hold it", l->base.name);
     return DLOCK_OK;

@@ -69,6 +69,11 @@ int dlock__sub_waiting(struct dlock__subscriber *s, const char *channel);
  * barge ahead of an old waiter. */
 int64_t dlock__sub_oldest(struct dlock__subscriber *s, const char *channel);
 
+/* A message on `channel` that did not come through the server: the
+ * waiters enlisted there get the wake-up one would give (none if nobody
+ * waits on it now). */
+void dlock__sub_wake(struct dlock__subscriber *s, const char *channel);
+
 /* 1 while the entry's subscription is confirmed. */
 int dlock__sub_ready(struct dlock__subscriber *s, dlock__sub_entry *e);
 

@@ -87,6 +87,14 @@ int dlock__wait_count(dlock_client *client, const char *channel)
     return sub ? dlock__sub_waiting(sub, channel) : 0;
 }
 
+void dlock__wait_wake(dlock_client *client, const char *channel)
+{
+    pthread_mutex_lock(&client->mu);
+    struct dlock__subscriber *sub = client->sub;
+    pthread_mutex_unlock(&client->mu);
+    if (sub) dlock__sub_wake(sub, channel);
+}
+
 int dlock__wait_defer(dlock_client *client, const char *channel)
 {
     pthread_mutex_lock(&client->mu);

@@ -41,6 +41,11 @@ int dlock__wait_defer(dlock_client *client, const char *channel);
  * on `channel` now (0 when none has ever waited). */
 int dlock__wait_count(dlock_client *client, const char *channel);
 
+/* Wake the waiter of this client on `channel` that a message there would
+ * wake: a release that found this client next in line (release.lua) does
+ * it itself rather than publish. */
+void dlock__wait_wake(dlock_client *client, const char *channel);
+
 /*
  * One attempt to take whatever the caller waits for. Returns DLOCK_OK when
  * taken, DLOCK__BUSY when not (setting *retry_ms to how long the current

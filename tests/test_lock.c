@@ -559,6 +559,39 @@ static void release_wakes_a_waiter_at_once(void **state)
     dlock_client_free(c1);
 }
 
+/* A release whose next in line is a waiter of its own client wakes that
+ * waiter itself: release.lua answers so instead of publishing, and the
+ * hand-off skips the trip through the server's pub/sub and the
+ * subscriber thread. The waiter must still get the lock at once (its
+ * holder's lease is 30 s, so a missed wake-up shows), and the server must
+ * have published nothing: with the message sent, every round counts one
+ * PUBLISH (SPUBLISH on a cluster). */
+static void a_release_wakes_a_waiter_of_its_own_client_without_publishing(void **state)
+{
+    (void)state;
+    enum { REPS = 5 };
+    dlock_client *c = new_client(0);
+    dlock_lock *l = th_lock_new(c, "ownwake");
+    for (int i = 0; i < REPS; i++) {
+        assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+        struct waiter w = {l, 10000, 30000, 1, -100, 0, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, waiter_main, &w);
+        usleep(100000); /* the waiter sleeps on its channel, registered */
+        long long before = th_target_calls(&server, "publish") + th_target_calls(&server, "spublish");
+        long long released = th_now_ms();
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        pthread_join(th, NULL);
+        long long published = th_target_calls(&server, "publish") + th_target_calls(&server, "spublish") - before;
+        assert_int_equal(w.status, DLOCK_OK);
+        if (w.got_at - released >= 150) fail_msg("round %d: woken after %lld ms", i, w.got_at - released);
+        /* the waiter's own release, with nobody waiting, publishes once */
+        if (published > 1) fail_msg("round %d: %lld messages published for one hand-off", i, published);
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
 /* Bounded barging: a holder that releases and at once asks again (the
  * loop of every worker) must queue behind a thread of its process that
  * has waited past the bound, and the waiter gets the lock first. Without
@@ -1040,6 +1073,7 @@ int main(void)
         cmocka_unit_test(fencing_tokens_step_past_a_counter_ahead_of_the_clock),
         cmocka_unit_test(wait_gives_up_after_its_wait_time),
         cmocka_unit_test(release_wakes_a_waiter_at_once),
+        cmocka_unit_test(a_release_wakes_a_waiter_of_its_own_client_without_publishing),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),
         cmocka_unit_test(a_release_wakes_the_process_that_waited_longest),

@@ -9,6 +9,7 @@
 -- KEYS[3]  (optional) waiting processes "dlock:{name}:w" (see acquire.lua)
 -- KEYS[4]  (optional, with KEYS[3]) "dlock:{name}:r": the woken process
 -- ARGV[5]  how long (ms) the woken process has the lock to itself
+-- ARGV[6]  (optional, with KEYS[3]) the caller's client id
 --
 -- Returns -1 when ARGV[1] is not the owner (nothing is changed: the hold
 -- expired and someone else may own the lock now), else the holds left.
@@ -17,7 +18,10 @@
 -- waiting process that retried least recently is woken, on its own
 -- channel "dlock:{name}:ch:<client id>" (so no other process even reads
 -- the message), and it leaves the set (a retry in vain registers it
--- again); with none registered, one waiter per process subscribed to the
+-- again). When that process is the caller's own (ARGV[6]), nothing is
+-- published and -2 is returned instead: the caller wakes its waiter
+-- itself, without the trip through the server's pub/sub and its
+-- subscriber thread. With none registered, one waiter per process subscribed to the
 -- lock's channel (RedLock, older clients) is woken ("1").
 -- A resend of that last release returns -1, which the caller that knows
 -- it resent (src/lock.c) reads as done.
@@ -40,6 +44,9 @@ if KEYS[3] then
         redis.call('ZREM', KEYS[3], first[1])
         if KEYS[4] then
             redis.call('SET', KEYS[4], first[1], 'PX', ARGV[5])
+        end
+        if first[1] == ARGV[6] then
+            return -2
         end
         redis.call(ARGV[4], KEYS[2] .. ':' .. first[1], '1')
         return 0
