@@ -478,11 +478,12 @@ def _call_end(key: Optional[int], status: int, token: int) -> None:
         _service.put(_call_settle, fut, status, token, message, hook)
         return
     with _inbox_mu:
-        pending = _inbox.get(loop)
-        if pending is not None:
-            pending.append((fut, status, token, message, hook))
+        pending = _inbox.setdefault(loop, [])
+        pending.append((fut, status, token, message, hook))
+        # A drain is scheduled already, unless the loop closed before it
+        # ran: then this call finds the loop closed and hands them all on.
+        if len(pending) > 1 and not loop.is_closed():
             return
-        _inbox[loop] = [(fut, status, token, message, hook)]
     try:
         loop.call_soon_threadsafe(_drain_inbox, loop)
     except RuntimeError:  # the loop is closed: nobody awaits these
