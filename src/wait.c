@@ -72,6 +72,16 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
     return result;
 }
 
+/* The client's subscriber if it has one yet: these only look at waiters,
+ * and a client nobody ever waited on has none to look at. */
+static struct dlock__subscriber *existing_subscriber(dlock_client *client)
+{
+    pthread_mutex_lock(&client->mu);
+    struct dlock__subscriber *sub = client->sub;
+    pthread_mutex_unlock(&client->mu);
+    return sub;
+}
+
 /* Why a bound and not strict order: a releaser that takes the lock again
  * at once (barging) saves a wake-up per pair and keeps throughput up, but
  * unbounded it starves the waiters (a tail of many times the mean). Past
@@ -81,25 +91,19 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
  * the woken process has the free lock to itself for a moment). */
 int dlock__wait_count(dlock_client *client, const char *channel)
 {
-    pthread_mutex_lock(&client->mu);
-    struct dlock__subscriber *sub = client->sub;
-    pthread_mutex_unlock(&client->mu);
+    struct dlock__subscriber *sub = existing_subscriber(client);
     return sub ? dlock__sub_waiting(sub, channel) : 0;
 }
 
 void dlock__wait_wake(dlock_client *client, const char *channel)
 {
-    pthread_mutex_lock(&client->mu);
-    struct dlock__subscriber *sub = client->sub;
-    pthread_mutex_unlock(&client->mu);
+    struct dlock__subscriber *sub = existing_subscriber(client);
     if (sub) dlock__sub_wake(sub, channel);
 }
 
 int dlock__wait_defer(dlock_client *client, const char *channel)
 {
-    pthread_mutex_lock(&client->mu);
-    struct dlock__subscriber *sub = client->sub;
-    pthread_mutex_unlock(&client->mu);
+    struct dlock__subscriber *sub = existing_subscriber(client);
     if (!sub) return 0;
     int64_t oldest = dlock__sub_oldest(sub, channel);
     return oldest >= 0 && dlock__mono_ms() - oldest > DLOCK__BARGE_MS;
