@@ -845,12 +845,7 @@ class _Exclusive(_OnHandle):
         self._release(self._mode)
 
     def _release(self, mode: Optional[int]) -> None:
-        st = self._h.state
-        st.enter()
-        try:
-            rc = self._c_release()
-        finally:
-            st.leave()
+        rc = self._rc(lambda _ptr: self._c_release())
         if rc == _errors.ERR_LOST:
             self._h.pop(mode, ended=True, lost=True)
         elif rc == 0:
