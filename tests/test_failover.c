@@ -322,24 +322,6 @@ static void cluster_slot_migration_is_invisible_to_callers(void **state)
 /* Sentinel                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Which of the two data nodes is a linked replica once the returning old
- * master has been dealt with, or 0. Usually the old master, demoted; but
- * on a loaded machine (TLS, tests side by side) a Sentinel may find the
- * just promoted master silent for its down-after time and fail over once
- * more, to the old master, which then stays master and the promoted one
- * becomes its replica. Either way the master has a replica again, which
- * is what replica-safe grants need; which node is master is the
- * Sentinels' call. */
-static int replica_back(th_topology *t, int old, int promoted)
-{
-    long long end = th_now_ms() + DEMOTION_BOUND_MS;
-    do {
-        if (th_node_wait_role(t, old, TH_REPLICA, 250) == 0) return old;
-        if (th_node_wait_role(t, promoted, TH_REPLICA, 250) == 0) return promoted;
-    } while (th_now_ms() < end);
-    return 0;
-}
-
 static void sentinel_failover(int replica_acks)
 {
     th_topology t;
@@ -360,7 +342,7 @@ static void sentinel_failover(int replica_acks)
          * master returns as a master and is demoted by the Sentinels. */
         assert_int_equal(th_node_restart(&t, old), 0);
         long long back_ms = th_now_ms();
-        int replica = replica_back(&t, old, promoted);
+        int replica = th_sentinel_wait_replica_back(&t, old, promoted, DEMOTION_BOUND_MS);
         printf("{\"case\":\"sentinel-old-master-returns\",\"linked_replica\":\"%s\",\"after_ms\":%lld}\n",
                replica == old ? "old master" : replica == promoted ? "promoted, failed over again" : "none",
                th_now_ms() - back_ms);

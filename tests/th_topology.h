@@ -192,4 +192,18 @@ int th_sentinel_pause_master(th_topology *t);
  * `old_master_port`, and that node answers ROLE master. Returns its port. */
 int th_sentinel_wait_failover(th_topology *t, int old_master_port, int timeout_ms);
 
+/* After a failover from `old` to `promoted` and a restart of `old`: wait
+ * until one of the two is a linked replica of the other, and return its
+ * port (0 on timeout). Usually that is `old`, demoted. On a loaded
+ * machine a Sentinel may find the just promoted master silent for its
+ * down-after time and fail back to `old`, which then stays master; the
+ * master has a replica again either way, and which node is master is the
+ * Sentinels' call, not the library's. On a timeout, or on a fail-back,
+ * the Sentinels' event lines are printed to stderr so the run says why. */
+int th_sentinel_wait_replica_back(th_topology *t, int old, int promoted, int timeout_ms);
+
+/* Print each Sentinel's event lines (+sdown, +odown, +tilt,
+ * +switch-master, +convert-to-slave, ...) from its log to stderr. */
+void th_sentinel_print_events(th_topology *t);
+
 #endif

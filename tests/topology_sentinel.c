@@ -3,6 +3,7 @@
 #include "th_topology.h"
 #include "harness.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,4 +74,44 @@ int th_sentinel_wait_failover(th_topology *t, int old_master_port, int timeout_m
         usleep(50000);
     } while (th_now_ms() < end);
     return -1;
+}
+
+/* A Sentinel logs each state change as one line holding " +event" or
+ * " -event" (see the Sentinel docs' list of events); the rest of its log
+ * is start-up noise. */
+void th_sentinel_print_events(th_topology *t)
+{
+    for (int i = 0; i < t->n; i++) {
+        if (t->node[i].role != TH_SENTINEL) continue;
+        char path[160], line[512];
+        snprintf(path, sizeof path, "%s/%d/redis.log", t->dir, t->node[i].port);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            fprintf(stderr, "sentinel %d: no log at %s\n", t->node[i].port, path);
+            continue;
+        }
+        while (fgets(line, sizeof line, f))
+            if (strstr(line, " +") || strstr(line, " -"))
+                fprintf(stderr, "sentinel %d: %s", t->node[i].port, line);
+        fclose(f);
+    }
+}
+
+int th_sentinel_wait_replica_back(th_topology *t, int old, int promoted, int timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    do {
+        if (th_node_wait_role(t, old, TH_REPLICA, 250) == 0 &&
+            th_topology_node(t, old)->master_port == promoted)
+            return old;
+        if (th_node_wait_role(t, promoted, TH_REPLICA, 250) == 0 &&
+            th_topology_node(t, promoted)->master_port == old) {
+            fprintf(stderr, "the Sentinels failed back: %d is master again, %d its replica\n", old, promoted);
+            th_sentinel_print_events(t);
+            return promoted;
+        }
+    } while (th_now_ms() < end);
+    fprintf(stderr, "neither %d nor %d became a replica of the other in %d ms\n", old, promoted, timeout_ms);
+    th_sentinel_print_events(t);
+    return 0;
 }

@@ -339,7 +339,8 @@ static void failover_sale(event how, int replica_acks)
     phase("master killed", th_node_kill(&srv.topo, victim) == 0);
     long long kill_ms = th_now_ms();
     if (how == BACKLOG_THEN_KILL) phase("replica resumed", th_node_resume(&srv.topo, replica) == 0);
-    phase("successor serves", wait_failover(victim) > 0);
+    int successor = wait_failover(victim);
+    phase("successor serves", successor > 0);
     long long served_ms = th_now_ms();
     long long replica_back_ms = -1;
     if (replica_acks) {
@@ -347,7 +348,13 @@ static void failover_sale(event how, int replica_acks)
          * old master may be a replica that is online already. */
         replica_back_ms = th_now_ms();
         phase("old master restarted", th_node_restart(&srv.topo, victim) == 0);
-        phase("old master is a replica", th_node_wait_role(&srv.topo, victim, TH_REPLICA, FAILOVER_BOUND_MS) == 0);
+        /* Under Sentinel, or the successor when the Sentinels fail back
+         * (see th_sentinel_wait_replica_back): the master has a replica
+         * again either way, which is what the sale needs. */
+        phase("old master (or, failed back, the successor) is a replica",
+              srv.kind == TH_TARGET_CLUSTER
+                  ? th_node_wait_role(&srv.topo, victim, TH_REPLICA, FAILOVER_BOUND_MS) == 0
+                  : th_sentinel_wait_replica_back(&srv.topo, victim, successor, FAILOVER_BOUND_MS) > 0);
     }
     long long t0 = th_now_ms();
     while (!atomic_load(&s.sold_out) && atomic_load(&s.other) == 0 && th_now_ms() - t0 < SALE_BOUND_MS)
