@@ -319,7 +319,8 @@ waits() {
     _l=$(pick "$1" contended 64)
     [ -n "$_l" ] || return 0
     echo "  contended@64, $1: wait p99 $(field "$_l" wait_p99_us) us, p999 $(field "$_l" wait_p999_us) us;" \
-        "pairs of the least / most served worker over the mean: $(field "$_l" share_min) / $(field "$_l" share_max)"
+        "pairs of the least / most served worker over the mean: $(field "$_l" share_min) / $(field "$_l" share_max);" \
+        "the least served worker's pairs/s: $(least_served "$_l")"
 }
 pinned=""
 [ -n "$on_server" ] && pinned=", pinned: server CPU 0, clients CPU 1"

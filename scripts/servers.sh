@@ -59,6 +59,15 @@ start_seckill() {
 # field JSON NAME: one field of a flat JSON line (numbers, booleans).
 field() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"; }
 
+# least_served JSON: a benchmark line's least served worker, in pairs/s
+# (its share of the mean times the mean), or nothing: the rate a lock
+# promises each of its users, where the total can come from one worker
+# taking it again and again.
+least_served() {
+    awk -v r="$(field "$1" ops_per_s)" -v s="$(field "$1" share_min)" -v n="$(field "$1" workers)" \
+        'BEGIN { if (r != "" && s != "" && n > 0) printf "%.1f\n", r * s / n }'
+}
+
 # private_dir NAME: a fresh temp dir in $dir; at exit, whatever happens,
 # the processes in $spid and $rpid are stopped (by PID) and it is removed.
 private_dir() {
