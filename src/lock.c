@@ -248,7 +248,7 @@ static int acquire_reply(dlock_lock *l, lock_thread *h, const redisReply *r, lon
         return dlock__fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
     if (r->element[0]->integer == 0) {
         long ttl = (long)r->element[1]->integer;
-        *pttl = ttl == -2 ? 0 : ttl; /* -2: expired just now, retry at once */
+        *pttl = dlock__retry_after(ttl);
         return DLOCK__BUSY;
     }
     if (r->element[0]->integer == 1 && l->base.client->replica_acks > 0 && acks < l->base.client->replica_acks) {

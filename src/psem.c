@@ -110,7 +110,7 @@ static int psem_try(void *ctx, long *retry_ms)
         result = DLOCK_OK;
     } else {
         *retry_ms = r->elements > 1 && r->element[1]->type == REDIS_REPLY_INTEGER
-                        ? (long)r->element[1]->integer
+                        ? dlock__retry_after((long)r->element[1]->integer)
                         : -1;
         result = DLOCK__BUSY;
     }

@@ -129,8 +129,7 @@ static int rw_reply(dlock_rwlock *rw, const redisReply *r, long *retry_ms, uint6
     if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
         return dlock__fail(DLOCK_ERR_REDIS, "rwlock acquire: unexpected reply");
     if (r->element[0]->integer == 0) {
-        long ms = (long)r->element[1]->integer;
-        *retry_ms = ms == -2 ? 0 : ms;
+        *retry_ms = dlock__retry_after((long)r->element[1]->integer);
         return DLOCK__BUSY;
     }
     *token = (uint64_t)r->element[1]->integer;

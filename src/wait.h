@@ -25,6 +25,17 @@ static inline long dlock__wait_backoff(long backoff)
 /* Result of one attempt besides DLOCK_OK and failures: not available yet. */
 #define DLOCK__BUSY 1
 
+/* How long to wait before trying again, from the milliseconds a holder's
+ * lease has left (PTTL: -1 none, -2 gone). A lease with under a
+ * millisecond left reads 0, and the key is gone only once the server's
+ * clock passes its millisecond: retrying at once would ask again and again
+ * until then (waits that a lease running out ends made 3 to 47 attempts,
+ * 25 of them in one millisecond), so 0 means 1 ms. Gone means at once. */
+static inline long dlock__retry_after(long pttl)
+{
+    return pttl == -2 ? 0 : pttl == 0 ? 1 : pttl;
+}
+
 /* `first` of dlock__wait_for() when no attempt was made: the caller
  * defers to older waiters of its process (dlock__wait_defer()). */
 #define DLOCK__DEFER 2

@@ -592,6 +592,34 @@ static void a_release_wakes_a_waiter_of_its_own_client_without_publishing(void *
     dlock_client_free(c);
 }
 
+/* A wait that the holder's lease running out ends: the waiter sleeps
+ * until then and asks a few times more, not again and again while the
+ * lease has under a millisecond left (PTTL 0, dlock__retry_after). It
+ * made 3 to 47 attempts per wait before; now at most 6 (the first, the
+ * retry once subscribed, and a few around the lease's last millisecond).
+ * Eight waits, so that the old loop cannot pass by luck. */
+static void a_wait_ended_by_a_lease_running_out_does_not_ask_in_a_loop(void **state)
+{
+    (void)state;
+    dlock_client *ca = new_client(0), *cb = new_client(0);
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "expiry%d", i);
+        dlock_lock *la = th_lock_new(ca, name), *lb = th_lock_new(cb, name);
+        assert_int_equal(dlock_lock_acquire(la, 0, 200, NULL), DLOCK_OK);
+        long long before = th_target_calls(&server, "evalsha");
+        assert_int_equal(dlock_lock_acquire(lb, 5000, 30000, NULL), DLOCK_OK);
+        long long attempts = th_target_calls(&server, "evalsha") - before;
+        if (attempts > 6) fail_msg("wait %d: %lld attempts", i, attempts);
+        assert_int_equal(dlock_lock_release(lb), DLOCK_OK);
+        (void)dlock_lock_release(la); /* lost: its lease ran out */
+        dlock_lock_free(la);
+        dlock_lock_free(lb);
+    }
+    dlock_client_free(ca);
+    dlock_client_free(cb);
+}
+
 /* Bounded barging: a holder that releases and at once asks again (the
  * loop of every worker) must queue behind a thread of its process that
  * has waited past the bound, and the waiter gets the lock first. Without
@@ -1075,6 +1103,7 @@ int main(void)
         cmocka_unit_test(release_wakes_a_waiter_at_once),
         cmocka_unit_test(a_release_wakes_a_waiter_of_its_own_client_without_publishing),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
+        cmocka_unit_test(a_wait_ended_by_a_lease_running_out_does_not_ask_in_a_loop),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),
         cmocka_unit_test(a_release_wakes_the_process_that_waited_longest),
         cmocka_unit_test(waiter_acquires_after_redis_restart),
