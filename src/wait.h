@@ -29,8 +29,9 @@ static inline long dlock__wait_backoff(long backoff)
  * lease has left (PTTL: -1 none, -2 gone). A lease with under a
  * millisecond left reads 0, and the key is gone only once the server's
  * clock passes its millisecond: retrying at once would ask again and again
- * until then (waits that a lease running out ends made 3 to 47 attempts,
- * 25 of them in one millisecond), so 0 means 1 ms. Gone means at once. */
+ * until then (waits that a lease running out ends made up to 47 attempts,
+ * all but three in that last millisecond), so 0 means 1 ms. Gone means
+ * at once. */
 static inline long dlock__retry_after(long pttl)
 {
     return pttl == -2 ? 0 : pttl == 0 ? 1 : pttl;
