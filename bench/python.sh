@@ -127,9 +127,10 @@ for kind in $kinds; do
                 "$(field "$dl" wait_p999_us) us; pairs of the least / most served worker over the mean:" \
                 "redis-py $(field "$rl" share_min) / $(field "$rl" share_max)," \
                 "dlock $(field "$dl" share_min) / $(field "$dl" share_max)"
+            dls=$(least_served "$dl")
+            rls=$(least_served "$rl")
             echo "  $kind contended@$workers, the least served worker's pairs/s (no target): dlock" \
-                "$(least_served "$dl") / redis-py $(least_served "$rl") = $(ratio "$(least_served "$dl")" \
-                "$(least_served "$rl")" 10 | cut -d' ' -f1)"
+                "$dls / redis-py $rls = $(ratio "$dls" "$rls" 10 | cut -d' ' -f1)"
             fl=$(pick dlock-py contended "$workers" "$kind" fair)
             echo "  $kind contended@$workers, dlock's fair lock (no target; the same loop on fair_lock):" \
                 "$(field "$fl" ops_per_s) pairs/s = $(ratio "$(field "$fl" ops_per_s)" "$r" 10 | cut -d' ' -f1)" \
