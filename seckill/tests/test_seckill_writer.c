@@ -755,8 +755,9 @@ static void lost_order_reply_is_busy_and_never_sold_twice(void **state)
 
 /*
  * SIGTERM while orders wait for their scripts' replies (the Redis master
- * of the voucher paused, so they stay in flight): the stop waits, every
- * buyer gets 201 once Redis answers, the process exits 0, and the orders
+ * of the voucher paused, so they stay in flight): the stop waits, closes
+ * new connections unanswered meanwhile, every buyer gets 201 once Redis
+ * answers, the process exits 0, and the orders
  * are persisted, by the writer before it stops or by the next start (same
  * consumer name, so it re-reads its own pending list). Fails if the stop
  * tears MHD down with a connection suspended or an answer unsent (a buyer
@@ -779,6 +780,12 @@ static void stop_answers_every_order_in_flight(void **state)
     kill(sv.pid, SIGTERM);
     usleep(300000); /* the stop has begun, and waits */
     assert_true(skt_serve_wait(&sv, 0) < 0);
+    /* A connection made now is closed unanswered, at once: no new work is
+     * taken (one that waited in the listen queue would hang for 20 s). */
+    char resp[256];
+    long long t0 = th_now_ms();
+    assert_true(skt_http(sv.port, "GET", "/healthz", NULL, NULL, resp, sizeof resp) < 0);
+    assert_true(th_now_ms() - t0 < 2000);
     assert_int_equal(th_target_resume(&srv, key), 0);
     buyers_expect(b, th, K, 201);
     int rc = skt_serve_wait(&sv, 15000);
