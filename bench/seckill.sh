@@ -21,8 +21,9 @@
 # 3. Per scenario, BENCH_ROUNDS times (3), alternating:
 #      floor  redis-benchmark -c C -n N -r 100000000 EVALSHA <seckill_order.lua>
 #             5 seckill:{v:B}:stock :window :buyers :orders :pending
-#             __rand_int__ __rand_int__ B NOW, on a voucher B warmed with the
-#             scenario's stock (so the same share of requests is accepted);
+#             B 0 __rand_int__ __rand_int__ NOW (one order per call: user,
+#             order id, clock), on a voucher B warmed with the scenario's
+#             stock (so the same share of requests is accepted);
 #      redis  `seckill serve --strategy redis` (SQLite, --threads
 #             BENCH_SERVE_THREADS, 8) and `seckill load --stock S --users N
 #             --concurrency C`, then `seckill verify` (waits for the writer);
@@ -89,11 +90,11 @@ floor() {
     now=$(date +%s)
     # A sanity check first: the script accepts one order on this layout.
     got=$(redis-cli -s "$sock" EVALSHA "$sha" 5 "$k:stock" "$k:window" "$k:buyers" "$k:orders" "$k:pending" \
-        0 1 "$b" "$now" | head -1)
+        "$b" 0 0 1 "$now" | head -1)
     [ "$got" = 0 ] || { echo "bench: the order script answered '$got', not 0" >&2; exit 1; }
     redis-cli -s "$sock" SET "$k:stock" "$2" >/dev/null
     csv=$(redis-benchmark -s "$sock" -c "$conc" -P 1 -n "$3" -r 100000000 -q --csv EVALSHA "$sha" 5 \
-        "$k:stock" "$k:window" "$k:buyers" "$k:orders" "$k:pending" __rand_int__ __rand_int__ "$b" "$now" |
+        "$k:stock" "$k:window" "$k:buyers" "$k:orders" "$k:pending" "$b" 0 __rand_int__ __rand_int__ "$now" |
         awk -F'","' 'END { print $2, $5, $7 }')
     accepted=$(redis-cli -s "$sock" XLEN "$k:orders")
     echo "$csv" | awk -v s="$1" -v n="$3" -v c="$conc" -v a="$accepted" '{

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "acked.h"
+#include "batch.h"
 #include "common/log.h"
 #include "common/skutil.h"
 #include "keys.h"
@@ -43,6 +44,7 @@ typedef struct redis_strategy {
     pthread_t wq_thread;
     dlock_script *order, *warm, *pending, *soldout_read;
     sk_soldout *soldout;        /* sold-out vouchers this instance remembers */
+    sk_batcher *batcher;        /* asynchronous orders, per voucher (batch.h) */
 } redis_strategy;
 
 /* Seconds since the server holding the voucher started (INFO server), or -1. */
@@ -120,63 +122,93 @@ static sk_result rs_voucher_get(void *ctx, int64_t id, sk_voucher *out)
     return SK_OK;
 }
 
-/* The order script's keys and arguments for one order. */
-typedef struct order_args {
+/* The most orders one script call decides, and how many calls of one
+ * voucher may be in flight at once (batch.h). A call of 64 orders keeps
+ * the server busy for about 0.1 ms. */
+#define BATCH_MAX 64
+#define BATCH_IN_FLIGHT 2
+
+/* One order's three script arguments (lua/seckill_order.lua). */
+typedef struct order_argv {
+    char uid[24], ostr[24], nows[24];
+} order_argv;
+
+/* The order script's keys and leading arguments, for one voucher. */
+typedef struct order_call {
     char keys[SK_K_COUNT][SK_KEY_MAX];
-    char uid[24], ostr[24], vid[24], nows[24], want[16];
+    char vid[24], want[16];
     const char *keyv[5];
-    const char *args[5];
-} order_args;
+} order_call;
 
 /* Spelled once, so the synchronous and the asynchronous path send the very
- * same script call. */
-static void order_args_fill(order_args *a, const redis_strategy *s, int64_t user_id, int64_t voucher_id,
-                            int64_t now, uint64_t oid)
+ * same script call; `args` gets 2 + 3 * n entries, the orders' from `ov`,
+ * which the caller filled with order_argv_fill. */
+static void order_call_fill(order_call *c, const redis_strategy *s, int64_t voucher_id, const order_argv *ov,
+                            size_t n, const char **args)
 {
-    sk_voucher_keys(voucher_id, a->keys);
+    sk_voucher_keys(voucher_id, c->keys);
+    snprintf(c->vid, sizeof c->vid, "%lld", (long long)voucher_id);
+    snprintf(c->want, sizeof c->want, "%d", s->redis->replicas);
+    const char *keyv[5] = {c->keys[SK_K_STOCK], c->keys[SK_K_WINDOW], c->keys[SK_K_BUYERS], c->keys[SK_K_ORDERS],
+                           c->keys[SK_K_PENDING]};
+    memcpy(c->keyv, keyv, sizeof keyv);
+    args[0] = c->vid;
+    args[1] = c->want;
+    for (size_t i = 0; i < n; i++) {
+        args[2 + 3 * i] = ov[i].uid;
+        args[3 + 3 * i] = ov[i].ostr;
+        args[4 + 3 * i] = ov[i].nows;
+    }
+}
+
+static void order_argv_fill(order_argv *a, int64_t user_id, int64_t now, uint64_t oid)
+{
     snprintf(a->uid, sizeof a->uid, "%lld", (long long)user_id);
     snprintf(a->ostr, sizeof a->ostr, "%llu", (unsigned long long)oid);
-    snprintf(a->vid, sizeof a->vid, "%lld", (long long)voucher_id);
     snprintf(a->nows, sizeof a->nows, "%lld", (long long)now);
-    snprintf(a->want, sizeof a->want, "%d", s->redis->replicas);
-    const char *keyv[5] = {a->keys[SK_K_STOCK], a->keys[SK_K_WINDOW], a->keys[SK_K_BUYERS], a->keys[SK_K_ORDERS],
-                           a->keys[SK_K_PENDING]};
-    const char *args[5] = {a->uid, a->ostr, a->vid, a->nows, a->want};
-    memcpy(a->keyv, keyv, sizeof keyv);
-    memcpy(a->args, args, sizeof args);
 }
 
 /* Redis out of reach fails every order alike: one line a second for all. */
 static sk_log_limit order_down_log;
 
-/* The script's reply (consumed; NULL when none came) as an outcome; the
- * codes are the script's (lua/seckill_order.lua). `acks` and `stock_key`
- * matter with --replica-acks only. */
-static sk_result order_outcome(redis_strategy *s, redisReply *rep, long long acks, const char *stock_key,
-                               int *not_warm)
+/* Whether a reply is the script's answer for n orders. */
+static int order_reply_ok(const redisReply *rep, size_t n)
+{
+    if (!rep) return 0;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        SK_LOG_REPEATED(SK_LOG_ERROR, "order script: %s", rep->str);
+        return 0;
+    }
+    return rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 * n;
+}
+
+/* Order i's answer in a reply order_reply_ok() accepted (NULL: none came,
+ * or a malformed one); the codes are the script's
+ * (lua/seckill_order.lua). `acks` and `stock_key` matter with
+ * --replica-acks only. */
+static sk_result order_outcome(redis_strategy *s, const redisReply *rep, size_t i, long long acks,
+                               const char *stock_key, int *not_warm)
 {
     *not_warm = 0;
     if (!rep) return SK_UNAVAILABLE;
-    sk_result r = SK_INTERNAL;
-    if (rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_INTEGER) {
-        switch (rep->element[0]->integer) {
-        case 0: r = s->redis->replicas > 0 && acks < s->redis->replicas ? SK_BUSY : SK_OK; break;
-        case 1: *not_warm = 1; r = SK_NO_VOUCHER; break;
-        case 2: r = SK_NOT_STARTED; break;
-        case 3: r = SK_ENDED; break;
-        case 4: r = SK_ALREADY; break;
-        case 5: r = SK_SOLD_OUT; break;
-        case 6: /* too few replicas online: nothing taken */
-            r = SK_BUSY;
-            if (stock_key) sk_acked_forget(s->redis, stock_key);
-            break;
-        default: break;
-        }
-    } else if (rep->type == REDIS_REPLY_ERROR) {
-        SK_LOG_REPEATED(SK_LOG_ERROR, "order script: %s", rep->str);
+    const redisReply *code = rep->element[2 * i], *msg = rep->element[2 * i + 1];
+    if (code->type != REDIS_REPLY_INTEGER) return SK_INTERNAL;
+    switch (code->integer) {
+    case 0: return s->redis->replicas > 0 && acks < s->redis->replicas ? SK_BUSY : SK_OK;
+    case 1: *not_warm = 1; return SK_NO_VOUCHER;
+    case 2: return SK_NOT_STARTED;
+    case 3: return SK_ENDED;
+    case 4: return SK_ALREADY;
+    case 5: return SK_SOLD_OUT;
+    case 6: /* too few replicas online: nothing taken */
+        if (stock_key) sk_acked_forget(s->redis, stock_key);
+        return SK_BUSY;
+    case 7: /* the write refused: nothing taken */
+        SK_LOG_REPEATED(SK_LOG_ERROR, "order script: %s",
+                        msg->type == REDIS_REPLY_STRING ? msg->str : "write refused");
+        return SK_INTERNAL;
+    default: return SK_INTERNAL;
     }
-    freeReplyObject(rep);
-    return r;
 }
 
 /*
@@ -195,16 +227,23 @@ static sk_result order_outcome(redis_strategy *s, redisReply *rep, long long ack
 static sk_result run_order(redis_strategy *s, int64_t user_id, int64_t voucher_id, int64_t now, uint64_t oid,
                            int *not_warm)
 {
-    order_args a;
-    order_args_fill(&a, s, user_id, voucher_id, now, oid);
+    order_argv ov;
+    order_call c;
+    const char *args[5];
+    order_argv_fill(&ov, user_id, now, oid);
+    order_call_fill(&c, s, voucher_id, &ov, 1, args);
     redisReply *rep = NULL;
     long long acks = -1;
     if (s->redis->replicas > 0)
-        dlock_script_eval_acked(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 5, a.args, s->redis->replicas,
+        dlock_script_eval_acked(s->order, DLOCK_REDIS_ONCE, 5, c.keyv, 5, args, s->redis->replicas,
                                 s->redis->replica_timeout_ms, &rep, &acks);
-    else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 4, a.args, &rep);
+    else dlock_script_eval(s->order, DLOCK_REDIS_ONCE, 5, c.keyv, 5, args, &rep);
     if (!rep) sk_log_limited(&order_down_log, SK_LOG_ERROR, "order script: no answer: %s", dlock_last_error());
-    return order_outcome(s, rep, acks, a.keys[SK_K_STOCK], not_warm);
+    int ok = order_reply_ok(rep, 1);
+    sk_result r = order_outcome(s, ok ? rep : NULL, 0, acks, c.keys[SK_K_STOCK], not_warm);
+    if (rep && !ok) r = SK_INTERNAL;
+    if (rep) freeReplyObject(rep);
+    return r;
 }
 
 /* Redis out of reach on the order path is "busy, try again" (429), not a
@@ -308,6 +347,7 @@ static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
 
 /* An order decided asynchronously, from its script call to its answer. */
 typedef struct async_order {
+    sk_batch_item item;         /* first: in its voucher's batch (key: the voucher) */
     redis_strategy *s;
     int64_t user_id, voucher_id, now;
     uint64_t oid;
@@ -315,6 +355,14 @@ typedef struct async_order {
     void *arg;
     struct async_order *next;   /* in the warm-up queue */
 } async_order;
+
+/* One script call's orders, in the order of its arguments. */
+typedef struct order_batch {
+    redis_strategy *s;
+    int64_t voucher_id;
+    size_t n;
+    async_order *o[];
+} order_batch;
 
 /* The end of an asynchronous order: order_settled(), then the answer. */
 static void async_finish(async_order *o, sk_result r)
@@ -369,24 +417,76 @@ static void warm_later(async_order *o)
     pthread_mutex_unlock(&s->wq_mu);
 }
 
-/* The script's answer, on a library thread. */
-static void async_answered(dlock_status st, redisReply *rep, void *arg)
+/* A batch's answer, on a library thread. The voucher's next call goes
+ * out first, so the server works on it while these orders are answered. */
+static void batch_answered(dlock_status st, redisReply *rep, void *arg)
 {
-    async_order *o = arg;
+    order_batch *b = arg;
+    redis_strategy *s = b->s;
+    sk_batcher_done(s->batcher, b->voucher_id);
     if (!rep) sk_log_limited(&order_down_log, SK_LOG_ERROR, "order script: no answer: %s", dlock_strerror(st));
-    int not_warm;
-    sk_result r = order_outcome(o->s, rep, -1, NULL, &not_warm);
-    if (not_warm) warm_later(o);
-    else async_finish(o, r);
+    int ok = order_reply_ok(rep, b->n);
+    for (size_t i = 0; i < b->n; i++) {
+        int not_warm;
+        sk_result r = order_outcome(s, ok ? rep : NULL, i, -1, NULL, &not_warm);
+        if (rep && !ok) r = SK_INTERNAL;
+        if (not_warm) warm_later(b->o[i]);
+        else async_finish(b->o[i], r);
+    }
+    if (rep) freeReplyObject(rep);
+    free(b);
+}
+
+/* Answer every order of a chain that was not sent. */
+static void chain_finish(sk_batch_item *chain, sk_result r)
+{
+    while (chain) {
+        async_order *o = (async_order *)chain;
+        chain = chain->next;
+        async_finish(o, r);
+    }
+}
+
+/* batch.h's sender: one script call for the chained orders of a voucher. */
+static int batch_send(void *ctx, int64_t voucher_id, sk_batch_item *chain, size_t n)
+{
+    redis_strategy *s = ctx;
+    order_batch *b = malloc(sizeof *b + n * sizeof b->o[0]);
+    order_argv *ov = calloc(n, sizeof *ov);
+    const char **args = malloc((2 + 3 * n) * sizeof *args);
+    if (!b || !ov || !args) {
+        free(b);
+        free(ov);
+        free(args);
+        chain_finish(chain, SK_INTERNAL);
+        return -1;
+    }
+    *b = (order_batch){.s = s, .voucher_id = voucher_id, .n = n};
+    size_t i = 0;
+    for (sk_batch_item *it = chain; it && i < n; it = it->next, i++) {
+        b->o[i] = (async_order *)it;
+        order_argv_fill(&ov[i], b->o[i]->user_id, b->o[i]->now, b->o[i]->oid);
+    }
+    order_call c;
+    order_call_fill(&c, s, voucher_id, ov, n, args);
+    dlock_status st =
+        dlock_script_eval_async(s->order, DLOCK_REDIS_ONCE, 5, c.keyv, (int)(2 + 3 * n), args, batch_answered, b);
+    free(ov);
+    free(args);
+    if (st == DLOCK_OK) return 0;
+    free(b);
+    chain_finish(chain, SK_BUSY); /* not sent: Redis out of reach, as run_order() says */
+    return -1;
 }
 
 /*
  * rs_order_create() without waiting for Redis: the order id is taken here
- * (it is local almost always), the script is submitted asynchronously
- * with the same keys, arguments and DLOCK_REDIS_ONCE, and its reply is
- * mapped on the library's thread exactly as run_order() maps it. With
- * --replica-acks the order stays synchronous (its WAIT holds a connection
- * of its own anyway).
+ * (it is local almost always), the order joins its voucher's next script
+ * call (batch.h: at once when none is waiting), sent with the same keys,
+ * arguments and DLOCK_REDIS_ONCE as run_order() sends, and its part of
+ * the reply is mapped on the library's thread exactly as run_order() maps
+ * it. With --replica-acks the order stays synchronous (its WAIT holds a
+ * connection of its own anyway).
  */
 static int rs_order_create_async(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now, sk_order_done *done,
                                  void *arg, sk_result *r, uint64_t *order_id)
@@ -409,12 +509,10 @@ static int rs_order_create_async(void *ctx, int64_t user_id, int64_t voucher_id,
         *r = SK_INTERNAL;
         return 0;
     }
-    *o = (async_order){s, user_id, voucher_id, now, oid, done, arg, NULL};
-    order_args a;
-    order_args_fill(&a, s, user_id, voucher_id, now, oid);
-    if (dlock_script_eval_async(s->order, DLOCK_REDIS_ONCE, 5, a.keyv, 4, a.args, async_answered, o) != DLOCK_OK) {
+    *o = (async_order){{NULL, voucher_id}, s, user_id, voucher_id, now, oid, done, arg, NULL};
+    if (sk_batcher_add(s->batcher, &o->item) != 0) {
         free(o);
-        *r = SK_BUSY; /* not sent: Redis out of reach, as run_order() says */
+        *r = SK_INTERNAL;
         return 0;
     }
     return 1;
@@ -521,6 +619,7 @@ static void rs_destroy(void *ctx)
     dlock_script_free(s->pending);
     dlock_script_free(s->soldout_read);
     sk_soldout_free(s->soldout);
+    sk_batcher_free(s->batcher);
     free(s);
 }
 
@@ -553,7 +652,8 @@ int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk
     pthread_mutex_init(&s->warming, NULL);
     pthread_mutex_init(&s->wq_mu, NULL);
     pthread_cond_init(&s->wq_cv, NULL);
-    if (!(s->soldout = sk_soldout_new(sold_out_ms))) {
+    if (!(s->soldout = sk_soldout_new(sold_out_ms)) ||
+        !(s->batcher = sk_batcher_new(BATCH_IN_FLIGHT, BATCH_MAX, batch_send, s))) {
         snprintf(err, errlen, "out of memory");
         rs_destroy(s);
         return -1;

@@ -7,7 +7,9 @@
  * requests gets exactly one order. Every request gets a definite answer
  * (201, 410, 409 or 429), never a 5xx. Then `seckill load` and `seckill
  * verify`, spelled exactly as the issue spells them, including verify
- * catching a database corrupted on purpose.
+ * catching a database corrupted on purpose. Orders that arrive together
+ * share a script call and each buyer gets its own answer; an order the
+ * server has no memory for takes nothing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,6 +47,8 @@ typedef struct sale {
     atomic_int next_user;
     atomic_int created, sold_out, already, busy, other;
     pthread_barrier_t start;
+    int users;                /* buyer(): users 1..users, USERS when 0 */
+    unsigned long long *oid;  /* buyer(): if set, oid[u] = the order id user u was told */
 } sale;
 
 static void count(sale *s, int status, const char *body)
@@ -77,7 +81,7 @@ static void *buyer(void *arg)
     pthread_barrier_wait(&s->start);
     for (;;) {
         int u = atomic_fetch_add(&s->next_user, 1) + 1;
-        if (u > USERS) break;
+        if (u > (s->users ? s->users : USERS)) break;
         skt_token(s->dir, u, 0, tok, sizeof tok);
         int st = fd >= 0 ? skt_request(fd, "POST", path, tok, NULL, resp, sizeof resp) : -1;
         if (st < 0) { /* reconnect once, then count it */
@@ -85,6 +89,7 @@ static void *buyer(void *arg)
             fd = skt_connect(port);
             st = fd >= 0 ? skt_request(fd, "POST", path, tok, NULL, resp, sizeof resp) : -1;
         }
+        if (st == 201 && s->oid) s->oid[u] = strtoull(skt_json_str(resp, "order_id"), NULL, 10);
         count(s, st, resp);
     }
     if (fd >= 0) close(fd);
@@ -252,19 +257,27 @@ static double load_json_real(const char *out, const char *key)
     return x;
 }
 
+/* A fresh Redis and directory, one redis-strategy `serve` (with `extra`
+ * options) and one open voucher of `stock` units; its id. */
+static long long one_sale(skt_dir *dir, skt_serve *sv, const char *const *extra, const char *title, long stock)
+{
+    assert_int_equal(th_target_flush(&srv), 0);
+    assert_int_equal(skt_dir_make(dir), 0);
+    assert_int_equal(skt_serve_start(sv, dir, srv.url, "redis", extra, NULL), 0);
+    long long now = (long long)time(NULL);
+    long long v = skt_voucher(sv->port, dir, title, stock, now - 5, now + 3600);
+    assert_true(v > 0);
+    return v;
+}
+
 /* `seckill load` against a live server, with the issue's spelling, then
  * `seckill verify` before and after the database is corrupted on purpose. */
 static void load_reports_a_correct_sale_and_verify_catches_a_corrupted_database(void **state)
 {
     (void)state;
-    assert_int_equal(th_target_flush(&srv), 0);
     skt_dir dir;
     skt_serve sv;
-    assert_int_equal(skt_dir_make(&dir), 0);
-    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", NULL, NULL), 0);
-    long long now = (long long)time(NULL);
-    long long v = skt_voucher(sv.port, &dir, "load", 30, now - 5, now + 3600);
-    assert_true(v > 0);
+    long long v = one_sale(&dir, &sv, NULL, "load", 30);
     char url[64], vs[24], out[16384];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", sv.port);
     snprintf(vs, sizeof vs, "%lld", v);
@@ -476,6 +489,90 @@ static void late_buyers_of_a_sold_out_voucher_cost_no_redis_call(void **state)
     skt_dir_remove(&dir);
 }
 
+#define OPEN_USERS 600
+#define OPEN_STOCK 500
+
+/* Orders of one voucher that arrive while its script call is in flight
+ * go out together in the next call (service/batch.c), and each buyer is
+ * told its own part of the reply: 600 users on 32 connections for 500
+ * units get exactly 500 orders, in fewer script calls than orders, and
+ * the order id each buyer was given is the database's order of that very
+ * user. A reply mapped to the wrong request would show as a user holding
+ * another's order id; batches that never formed, as one call per order. */
+static void orders_arriving_together_share_a_script_call_and_each_buyer_gets_its_own_answer(void **state)
+{
+    (void)state;
+    skt_dir dir;
+    skt_serve sv;
+    const char *extra[] = {"--threads", "8", NULL};
+    long long v = one_sale(&dir, &sv, extra, "open", OPEN_STOCK);
+    static unsigned long long oid[OPEN_USERS + 1];
+    memset(oid, 0, sizeof oid);
+    sale s;
+    memset(&s, 0, sizeof s);
+    s.dir = &dir;
+    s.nports = 1;
+    s.ports[0] = sv.port;
+    s.users = OPEN_USERS;
+    s.oid = oid;
+    s.voucher = v;
+    long long before = scripts_run(s.voucher);
+    run_threads(&s, CONNS, buyer);
+    /* The writer's acknowledgements, one script per batch it committed,
+     * only add to the count. */
+    long long ran = scripts_run(s.voucher) - before;
+    fprintf(stderr, "%d users, %d units: %d created, %d sold out, %d other; %lld script calls\n", OPEN_USERS,
+            OPEN_STOCK, atomic_load(&s.created), atomic_load(&s.sold_out), atomic_load(&s.other), ran);
+    assert_int_equal(atomic_load(&s.other), 0);
+    assert_int_equal(atomic_load(&s.created), OPEN_STOCK);
+    assert_int_equal(atomic_load(&s.sold_out), OPEN_USERS - OPEN_STOCK);
+    assert_true(ran < OPEN_USERS);
+
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld", s.voucher);
+    assert_int_equal(skt_db_wait(&dir, sql, OPEN_STOCK, 20000), OPEN_STOCK);
+    int told = 0;
+    for (int u = 1; u <= OPEN_USERS; u++) {
+        if (!oid[u]) continue;
+        told++;
+        snprintf(sql, sizeof sql, "SELECT user_id FROM orders WHERE id = %llu", oid[u]);
+        long long owner = skt_db_int(&dir, sql);
+        if (owner != u) fprintf(stderr, "user %d was told order %llu, which is user %lld's\n", u, oid[u], owner);
+        assert_int_equal(owner, u);
+    }
+    assert_int_equal(told, OPEN_STOCK);
+    assert_int_equal(skt_redis_int(&srv, s.voucher, "GET seckill:{v:%lld}:stock", s.voucher), 0);
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    skt_dir_remove(&dir);
+}
+
+/* A server out of memory refuses the order's first write: the buyer gets
+ * a server error and nothing is taken (stock, buyers, stream and pending
+ * orders as before), and the next order after memory is freed is sold. */
+static void an_order_the_server_has_no_memory_for_takes_nothing(void **state)
+{
+    (void)state;
+    skt_dir dir;
+    skt_serve sv;
+    long long v = one_sale(&dir, &sv, NULL, "oom", 5);
+    assert_int_equal(order(sv.port, &dir, v, 1), 201);
+    redisReply *r = skt_redis_cmd(&srv, v, "CONFIG SET maxmemory 1");
+    assert_non_null(r);
+    freeReplyObject(r);
+    int st = order(sv.port, &dir, v, 2);
+    r = skt_redis_cmd(&srv, v, "CONFIG SET maxmemory 0");
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(st, 500);
+    assert_int_equal(skt_redis_int(&srv, v, "GET seckill:{v:%lld}:stock", v), 4);
+    assert_int_equal(skt_redis_int(&srv, v, "SCARD seckill:{v:%lld}:buyers", v), 1);
+    assert_int_equal(skt_redis_int(&srv, v, "XLEN seckill:{v:%lld}:orders", v), 1);
+    assert_int_equal(order(sv.port, &dir, v, 2), 201);
+    assert_int_equal(skt_redis_int(&srv, v, "GET seckill:{v:%lld}:stock", v), 3);
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    skt_dir_remove(&dir);
+}
+
 static int after_test(void **state)
 {
     (void)state;
@@ -494,6 +591,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(two_lock_strategy_instances_together_sell_exactly_the_stock, after_test),
         cmocka_unit_test_teardown(load_reports_a_correct_sale_and_verify_catches_a_corrupted_database, after_test),
         cmocka_unit_test_teardown(late_buyers_of_a_sold_out_voucher_cost_no_redis_call, after_test),
+        cmocka_unit_test_teardown(orders_arriving_together_share_a_script_call_and_each_buyer_gets_its_own_answer,
+                                  after_test),
+        cmocka_unit_test_teardown(an_order_the_server_has_no_memory_for_takes_nothing, after_test),
     };
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, setup, teardown);
     skt_backend_stop();
