@@ -330,6 +330,7 @@ static void order_decided(void *arg, sk_result r, uint64_t oid)
     sk_api_done *done = p->done;
     void *darg = p->arg;
     free(p);
+    sk_metrics_in_flight(-1);
     sk_response resp;
     memset(&resp, 0, sizeof resp);
     resp.route = SK_ROUTE_ORDER_CREATE;
@@ -350,8 +351,10 @@ static int order_create_async(sk_app *app, int64_t uid, int64_t vid, sk_response
     *p = (pending_order){done, arg};
     sk_result r = SK_INTERNAL;
     uint64_t oid = 0;
+    sk_metrics_in_flight(1); /* before: order_decided may come first */
     if (app->strategy.ops->order_create_async(app->strategy.ctx, uid, vid, app_now(app), order_decided, p, &r, &oid))
         return 1;
+    sk_metrics_in_flight(-1);
     free(p);
     order_reply(resp, r, oid);
     return 0;

@@ -29,7 +29,7 @@ static atomic_uint_fast64_t buckets[SK_ROUTE_COUNT][NBOUND + 1];
 static atomic_uint_fast64_t latency_ns[SK_ROUTE_COUNT];
 static atomic_uint_fast64_t orders[NRESULT];
 static atomic_uint_fast64_t w_created, w_dup, w_rejected, w_dead, w_batches;
-static atomic_int_fast64_t s_lag, s_pending;
+static atomic_int_fast64_t s_lag, s_pending, in_flight;
 
 /* Relaxed: counters need atomicity, not ordering with other memory. */
 static void add(atomic_uint_fast64_t *c, uint64_t n)
@@ -82,6 +82,11 @@ void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected,
 
 /* Set by the writer once a second; the gauge shows how far behind the
  * database is, the number to alert on for the redis strategy. */
+void sk_metrics_in_flight(int delta)
+{
+    atomic_fetch_add_explicit(&in_flight, delta, memory_order_relaxed);
+}
+
 void sk_metrics_stream(int64_t lag, int64_t pending)
 {
     atomic_store_explicit(&s_lag, lag, memory_order_relaxed);
@@ -272,6 +277,10 @@ char *sk_metrics_render(void)
     for (int r = 0; r < NRESULT; r++)
         put(&b, "seckill_orders_total{outcome=\"%s\"} %llu\n",
             r == SK_OK ? "accepted" : sk_result_code((sk_result)r), (unsigned long long)get(&orders[r]));
+    put(&b, "# HELP seckill_orders_in_flight Orders waiting for their decision (the redis strategy's script).\n"
+            "# TYPE seckill_orders_in_flight gauge\n"
+            "seckill_orders_in_flight %lld\n",
+        (long long)atomic_load_explicit(&in_flight, memory_order_relaxed));
     put(&b, "# HELP seckill_writer_orders_total Orders the stream writer handled, by outcome.\n"
             "# TYPE seckill_writer_orders_total counter\n"
             "seckill_writer_orders_total{outcome=\"created\"} %llu\n"

@@ -28,6 +28,10 @@ void sk_metrics_request(sk_route route, int status, int64_t ns);
 /* The outcome of one order attempt (SK_OK = accepted). */
 void sk_metrics_order(sk_result r);
 
+/* An order handed to the strategy to be answered later (+1), and its
+ * answer (-1): the orders waiting for Redis. */
+void sk_metrics_in_flight(int delta);
+
 /* The writer's progress. */
 void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead,
                        uint64_t batches);

@@ -126,6 +126,7 @@ static void healthz_is_ok_and_metrics_show_requests_process_and_lock_families(vo
     assert_non_null(strstr(resp, "seckill_requests_total{route=\"healthz\",status=\"200\"} "));
     assert_non_null(strstr(resp, "seckill_request_duration_seconds_bucket{route=\"healthz\",le=\"+Inf\"}"));
     assert_non_null(strstr(resp, "seckill_stream_lag "));
+    assert_non_null(strstr(resp, "\nseckill_orders_in_flight 0\n")); /* none waits: every answer given */
     assert_non_null(strstr(resp, "seckill_orders_total{outcome=\"sold_out\"}"));
     /* Build info and the standard process metrics. */
     char want[256];

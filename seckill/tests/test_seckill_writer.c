@@ -695,6 +695,19 @@ static void buyers_start(lost_buyer *b, pthread_t *th, int k, int port, const sk
     }
 }
 
+/* Wait (10 s at most) until the service has `k` orders waiting for their
+ * scripts' replies (GET /metrics needs no Redis); how many it has. A
+ * fixed sleep was too short under ASan on a loaded machine: a buyer's
+ * connection not yet accepted when the test went on was refused by the
+ * stop, not answered. */
+static int wait_in_flight(int port, int k)
+{
+    long long deadline = th_now_ms() + 10000;
+    int n;
+    while ((n = metric(port, "\nseckill_orders_in_flight ")) != k && th_now_ms() < deadline) usleep(10000);
+    return n;
+}
+
 /* Wait for the k buyers; each must have been answered `status`. */
 static void buyers_expect(lost_buyer *b, pthread_t *th, int k, int status)
 {
@@ -727,7 +740,7 @@ static void lost_order_reply_is_busy_and_never_sold_twice(void **state)
     pthread_t th[K];
     kill(srv.single.pid, SIGSTOP);
     buyers_start(b, th, K, sv.port, &dir, v, 10);
-    usleep(500000); /* every order written to the stopped server */
+    assert_int_equal(wait_in_flight(sv.port, K), K); /* every order written to the stopped server */
     redis_down();   /* SIGKILL works on a stopped process */
     buyers_expect(b, th, K, 429);
     for (int i = 0; i < K; i++) assert_string_equal(skt_json_str(b[i].resp, "error"), "busy");
@@ -776,7 +789,7 @@ static void stop_answers_every_order_in_flight(void **state)
     pthread_t th[K];
     assert_int_equal(th_target_pause(&srv, key), 0);
     buyers_start(b, th, K, sv.port, &dir, v, 10);
-    usleep(300000); /* every order sent to the paused master */
+    assert_int_equal(wait_in_flight(sv.port, K), K); /* every order sent to the paused master */
     kill(sv.pid, SIGTERM);
     usleep(300000); /* the stop has begun, and waits */
     assert_true(skt_serve_wait(&sv, 0) < 0);
