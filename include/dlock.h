@@ -351,13 +351,18 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * acquisition: strictly greater than every token handed out before for this
  * name. A re-entry by the holding thread succeeds at once, increments the
  * hold count and returns the same token. Fails with DLOCK_ERR_TIMEOUT when
- * the wait ends first.
+ * the wait ends first. A waiting thread may be handed the lock by a thread
+ * of the same client that releases it (a plain lock, without replica
+ * acknowledgements): it then returns holding it without asking Redis
+ * again, and if that release was under way when its wait ran out, up to
+ * one command timeout late, with the lock rather than a timeout.
  */
 DLOCK_API dlock_status dlock_lock_acquire(dlock_lock *lock, long wait_ms, long lease_ms, uint64_t *token);
 
 /*
  * Undo one acquisition by the calling thread. When the hold count reaches
- * zero the lock is deleted and waiters are woken. Fails with
+ * zero the lock is deleted and waiters are woken, or handed it directly
+ * when the next in line is a thread of this client asleep on it. Fails with
  * DLOCK_ERR_NOT_OWNER (changing nothing) when the thread does not hold it,
  * and with DLOCK_ERR_LOST when the watchdog had already found it lost.
  */

@@ -100,7 +100,8 @@ static dlock_status latch_await(dlock_latch *l, long wait_ms)
     int result = latch_try(l, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
-            dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry);
+            dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry,
+                            NULL);
     if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
 }

@@ -49,6 +49,10 @@
  * are next in line: it published nothing, the releaser wakes one. */
 #define WAKE_OWN (-2)
 
+/* release.lua's {HANDED_OVER, token}: the lock went to the waiting thread
+ * the releaser named, with that token. */
+#define HANDED_OVER (-3)
+
 /* Room for "dlock:{NAME}:ch:" with the longest name. */
 #define NAME_PREFIX_MAX 600
 
@@ -286,6 +290,17 @@ static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, int
     return result;
 }
 
+/* What a waiting thread offers a releaser of its own client
+ * (dlock__wait_claim): enough to take the lock for it in release.lua, and
+ * room for what that gave. */
+typedef struct lock_offer {
+    dlock_lock *l;
+    lock_thread *h;
+    long lease;
+    uint64_t token; /* set by the releaser when handed over (never 0) */
+    int64_t sent;   /* when the releaser sent the release: the lease began no earlier */
+} lock_offer;
+
 /* Arguments of one acquire attempt, for dlock__wait_for(). */
 struct attempt {
     dlock_lock *l;
@@ -365,8 +380,20 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
          * release that ends the wait and the caller's first step (a
          * failure to start is reported by the hold, as without the wait). */
         if (watchdog) (void)dlock__client_watchdog(l->base.client);
+        /* A fair lock's order is its queue's, and a replica-safe acquire
+         * waits for replicas after its own attempt: neither is handed over. */
+        lock_offer offer = {l, h, lease, 0, 0};
+        int offered = !l->fair && l->base.client->replica_acks == 0;
         result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->wait_channel, deadline,
-                                try_again, &a, result, pttl);
+                                try_again, &a, result, pttl, offered ? &offer : NULL);
+        if (result == DLOCK_OK && offer.token) {
+            /* Handed over while asleep (release.lua): the hold begins as
+             * an attempt's would, its lease from the release's send. */
+            h->token = offer.token;
+            h->held.count = 1;
+            a.sent = offer.sent;
+            dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
+        }
         if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->wait_channel) == 0)) {
             dlock_status keep = (dlock_status)result;
             char why[512];
@@ -404,9 +431,28 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
 typedef struct release_call {
     dlock__script_id script;
     int nkeys, nargs;
-    const char *keys[4], *args[6];
+    const char *keys[5], *args[11];
     char lease_s[24], count_s[24], prefix[NAME_PREFIX_MAX];
+    char next_lease_s[24], next_floor_s[24], timeout_s[24];
 } release_call;
+
+/* release.lua's direct hand-off to `o`, a waiting thread of this client
+ * (KEYS[5], ARGV[7..11]); `others` when more of its waiters wait on. */
+static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer *o, int others)
+{
+    dlock_client *client = l->base.client;
+    snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
+    dlock__fence_floor_arg(&client->fences, o->l->base.fence, atomic_load(&o->l->base.floor), c->next_floor_s);
+    snprintf(c->timeout_s, sizeof c->timeout_s, "%ld", client->fair_waiter_timeout_ms);
+    c->keys[4] = l->base.fence;
+    c->args[6] = o->h->rec.owner;
+    c->args[7] = c->next_lease_s;
+    c->args[8] = c->next_floor_s;
+    c->args[9] = others ? "1" : "0";
+    c->args[10] = c->timeout_s;
+    c->nkeys = 5;
+    c->nargs = 11;
+}
 
 static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
 {
@@ -429,11 +475,26 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
 }
 
 /* What release.lua answered, from a send that was `retried`: the hold's
- * bookkeeping done, and the caller's status. */
-static dlock_status release_reply(dlock_lock *l, lock_thread *h, const redisReply *r, int retried)
+ * bookkeeping done, and the caller's status. A waiter `o` that was
+ * claimed for a direct hand-off (`claimed`) is settled: handed the lock
+ * (the reply {-3, token}, its lease counted from `sent`), or left to
+ * sleep on, or woken as any waiter of this client would be. */
+static dlock_status release_reply(dlock_lock *l, lock_thread *h, const redisReply *r, int retried, lock_offer *o,
+                                  dlock__sub_watch *claimed, int64_t sent)
 {
-    if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
-    long left = (long)r->integer;
+    long left;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[0]->integer == HANDED_OVER && r->element[1]->type == REDIS_REPLY_INTEGER && o &&
+        r->element[1]->integer > 0) {
+        o->token = (uint64_t)r->element[1]->integer;
+        o->sent = sent;
+        dlock__wait_settle(l->base.client, claimed, 1);
+        left = 0;
+    } else {
+        dlock__wait_settle(l->base.client, claimed, 0);
+        if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
+        left = (long)r->integer;
+    }
     /* -2: released, and this client's waiters are next (release.lua): wake
      * one here. A resent release cannot tell whether its first run said
      * so, so it wakes one too; at worst that one retries in vain. */
@@ -458,14 +519,23 @@ dlock_status dlock_lock_release(dlock_lock *l)
         return dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
     release_call rc;
     release_call_make(l, h, &rc);
+    /* The last hold of a plain lock: a thread of this client that waits
+     * for it may be handed it in the same script (release.lua). */
+    dlock__sub_watch *claimed = NULL;
+    lock_offer *o = NULL;
+    if (!l->fair && h->held.count == 1 && c->replica_acks == 0 && dlock__wait_count(c, l->wait_channel) > 0 &&
+        (o = dlock__wait_claim(c, l->wait_channel, &claimed)))
+        release_call_offer(l, &rc, o, dlock__wait_count(c, l->wait_channel) > 1);
     redisReply *r;
     int retried;
+    int64_t sent = dlock__mono_ms();
     dlock_status st = dlock__eval(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, &retried);
     if (st != DLOCK_OK) {
+        dlock__wait_settle(c, claimed, 0);
         dlock__held_release_failed(c, &h->held);
         return st; /* hold unchanged: the caller may try again */
     }
-    st = release_reply(l, h, r, retried);
+    st = release_reply(l, h, r, retried, o, claimed, sent);
     freeReplyObject(r);
     return st;
 }
@@ -633,7 +703,7 @@ static void on_release_reply(dlock_status st, redisReply *r, void *arg)
     lock_thread *h = op->h;
     dlock_client *c = l->base.client;
     if (st != DLOCK_OK) dlock__held_release_failed(c, &h->held); /* hold unchanged: try again */
-    else st = release_reply(l, h, r, dlock__async_resent());
+    else st = release_reply(l, h, r, dlock__async_resent(), NULL, NULL, 0);
     if (r) freeReplyObject(r);
     dlock_released_fn cb = op->released;
     void *cb_arg = op->arg;

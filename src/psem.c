@@ -146,7 +146,8 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     int result = psem_try(pm, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
-            dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry);
+            dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry,
+                            NULL);
     if (result != DLOCK_OK) {
         free(pm);
         if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");

@@ -147,13 +147,14 @@ static void make_due(struct dlock__subscriber *s, dlock__sub_watch *w, int why)
 
 /* The armed watches of `e` that `why` fires: for a message, one per
  * wake-up the entry has (each takes one), oldest first; for a confirmed
- * subscription, those that asked for it. */
+ * subscription, those that asked for it. A claimed sleeper is skipped:
+ * its releaser settles it. */
 static void fire_watches(struct dlock__subscriber *s, dlock__sub_entry *e, int why)
 {
     dlock__sub_watch **pp = &s->armed;
     while (*pp) {
         dlock__sub_watch *w = *pp;
-        int fire = w->e == e && (why == DLOCK__SUB_MESSAGE ? e->permits > 0 : w->want_ready);
+        int fire = w->e == e && !w->claimed && (why == DLOCK__SUB_MESSAGE ? e->permits > 0 : w->want_ready);
         if (!fire) {
             pp = &w->next;
             continue;
@@ -616,7 +617,8 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
 
 /* A sleeping thread is an armed watch of its own (no timer: it times its
  * own sleep), so it takes its turn among the watches by `since`. */
-int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since)
+int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since,
+                    void *offer)
 {
     int woken = 1;
     thread_watch t;
@@ -624,19 +626,64 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
     t.w.e = e;
     t.w.at = INT64_MAX;
     t.w.since = since;
+    t.w.offer = offer;
     pthread_mutex_lock(&s->mu);
     if (e->permits > 0) {
         e->permits--;
     } else if (!s->stop) {
         dlock__cond_init(&t.cv);
         insert_armed(s, &t.w);
-        while (!t.fired && !s->stop)
-            if (dlock__cond_wait_until(&t.cv, &s->mu, deadline_ms) == ETIMEDOUT) break;
+        /* A claimed sleeper waits for the settlement whatever its
+         * deadline: its watch is the releaser's to fire or give back. */
+        while (!t.fired && (t.w.claimed || !s->stop))
+            if (dlock__cond_wait_until(&t.cv, &s->mu, t.w.claimed ? -1 : deadline_ms) == ETIMEDOUT &&
+                !t.w.claimed)
+                break;
         if (!t.fired && remove_armed(s, &t.w)) woken = s->stop;
+        else if (t.fired && t.w.woken == DLOCK__SUB_GRANTED) woken = 2;
         pthread_cond_destroy(&t.cv);
     }
     pthread_mutex_unlock(&s->mu);
     return woken;
+}
+
+/* Why claim the sleeper a message would wake, and only a thread: the
+ * releaser's script can then take the lock for it (release.lua), and the
+ * waiter wakes holding it instead of sending an attempt of its own; its
+ * turn is the one a wake-up would have given it. */
+void *dlock__sub_claim(struct dlock__subscriber *s, const char *channel, dlock__sub_watch **claimed)
+{
+    void *offer = NULL;
+    *claimed = NULL;
+    pthread_mutex_lock(&s->mu);
+    dlock__sub_entry *e = find(s, channel, strlen(channel));
+    for (dlock__sub_watch *w = e ? s->armed : NULL; w; w = w->next) {
+        if (w->e != e) continue;
+        if (!w->fn && w->offer && !w->claimed) {
+            w->claimed = 1;
+            *claimed = w;
+            offer = w->offer;
+        }
+        break; /* the next in line, whatever it is */
+    }
+    pthread_mutex_unlock(&s->mu);
+    return offer;
+}
+
+void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *w, int granted)
+{
+    pthread_mutex_lock(&s->mu);
+    w->claimed = 0;
+    if (granted && remove_armed(s, w)) {
+        make_due(s, w, DLOCK__SUB_GRANTED);
+    } else if (w->e->permits > 0 && remove_armed(s, w)) {
+        /* A wake-up it was skipped for while claimed. */
+        w->e->permits--;
+        make_due(s, w, DLOCK__SUB_MESSAGE);
+    } else {
+        pthread_cond_signal(&((thread_watch *)w)->cv); /* its deadline may have passed meanwhile */
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 void dlock__sub_enlist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w)
@@ -709,9 +756,14 @@ void dlock__sub_fire_all(struct dlock__subscriber *s)
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->firing_all = 1;
-    while (s->armed) {
-        dlock__sub_watch *w = s->armed;
-        s->armed = w->next;
+    dlock__sub_watch **pp = &s->armed;
+    while (*pp) {
+        dlock__sub_watch *w = *pp;
+        if (w->claimed) { /* a thread its releaser settles */
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
         make_due(s, w, DLOCK__SUB_TIMER);
     }
     pthread_mutex_unlock(&s->mu);

@@ -21,11 +21,16 @@ dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *chann
  * before this, or a release published in between would be missed. */
 int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms);
 
-/* Sleep until a message on the channel wakes this thread (1) or the
- * deadline passes (0). Each message wakes as many waiters as it names,
+/* Sleep until a message on the channel wakes this thread (1), the
+ * deadline passes (0), or, when the sleeper made an `offer` (NULL: none),
+ * a releaser of this client handed it what it waits for (2: see
+ * dlock__sub_claim). Each message wakes as many waiters as it names,
  * those that began waiting (`since`, monotonic ms) first: a waiter that
- * retried in vain and sleeps again keeps its place. */
-int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since);
+ * retried in vain and sleeps again keeps its place. A sleeper that is
+ * claimed sleeps on past its deadline until the claim is settled (one
+ * command of the releaser's, within its timeout). */
+int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since,
+                    void *offer);
 
 /*
  * Waiting without a thread, for the asynchronous acquire: a watch armed on
@@ -38,7 +43,7 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
  * sleeping threads, first come first served. The watch's memory is the
  * caller's and must stay valid until it fired.
  */
-enum { DLOCK__SUB_TIMER = 0, DLOCK__SUB_MESSAGE = 1, DLOCK__SUB_READY = 2 };
+enum { DLOCK__SUB_TIMER = 0, DLOCK__SUB_MESSAGE = 1, DLOCK__SUB_READY = 2, DLOCK__SUB_GRANTED = 3 };
 typedef struct dlock__sub_watch dlock__sub_watch;
 typedef void dlock__sub_fire_fn(dlock__sub_watch *w, int woken);
 struct dlock__sub_watch {
@@ -48,12 +53,28 @@ struct dlock__sub_watch {
     int64_t since;        /* when its wait began: the older, the sooner woken */
     int want_ready;       /* fire when the subscription is confirmed */
     int woken;            /* why it fired */
+    void *offer;          /* a sleeping thread's, for dlock__sub_claim (else NULL) */
+    int claimed;          /* a releaser holds it asleep until it settles */
     dlock__sub_watch *next; /* in the armed or the due list */
     dlock__sub_watch *wnext; /* in its entry's list of waiters (dlock__sub_enlist) */
 };
 
 void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w, int64_t at_ms,
                    int want_ready);
+
+/*
+ * A direct hand-off within one client. A releaser that will free what the
+ * client's own waiters on `channel` wait for claims the sleeper a message
+ * would wake next (the oldest armed watch of the entry), if that sleeper
+ * is a thread that made an offer: its offer is returned, and the sleeper
+ * stays asleep, whatever its deadline, until dlock__sub_settle(). NULL
+ * when there is no such sleeper (none, or the next one is an asynchronous
+ * watch, which is never skipped). `granted` 1: the releaser handed it over
+ * (written into the offer before), the sleeper wakes with 2; 0: it sleeps
+ * on as before (the releaser may then wake it the usual way).
+ */
+void *dlock__sub_claim(struct dlock__subscriber *s, const char *channel, dlock__sub_watch **claimed);
+void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *claimed, int granted);
 
 /* A waiter counts on its entry for its whole wait, awake or asleep, from
  * enlist to delist (`w` only needs `since`): what dlock__sub_oldest()

@@ -20,7 +20,7 @@
 #define SAFETY_NET_MS DLOCK__WAIT_SAFETY_NET_MS
 
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms)
+                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer)
 {
     struct dlock__subscriber *sub = dlock__client_subscriber(client);
     if (!sub) return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
@@ -46,7 +46,12 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             defer = 0;
             until = now + SAFETY_NET_MS;
             if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-            if (dlock__sub_wait(sub, e, until, me.since)) dlock__stats_woken(&client->stats, kind);
+            int w = dlock__sub_wait(sub, e, until, me.since, offer);
+            if (w) dlock__stats_woken(&client->stats, kind);
+            if (w == 2) {
+                result = DLOCK_OK;
+                break;
+            }
             continue;
         }
         defer = 0;
@@ -65,7 +70,12 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
         }
         if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-        if (until > now && dlock__sub_wait(sub, e, until, me.since)) dlock__stats_woken(&client->stats, kind);
+        int w = until > now ? dlock__sub_wait(sub, e, until, me.since, offer) : 0;
+        if (w) dlock__stats_woken(&client->stats, kind);
+        if (w == 2) {
+            result = DLOCK_OK; /* handed over while asleep */
+            break;
+        }
     }
     dlock__sub_delist(sub, e, &me);
     dlock__sub_leave(sub, e);
@@ -99,6 +109,18 @@ void dlock__wait_wake(dlock_client *client, const char *channel)
 {
     struct dlock__subscriber *sub = existing_subscriber(client);
     if (sub) dlock__sub_wake(sub, channel);
+}
+
+void *dlock__wait_claim(dlock_client *client, const char *channel, dlock__sub_watch **claimed)
+{
+    struct dlock__subscriber *sub = existing_subscriber(client);
+    *claimed = NULL;
+    return sub ? dlock__sub_claim(sub, channel, claimed) : NULL;
+}
+
+void dlock__wait_settle(dlock_client *client, dlock__sub_watch *claimed, int granted)
+{
+    if (claimed) dlock__sub_settle(existing_subscriber(client), claimed, granted);
 }
 
 int dlock__wait_defer(dlock_client *client, const char *channel)

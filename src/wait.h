@@ -86,9 +86,21 @@ static inline int dlock__should_wait(int result, long wait_ms)
  * the deadline the last attempt's result is returned: DLOCK__BUSY when the
  * resource was taken, DLOCK_ERR_CONNECT when the server could not be
  * reached to find out. Wake-ups count in the client's metrics as `kind`.
+ * With an `offer` (NULL: none), a releaser of this client may hand the
+ * resource over while the caller sleeps (dlock__wait_claim): the wait then
+ * ends with DLOCK_OK and no attempt, the offer filled in by the releaser.
  */
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms);
+                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer);
+
+/* The releaser's side of that hand-off: the offer of the waiter of this
+ * client on `channel` that a wake-up would go to next, claimed (*claimed
+ * set; it sleeps on until settled), or NULL (*claimed NULL). */
+void *dlock__wait_claim(dlock_client *client, const char *channel, dlock__sub_watch **claimed);
+
+/* The hand-off done (`granted` 1, the offer filled in) or not (0: the
+ * waiter sleeps on); a NULL `claimed` is ignored. */
+void dlock__wait_settle(dlock_client *client, dlock__sub_watch *claimed, int granted);
 
 /*
  * The same wait without a thread, for the asynchronous acquisitions: each

@@ -592,6 +592,70 @@ static void a_release_wakes_a_waiter_of_its_own_client_without_publishing(void *
     dlock_client_free(c);
 }
 
+/* The direct hand-off: a release whose next in line is a sleeping thread
+ * of its own client takes the lock for that thread in the same script
+ * (release.lua), and the thread wakes holding it. Each round, the script
+ * calls between the release and the waiter's return are the release
+ * alone (an attempt of the waiter's own would be a second), the waiter's
+ * token is above the releaser's, and the hold is the waiter's: its owner,
+ * count 1 and its own 7 s lease, not the releaser's 30 s. */
+struct handed {
+    dlock_lock *l;
+    dlock_status status;
+    uint64_t token;
+    atomic_int got, go;   /* acquired; the main thread has counted */
+    dlock_lock_info info; /* inspected while held */
+    dlock_client *look;
+};
+
+static void *handed_main(void *arg)
+{
+    struct handed *w = arg;
+    w->status = dlock_lock_acquire(w->l, 10000, 7000, &w->token);
+    atomic_store(&w->got, 1);
+    while (!atomic_load(&w->go)) usleep(1000);
+    if (w->status == DLOCK_OK) {
+        dlock_lock_inspect(w->look, dlock_lock_name(w->l), &w->info);
+        dlock_lock_release(w->l);
+    }
+    return NULL;
+}
+
+static void a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client(void **state)
+{
+    (void)state;
+    enum { REPS = 5 };
+    dlock_client *c = new_client(0), *look = new_client(0);
+    dlock_lock *l = th_lock_new(c, "handover");
+    for (int i = 0; i < REPS; i++) {
+        uint64_t mine;
+        assert_int_equal(dlock_lock_acquire(l, 0, 30000, &mine), DLOCK_OK);
+        struct handed w = {.l = l, .look = look};
+        pthread_t th;
+        pthread_create(&th, NULL, handed_main, &w);
+        usleep(100000); /* the waiter sleeps on its channel, registered */
+        long long before = th_target_calls(&server, "evalsha");
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        while (!atomic_load(&w.got)) usleep(1000);
+        long long calls = th_target_calls(&server, "evalsha") - before;
+        atomic_store(&w.go, 1);
+        pthread_join(th, NULL);
+        assert_int_equal(w.status, DLOCK_OK);
+        if (calls != 1) fail_msg("round %d: %lld script calls from the release to the waiter's hold", i, calls);
+        assert_true(w.token > mine);
+        assert_int_equal(w.info.held, 1);
+        assert_int_equal(w.info.hold_count, 1);
+        assert_true(w.info.ttl_ms > 5000 && w.info.ttl_ms <= 7000);
+        assert_int_equal((long long)w.info.last_token, (long long)w.token);
+        dlock_lock_info now;
+        assert_int_equal(dlock_lock_inspect(look, "handover", &now), DLOCK_OK);
+        assert_int_equal(now.held, 0);
+    }
+    dlock_lock_free(l);
+    dlock_client_free(look);
+    dlock_client_free(c);
+}
+
 /* A wait that the holder's lease running out ends: the waiter sleeps
  * until then and asks a few times more, not again and again while the
  * lease has under a millisecond left (PTTL 0, dlock__retry_after). It
@@ -1102,6 +1166,7 @@ int main(void)
         cmocka_unit_test(wait_gives_up_after_its_wait_time),
         cmocka_unit_test(release_wakes_a_waiter_at_once),
         cmocka_unit_test(a_release_wakes_a_waiter_of_its_own_client_without_publishing),
+        cmocka_unit_test(a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(a_wait_ended_by_a_lease_running_out_does_not_ask_in_a_loop),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),

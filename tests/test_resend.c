@@ -13,9 +13,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dlock.h"
 #include "harness.h"
@@ -222,6 +224,57 @@ static void lock_release_is_applied_once_when_its_reply_is_lost(void **state)
     dlock_client_free(c);
 }
 
+/* A thread of the releaser's client waiting for the lock. */
+struct handoff_waiter {
+    dlock_lock *l;
+    dlock_status status, released;
+    uint64_t token;
+};
+
+static void *handoff_waiter_main(void *arg)
+{
+    struct handoff_waiter *w = arg;
+    w->status = dlock_lock_acquire(w->l, 10000, 10000, &w->token);
+    if (w->status == DLOCK_OK) w->released = dlock_lock_release(w->l);
+    return NULL;
+}
+
+/* A release that hands the lock to a sleeping thread of its own client
+ * (release.lua) and whose reply is lost: its resend finds the lock the
+ * waiter's and answers "not yours", which the releaser reads as done, and
+ * wakes the waiter, whose attempt finds itself the owner with no hold it
+ * knows of. It must get the lock once, with the newest token (the one the
+ * counter holds, not the lost hand-off's, which it never saw), and give
+ * it back. */
+static void a_hand_off_whose_release_reply_is_lost_leaves_the_waiter_one_hold(void **state)
+{
+    (void)state;
+    dlock_client *c = proxied_client(), *look = direct_client();
+    dlock_lock *l;
+    int lost;
+    uint64_t mine;
+    assert_int_equal(dlock_lock_new(c, "rs-handoff", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 10000, &mine), DLOCK_OK);
+    struct handoff_waiter w = {l, DLOCK_ERR_SYS, DLOCK_ERR_SYS, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, handoff_waiter_main, &w);
+    usleep(200000); /* asleep, registered */
+    lose_next_reply("rs-handoff", &lost);
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_one_reply_lost(lost);
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, DLOCK_OK);
+    assert_int_equal(w.released, DLOCK_OK);
+    assert_true(w.token > mine);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(look, "rs-handoff", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    assert_int_equal((long long)info.last_token, (long long)w.token);
+    dlock_lock_free(l);
+    dlock_client_free(look);
+    dlock_client_free(c);
+}
+
 static void force_unlock_reports_the_deletion_when_its_reply_is_lost(void **state)
 {
     (void)state;
@@ -373,6 +426,7 @@ int main(void)
         cmocka_unit_test(acquire_after_a_lost_reply_holds_once),
         cmocka_unit_test(fair_acquire_after_a_lost_reply_holds_once),
         cmocka_unit_test(lock_release_is_applied_once_when_its_reply_is_lost),
+        cmocka_unit_test(a_hand_off_whose_release_reply_is_lost_leaves_the_waiter_one_hold),
         cmocka_unit_test(force_unlock_reports_the_deletion_when_its_reply_is_lost),
         cmocka_unit_test(rwlock_acquire_after_a_lost_reply_holds_once),
         cmocka_unit_test(psem_release_reports_success_when_its_reply_is_lost),

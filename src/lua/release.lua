@@ -10,6 +10,12 @@
 -- KEYS[4]  (optional, with KEYS[3]) "dlock:{name}:r": the woken process
 -- ARGV[5]  how long (ms) the woken process has the lock to itself
 -- ARGV[6]  (optional, with KEYS[3]) the caller's client id
+-- KEYS[5], ARGV[7..11]  (optional) a waiting thread of the caller's own
+--          client to hand the lock to: the fencing counter
+--          "dlock:{name}:fence", and the waiter's owner, lease (ms),
+--          fencing floor (see lib/fence.lua), "1" when other waiters of
+--          the client wait on, and how long a registered process counts as
+--          waiting (ms, as acquire.lua's ARGV[6])
 --
 -- Returns -1 when ARGV[1] is not the owner (nothing is changed: the hold
 -- expired and someone else may own the lock now), else the holds left.
@@ -25,6 +31,20 @@
 -- lock's channel (RedLock, older clients) is woken ("1").
 -- A resend of that last release returns -1, which the caller that knows
 -- it resent (src/lock.c) reads as done.
+--
+-- The direct hand-off (KEYS[5]): when the caller's own process is next in
+-- line and the caller named one of its waiting threads, the lock goes to
+-- that thread here, exactly as acquire.lua would grant it (a new token,
+-- count 1, the waiter's lease), and {-3, token} is returned: the waiter
+-- wakes holding it, without an attempt of its own (a round trip less per
+-- hand-off). Its process stays registered if others of it wait on. The
+-- caller keeps the waiter asleep until the answer is in, so no one gives
+-- up a lock it is being handed. When the reply is lost, the caller wakes
+-- the waiter as if nothing had been handed over; its attempt then finds
+-- itself the owner with no hold it knows of, which acquire.lua grants
+-- afresh with a new token.
+
+--@include fence
 
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
@@ -41,10 +61,21 @@ redis.call('DEL', KEYS[1])
 -- much as a small command of its own).
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
     local t = redis.call('TIME')
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
     local first = redis.call('ZRANGE', KEYS[3], 0, 0)
     if first[1] then
         redis.call('ZREM', KEYS[3], first[1])
+        if first[1] == ARGV[6] and KEYS[5] then
+            local token, text = fence_next(KEYS[5], t, ARGV[9])
+            redis.call('HSET', KEYS[1], 'owner', ARGV[7], 'count', 1, 'token', text)
+            redis.call('PEXPIRE', KEYS[1], ARGV[8])
+            if ARGV[10] == '1' then
+                redis.call('ZADD', KEYS[3], now + tonumber(ARGV[11]), ARGV[6])
+                redis.call('PEXPIRE', KEYS[3], ARGV[11])
+            end
+            return {-3, token}
+        end
         if KEYS[4] then
             redis.call('SET', KEYS[4], first[1], 'PX', ARGV[5])
         end

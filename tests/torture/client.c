@@ -10,8 +10,9 @@
  * library check dlock_*_lost() before each step, as a careful program
  * does; the time of a step is taken before that check.
  *
- * Kinds on libdlock: lock, fair, rw, sem (plain semaphore), psem, multi
- * (two of three locks at once), redlock, latch. `cli` runs `dlock lock` (or
+ * Kinds on libdlock: lock (--threads N: N threads on one client), fair,
+ * rw, sem (plain semaphore), psem, multi (two of three locks at once),
+ * redlock, latch. `cli` runs `dlock lock` (or
  * `dlock semaphore`) in a loop with this program as COMMAND (`cs`), which
  * records its steps; the CLI kills it when the lease is lost.
  *
@@ -27,6 +28,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,7 @@ typedef struct cfg {
     int n_names;
     int client;
     long lease_ms, seconds, permits, skew_ms, slow_release_ms;
+    int threads; /* lock: workers of one client, as threads (one hold each) */
     long gc_pause_pct; /* per step: pause between the loss check and the write */
     unsigned long long seed;
     /* latch */
@@ -462,9 +465,9 @@ static int keeps_hold_on_error(worker *w)
     return !strcmp(k, "lock") || !strcmp(k, "fair") || !strcmp(k, "rw");
 }
 
-static void run_locks(worker *w, int64_t end)
+/* Take, use and give back holds until `end`; the handles are open. */
+static void lock_loop(worker *w, int64_t end)
 {
-    open_handles(w);
     while (tt_now_us() < end) {
         w->hold++;
         int64_t t0 = tt_now_us();
@@ -497,6 +500,56 @@ static void run_locks(worker *w, int64_t end)
         }
         tt_sleep_ms(tt_rand_between(&w->rng, 0, 20));
     }
+}
+
+typedef struct thread_arg {
+    worker w;
+    int64_t end;
+} thread_arg;
+
+static void *lock_thread(void *arg)
+{
+    thread_arg *a = arg;
+    lock_loop(&a->w, a->end);
+    return NULL;
+}
+
+/*
+ * Why threads: the library hands a lock from a releasing thread straight
+ * to a waiting thread of the same client (release.lua's direct hand-off),
+ * which processes of one thread each never exercise. With --threads N the
+ * process runs N workers on one client and one set of handles, each with
+ * its own random stream, resource connection and hold numbers (thread i
+ * counts from i * 10^8, so the checker's (pid, hold) pairs stay unique);
+ * they share the history file (one write per line) and the pid, so a
+ * pause or a kill of the process counts for all of them, as it does.
+ */
+static void run_locks(worker *w, int64_t end)
+{
+    open_handles(w);
+    int n = !strcmp(w->c->kind, "lock") && w->c->threads > 1 ? w->c->threads : 1;
+    thread_arg *more = calloc((size_t)n, sizeof *more);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    int started = 0;
+    for (int i = 1; more && th && i < n; i++) {
+        more[i].w = *w;
+        more[i].w.rng = w->rng ^ (0x9E3779B97F4A7C15ull * (unsigned long long)i);
+        more[i].w.hold = (long)i * 100000000L;
+        more[i].w.res = connect_url(w->c->resource);
+        more[i].end = end;
+        if (!more[i].w.res || pthread_create(&th[i], NULL, lock_thread, &more[i]) != 0) {
+            fprintf(stderr, "torture client: cannot start worker thread %d\n", i);
+            exit(2);
+        }
+        started = i;
+    }
+    lock_loop(w, end);
+    for (int i = 1; i <= started; i++) {
+        pthread_join(th[i], NULL);
+        redisFree(more[i].w.res);
+    }
+    free(more);
+    free(th);
     close_handles(w);
 }
 
@@ -621,7 +674,7 @@ static void usage(void)
                     "         --resource URL --name NAME[,NAME...] [--lease MS] [--seconds S] [--seed N]\n"
                     "         [--permits P] [--skew MS] [--slow-release MS] [--dlock PATH] [--cli-args ARGS]\n"
                     "         [--mode x|r|p] [--latch-role down|await --latch-n N --round-ms MS --epoch US]\n"
-                    "         [--gc-pause-pct P]\n");
+                    "         [--gc-pause-pct P] [--threads N]\n");
     exit(64);
 }
 
@@ -635,7 +688,8 @@ int main(int argc, char **argv)
         {"permits", 1, NULL, 'p'},    {"skew", 1, NULL, 'K'},        {"slow-release", 1, NULL, 'R'},
         {"dlock", 1, NULL, 'D'},      {"cli-args", 1, NULL, 'A'},    {"mode", 1, NULL, 'm'},
         {"latch-role", 1, NULL, 'L'}, {"latch-n", 1, NULL, 'N'},     {"round-ms", 1, NULL, 'O'},
-        {"epoch", 1, NULL, 'E'},      {"gc-pause-pct", 1, NULL, 'G'}, {NULL, 0, NULL, 0},
+        {"epoch", 1, NULL, 'E'},      {"gc-pause-pct", 1, NULL, 'G'}, {"threads", 1, NULL, 'T'},
+        {NULL, 0, NULL, 0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -668,6 +722,7 @@ int main(int argc, char **argv)
         case 'O': c.round_ms = atol(optarg); break;
         case 'E': c.epoch_us = atoll(optarg); break;
         case 'G': c.gc_pause_pct = atol(optarg); break;
+        case 'T': c.threads = atoi(optarg); break;
         default: usage();
         }
     }

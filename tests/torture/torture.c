@@ -78,11 +78,14 @@ typedef struct scenario {
     long permits;
     const char *names;    /* object names, without the scenario prefix */
     const char *what;     /* one line for the report */
+    int threads;          /* library clients of kind lock: threads each (0: one) */
 } scenario;
 
 static const scenario scenarios[] = {
     {"lock", TOPO_SINGLE, "lock", 4, 2, "lock", "x", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "L",
      "reentrant lock, library and CLI"},
+    {"threads", TOPO_SINGLE, "lock", 1, 0, NULL, NULL, F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "L",
+     "reentrant lock, one client of 6 threads: hand-offs between them", 6},
     {"fair", TOPO_SINGLE, "fair", 3, 2, "lock --fair", "x", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "L",
      "fair lock"},
     {"rw", TOPO_SINGLE, "rw", 4, 1, "lock --write", "x", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "L",
@@ -234,6 +237,12 @@ static void spawn(run *r, int i)
     if (!sl->cli && (r->s->faults & F_PAUSE) && !r->s->broken) {
         argv[a++] = "--gc-pause-pct";
         argv[a++] = "1";
+    }
+    char threads[16];
+    if (!sl->cli && r->s->threads > 1) {
+        snprintf(threads, sizeof threads, "%d", r->s->threads);
+        argv[a++] = "--threads";
+        argv[a++] = threads;
     }
     if (sl->cli) {
         argv[a++] = "--cli-args";
