@@ -351,8 +351,8 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * acquisition: strictly greater than every token handed out before for this
  * name. A re-entry by the holding thread succeeds at once, increments the
  * hold count and returns the same token. Fails with DLOCK_ERR_TIMEOUT when
- * the wait ends first. A waiting thread may be handed the lock by a thread
- * of the same client that releases it (a plain lock, without replica
+ * the wait ends first. A waiting thread may be handed the lock by a
+ * release of the same client (a plain lock, without replica
  * acknowledgements): it then returns holding it without asking Redis
  * again, and if that release was under way when its wait ran out, up to
  * one command timeout late, with the lock rather than a timeout.
@@ -414,7 +414,8 @@ typedef void (*dlock_released_fn)(dlock_lock *lock, dlock_status status, void *a
  * thread can keep many acquisitions in flight, each on its own handle.
  * `wait_ms` and `lease_ms` as for dlock_lock_acquire(); a busy lock is
  * waited for as there (woken by the release, bounded by the holder's
- * lease), with no thread parked for it. Works on plain and fair handles.
+ * lease, handed the lock directly by a release of this client), with no
+ * thread parked for it. Works on plain and fair handles.
  *
  * The hold belongs to the handle, not to a thread: any thread may release
  * it with dlock_lock_release_async(), re-entry is another

@@ -301,6 +301,16 @@ typedef struct lock_offer {
     int64_t sent;   /* when the releaser sent the release: the lease began no earlier */
 } lock_offer;
 
+/* A hold handed over while its acquire waited (release.lua): it begins
+ * as an attempt's would, its lease counted from the release's send. */
+static void hold_handed_over(dlock_lock *l, lock_thread *h, const lock_offer *o, int64_t *sent)
+{
+    h->token = o->token;
+    h->held.count = 1;
+    *sent = o->sent;
+    dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
+}
+
 /* Arguments of one acquire attempt, for dlock__wait_for(). */
 struct attempt {
     dlock_lock *l;
@@ -386,14 +396,7 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         int offered = !l->fair && l->base.client->replica_acks == 0;
         result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->wait_channel, deadline,
                                 try_again, &a, result, pttl, offered ? &offer : NULL);
-        if (result == DLOCK_OK && offer.token) {
-            /* Handed over while asleep (release.lua): the hold begins as
-             * an attempt's would, its lease from the release's send. */
-            h->token = offer.token;
-            h->held.count = 1;
-            a.sent = offer.sent;
-            dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
-        }
+        if (result == DLOCK_OK && offer.token) hold_handed_over(l, h, &offer, &a.sent);
         if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->wait_channel) == 0)) {
             dlock_status keep = (dlock_status)result;
             char why[512];
@@ -452,6 +455,20 @@ static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer 
     c->args[10] = c->timeout_s;
     c->nkeys = 5;
     c->nargs = 11;
+}
+
+/* The last hold of a plain lock: a waiter of this client may be handed
+ * the lock in the same script (release.lua). Its offer, claimed and
+ * named in `c` (*claimed set, for dlock__wait_settle), or NULL. */
+static lock_offer *release_claim(dlock_lock *l, lock_thread *h, release_call *c, dlock__sub_watch **claimed)
+{
+    dlock_client *client = l->base.client;
+    lock_offer *o = NULL;
+    *claimed = NULL;
+    if (!l->fair && h->held.count == 1 && client->replica_acks == 0 && dlock__wait_count(client, l->wait_channel) > 0 &&
+        (o = dlock__wait_claim(client, l->wait_channel, claimed)))
+        release_call_offer(l, c, o, dlock__wait_count(client, l->wait_channel) > 1);
+    return o;
 }
 
 static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
@@ -519,13 +536,8 @@ dlock_status dlock_lock_release(dlock_lock *l)
         return dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
     release_call rc;
     release_call_make(l, h, &rc);
-    /* The last hold of a plain lock: a thread of this client that waits
-     * for it may be handed it in the same script (release.lua). */
-    dlock__sub_watch *claimed = NULL;
-    lock_offer *o = NULL;
-    if (!l->fair && h->held.count == 1 && c->replica_acks == 0 && dlock__wait_count(c, l->wait_channel) > 0 &&
-        (o = dlock__wait_claim(c, l->wait_channel, &claimed)))
-        release_call_offer(l, &rc, o, dlock__wait_count(c, l->wait_channel) > 1);
+    dlock__sub_watch *claimed;
+    lock_offer *o = release_claim(l, h, &rc, &claimed);
     redisReply *r;
     int retried;
     int64_t sent = dlock__mono_ms();
@@ -566,6 +578,9 @@ typedef struct lock_async {
     int watchdog, queued;
     int replica_short; /* the last attempt was undone for want of replicas */
     int64_t sent, since;
+    lock_offer offer;  /* an acquire's, for a direct hand-off (its watch's offer) */
+    lock_offer *next;  /* a release's: the waiter it claimed, if any */
+    dlock__sub_watch *claimed;
     dlock_acquired_fn acquired;
     dlock_released_fn released;
     void *arg;
@@ -585,6 +600,8 @@ static void acquire_done(dlock__await *aw, int result)
     lock_thread *h = op->h;
     dlock_client *c = l->base.client;
     dlock_status st = (dlock_status)result;
+    if (result == DLOCK_OK && op->offer.token) /* handed over while it waited */
+        hold_handed_over(l, h, &op->offer, &op->sent);
     if (result == DLOCK_OK &&
         dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
         release_call rc;
@@ -684,6 +701,8 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             op->acquired = cb;
             op->arg = arg;
             const char *channel = l->fair ? h->wake_channel : l->wait_channel;
+            op->offer = (lock_offer){l, h, op->lease, 0, 0};
+            if (!l->fair && c->replica_acks == 0) op->aw.watch.offer = &op->offer; /* as lock_acquire() */
             /* Bounded barging, as lock_acquire() */
             int defer = !l->fair && wait_ms != 0 && op->before == 0 && dlock__wait_defer(c, channel);
             st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, defer);
@@ -702,8 +721,12 @@ static void on_release_reply(dlock_status st, redisReply *r, void *arg)
     dlock_lock *l = op->l;
     lock_thread *h = op->h;
     dlock_client *c = l->base.client;
-    if (st != DLOCK_OK) dlock__held_release_failed(c, &h->held); /* hold unchanged: try again */
-    else st = release_reply(l, h, r, dlock__async_resent(), NULL, NULL, 0);
+    if (st != DLOCK_OK) {
+        dlock__wait_settle(c, op->claimed, 0);
+        dlock__held_release_failed(c, &h->held); /* hold unchanged: try again */
+    } else {
+        st = release_reply(l, h, r, dlock__async_resent(), op->next, op->claimed, op->sent);
+    }
     if (r) freeReplyObject(r);
     dlock_released_fn cb = op->released;
     void *cb_arg = op->arg;
@@ -735,8 +758,11 @@ dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void 
         op->arg = arg;
         release_call rc;
         release_call_make(l, h, &rc);
-        if ((st = dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, on_release_reply, op)) == DLOCK_OK)
-            return DLOCK_OK;
+        op->next = release_claim(l, h, &rc, &op->claimed);
+        op->sent = dlock__mono_ms();
+        st = dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, on_release_reply, op);
+        if (st == DLOCK_OK) return DLOCK_OK;
+        dlock__wait_settle(c, op->claimed, 0);
         dlock__held_release_failed(c, &h->held);
     }
     free(op);

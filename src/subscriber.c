@@ -352,7 +352,7 @@ static int poll_timeout(struct dlock__subscriber *s, int64_t now)
     if (any_active && s->client->topo->url.kind == DLOCK_URL_SENTINEL && now + MASTER_CHECK_MS < at)
         at = now + MASTER_CHECK_MS;
     for (dlock__sub_watch *w = s->armed; w; w = w->next)
-        if (w->at < at) at = w->at;
+        if (w->at < at && !w->claimed) at = w->at;
     if (s->due) at = now;
     if (at == INT64_MAX) return -1;
     return at <= now ? 0 : (int)(at - now);
@@ -385,7 +385,7 @@ static void run_due(struct dlock__subscriber *s)
     dlock__sub_watch **pp = &s->armed;
     while (*pp) {
         dlock__sub_watch *w = *pp;
-        if (w->at > now) {
+        if (w->at > now || w->claimed) { /* a claimed one waits for its releaser */
             pp = &w->next;
             continue;
         }
@@ -647,10 +647,10 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
     return woken;
 }
 
-/* Why claim the sleeper a message would wake, and only a thread: the
- * releaser's script can then take the lock for it (release.lua), and the
- * waiter wakes holding it instead of sending an attempt of its own; its
- * turn is the one a wake-up would have given it. */
+/* Why claim the sleeper a message would wake: the releaser's script can
+ * then take the lock for it (release.lua), and the waiter wakes holding it
+ * instead of sending an attempt of its own; its turn is the one a wake-up
+ * would have given it. */
 void *dlock__sub_claim(struct dlock__subscriber *s, const char *channel, dlock__sub_watch **claimed)
 {
     void *offer = NULL;
@@ -659,7 +659,7 @@ void *dlock__sub_claim(struct dlock__subscriber *s, const char *channel, dlock__
     dlock__sub_entry *e = find(s, channel, strlen(channel));
     for (dlock__sub_watch *w = e ? s->armed : NULL; w; w = w->next) {
         if (w->e != e) continue;
-        if (!w->fn && w->offer && !w->claimed) {
+        if (w->offer && !w->claimed && !s->firing_all) {
             w->claimed = 1;
             *claimed = w;
             offer = w->offer;
@@ -674,16 +674,20 @@ void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *w, int gra
 {
     pthread_mutex_lock(&s->mu);
     w->claimed = 0;
+    int async = w->fn != NULL; /* fired on this thread: poke it */
     if (granted && remove_armed(s, w)) {
         make_due(s, w, DLOCK__SUB_GRANTED);
     } else if (w->e->permits > 0 && remove_armed(s, w)) {
         /* A wake-up it was skipped for while claimed. */
         w->e->permits--;
         make_due(s, w, DLOCK__SUB_MESSAGE);
-    } else {
+    } else if (s->firing_all && remove_armed(s, w)) {
+        make_due(s, w, DLOCK__SUB_TIMER); /* the drain passed it by */
+    } else if (!async) {
         pthread_cond_signal(&((thread_watch *)w)->cv); /* its deadline may have passed meanwhile */
     }
     pthread_mutex_unlock(&s->mu);
+    if (async) poke(s); /* due now, or its timer may have passed meanwhile */
 }
 
 void dlock__sub_enlist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w)

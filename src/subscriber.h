@@ -66,12 +66,14 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
  * A direct hand-off within one client. A releaser that will free what the
  * client's own waiters on `channel` wait for claims the sleeper a message
  * would wake next (the oldest armed watch of the entry), if that sleeper
- * is a thread that made an offer: its offer is returned, and the sleeper
- * stays asleep, whatever its deadline, until dlock__sub_settle(). NULL
- * when there is no such sleeper (none, or the next one is an asynchronous
- * watch, which is never skipped). `granted` 1: the releaser handed it over
- * (written into the offer before), the sleeper wakes with 2; 0: it sleeps
- * on as before (the releaser may then wake it the usual way).
+ * made an offer (a thread's in dlock__sub_wait, an armed watch's in its
+ * `offer` field): its offer is returned, and the sleeper stays asleep,
+ * whatever its deadline or timer, until dlock__sub_settle(). NULL when
+ * there is no such sleeper (none, or the next one made no offer: it is
+ * never skipped). `granted` 1: the releaser handed it over (written into
+ * the offer before), the thread wakes with 2, the watch fires with
+ * DLOCK__SUB_GRANTED; 0: it sleeps on as before (the releaser may then
+ * wake it the usual way).
  */
 void *dlock__sub_claim(struct dlock__subscriber *s, const char *channel, dlock__sub_watch **claimed);
 void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *claimed, int granted);

@@ -212,7 +212,11 @@ void dlock__await_reply(dlock_status st, redisReply *r, void *arg)
 static void await_fire(dlock__sub_watch *watch, int woken)
 {
     dlock__await *w = (dlock__await *)watch;
-    if (woken == DLOCK__SUB_MESSAGE) dlock__stats_woken(&w->client->stats, w->kind);
+    if (woken == DLOCK__SUB_MESSAGE || woken == DLOCK__SUB_GRANTED) dlock__stats_woken(&w->client->stats, w->kind);
+    if (woken == DLOCK__SUB_GRANTED) {
+        await_end(w, DLOCK_OK); /* handed over (dlock__wait_claim): the offer says how */
+        return;
+    }
     if (w->deadline >= 0 && dlock__mono_ms() >= w->deadline) {
         await_end(w, w->result);
         return;

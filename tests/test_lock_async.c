@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dlock.h"
 #include "target.h"
@@ -181,6 +182,78 @@ static void async_wait_is_woken_by_the_release(void **state)
     release_ok(waiter);
     dlock_lock_free(holder);
     dlock_lock_free(waiter);
+    dlock_client_free(c);
+}
+
+/* A thread waiting on the lock, for the hand-off test below. */
+typedef struct sync_waiter {
+    dlock_lock *l;
+    dlock_status st;
+    uint64_t token;
+    atomic_int got, go;
+} sync_waiter;
+
+static void *sync_waiter_main(void *arg)
+{
+    sync_waiter *w = arg;
+    w->st = dlock_lock_acquire(w->l, 20000, 7000, &w->token);
+    atomic_store(&w->got, 1);
+    while (!atomic_load(&w->go)) usleep(1000);
+    if (w->st == DLOCK_OK) dlock_lock_release(w->l);
+    return NULL;
+}
+
+/* The direct hand-off (release.lua) both ways between the APIs of one
+ * client: a thread's release hands the lock to a waiting asynchronous
+ * acquire, whose callback comes with it, and that hold's asynchronous
+ * release hands it to a waiting thread. Each time the script calls from
+ * the release to the new holder are the release alone (the waiter's own
+ * attempt would be a second), and the new hold has its own token, count
+ * 1 and its own lease (7 s, not the releaser's 30 s). */
+static void a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *l, *other;
+    assert_int_equal(dlock_lock_new(c, "async:handoff", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "async:handoff", &other), DLOCK_OK);
+    uint64_t first;
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, &first), DLOCK_OK);
+    done d;
+    done_init(&d);
+    assert_int_equal(dlock_lock_acquire_async(other, 20000, 7000, on_acquired, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 500), 0); /* asleep, registered */
+    long long before = th_target_calls(&server, "evalsha");
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 5000), 1);
+    long long calls = th_target_calls(&server, "evalsha") - before;
+    if (d.st != DLOCK_OK) fail_msg("handed-over acquire: %s", d.error);
+    if (calls != 1) fail_msg("%lld script calls from the thread's release to the asynchronous hold", calls);
+    assert_true(d.token > first);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "async:handoff", &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.hold_count, 1);
+    assert_true(info.ttl_ms > 5000 && info.ttl_ms <= 7000);
+    assert_int_equal(info.last_token, d.token);
+
+    sync_waiter w = {.l = l};
+    pthread_t th;
+    pthread_create(&th, NULL, sync_waiter_main, &w);
+    usleep(500000); /* asleep, registered */
+    before = th_target_calls(&server, "evalsha");
+    release_ok(other);
+    while (!atomic_load(&w.got)) usleep(1000);
+    calls = th_target_calls(&server, "evalsha") - before;
+    atomic_store(&w.go, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DLOCK_OK);
+    if (calls != 1) fail_msg("%lld script calls from the asynchronous release to the thread's hold", calls);
+    assert_true(w.token > d.token);
+    assert_int_equal(dlock_lock_inspect(c, "async:handoff", &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    dlock_lock_free(l);
+    dlock_lock_free(other);
     dlock_client_free(c);
 }
 
@@ -910,6 +983,7 @@ int main(void)
         cmocka_unit_test(async_holds_of_one_name_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_fair_holds_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_wait_is_woken_by_the_release),
+        cmocka_unit_test(a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
         cmocka_unit_test(async_fair_waiters_get_the_lock_in_queue_order),
         cmocka_unit_test(async_hold_belongs_to_the_handle_and_reenters),
