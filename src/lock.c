@@ -42,8 +42,12 @@
 
 /* How long a release keeps the lock for the process it woke (acquire.lua):
  * long enough for the message, two wake-ups and a round trip on a busy
- * machine, short enough that a process that died costs little. */
-#define RESERVE_MS "20"
+ * machine, short enough that a process that died costs little. 20 ms was
+ * too short with 64 processes on 2 cores: a woken process was often
+ * scheduled later than that, and another barged in (least served worker
+ * 0.80-0.91 of its share, p99 wait 57-83 ms; with 100 ms: 0.98, 39-49 ms,
+ * docs/BENCHMARKS.md). */
+#define RESERVE_MS "100"
 
 /* release.lua's answer when the last hold went and this client's waiters
  * are next in line: it published nothing, the releaser wakes one. */
