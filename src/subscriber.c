@@ -763,7 +763,7 @@ void dlock__sub_fire_all(struct dlock__subscriber *s)
     dlock__sub_watch **pp = &s->armed;
     while (*pp) {
         dlock__sub_watch *w = *pp;
-        if (w->claimed) { /* a thread its releaser settles */
+        if (w->claimed) { /* its releaser settles it, and fires it then (firing_all) */
             pp = &w->next;
             continue;
         }
