@@ -565,7 +565,10 @@ static void release_wakes_a_waiter_at_once(void **state)
  * subscriber thread. The waiter must still get the lock at once (its
  * holder's lease is 30 s, so a missed wake-up shows), and the server must
  * have published nothing: with the message sent, every round counts one
- * PUBLISH (SPUBLISH on a cluster). */
+ * PUBLISH (SPUBLISH on a cluster). On Sentinel the count is not checked:
+ * each sentinel PUBLISHes its hello on the master every 2 s, and one
+ * landing inside a round read as ours (a red clean-clone run). One server and
+ * Cluster show the same client code. */
 static void a_release_wakes_a_waiter_of_its_own_client_without_publishing(void **state)
 {
     (void)state;
@@ -586,7 +589,7 @@ static void a_release_wakes_a_waiter_of_its_own_client_without_publishing(void *
         assert_int_equal(w.status, DLOCK_OK);
         if (w.got_at - released >= 150) fail_msg("round %d: woken after %lld ms", i, w.got_at - released);
         /* the waiter's own release, with nobody waiting, publishes once */
-        if (published > 1) fail_msg("round %d: %lld messages published for one hand-off", i, published);
+        if (published > 1 && server.kind != TH_TARGET_SENTINEL) fail_msg("round %d: %lld messages published for one hand-off", i, published);
     }
     dlock_lock_free(l);
     dlock_client_free(c);
