@@ -5,6 +5,7 @@
  *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
  *                 [--replica-acks N] [--log-level L] [--log-format F] [--access-log FILE|-]
  *                 [--max-connections N] [--max-connections-per-client N] [--idle-timeout S]
+ *                 [--event-loop auto|poll|epoll]
  *                 [--redis-password-file FILE] [--db-password-file FILE]
  *   seckill token [--secret-file FILE] [--ttl S] USER_ID
  *   seckill load --url URL --voucher ID --users N --concurrency C [--attempts K]

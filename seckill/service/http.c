@@ -338,6 +338,22 @@ int sk_http_check_listen(const char *listen, char *err, size_t errlen)
     return resolve(listen, &ss, &v6, err, errlen);
 }
 
+/* Why two loops: a suspended connection leaves its thread's epoll set
+ * and a resumed one joins it again, two epoll_ctl calls an order that
+ * poll(2) does not make; poll instead walks every connection of its
+ * thread on every wake-up. Measured with 64 busy connections on 8
+ * threads, poll took 15 % less of the service's CPU an order (and still
+ * less with 1000 busy ones), but 2-2.5 times more with 3800 idle
+ * connections beside them (docs/BENCHMARKS.md). So "auto" takes poll only
+ * when --max-connections bounds a thread to SK_HTTP_POLL_PER_THREAD
+ * connections: a service behind a proxy that keeps a few busy ones. */
+int sk_http_event_loop(const sk_http_limits *limits)
+{
+    if (limits->event_loop != SK_HTTP_LOOP_AUTO) return limits->event_loop;
+    int threads = limits->threads > 0 ? limits->threads : 1;
+    return limits->max_connections <= SK_HTTP_POLL_PER_THREAD * threads ? SK_HTTP_LOOP_POLL : SK_HTTP_LOOP_EPOLL;
+}
+
 /* Why a thread pool: handlers block on Redis and the database for a round
  * trip or two; N threads, each with its own event loop, keep N requests
  * in flight while keep-alive connections cost no thread each. */
@@ -359,8 +375,8 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
     pthread_cond_init(&h->idle, NULL);
     /* Suspend and resume: orders are answered when their script's reply
      * comes back, without a thread waiting for each (api.c, sk_api_handle_async). */
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
-                         MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
+    flags |= sk_http_event_loop(limits) == SK_HTTP_LOOP_POLL ? MHD_USE_POLL : MHD_USE_EPOLL;
     if (v6) flags |= MHD_USE_IPv6;
     h->daemon = MHD_start_daemon(
         flags, 0, on_accept, h, on_request, h,

@@ -18,7 +18,15 @@ typedef struct sk_http_limits {
     int max_connections;  /* open at once, all clients together */
     int per_client;       /* open at once from one client address; 0: no limit */
     int idle_timeout_s;   /* a connection silent this long is closed; 0: never */
+    int event_loop;       /* SK_HTTP_LOOP_AUTO, _POLL or _EPOLL */
 } sk_http_limits;
+
+enum { SK_HTTP_LOOP_AUTO = 0, SK_HTTP_LOOP_POLL, SK_HTTP_LOOP_EPOLL };
+/* "auto" picks poll(2) up to this many connections a thread, epoll above. */
+#define SK_HTTP_POLL_PER_THREAD 128
+
+/* The loop `limits` runs on: SK_HTTP_LOOP_POLL or SK_HTTP_LOOP_EPOLL. */
+int sk_http_event_loop(const sk_http_limits *limits);
 
 #define SK_HTTP_MAX_CONNECTIONS 4096
 #define SK_HTTP_PER_CLIENT 1024

@@ -75,7 +75,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"log-level", required_argument, NULL, 'L'},   {"log-format", required_argument, NULL, 'F'},
         {"access-log", required_argument, NULL, 'A'},  {"max-connections", required_argument, NULL, 'M'},
         {"max-connections-per-client", required_argument, NULL, 'P'},
-        {"idle-timeout", required_argument, NULL, 'I'},
+        {"idle-timeout", required_argument, NULL, 'I'},  {"event-loop", required_argument, NULL, 'E'},
         {"redis-password-file", required_argument, NULL, 'R'},
         {"db-password-file", required_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
@@ -83,7 +83,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
                       (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0, NULL, NULL, NULL,
-                      {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S}, NULL, NULL};
+                      {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S, SK_HTTP_LOOP_AUTO},
+                      NULL, NULL};
     o->redis = sk_env_url("SECKILL_REDIS_URL");
     if (sk_env_url("SECKILL_DB_URL")) o->db = sk_env_url("SECKILL_DB_URL");
     int c;
@@ -131,6 +132,15 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
                 return -1;
             }
             o->limits.idle_timeout_s = (int)n;
+            break;
+        case 'E':
+            if (strcmp(optarg, "auto") == 0) o->limits.event_loop = SK_HTTP_LOOP_AUTO;
+            else if (strcmp(optarg, "poll") == 0) o->limits.event_loop = SK_HTTP_LOOP_POLL;
+            else if (strcmp(optarg, "epoll") == 0) o->limits.event_loop = SK_HTTP_LOOP_EPOLL;
+            else {
+                fprintf(stderr, "seckill: --event-loop is auto, poll or epoll\n");
+                return -1;
+            }
             break;
         case 'R': o->redis_password_file = optarg; break;
         case 'D': o->db_password_file = optarg; break;
@@ -230,10 +240,10 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
     const char *colon = strrchr(o->listen, ':');
     sk_log(SK_LOG_INFO,
            "seckill %s (libdlock %s) listening on http://%.*s:%d, strategy %s, redis %s, db %s, %d threads, "
-           "max-connections %d (%d per client), idle-timeout %d s, replica-acks %d, access log %s",
+           "max-connections %d (%d per client), idle-timeout %d s, event loop %s, replica-acks %d, access log %s",
            DLOCK_VERSION, dlock_version(), (int)(colon - o->listen), o->listen, sk_http_port(s->http), o->strategy,
            rs, db, o->threads, o->limits.max_connections, o->limits.per_client, o->limits.idle_timeout_s,
-           o->replica_acks, o->access_log ? o->access_log : "off");
+           sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks, o->access_log ? o->access_log : "off");
     /* verify=no must be a choice somebody sees, not a default nobody does. */
     dlock_url u;
     if (redis_url && dlock_url_parse(redis_url, &u) == DLOCK_OK) {

@@ -174,6 +174,14 @@ int skt_serve_start(skt_serve *s, const skt_dir *d, const char *redis_url, const
     argv[argc++] = d->secret_file;
     argv[argc++] = "--strategy";
     argv[argc++] = strategy;
+    /* A suite run can force the HTTP loop (tests/CMakeLists.txt), so both
+     * of serve's loops answer the whole suite; a test's own flags come
+     * after and win. */
+    const char *loop = getenv("SKT_EVENT_LOOP");
+    if (loop && *loop) {
+        argv[argc++] = "--event-loop";
+        argv[argc++] = loop;
+    }
     for (int i = 0; extra && extra[i] && argc < 38; i++) argv[argc++] = extra[i];
     argv[argc] = NULL;
     pid_t pid = fork();

@@ -759,6 +759,14 @@ static void one_client_cannot_take_every_connection_and_idle_ones_are_closed(voi
     const char *extra[] = {"--threads", "2", "--max-connections", "16", "--max-connections-per-client", "4",
                            "--idle-timeout", "2", NULL};
     assert_int_equal(skt_serve_start(&s, &dir, srv.url, "redis", extra, NULL), 0);
+    /* 8 connections a thread: "auto" waits on them with poll, unless the
+     * suite forces a loop (SKT_EVENT_LOOP). */
+    char text[4096];
+    const char *forced = getenv("SKT_EVENT_LOOP");
+    char want[64];
+    snprintf(want, sizeof want, "event loop %s,", forced && strcmp(forced, "auto") != 0 ? forced : "poll");
+    assert_true(slurp(s.err, text, sizeof text) > 0);
+    if (!strstr(text, want)) fail_msg("no '%s' in the start-up log: %s", want, text);
     int fds[4];
     for (int i = 0; i < 4; i++) {
         fds[i] = skt_connect(s.port);
@@ -811,6 +819,8 @@ static void one_client_cannot_take_every_connection_and_idle_ones_are_closed(voi
     assert_int_equal(skt_run(NULL, 0, below_threads), 64);
     const char *bad_timeout[] = {SECKILL_BIN, "serve", "--idle-timeout", "-1", NULL};
     assert_int_equal(skt_run(NULL, 0, bad_timeout), 64);
+    const char *bad_loop[] = {SECKILL_BIN, "serve", "--event-loop", "select", NULL};
+    assert_int_equal(skt_run(NULL, 0, bad_loop), 64);
 }
 
 /* HTTP/1.1 without Host is 400 with a JSON error; HTTP/1.0 needs none. */
