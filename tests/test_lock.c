@@ -589,7 +589,8 @@ static void a_release_wakes_a_waiter_of_its_own_client_without_publishing(void *
         assert_int_equal(w.status, DLOCK_OK);
         if (w.got_at - released >= 150) fail_msg("round %d: woken after %lld ms", i, w.got_at - released);
         /* the waiter's own release, with nobody waiting, publishes once */
-        if (published > 1 && server.kind != TH_TARGET_SENTINEL) fail_msg("round %d: %lld messages published for one hand-off", i, published);
+        if (published > 1 && server.kind != TH_TARGET_SENTINEL)
+            fail_msg("round %d: %lld messages published for one hand-off", i, published);
     }
     dlock_lock_free(l);
     dlock_client_free(c);

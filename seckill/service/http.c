@@ -342,7 +342,7 @@ int sk_http_check_listen(const char *listen, char *err, size_t errlen)
  * and a resumed one joins it again, two epoll_ctl calls an order that
  * poll(2) does not make; poll instead walks every connection of its
  * thread on every wake-up. Measured with 64 busy connections on 8
- * threads, poll took 15 % less of the service's CPU an order (and still
+ * threads, poll took 13 % less of the service's CPU an order (and still
  * less with 1000 busy ones), but 2-2.5 times more with 3800 idle
  * connections beside them (docs/BENCHMARKS.md). So "auto" takes poll only
  * when --max-connections bounds a thread to SK_HTTP_POLL_PER_THREAD

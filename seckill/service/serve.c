@@ -243,7 +243,8 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
            "max-connections %d (%d per client), idle-timeout %d s, event loop %s, replica-acks %d, access log %s",
            DLOCK_VERSION, dlock_version(), (int)(colon - o->listen), o->listen, sk_http_port(s->http), o->strategy,
            rs, db, o->threads, o->limits.max_connections, o->limits.per_client, o->limits.idle_timeout_s,
-           sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks, o->access_log ? o->access_log : "off");
+           sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks,
+           o->access_log ? o->access_log : "off");
     /* verify=no must be a choice somebody sees, not a default nobody does. */
     dlock_url u;
     if (redis_url && dlock_url_parse(redis_url, &u) == DLOCK_OK) {
