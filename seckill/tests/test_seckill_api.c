@@ -764,7 +764,7 @@ static void one_client_cannot_take_every_connection_and_idle_ones_are_closed(voi
     char text[4096];
     const char *forced = getenv("SKT_EVENT_LOOP");
     char want[64];
-    snprintf(want, sizeof want, "event loop %s,", forced && strcmp(forced, "auto") != 0 ? forced : "poll");
+    snprintf(want, sizeof want, "event loop %s,", forced && *forced && strcmp(forced, "auto") != 0 ? forced : "poll");
     assert_true(slurp(s.err, text, sizeof text) > 0);
     if (!strstr(text, want)) fail_msg("no '%s' in the start-up log: %s", want, text);
     int fds[4];
