@@ -101,7 +101,7 @@ static dlock_status latch_await(dlock_latch *l, long wait_ms)
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry,
-                            NULL);
+                            NULL, NULL);
     if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
 }

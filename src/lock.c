@@ -228,7 +228,8 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
         c->nargs = 8;
     } else {
         /* A waiter registers its process (a first attempt that finds the
-         * lock busy registers at its next, once subscribed); so does any
+         * lock busy registers at its next, once subscribed, unless it was
+         * made in line on a confirmed subscription: wait.h); so does any
          * attempt while other waiters of the process sleep, so that the
          * process stays registered when a newcomer of it takes the lock
          * just after a release picked it (and took it out of the set). */
@@ -379,12 +380,17 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
 
     struct attempt a = {l, h, lease, 0, 0};
     int result;
+    dlock__early early = {0};
     /* Bounded barging: a plain newcomer queues behind a waiter of this
      * process that has waited too long (a fair lock queues anyway). */
     if (!l->fair && wait_ms != 0 && before == 0 && dlock__wait_defer(l->base.client, l->wait_channel)) {
         result = DLOCK__DEFER;
     } else {
-        result = try_acquire(l, h, lease, wait_ms != 0, 0, &pttl, &a.sent);
+        /* On a lock this client waited on a moment ago, the first attempt
+         * is made in line (wait.h), so a busy lock costs one attempt. */
+        int in_line = !l->fair && wait_ms != 0 && before == 0 && l->base.client->replica_acks == 0 &&
+                      dlock__wait_early(l->base.client, l->wait_channel, &early);
+        result = try_acquire(l, h, lease, wait_ms != 0, in_line, &pttl, &a.sent);
         a.replica_short = result == REPLICA_SHORT;
         if (result == REPLICA_SHORT) result = DLOCK__BUSY;
     }
@@ -399,7 +405,7 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         lock_offer offer = {l, h, lease, 0, 0};
         int offered = !l->fair && l->base.client->replica_acks == 0;
         result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->wait_channel, deadline,
-                                try_again, &a, result, pttl, offered ? &offer : NULL);
+                                try_again, &a, result, pttl, offered ? &offer : NULL, &early);
         if (result == DLOCK_OK && offer.token) hold_handed_over(l, h, &offer, &a.sent);
         if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->wait_channel) == 0)) {
             dlock_status keep = (dlock_status)result;
@@ -409,6 +415,8 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
             else waiter_leave(l);
             dlock__fail(keep, "%s", why); /* the reason, not the leave's */
         }
+    } else {
+        dlock__wait_early_end(&early);
     }
     if (result == DLOCK__BUSY && a.replica_short) return DLOCK_ERR_REPLICA; /* message set by try_acquire */
     if (result == DLOCK__BUSY)
@@ -708,8 +716,11 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             op->offer = (lock_offer){l, h, op->lease, 0, 0};
             if (!l->fair && c->replica_acks == 0) op->aw.watch.offer = &op->offer; /* as lock_acquire() */
             /* Bounded barging, as lock_acquire() */
-            int defer = !l->fair && wait_ms != 0 && op->before == 0 && dlock__wait_defer(c, channel);
-            st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, defer);
+            int first = l->fair || op->before != 0 ? DLOCK__AWAIT_TRY
+                        : wait_ms != 0 && dlock__wait_defer(c, channel) ? DLOCK__AWAIT_DEFER
+                        : c->replica_acks == 0 ? DLOCK__AWAIT_IN_LINE /* as lock_acquire() */
+                        : DLOCK__AWAIT_TRY;
+            st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, first);
             if (st == DLOCK_OK) return DLOCK_OK;
             free(op);
         }

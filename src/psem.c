@@ -147,7 +147,7 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry,
-                            NULL);
+                            NULL, NULL);
     if (result != DLOCK_OK) {
         free(pm);
         if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");

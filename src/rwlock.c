@@ -194,7 +194,7 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(rw->base.client, mode_kind[mode], rw->base.channel, deadline, rw_try, &a, result, retry,
-                            NULL);
+                            NULL, NULL);
     if (result == DLOCK__BUSY)
         return dlock__fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);
     if (result != DLOCK_OK) return (dlock_status)result;

@@ -122,7 +122,7 @@ static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
     int result = sem_try(&a, &retry);
     if (dlock__should_wait(result, wait_ms))
         result = dlock__wait_for(s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, deadline, sem_try, &a, result,
-                                 retry, NULL);
+                                 retry, NULL, NULL);
     if (result == DLOCK__BUSY)
         return dlock__fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
     return (dlock_status)result;

@@ -558,6 +558,16 @@ dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *chann
     return e;
 }
 
+dlock__sub_entry *dlock__sub_join_active(struct dlock__subscriber *s, const char *channel)
+{
+    pthread_mutex_lock(&s->mu);
+    dlock__sub_entry *e = find(s, channel, strlen(channel));
+    if (e && e->state == SUB_ACTIVE) e->refs++;
+    else e = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
 int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms)
 {
     int ok = 1;

@@ -16,6 +16,14 @@ void dlock__subscriber_stop(struct dlock__subscriber *s);
  * no other waiter of the client has yet. NULL when out of memory. */
 dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *channel);
 
+/* dlock__sub_join() for a channel whose subscription is confirmed already
+ * (a waiter of the client used it within the last second), else nothing
+ * (NULL). Joined this way, every message published on the channel from
+ * now on counts for the caller, who may therefore make its first attempt
+ * as a registered waiter and sleep at once if it fails (dlock__wait_early):
+ * a release that picks it after that attempt cannot be missed. */
+dlock__sub_entry *dlock__sub_join_active(struct dlock__subscriber *s, const char *channel);
+
 /* Wait until the server has confirmed the subscription, or the deadline
  * (-1: none). 1 when subscribed. A waiter must not sleep on the channel
  * before this, or a release published in between would be missed. */

@@ -4,13 +4,17 @@
  * Order matters: join the channel, wait until the subscription is
  * confirmed, try once more, and only then sleep. A release published
  * between the caller's first attempt and the subscription is caught by the
- * retry; one published after it wakes the sleeper. Sleeps are bounded by
+ * retry; one published after it wakes the sleeper. (A caller that joined
+ * a confirmed subscription before its first attempt needs no retry:
+ * dlock__wait_early.) Sleeps are bounded by
  * how long the current holder can keep the resource (its remaining lease),
  * so a message lost with a broken connection costs at most that. Where no
  * such bound exists (a plain semaphore) a safety net of a few seconds
  * applies instead.
  */
 #include "wait.h"
+
+#include <string.h>
 
 #include "client.h"
 #include "subscriber.h"
@@ -20,18 +24,29 @@
 #define SAFETY_NET_MS DLOCK__WAIT_SAFETY_NET_MS
 
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer)
+                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__early *early)
 {
-    struct dlock__subscriber *sub = dlock__client_subscriber(client);
-    if (!sub) return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
-    dlock__sub_entry *e = dlock__sub_join(sub, channel);
-    if (!e) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    struct dlock__subscriber *sub;
+    dlock__sub_entry *e;
+    dlock__sub_watch local = {0}, *me = &local;
+    /* The first attempt was made in line on a confirmed subscription: a
+     * release after it wakes this wait, so it sleeps before the next. */
+    int asleep_first = 0;
+    if (early && early->e) {
+        sub = early->sub;
+        e = early->e;
+        me = &early->me;
+        asleep_first = first == DLOCK__BUSY;
+    } else {
+        if (!(sub = dlock__client_subscriber(client)))
+            return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+        if (!(e = dlock__sub_join(sub, channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        me->since = dlock__mono_ms();
+        dlock__sub_enlist(sub, e, me);
+    }
     int defer = first == DLOCK__DEFER;
     int result = defer ? DLOCK__BUSY : first;
     long backoff = 0;
-    dlock__sub_watch me = {0};
-    me.since = dlock__mono_ms();
-    dlock__sub_enlist(sub, e, &me);
     for (;;) {
         int64_t now = dlock__mono_ms();
         if (deadline_ms >= 0 && now >= deadline_ms) break;
@@ -46,7 +61,7 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             defer = 0;
             until = now + SAFETY_NET_MS;
             if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-            int w = dlock__sub_wait(sub, e, until, me.since, offer);
+            int w = dlock__sub_wait(sub, e, until, me->since, offer);
             if (w) dlock__stats_woken(&client->stats, kind);
             if (w == 2) {
                 result = DLOCK_OK;
@@ -55,7 +70,8 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             continue;
         }
         defer = 0;
-        result = try(ctx, &retry_ms);
+        if (asleep_first) asleep_first = 0; /* `first` and `retry_ms` stand for this attempt */
+        else result = try(ctx, &retry_ms);
         now = dlock__mono_ms();
         if (result == DLOCK_OK) {
             break;
@@ -70,16 +86,38 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
         }
         if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-        int w = until > now ? dlock__sub_wait(sub, e, until, me.since, offer) : 0;
+        int w = until > now ? dlock__sub_wait(sub, e, until, me->since, offer) : 0;
         if (w) dlock__stats_woken(&client->stats, kind);
         if (w == 2) {
             result = DLOCK_OK; /* handed over while asleep */
             break;
         }
     }
-    dlock__sub_delist(sub, e, &me);
+    dlock__sub_delist(sub, e, me);
     dlock__sub_leave(sub, e);
+    if (early) early->e = NULL;
     return result;
+}
+
+int dlock__wait_early(dlock_client *client, const char *channel, dlock__early *w)
+{
+    w->e = NULL;
+    pthread_mutex_lock(&client->mu);
+    w->sub = client->sub;
+    pthread_mutex_unlock(&client->mu);
+    if (!w->sub || !(w->e = dlock__sub_join_active(w->sub, channel))) return 0;
+    memset(&w->me, 0, sizeof w->me);
+    w->me.since = dlock__mono_ms();
+    dlock__sub_enlist(w->sub, w->e, &w->me);
+    return 1;
+}
+
+void dlock__wait_early_end(dlock__early *w)
+{
+    if (!w->e) return;
+    dlock__sub_delist(w->sub, w->e, &w->me);
+    dlock__sub_leave(w->sub, w->e);
+    w->e = NULL;
 }
 
 /* The client's subscriber if it has one yet: these only look at waiters,
@@ -226,7 +264,7 @@ static void await_fire(dlock__sub_watch *watch, int woken)
 }
 
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms, int defer)
+                               dlock_stats_kind kind, const char *channel, long wait_ms, int how)
 {
     w->watch.fn = await_fire;
     w->ops = ops;
@@ -238,7 +276,22 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     w->watch.since = dlock__mono_ms();
     w->backoff = 0;
     w->e = NULL;
-    if (defer && wait_ms != 0) {
+    if (how == DLOCK__AWAIT_IN_LINE && wait_ms != 0) {
+        /* Joined on a confirmed subscription, the attempt is made in line
+         * and a busy answer sleeps at once (await_step: `e` is set). */
+        pthread_mutex_lock(&client->mu);
+        w->sub = client->sub;
+        pthread_mutex_unlock(&client->mu);
+        if (w->sub && (w->e = dlock__sub_join_active(w->sub, channel))) dlock__sub_enlist(w->sub, w->e, &w->watch);
+        dlock_status st = ops->send(w);
+        if (st != DLOCK_OK && w->e) { /* nothing sent: leave again, done will not run */
+            dlock__sub_delist(w->sub, w->e, &w->watch);
+            dlock__sub_leave(w->sub, w->e);
+            w->e = NULL;
+        }
+        return st;
+    }
+    if (how == DLOCK__AWAIT_DEFER && wait_ms != 0) {
         /* No attempt: straight into line. What could fail on the way is
          * checked here, so that the callback never runs inside the call. */
         dlock_status st = await_join(w);

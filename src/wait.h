@@ -77,6 +77,31 @@ static inline int dlock__should_wait(int result, long wait_ms)
 }
 
 /*
+ * A wait begun before the first attempt. A waiter normally joins the
+ * channel only after a first attempt found the resource busy, waits for
+ * the subscription, and tries again before it sleeps: a release between
+ * the first attempt and the subscription would otherwise be missed. When
+ * the client is subscribed to the channel already (another wait used it
+ * within the last second), the caller can join and get in line first;
+ * its first attempt is then made as a waiter (it registers its process,
+ * acquire.lua), and when that finds the resource busy the wait sleeps at
+ * once: one attempt per wait instead of two, in the steady state of a
+ * contended lock.
+ */
+typedef struct dlock__early {
+    struct dlock__subscriber *sub;
+    dlock__sub_entry *e; /* NULL: not joined */
+    dlock__sub_watch me; /* in line on e, since the call */
+} dlock__early;
+
+/* Join `channel` and get in line before the first attempt, if the
+ * client's subscription to it is confirmed: 1 then, 0 when not (nothing
+ * done). Either way `w` goes to dlock__wait_for(), or to
+ * dlock__wait_early_end() when no wait follows. */
+int dlock__wait_early(dlock_client *client, const char *channel, dlock__early *w);
+void dlock__wait_early_end(dlock__early *w);
+
+/*
  * Wait on `channel` and call `try` until it succeeds, fails hard, or
  * `deadline_ms` (-1: none) passes. The caller has already made one attempt,
  * which came to `first` (DLOCK__BUSY with `retry_ms`, or DLOCK_ERR_CONNECT),
@@ -89,9 +114,12 @@ static inline int dlock__should_wait(int result, long wait_ms)
  * With an `offer` (NULL: none), a releaser of this client may hand the
  * resource over while the caller sleeps (dlock__wait_claim): the wait then
  * ends with DLOCK_OK and no attempt, the offer filled in by the releaser.
+ * With `early` joined (dlock__wait_early: NULL or not joined, the wait
+ * joins here), a first attempt that came to DLOCK__BUSY was made in line
+ * on a confirmed subscription, and the wait sleeps before its next.
  */
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer);
+                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__early *early);
 
 /* The releaser's side of that hand-off: the offer of the waiter of this
  * client on `channel` that a wake-up would go to next, claimed (*claimed
@@ -136,13 +164,18 @@ struct dlock__await {
     dlock__sub_entry *e; /* the channel, once joined */
 };
 
-/* Begin: the first attempt is sent, or with `defer` (dlock__wait_defer()
- * said so) none: the wait begins in line behind older waiters. Not
- * DLOCK_OK: nothing was sent and done will not run. `w` is the
- * primitive's, allocated by it, and must stay valid until done (which may
- * free it, and may have run when this returns). */
+/* How an asynchronous wait begins (dlock__await_start's `how`): with an
+ * attempt; with none, in line behind older waiters (dlock__wait_defer()
+ * said so); or, when the client's subscription to the channel is
+ * confirmed already, with an attempt made in line, as dlock__wait_early()
+ * does for a thread (the primitive's send sees `e` set). */
+enum { DLOCK__AWAIT_TRY = 0, DLOCK__AWAIT_DEFER = 1, DLOCK__AWAIT_IN_LINE = 2 };
+
+/* Begin as `how` says. Not DLOCK_OK: nothing was sent and done will not
+ * run. `w` is the primitive's, allocated by it, and must stay valid until
+ * done (which may free it, and may have run when this returns). */
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms, int defer);
+                               dlock_stats_kind kind, const char *channel, long wait_ms, int how);
 
 /* The callback of every attempt sent by ops->send. */
 void dlock__await_reply(dlock_status st, redisReply *r, void *arg);

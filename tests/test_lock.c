@@ -789,6 +789,46 @@ static void a_release_wakes_the_process_that_waited_longest(void **state)
     dlock_client_free(c);
 }
 
+/* A client that waited on a lock a moment ago is still subscribed to its
+ * channel (for a second), and its next wait there gets in line before its
+ * first attempt: that attempt registers its process, and when it finds the
+ * lock busy the wait sleeps at once, so the server sees one attempt per
+ * wait, not two (the steady state of a contended lock: wait.h,
+ * dlock__wait_early). The release must still wake it at once: the
+ * holder's lease is 30 s and one sleep's cap is 2 s, so a wake-up missed
+ * because the attempt came before the waiter was in line would show.
+ * Three rounds, each within the second the subscription lingers. */
+static void a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(void **state)
+{
+    (void)state;
+    enum { REPS = 3 };
+    dlock_client *c1 = new_client(0), *c2 = new_client(0);
+    dlock_lock *l1 = th_lock_new(c1, "inline"), *l2 = th_lock_new(c2, "inline");
+    long long attempts[REPS + 1], delay[REPS + 1];
+    for (int i = 0; i <= REPS; i++) { /* round 0 subscribes c2 */
+        assert_int_equal(dlock_lock_acquire(l1, 0, 30000, NULL), DLOCK_OK);
+        long long before = th_target_calls(&server, "evalsha");
+        struct waiter w = {l2, 10000, 30000, 1, -100, 0, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, waiter_main, &w);
+        usleep(300000);
+        attempts[i] = th_target_calls(&server, "evalsha") - before;
+        long long released = th_now_ms();
+        assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
+        pthread_join(th, NULL);
+        assert_int_equal(w.status, DLOCK_OK);
+        delay[i] = w.got_at - released;
+    }
+    for (int i = 1; i <= REPS; i++)
+        if (attempts[i] != 1 || delay[i] >= 150)
+            fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i,
+                     attempts[i], delay[i]);
+    dlock_lock_free(l2);
+    dlock_lock_free(l1);
+    dlock_client_free(c2);
+    dlock_client_free(c1);
+}
+
 /* The release comes after the waiter's failed try but before its
  * subscription is active (the proxy holds the SUBSCRIBE back for 300 ms):
  * the message is published to nobody. The waiter must still get the lock
@@ -1172,6 +1212,7 @@ int main(void)
         cmocka_unit_test(a_release_wakes_a_waiter_of_its_own_client_without_publishing),
         cmocka_unit_test(a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
+        cmocka_unit_test(a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_wait_ended_by_a_lease_running_out_does_not_ask_in_a_loop),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),
         cmocka_unit_test(a_release_wakes_the_process_that_waited_longest),

@@ -3,7 +3,8 @@
  * dlock_lock_release_async) against real servers (one server, TLS,
  * Sentinel or Cluster: see target.h): holds that many handles of one name
  * take from one thread exclude each other, with rising tokens; a wait is
- * woken by the release, not by the holder's lease; a wait runs out; a fair
+ * woken by the release, not by the holder's lease, and makes one attempt
+ * on a lock its client waited on a moment ago; a wait runs out; a fair
  * lock serves asynchronous waiters in order; the hold belongs to the
  * handle; re-entry; one call in flight per handle; loss is reported; and
  * dlock_client_free() ends a waiting acquire. The read-write lock and the
@@ -183,6 +184,46 @@ static void async_wait_is_woken_by_the_release(void **state)
     dlock_lock_free(holder);
     dlock_lock_free(waiter);
     dlock_client_free(c);
+}
+
+/* As test_lock's a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken,
+ * for the asynchronous acquire: on a lock its client waited on a moment
+ * ago (the subscription lingers for a second), the first attempt is made
+ * in line, one attempt per wait, and the release still wakes it at once
+ * (the holder's lease is 30 s, one sleep's cap 2 s). The holder is another
+ * client, another process as far as the server can tell. */
+static void async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(void **state)
+{
+    (void)state;
+    enum { REPS = 3 };
+    dlock_client *c1 = new_client(0), *c2 = new_client(0);
+    dlock_lock *holder, *waiter;
+    assert_int_equal(dlock_lock_new(c1, "async:inline", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c2, "async:inline", &waiter), DLOCK_OK);
+    long long attempts[REPS + 1], delay[REPS + 1];
+    for (int i = 0; i <= REPS; i++) { /* round 0 subscribes c2 */
+        assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
+        long long before = th_target_calls(&server, "evalsha");
+        done d;
+        done_init(&d);
+        assert_int_equal(dlock_lock_acquire_async(waiter, 10000, 30000, on_acquired, &d), DLOCK_OK);
+        assert_int_equal(done_wait(&d, 1, 300), 0); /* still waiting */
+        attempts[i] = th_target_calls(&server, "evalsha") - before;
+        long long released = now_ms();
+        assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+        assert_int_equal(done_wait(&d, 1, 10000), 1);
+        assert_int_equal(d.st, DLOCK_OK);
+        delay[i] = d.at - released;
+        release_ok(waiter);
+    }
+    for (int i = 1; i <= REPS; i++)
+        if (attempts[i] != 1 || delay[i] >= 150)
+            fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i,
+                     attempts[i], delay[i]);
+    dlock_lock_free(waiter);
+    dlock_lock_free(holder);
+    dlock_client_free(c2);
+    dlock_client_free(c1);
 }
 
 /* A thread waiting on the lock, for the hand-off test below. */
@@ -983,6 +1024,7 @@ int main(void)
         cmocka_unit_test(async_holds_of_one_name_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_fair_holds_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_wait_is_woken_by_the_release),
+        cmocka_unit_test(async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
         cmocka_unit_test(async_fair_waiters_get_the_lock_in_queue_order),
