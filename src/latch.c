@@ -97,11 +97,14 @@ static dlock_status latch_await(dlock_latch *l, long wait_ms)
         return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
+    dlock__early early = {0};
+    if (wait_ms != 0) (void)dlock__wait_early(l->base.client, l->base.channel, &early);
     int result = latch_try(l, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry,
-                            NULL, NULL);
+                            NULL, &early);
+    else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
 }
@@ -180,7 +183,8 @@ dlock_status dlock_latch_await_async(dlock_latch *l, long wait_ms, dlock_latch_f
     op->cb = cb;
     op->arg = arg;
     op->since = dlock__stats_clock();
-    st = dlock__await_start(&op->aw, &await_ops, l->base.client, DLOCK_STATS_LATCH, l->base.channel, wait_ms, 0);
+    st = dlock__await_start(&op->aw, &await_ops, l->base.client, DLOCK_STATS_LATCH, l->base.channel, wait_ms,
+                            DLOCK__AWAIT_IN_LINE);
     if (st != DLOCK_OK) {
         free(op);
         dlock__handle_async_abandon(&l->base, rec);

@@ -388,8 +388,8 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     } else {
         /* On a lock this client waited on a moment ago, the first attempt
          * is made in line (wait.h), so a busy lock costs one attempt. */
-        int in_line = !l->fair && wait_ms != 0 && before == 0 && l->base.client->replica_acks == 0 &&
-                      dlock__wait_early(l->base.client, l->wait_channel, &early);
+        int in_line = wait_ms != 0 && before == 0 && l->base.client->replica_acks == 0 &&
+                      dlock__wait_early(l->base.client, l->fair ? h->wake_channel : l->wait_channel, &early);
         result = try_acquire(l, h, lease, wait_ms != 0, in_line, &pttl, &a.sent);
         a.replica_short = result == REPLICA_SHORT;
         if (result == REPLICA_SHORT) result = DLOCK__BUSY;
@@ -716,10 +716,9 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             op->offer = (lock_offer){l, h, op->lease, 0, 0};
             if (!l->fair && c->replica_acks == 0) op->aw.watch.offer = &op->offer; /* as lock_acquire() */
             /* Bounded barging, as lock_acquire() */
-            int first = l->fair || op->before != 0 ? DLOCK__AWAIT_TRY
-                        : wait_ms != 0 && dlock__wait_defer(c, channel) ? DLOCK__AWAIT_DEFER
-                        : c->replica_acks == 0 ? DLOCK__AWAIT_IN_LINE /* as lock_acquire() */
-                        : DLOCK__AWAIT_TRY;
+            int first = op->before != 0 || c->replica_acks != 0 ? DLOCK__AWAIT_TRY
+                        : !l->fair && wait_ms != 0 && dlock__wait_defer(c, channel) ? DLOCK__AWAIT_DEFER
+                        : DLOCK__AWAIT_IN_LINE; /* as lock_acquire() */
             st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, first);
             if (st == DLOCK_OK) return DLOCK_OK;
             free(op);

@@ -143,11 +143,14 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     }
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
+    dlock__early early = {0};
+    if (wait_ms != 0) (void)dlock__wait_early(p->base.client, p->base.channel, &early);
     int result = psem_try(pm, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry,
-                            NULL, NULL);
+                            NULL, &early);
+    else dlock__wait_early_end(&early);
     if (result != DLOCK_OK) {
         free(pm);
         if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");

@@ -190,11 +190,14 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     long before = h->held.count;
+    dlock__early early = {0};
+    if (wait_ms != 0 && before == 0) (void)dlock__wait_early(rw->base.client, rw->base.channel, &early);
     int result = rw_try(&a, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(rw->base.client, mode_kind[mode], rw->base.channel, deadline, rw_try, &a, result, retry,
-                            NULL, NULL);
+                            NULL, &early);
+    else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY)
         return dlock__fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);
     if (result != DLOCK_OK) return (dlock_status)result;
@@ -373,7 +376,8 @@ dlock_status dlock_rwlock_acquire_async(dlock_rwlock *rw, dlock_rw_mode mode, lo
         op->since = dlock__stats_clock();
         op->acquired = cb;
         op->arg = arg;
-        st = dlock__await_start(&op->aw, &acquire_ops, c, mode_kind[mode], rw->base.channel, wait_ms, 0);
+        st = dlock__await_start(&op->aw, &acquire_ops, c, mode_kind[mode], rw->base.channel, wait_ms,
+                                op->before == 0 ? DLOCK__AWAIT_IN_LINE : DLOCK__AWAIT_TRY);
         if (st == DLOCK_OK) return DLOCK_OK;
     }
     free(op);

@@ -119,10 +119,13 @@ static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
     struct sem_attempt a = {s, permits};
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
+    dlock__early early = {0};
+    if (wait_ms != 0) (void)dlock__wait_early(s->base.client, s->base.channel, &early);
     int result = sem_try(&a, &retry);
     if (dlock__should_wait(result, wait_ms))
         result = dlock__wait_for(s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, deadline, sem_try, &a, result,
-                                 retry, NULL, NULL);
+                                 retry, NULL, &early);
+    else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY)
         return dlock__fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
     return (dlock_status)result;
@@ -250,7 +253,7 @@ dlock_status dlock_semaphore_acquire_async(dlock_semaphore *s, long permits, lon
     if (st != DLOCK_OK) return st;
     op->since = dlock__stats_clock();
     st = dlock__await_start(&op->aw, &acquire_ops, s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, wait_ms,
-                            0);
+                            DLOCK__AWAIT_IN_LINE);
     return st == DLOCK_OK ? st : async_abandon(op, st);
 }
 

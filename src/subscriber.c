@@ -64,6 +64,8 @@ struct dlock__sub_entry {
     int link;           /* links[] index while not SUB_IDLE, else -1 */
     long permits;       /* wake-ups not yet consumed */
     int64_t idle_since; /* when refs dropped to zero */
+    int idle_timed;     /* idle when the thread last chose its wake-up, which
+                         * came no later than this entry's UNSUBSCRIBE was due */
     dlock__sub_watch *waiting; /* enlisted waiters, oldest first */
     pthread_cond_t cond;
     struct dlock__sub_entry *next;
@@ -338,8 +340,8 @@ static int poll_timeout(struct dlock__subscriber *s, int64_t now)
     int any_active = 0;
     for (int b = 0; b < BUCKETS; b++)
         for (dlock__sub_entry *e = s->buckets[b]; e; e = e->next) {
-            if (e->refs == 0 && e->state == SUB_ACTIVE && e->idle_since + IDLE_UNSUBSCRIBE_MS < at)
-                at = e->idle_since + IDLE_UNSUBSCRIBE_MS;
+            e->idle_timed = e->refs == 0 && e->state == SUB_ACTIVE;
+            if (e->idle_timed && e->idle_since + IDLE_UNSUBSCRIBE_MS < at) at = e->idle_since + IDLE_UNSUBSCRIBE_MS;
             if (e->refs > 0 && e->state == SUB_IDLE) at = now; /* retried below, with backoff */
             if (e->state != SUB_IDLE) any_active = 1;
         }
@@ -793,8 +795,12 @@ void dlock__sub_leave(struct dlock__subscriber *s, dlock__sub_entry *e)
         e->idle_since = dlock__mono_ms();
         if (e->state == SUB_IDLE) {
             unlink_free(s, e);
-        } else {
-            /* The thread must start its idle timer for this channel. */
+        } else if (!e->idle_timed) {
+            /* The thread must start its idle timer for this channel. One
+             * it started before (the channel was idle a moment ago, and a
+             * wait used it since) wakes it no later than the new one is
+             * due, and it then looks again: no need to wake it now, on
+             * every wait of a busy lock. */
             s->dirty = 1;
             need = 1;
         }

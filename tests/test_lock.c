@@ -829,6 +829,62 @@ static void a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(voi
     dlock_client_free(c1);
 }
 
+/* How many subscribers `channel` has on the server of {linger}. */
+static long long linger_subscribers(const char *channel)
+{
+    redisReply *r = th_target_cmd(&server, "{linger}",
+                                  server.kind == TH_TARGET_CLUSTER ? "PUBSUB SHARDNUMSUB %s" : "PUBSUB NUMSUB %s",
+                                  channel);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    long long n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A channel nobody waits on is unsubscribed about a second after its last
+ * wait ended (subscriber.c), also when later waits came while it lingered:
+ * the end of such a wait does not wake the subscriber thread to restart
+ * its idle timer, because the timer it has wakes it no later, and it must
+ * then look again rather than forget the channel. Three waits a quarter
+ * of a second apart, then the subscription must be gone within 3 s (it
+ * stays forever if the thread forgets). */
+static void a_channel_is_unsubscribed_a_second_after_its_last_wait(void **state)
+{
+    (void)state;
+    dlock_client *c1 = new_client(0), *c2 = new_client(0);
+    dlock_lock *l1 = th_lock_new(c1, "linger"), *l2 = th_lock_new(c2, "linger");
+    char channel[128];
+    snprintf(channel, sizeof channel, "dlock:{linger}:ch:%s", dlock_client_id(c2));
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_lock_acquire(l1, 0, 30000, NULL), DLOCK_OK);
+        struct waiter w = {l2, 10000, 30000, 1, -100, 0, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, waiter_main, &w);
+        usleep(150000);
+        assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
+        pthread_join(th, NULL);
+        assert_int_equal(w.status, DLOCK_OK);
+        assert_int_equal(linger_subscribers(channel), 1);
+        usleep(100000);
+    }
+    long long ended = th_now_ms(), gone_after = -1;
+    while (th_now_ms() - ended < 3000) {
+        if (linger_subscribers(channel) == 0) {
+            gone_after = th_now_ms() - ended;
+            break;
+        }
+        usleep(20000);
+    }
+    if (gone_after < 0) fail_msg("still subscribed 3 s after the last wait ended");
+    if (gone_after < 800) fail_msg("unsubscribed %lld ms after the last wait: it should linger a second", gone_after);
+    dlock_lock_free(l2);
+    dlock_lock_free(l1);
+    dlock_client_free(c2);
+    dlock_client_free(c1);
+}
+
 /* The release comes after the waiter's failed try but before its
  * subscription is active (the proxy holds the SUBSCRIBE back for 300 ms):
  * the message is published to nobody. The waiter must still get the lock
@@ -1213,6 +1269,7 @@ int main(void)
         cmocka_unit_test(a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
+        cmocka_unit_test(a_channel_is_unsubscribed_a_second_after_its_last_wait),
         cmocka_unit_test(a_wait_ended_by_a_lease_running_out_does_not_ask_in_a_loop),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),
         cmocka_unit_test(a_release_wakes_the_process_that_waited_longest),
