@@ -64,8 +64,6 @@ struct dlock__sub_entry {
     int link;           /* links[] index while not SUB_IDLE, else -1 */
     long permits;       /* wake-ups not yet consumed */
     int64_t idle_since; /* when refs dropped to zero */
-    int idle_timed;     /* idle when the thread last chose its wake-up, which
-                         * came no later than this entry's UNSUBSCRIBE was due */
     dlock__sub_watch *waiting; /* enlisted waiters, oldest first */
     pthread_cond_t cond;
     struct dlock__sub_entry *next;
@@ -340,8 +338,12 @@ static int poll_timeout(struct dlock__subscriber *s, int64_t now)
     int any_active = 0;
     for (int b = 0; b < BUCKETS; b++)
         for (dlock__sub_entry *e = s->buckets[b]; e; e = e->next) {
-            e->idle_timed = e->refs == 0 && e->state == SUB_ACTIVE;
-            if (e->idle_timed && e->idle_since + IDLE_UNSUBSCRIBE_MS < at) at = e->idle_since + IDLE_UNSUBSCRIBE_MS;
+            /* An idle channel is due for UNSUBSCRIBE a second after its
+             * last waiter left; one in use is looked at again within a
+             * second, since its last waiter may leave meanwhile, and a
+             * leaving waiter does not wake this thread (dlock__sub_leave). */
+            int64_t check = e->refs == 0 ? e->idle_since + IDLE_UNSUBSCRIBE_MS : now + IDLE_UNSUBSCRIBE_MS;
+            if (e->state == SUB_ACTIVE && check < at) at = check;
             if (e->refs > 0 && e->state == SUB_IDLE) at = now; /* retried below, with backoff */
             if (e->state != SUB_IDLE) any_active = 1;
         }
@@ -788,23 +790,15 @@ void dlock__sub_fire_all(struct dlock__subscriber *s)
 
 void dlock__sub_leave(struct dlock__subscriber *s, dlock__sub_entry *e)
 {
-    int need = 0;
     pthread_mutex_lock(&s->mu);
     if (--e->refs == 0) {
         e->permits = 0;
         e->idle_since = dlock__mono_ms();
-        if (e->state == SUB_IDLE) {
-            unlink_free(s, e);
-        } else if (!e->idle_timed) {
-            /* The thread must start its idle timer for this channel. One
-             * it started before (the channel was idle a moment ago, and a
-             * wait used it since) wakes it no later than the new one is
-             * due, and it then looks again: no need to wake it now, on
-             * every wait of a busy lock. */
-            s->dirty = 1;
-            need = 1;
-        }
+        /* A subscribed channel is left for the thread to drop when it has
+         * been idle a second: it looks within that second anyway
+         * (poll_timeout), so the end of a wait need not wake it, which on
+         * a busy lock would be a wake-up of that thread per wait. */
+        if (e->state == SUB_IDLE) unlink_free(s, e);
     }
     pthread_mutex_unlock(&s->mu);
-    if (need) poke(s);
 }

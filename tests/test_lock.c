@@ -844,12 +844,12 @@ static long long linger_subscribers(const char *channel)
 }
 
 /* A channel nobody waits on is unsubscribed about a second after its last
- * wait ended (subscriber.c), also when later waits came while it lingered:
- * the end of such a wait does not wake the subscriber thread to restart
- * its idle timer, because the timer it has wakes it no later, and it must
- * then look again rather than forget the channel. Three waits a quarter
- * of a second apart, then the subscription must be gone within 3 s (it
- * stays forever if the thread forgets). */
+ * wait ended (subscriber.c), though the end of a wait does not wake the
+ * subscriber thread: the thread looks again within a second while a
+ * channel is in use, and must not forget one whose waiters left while it
+ * slept. Three waits a quarter of a second apart (each in line on the
+ * lingering subscription), then the subscription must be gone within 3 s
+ * (it stays forever if the thread forgets) and not before 0.8 s. */
 static void a_channel_is_unsubscribed_a_second_after_its_last_wait(void **state)
 {
     (void)state;
