@@ -99,12 +99,20 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
     return result;
 }
 
+/* The client's subscriber if it has one yet: these only look at waiters,
+ * and a client nobody ever waited on has none to look at. */
+static struct dlock__subscriber *existing_subscriber(dlock_client *client)
+{
+    pthread_mutex_lock(&client->mu);
+    struct dlock__subscriber *sub = client->sub;
+    pthread_mutex_unlock(&client->mu);
+    return sub;
+}
+
 int dlock__wait_early(dlock_client *client, const char *channel, dlock__early *w)
 {
     w->e = NULL;
-    pthread_mutex_lock(&client->mu);
-    w->sub = client->sub;
-    pthread_mutex_unlock(&client->mu);
+    w->sub = existing_subscriber(client); /* none yet: nothing to be in line on */
     if (!w->sub || !(w->e = dlock__sub_join_active(w->sub, channel))) return 0;
     memset(&w->me, 0, sizeof w->me);
     w->me.since = dlock__mono_ms();
@@ -118,16 +126,6 @@ void dlock__wait_early_end(dlock__early *w)
     dlock__sub_delist(w->sub, w->e, &w->me);
     dlock__sub_leave(w->sub, w->e);
     w->e = NULL;
-}
-
-/* The client's subscriber if it has one yet: these only look at waiters,
- * and a client nobody ever waited on has none to look at. */
-static struct dlock__subscriber *existing_subscriber(dlock_client *client)
-{
-    pthread_mutex_lock(&client->mu);
-    struct dlock__subscriber *sub = client->sub;
-    pthread_mutex_unlock(&client->mu);
-    return sub;
 }
 
 /* Why a bound and not strict order: a releaser that takes the lock again
@@ -279,9 +277,7 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     if (how == DLOCK__AWAIT_IN_LINE && wait_ms != 0) {
         /* Joined on a confirmed subscription, the attempt is made in line
          * and a busy answer sleeps at once (await_step: `e` is set). */
-        pthread_mutex_lock(&client->mu);
-        w->sub = client->sub;
-        pthread_mutex_unlock(&client->mu);
+        w->sub = existing_subscriber(client);
         if (w->sub && (w->e = dlock__sub_join_active(w->sub, channel))) dlock__sub_enlist(w->sub, w->e, &w->watch);
         dlock_status st = ops->send(w);
         if (st != DLOCK_OK && w->e) { /* nothing sent: leave again, done will not run */
