@@ -26,24 +26,19 @@
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
                    dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__early *early)
 {
-    struct dlock__subscriber *sub;
-    dlock__sub_entry *e;
-    dlock__sub_watch local = {0}, *me = &local;
+    dlock__early local = {0}, *in = early && early->e ? early : &local;
     /* The first attempt was made in line on a confirmed subscription: a
      * release after it wakes this wait, so it sleeps before the next. */
-    int asleep_first = 0;
-    if (early && early->e) {
-        sub = early->sub;
-        e = early->e;
-        me = &early->me;
-        asleep_first = first == DLOCK__BUSY;
-    } else {
-        if (!(sub = dlock__client_subscriber(client)))
+    int asleep_first = in == early && first == DLOCK__BUSY;
+    if (in == &local) {
+        if (!(in->sub = dlock__client_subscriber(client)))
             return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
-        if (!(e = dlock__sub_join(sub, channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-        me->since = dlock__mono_ms();
-        dlock__sub_enlist(sub, e, me);
+        if (!(in->e = dlock__sub_join(in->sub, channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        in->me.since = dlock__mono_ms();
+        dlock__sub_enlist(in->sub, in->e, &in->me);
     }
+    struct dlock__subscriber *sub = in->sub;
+    dlock__sub_entry *e = in->e;
     int defer = first == DLOCK__DEFER;
     int result = defer ? DLOCK__BUSY : first;
     long backoff = 0;
@@ -61,7 +56,7 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             defer = 0;
             until = now + SAFETY_NET_MS;
             if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-            int w = dlock__sub_wait(sub, e, until, me->since, offer);
+            int w = dlock__sub_wait(sub, e, until, in->me.since, offer);
             if (w) dlock__stats_woken(&client->stats, kind);
             if (w == 2) {
                 result = DLOCK_OK;
@@ -86,16 +81,14 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
         }
         if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-        int w = until > now ? dlock__sub_wait(sub, e, until, me->since, offer) : 0;
+        int w = until > now ? dlock__sub_wait(sub, e, until, in->me.since, offer) : 0;
         if (w) dlock__stats_woken(&client->stats, kind);
         if (w == 2) {
             result = DLOCK_OK; /* handed over while asleep */
             break;
         }
     }
-    dlock__sub_delist(sub, e, me);
-    dlock__sub_leave(sub, e);
-    if (early) early->e = NULL;
+    dlock__wait_early_end(in);
     return result;
 }
 
@@ -175,13 +168,19 @@ int dlock__wait_defer(dlock_client *client, const char *channel)
  * for a reply, so everything here only sends.
  * ------------------------------------------------------------------------ */
 
-static void await_end(dlock__await *w, int result)
+/* Out of line and off the channel, if joined. */
+static void await_leave(dlock__await *w)
 {
     if (w->e) {
         dlock__sub_delist(w->sub, w->e, &w->watch);
         dlock__sub_leave(w->sub, w->e);
     }
     w->e = NULL;
+}
+
+static void await_end(dlock__await *w, int result)
+{
+    await_leave(w);
     w->ops->done(w, result);
 }
 
@@ -280,11 +279,7 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
         w->sub = existing_subscriber(client);
         if (w->sub && (w->e = dlock__sub_join_active(w->sub, channel))) dlock__sub_enlist(w->sub, w->e, &w->watch);
         dlock_status st = ops->send(w);
-        if (st != DLOCK_OK && w->e) { /* nothing sent: leave again, done will not run */
-            dlock__sub_delist(w->sub, w->e, &w->watch);
-            dlock__sub_leave(w->sub, w->e);
-            w->e = NULL;
-        }
+        if (st != DLOCK_OK) await_leave(w); /* nothing sent: done will not run */
         return st;
     }
     if (how == DLOCK__AWAIT_DEFER && wait_ms != 0) {
