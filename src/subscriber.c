@@ -122,13 +122,33 @@ static void poke(struct dlock__subscriber *s)
     if (write(s->wake_fd, &one, sizeof one) < 0) { /* counter full: already poked */ }
 }
 
-/* A sleeping thread's watch: fired by a signal, under mu, with no trip
- * through the due list. */
+/* A sleeping thread's watch: fired under mu, with no trip through the
+ * due list, by setting FIRED in `state` and waking the thread, which
+ * sleeps on that word without holding mu (dlock__futex_wait). Why: a
+ * thread woken from a condition variable must take mu again, and the
+ * subscriber thread, which fires watches while it handles a burst of
+ * messages, still holds it then; the woken thread would sleep once more
+ * on mu, and the subscriber would pay a wake-up to let it go. A fired
+ * thread reads `w.woken` and leaves without mu; nothing touches the watch
+ * after the store of FIRED (the wake-up that follows touches no memory),
+ * so it may leave at once. Other changes a sleeper must look at under mu
+ * (its claim settled, the subscriber stopping) add NUDGE to the word and
+ * wake it. */
 typedef struct thread_watch {
     dlock__sub_watch w; /* first; fn NULL */
-    pthread_cond_t cv;
-    int fired;
+    atomic_uint state;
 } thread_watch;
+
+#define FIRED 1u
+#define NUDGE 2u
+
+/* Wake the sleeping thread of `t` to look again under mu. Called with mu
+ * held, so the thread cannot leave before its word is changed. */
+static void nudge(thread_watch *t)
+{
+    atomic_fetch_add_explicit(&t->state, NUDGE, memory_order_release);
+    dlock__futex_wake(&t->state);
+}
 
 /* Move watch `w` (armed, or new) to the due list, to fire for `why`; a
  * thread's is woken now. */
@@ -137,8 +157,8 @@ static void make_due(struct dlock__subscriber *s, dlock__sub_watch *w, int why)
     w->woken = why;
     if (!w->fn) {
         thread_watch *t = (thread_watch *)w;
-        t->fired = 1;
-        pthread_cond_signal(&t->cv);
+        atomic_fetch_or_explicit(&t->state, FIRED, memory_order_release); /* t may be gone from here on */
+        dlock__futex_wake(&t->state);
         return;
     }
     w->next = s->due;
@@ -634,31 +654,41 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
 int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since,
                     void *offer)
 {
-    int woken = 1;
     thread_watch t;
     memset(&t, 0, sizeof t);
     t.w.e = e;
     t.w.at = INT64_MAX;
     t.w.since = since;
     t.w.offer = offer;
+    atomic_init(&t.state, 0);
     pthread_mutex_lock(&s->mu);
-    if (e->permits > 0) {
-        e->permits--;
-    } else if (!s->stop) {
-        dlock__cond_init(&t.cv);
-        insert_armed(s, &t.w);
-        /* A claimed sleeper waits for the settlement whatever its
-         * deadline: its watch is the releaser's to fire or give back. */
-        while (!t.fired && (t.w.claimed || !s->stop))
-            if (dlock__cond_wait_until(&t.cv, &s->mu, t.w.claimed ? -1 : deadline_ms) == ETIMEDOUT &&
-                !t.w.claimed)
-                break;
-        if (!t.fired && remove_armed(s, &t.w)) woken = s->stop;
-        else if (t.fired && t.w.woken == DLOCK__SUB_GRANTED) woken = 2;
-        pthread_cond_destroy(&t.cv);
+    if (e->permits > 0 || s->stop) {
+        if (e->permits > 0) e->permits--;
+        pthread_mutex_unlock(&s->mu);
+        return 1;
+    }
+    insert_armed(s, &t.w);
+    unsigned seen;
+    for (;;) {
+        /* Under mu: fired, or given up (a claimed sleeper waits for the
+         * settlement whatever its deadline: its watch is the releaser's to
+         * fire or give back). */
+        seen = atomic_load_explicit(&t.state, memory_order_acquire);
+        if (seen & FIRED) break;
+        if (!t.w.claimed && (s->stop || (deadline_ms >= 0 && dlock__mono_ms() >= deadline_ms))) {
+            remove_armed(s, &t.w);
+            pthread_mutex_unlock(&s->mu);
+            return s->stop;
+        }
+        int64_t until = t.w.claimed ? -1 : deadline_ms;
+        pthread_mutex_unlock(&s->mu);
+        dlock__futex_wait(&t.state, seen, until);
+        seen = atomic_load_explicit(&t.state, memory_order_acquire);
+        if (seen & FIRED) return t.w.woken == DLOCK__SUB_GRANTED ? 2 : 1; /* without mu */
+        pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    return woken;
+    return t.w.woken == DLOCK__SUB_GRANTED ? 2 : 1;
 }
 
 /* Why claim the sleeper a message would wake: the releaser's script can
@@ -698,7 +728,7 @@ void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *w, int gra
     } else if (s->firing_all && remove_armed(s, w)) {
         make_due(s, w, DLOCK__SUB_TIMER); /* the drain passed it by */
     } else if (!async) {
-        pthread_cond_signal(&((thread_watch *)w)->cv); /* its deadline may have passed meanwhile */
+        nudge((thread_watch *)w); /* its deadline may have passed meanwhile */
     }
     pthread_mutex_unlock(&s->mu);
     if (async) poke(s); /* due now, or its timer may have passed meanwhile */

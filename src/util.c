@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* Per-thread so that concurrent failures never overwrite each other's
  * explanation; errno does the same for the same reason. */
@@ -54,6 +57,25 @@ int dlock__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t de
     ts.tv_sec = deadline_ms / 1000;
     ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
     return pthread_cond_timedwait(cond, mu, &ts);
+}
+
+int dlock__futex_wait(atomic_uint *word, unsigned seen, int64_t deadline_ms)
+{
+    struct timespec ts, *at = NULL;
+    if (deadline_ms >= 0) {
+        ts.tv_sec = deadline_ms / 1000;
+        ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+        at = &ts;
+    }
+    /* FUTEX_WAIT_BITSET takes an absolute time on CLOCK_MONOTONIC. */
+    long rc = syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, seen, at, NULL,
+                      FUTEX_BITSET_MATCH_ANY);
+    return rc < 0 && errno == ETIMEDOUT ? ETIMEDOUT : 0;
+}
+
+void dlock__futex_wake(atomic_uint *word)
+{
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
 }
 
 dlock_status dlock__random_hex(char *out, size_t nbytes)

@@ -32,6 +32,19 @@ int dlock__cond_init(pthread_cond_t *cond);
  * no deadline). Returns 0 when signalled, ETIMEDOUT otherwise. */
 int dlock__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms);
 
+/* A word one thread sleeps on until another changes it (a Linux futex).
+ * Why not a condition variable: its waiter must take the mutex again on
+ * waking, which the waker usually still holds, so a wake-up often costs a
+ * second sleep and wake on the mutex; a sleeper on a word needs no lock to
+ * see why it woke. dlock__futex_wait() returns when *word differs from
+ * `seen`, when woken (perhaps spuriously: callers check the word again),
+ * or at the monotonic `deadline_ms` (-1: none), with ETIMEDOUT then, else
+ * 0. dlock__futex_wake() wakes every sleeper on `word`; it touches no
+ * memory, so it may follow the store that lets the sleeper go (and free
+ * the word). */
+int dlock__futex_wait(atomic_uint *word, unsigned seen, int64_t deadline_ms);
+void dlock__futex_wake(atomic_uint *word);
+
 /* Fill `out` with 2*nbytes hex digits from the OS random source. */
 dlock_status dlock__random_hex(char *out, size_t nbytes);
 
