@@ -56,7 +56,7 @@ start_redis "$dir"
 echo "bench-python: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') (pid $rpid)," \
     "$("$py" --version), redis-py $("$py" -c 'import redis; print(redis.__version__)')," \
     "dlock $("$py" -c 'import dlock; print(dlock.__version__, "on libdlock", dlock.library_version())')," \
-    "load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    "load average $(cut -d' ' -f1-3 /proc/loadavg), $(machine_notes)" >&2
 
 results=""
 for kind in $kinds; do

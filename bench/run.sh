@@ -94,7 +94,7 @@ private_dir dlock-bench
 # shellcheck disable=SC2086
 start_redis "$dir" $on_server
 version=$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')
-echo "bench: private redis-server $version (pid $rpid) on unix://$sock" >&2
+echo "bench: private redis-server $version (pid $rpid) on unix://$sock; $(machine_notes)" >&2
 
 # ---- outside load -------------------------------------------------------
 # Busy jiffies of the whole machine (user nice system irq softirq steal),

@@ -11,6 +11,22 @@
 daemon_session=""
 command -v setsid >/dev/null 2>&1 && daemon_session=setsid
 
+# machine_notes: what on this machine may move the tail of a benchmark,
+# for its header line. DAMON (the kernel's memory access monitor), when a
+# kdamond runs, scans page tables every sampling interval and takes a CPU
+# for tens of milliseconds each time: on the 2-vCPU VM of stop 27, 20-35 ms
+# every 545 ms, which set the p99 wait of 64 processes on one lock
+# (docs/BENCHMARKS.md).
+machine_notes() {
+    _notes=""
+    for _k in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*; do
+        [ "$(cat "$_k/state" 2>/dev/null)" = on ] || continue
+        _us=$(cat "$_k"/contexts/0/monitoring_attrs/intervals/sample_us 2>/dev/null)
+        _notes="${_notes:+$_notes, }DAMON kdamond on (sampling every ${_us:-?} us)"
+    done
+    echo "${_notes:-no DAMON kdamond running}"
+}
+
 # start_redis DIR [WRAPPER...]: a redis-server on the unix socket
 # DIR/redis.sock (no TCP port, no persistence), run under WRAPPER if given
 # (e.g. taskset -c 0). Sets rpid and sock; waits until it answers PING.

@@ -13,7 +13,7 @@
  * (A plain lock's waiters listen on their process's own channel, so that
  * a release wakes one process: release.lua.) Every sleeper is a watch
  * (subscriber.h): a thread asleep on
- * a condition variable of its own, or an asynchronous acquire whose next
+ * a word of its own (thread_watch), or an asynchronous acquire whose next
  * attempt this thread sends when the watch fires.
  *
  * The connections are owned by this thread alone: other threads never
