@@ -676,9 +676,10 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
         seen = atomic_load_explicit(&t.state, memory_order_acquire);
         if (seen & FIRED) break;
         if (!t.w.claimed && (s->stop || (deadline_ms >= 0 && dlock__mono_ms() >= deadline_ms))) {
+            int stopped = s->stop;
             remove_armed(s, &t.w);
             pthread_mutex_unlock(&s->mu);
-            return s->stop;
+            return stopped;
         }
         int64_t until = t.w.claimed ? -1 : deadline_ms;
         pthread_mutex_unlock(&s->mu);
