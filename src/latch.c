@@ -98,7 +98,7 @@ static dlock_status latch_await(dlock_latch *l, long wait_ms)
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     dlock__early early = {0};
-    if (wait_ms != 0) (void)dlock__wait_early(l->base.client, l->base.channel, &early);
+    if (wait_ms != 0) (void)dlock__wait_begin(l->base.client, l->base.channel, 0, 1, &early);
     int result = latch_try(l, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =

@@ -382,15 +382,17 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     int result;
     dlock__early early = {0};
     /* Bounded barging: a plain newcomer queues behind a waiter of this
-     * process that has waited too long (a fair lock queues anyway). */
-    if (!l->fair && wait_ms != 0 && before == 0 && dlock__wait_defer(l->base.client, l->wait_channel)) {
+     * process that has waited too long (a fair lock queues anyway). Else,
+     * on a lock this client waited on a moment ago, the first attempt is
+     * made in line (wait.h), so a busy lock costs one attempt. */
+    int may_wait = wait_ms != 0 && before == 0;
+    int begin = may_wait ? dlock__wait_begin(l->base.client, l->fair ? h->wake_channel : l->wait_channel, !l->fair,
+                                             l->base.client->replica_acks == 0, &early)
+                         : DLOCK__SUB_TRY;
+    if (begin == DLOCK__SUB_DEFER) {
         result = DLOCK__DEFER;
     } else {
-        /* On a lock this client waited on a moment ago, the first attempt
-         * is made in line (wait.h), so a busy lock costs one attempt. */
-        int in_line = wait_ms != 0 && before == 0 && l->base.client->replica_acks == 0 &&
-                      dlock__wait_early(l->base.client, l->fair ? h->wake_channel : l->wait_channel, &early);
-        result = try_acquire(l, h, lease, wait_ms != 0, in_line, &pttl, &a.sent);
+        result = try_acquire(l, h, lease, wait_ms != 0, begin == DLOCK__SUB_IN_LINE, &pttl, &a.sent);
         a.replica_short = result == REPLICA_SHORT;
         if (result == REPLICA_SHORT) result = DLOCK__BUSY;
     }
@@ -717,8 +719,8 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             if (!l->fair && c->replica_acks == 0) op->aw.watch.offer = &op->offer; /* as lock_acquire() */
             /* Bounded barging, as lock_acquire() */
             int first = op->before != 0 || c->replica_acks != 0 ? DLOCK__AWAIT_TRY
-                        : !l->fair && wait_ms != 0 && dlock__wait_defer(c, channel) ? DLOCK__AWAIT_DEFER
-                        : DLOCK__AWAIT_IN_LINE; /* as lock_acquire() */
+                        : l->fair                                   ? DLOCK__AWAIT_IN_LINE
+                                                                    : DLOCK__AWAIT_BOUNDED; /* as lock_acquire() */
             st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, first);
             if (st == DLOCK_OK) return DLOCK_OK;
             free(op);

@@ -144,7 +144,7 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     dlock__early early = {0};
-    if (wait_ms != 0) (void)dlock__wait_early(p->base.client, p->base.channel, &early);
+    if (wait_ms != 0) (void)dlock__wait_begin(p->base.client, p->base.channel, 0, 1, &early);
     int result = psem_try(pm, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =

@@ -191,7 +191,7 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
     long retry = -1;
     long before = h->held.count;
     dlock__early early = {0};
-    if (wait_ms != 0 && before == 0) (void)dlock__wait_early(rw->base.client, rw->base.channel, &early);
+    if (wait_ms != 0 && before == 0) (void)dlock__wait_begin(rw->base.client, rw->base.channel, 0, 1, &early);
     int result = rw_try(&a, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =

@@ -582,14 +582,36 @@ dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *chann
     return e;
 }
 
-dlock__sub_entry *dlock__sub_join_active(struct dlock__subscriber *s, const char *channel)
+/* Into the entry's list of waiters, ordered by `since` (after its
+ * equals). Called with mu held. */
+static void enlist(dlock__sub_entry *e, dlock__sub_watch *w)
 {
+    dlock__sub_watch **pp = &e->waiting;
+    while (*pp && (*pp)->since <= w->since) pp = &(*pp)->wnext;
+    w->wnext = *pp;
+    *pp = w;
+}
+
+/* Why one call: a newcomer on a busy lock asked first whether to defer
+ * and then whether it could get in line, two lookups of its channel under
+ * mu before its first attempt; one answers both. */
+int dlock__sub_begin(struct dlock__subscriber *s, const char *channel, int64_t defer_before, dlock__sub_watch *me,
+                     dlock__sub_entry **e)
+{
+    int how = DLOCK__SUB_TRY;
+    *e = NULL;
     pthread_mutex_lock(&s->mu);
-    dlock__sub_entry *e = find(s, channel, strlen(channel));
-    if (e && e->state == SUB_ACTIVE) e->refs++;
-    else e = NULL;
+    dlock__sub_entry *f = find(s, channel, strlen(channel));
+    if (f && defer_before >= 0 && f->waiting && f->waiting->since < defer_before) {
+        how = DLOCK__SUB_DEFER;
+    } else if (f && me && f->state == SUB_ACTIVE) {
+        f->refs++;
+        enlist(f, me);
+        *e = f;
+        how = DLOCK__SUB_IN_LINE;
+    }
     pthread_mutex_unlock(&s->mu);
-    return e;
+    return how;
 }
 
 int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms)
@@ -738,10 +760,7 @@ void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *w, int gra
 void dlock__sub_enlist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w)
 {
     pthread_mutex_lock(&s->mu);
-    dlock__sub_watch **pp = &e->waiting;
-    while (*pp && (*pp)->since <= w->since) pp = &(*pp)->wnext;
-    w->wnext = *pp;
-    *pp = w;
+    enlist(e, w);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -764,15 +783,6 @@ int dlock__sub_waiting(struct dlock__subscriber *s, const char *channel)
     for (dlock__sub_watch *w = e ? e->waiting : NULL; w; w = w->wnext) n++;
     pthread_mutex_unlock(&s->mu);
     return n;
-}
-
-int64_t dlock__sub_oldest(struct dlock__subscriber *s, const char *channel)
-{
-    pthread_mutex_lock(&s->mu);
-    dlock__sub_entry *e = find(s, channel, strlen(channel));
-    int64_t oldest = e && e->waiting ? e->waiting->since : -1;
-    pthread_mutex_unlock(&s->mu);
-    return oldest;
 }
 
 /* Why: a release by this client that picked this client's waiters

@@ -8,6 +8,7 @@
 
 struct dlock__subscriber;
 typedef struct dlock__sub_entry dlock__sub_entry;
+typedef struct dlock__sub_watch dlock__sub_watch;
 
 struct dlock__subscriber *dlock__subscriber_start(dlock_client *client);
 void dlock__subscriber_stop(struct dlock__subscriber *s);
@@ -16,13 +17,22 @@ void dlock__subscriber_stop(struct dlock__subscriber *s);
  * no other waiter of the client has yet. NULL when out of memory. */
 dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *channel);
 
-/* dlock__sub_join() for a channel whose subscription is confirmed already
- * (a waiter of the client used it within the last second), else nothing
- * (NULL). Joined this way, every message published on the channel from
- * now on counts for the caller, who may therefore make its first attempt
- * as a registered waiter and sleep at once if it fails (dlock__wait_early):
- * a release that picks it after that attempt cannot be missed. */
-dlock__sub_entry *dlock__sub_join_active(struct dlock__subscriber *s, const char *channel);
+/* How a newcomer on `channel` begins, in one look at the channel under
+ * the subscriber's mutex (dlock__sub_begin):
+ * - DLOCK__SUB_DEFER: `defer_before` >= 0 and a waiter of the client on it
+ *   began before that time (monotonic ms): the newcomer should not try but
+ *   queue behind it (bounded barging). Nothing is joined.
+ * - DLOCK__SUB_IN_LINE: `me` given and the channel's subscription is
+ *   confirmed already (a waiter of the client used it within the last
+ *   second): joined as dlock__sub_join() does (*e set), and `me` enlisted.
+ *   Every message published on the channel from now on counts for the
+ *   caller, who may therefore make its first attempt as a registered
+ *   waiter and sleep at once if it fails (dlock__wait_begin): a release
+ *   that picks it after that attempt cannot be missed.
+ * - DLOCK__SUB_TRY: neither; nothing done. */
+enum { DLOCK__SUB_TRY = 0, DLOCK__SUB_DEFER = 1, DLOCK__SUB_IN_LINE = 2 };
+int dlock__sub_begin(struct dlock__subscriber *s, const char *channel, int64_t defer_before, dlock__sub_watch *me,
+                     dlock__sub_entry **e);
 
 /* Wait until the server has confirmed the subscription, or the deadline
  * (-1: none). 1 when subscribed. A waiter must not sleep on the channel
@@ -52,7 +62,6 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
  * caller's and must stay valid until it fired.
  */
 enum { DLOCK__SUB_TIMER = 0, DLOCK__SUB_MESSAGE = 1, DLOCK__SUB_READY = 2, DLOCK__SUB_GRANTED = 3 };
-typedef struct dlock__sub_watch dlock__sub_watch;
 typedef void dlock__sub_fire_fn(dlock__sub_watch *w, int woken);
 struct dlock__sub_watch {
     dlock__sub_fire_fn *fn;
@@ -87,18 +96,13 @@ void *dlock__sub_claim(struct dlock__subscriber *s, const char *channel, dlock__
 void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *claimed, int granted);
 
 /* A waiter counts on its entry for its whole wait, awake or asleep, from
- * enlist to delist (`w` only needs `since`): what dlock__sub_oldest()
- * reports. */
+ * enlist to delist (`w` only needs `since`): what dlock__sub_begin()
+ * compares with `defer_before`. */
 void dlock__sub_enlist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w);
 void dlock__sub_delist(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w);
 
 /* How many waiters of this client are enlisted on `channel`. */
 int dlock__sub_waiting(struct dlock__subscriber *s, const char *channel);
-
-/* When the longest wait on `channel` in this client began (monotonic
- * ms), -1 when nobody waits on it: lets a newcomer see that it would
- * barge ahead of an old waiter. */
-int64_t dlock__sub_oldest(struct dlock__subscriber *s, const char *channel);
 
 /* A message on `channel` that did not come through the server: the
  * waiters enlisted there get the wake-up one would give (none if nobody

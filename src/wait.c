@@ -6,7 +6,7 @@
  * between the caller's first attempt and the subscription is caught by the
  * retry; one published after it wakes the sleeper. (A caller that joined
  * a confirmed subscription before its first attempt needs no retry:
- * dlock__wait_early.) Sleeps are bounded by
+ * dlock__wait_begin.) Sleeps are bounded by
  * how long the current holder can keep the resource (its remaining lease),
  * so a message lost with a broken connection costs at most that. Where no
  * such bound exists (a plain semaphore) a safety net of a few seconds
@@ -102,15 +102,15 @@ static struct dlock__subscriber *existing_subscriber(dlock_client *client)
     return sub;
 }
 
-int dlock__wait_early(dlock_client *client, const char *channel, dlock__early *w)
+int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__early *w)
 {
     w->e = NULL;
-    w->sub = existing_subscriber(client); /* none yet: nothing to be in line on */
-    if (!w->sub || !(w->e = dlock__sub_join_active(w->sub, channel))) return 0;
+    w->sub = existing_subscriber(client); /* none yet: nobody waits, nothing to be in line on */
+    if (!w->sub || !(may_defer || in_line)) return DLOCK__SUB_TRY;
     memset(&w->me, 0, sizeof w->me);
     w->me.since = dlock__mono_ms();
-    dlock__sub_enlist(w->sub, w->e, &w->me);
-    return 1;
+    return dlock__sub_begin(w->sub, channel, may_defer ? w->me.since - DLOCK__BARGE_MS : -1, in_line ? &w->me : NULL,
+                            &w->e);
 }
 
 void dlock__wait_early_end(dlock__early *w)
@@ -150,14 +150,6 @@ void *dlock__wait_claim(dlock_client *client, const char *channel, dlock__sub_wa
 void dlock__wait_settle(dlock_client *client, dlock__sub_watch *claimed, int granted)
 {
     if (claimed) dlock__sub_settle(existing_subscriber(client), claimed, granted);
-}
-
-int dlock__wait_defer(dlock_client *client, const char *channel)
-{
-    struct dlock__subscriber *sub = existing_subscriber(client);
-    if (!sub) return 0;
-    int64_t oldest = dlock__sub_oldest(sub, channel);
-    return oldest >= 0 && dlock__mono_ms() - oldest > DLOCK__BARGE_MS;
 }
 
 /* ------------------------------------------------------------------------
@@ -273,16 +265,19 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     w->watch.since = dlock__mono_ms();
     w->backoff = 0;
     w->e = NULL;
-    if (how == DLOCK__AWAIT_IN_LINE && wait_ms != 0) {
+    int begin = DLOCK__SUB_TRY;
+    if (how != DLOCK__AWAIT_TRY && wait_ms != 0 && (w->sub = existing_subscriber(client))) {
+        int64_t defer_before = how == DLOCK__AWAIT_BOUNDED ? w->watch.since - DLOCK__BARGE_MS : -1;
+        begin = dlock__sub_begin(w->sub, channel, defer_before, &w->watch, &w->e);
+    }
+    if (begin == DLOCK__SUB_IN_LINE) {
         /* Joined on a confirmed subscription, the attempt is made in line
          * and a busy answer sleeps at once (await_step: `e` is set). */
-        w->sub = existing_subscriber(client);
-        if (w->sub && (w->e = dlock__sub_join_active(w->sub, channel))) dlock__sub_enlist(w->sub, w->e, &w->watch);
         dlock_status st = ops->send(w);
         if (st != DLOCK_OK) await_leave(w); /* nothing sent: done will not run */
         return st;
     }
-    if (how == DLOCK__AWAIT_DEFER && wait_ms != 0) {
+    if (begin == DLOCK__SUB_DEFER) {
         /* No attempt: straight into line. What could fail on the way is
          * checked here, so that the callback never runs inside the call. */
         dlock_status st = await_join(w);

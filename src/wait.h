@@ -38,16 +38,12 @@ static inline long dlock__retry_after(long pttl)
 }
 
 /* `first` of dlock__wait_for() when no attempt was made: the caller
- * defers to older waiters of its process (dlock__wait_defer()). */
+ * defers to older waiters of its process (dlock__wait_begin()). */
 #define DLOCK__DEFER 2
 
 /* How long a waiter may wait before the newcomers of its process stop
  * trying first and queue behind it (bounded barging). */
 #define DLOCK__BARGE_MS 2
-
-/* 1 when a waiter of this client on `channel` has waited longer than
- * DLOCK__BARGE_MS: a newcomer should queue behind it rather than try. */
-int dlock__wait_defer(dlock_client *client, const char *channel);
 
 /* How many of this client's threads and asynchronous acquisitions wait
  * on `channel` now (0 when none has ever waited). */
@@ -94,11 +90,15 @@ typedef struct dlock__early {
     dlock__sub_watch me; /* in line on e, since the call */
 } dlock__early;
 
-/* Join `channel` and get in line before the first attempt, if the
- * client's subscription to it is confirmed: 1 then, 0 when not (nothing
- * done). Either way `w` goes to dlock__wait_for(), or to
- * dlock__wait_early_end() when no wait follows. */
-int dlock__wait_early(dlock_client *client, const char *channel, dlock__early *w);
+/* How a wait begins, before its first attempt, in one look at the
+ * client's subscriber: DLOCK__SUB_DEFER when `may_defer` and a waiter of
+ * this client on `channel` has waited longer than DLOCK__BARGE_MS (the
+ * newcomer should queue behind it rather than try: bounded barging);
+ * DLOCK__SUB_IN_LINE when `in_line` and the client's subscription to
+ * `channel` is confirmed (joined, and in line before the first attempt);
+ * else DLOCK__SUB_TRY, nothing done. Whatever it answers, `w` goes to
+ * dlock__wait_for(), or to dlock__wait_early_end() when no wait follows. */
+int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__early *w);
 void dlock__wait_early_end(dlock__early *w);
 
 /*
@@ -114,7 +114,7 @@ void dlock__wait_early_end(dlock__early *w);
  * With an `offer` (NULL: none), a releaser of this client may hand the
  * resource over while the caller sleeps (dlock__wait_claim): the wait then
  * ends with DLOCK_OK and no attempt, the offer filled in by the releaser.
- * With `early` joined (dlock__wait_early: NULL or not joined, the wait
+ * With `early` joined (dlock__wait_begin: NULL or not joined, the wait
  * joins here), a first attempt that came to DLOCK__BUSY was made in line
  * on a confirmed subscription, and the wait sleeps before its next.
  */
@@ -165,11 +165,12 @@ struct dlock__await {
 };
 
 /* How an asynchronous wait begins (dlock__await_start's `how`): with an
- * attempt; with none, in line behind older waiters (dlock__wait_defer()
- * said so); or, when the client's subscription to the channel is
- * confirmed already, with an attempt made in line, as dlock__wait_early()
- * does for a thread (the primitive's send sees `e` set). */
-enum { DLOCK__AWAIT_TRY = 0, DLOCK__AWAIT_DEFER = 1, DLOCK__AWAIT_IN_LINE = 2 };
+ * attempt; or, when the client's subscription to the channel is confirmed
+ * already, with an attempt made in line, as dlock__wait_begin() does for
+ * a thread (the primitive's send sees `e` set); or as that, unless a
+ * waiter of the client has waited past DLOCK__BARGE_MS: then with no
+ * attempt, in line behind it (bounded barging). */
+enum { DLOCK__AWAIT_TRY = 0, DLOCK__AWAIT_IN_LINE = 1, DLOCK__AWAIT_BOUNDED = 2 };
 
 /* Begin as `how` says. Not DLOCK_OK: nothing was sent and done will not
  * run. `w` is the primitive's, allocated by it, and must stay valid until

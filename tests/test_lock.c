@@ -688,47 +688,21 @@ static void a_wait_ended_by_a_lease_running_out_does_not_ask_in_a_loop(void **st
     dlock_client_free(cb);
 }
 
-/* Bounded barging: a holder that releases and at once asks again (the
- * loop of every worker) must queue behind a thread of its process that
- * has waited past the bound, and the waiter gets the lock first. Without
- * the bound the releaser's new attempt reaches Redis before the waiter,
- * woken by the release message, can retry, and wins nearly every time:
- * five rounds make that a near-certain failure. */
-struct barge_waiter {
-    dlock_lock *l;
-    atomic_llong got_at;
-    dlock_status status;
-};
-
-static void *barge_waiter_main(void *arg)
-{
-    struct barge_waiter *w = arg;
-    w->status = dlock_lock_acquire(w->l, 10000, 30000, NULL);
-    atomic_store(&w->got_at, th_now_ms());
-    usleep(20000);
-    if (w->status == DLOCK_OK) dlock_lock_release(w->l);
-    return NULL;
-}
-
+/* No barging within a process: a holder that releases and at once asks
+ * again (the loop of every worker) must not take the lock ahead of a
+ * thread of its process that waits for it. Two things see to that here:
+ * the release hands the lock to the sleeping waiter in its script (the
+ * direct hand-off), and the newcomer queues behind a waiter past the
+ * bound (bounded barging). With both gone the releaser's new attempt
+ * reaches Redis before the woken waiter's and wins nearly every time:
+ * five rounds make that a near-certain failure. The bound alone, where no
+ * hand-off can happen, is proven in test_replica. */
 static void a_releaser_asking_again_queues_behind_an_old_waiter(void **state)
 {
     (void)state;
     dlock_client *c = new_client(0);
     dlock_lock *l = th_lock_new(c, "barge");
-    for (int i = 0; i < 5; i++) {
-        assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
-        struct barge_waiter w = {l, 0, DLOCK_ERR_INVALID};
-        pthread_t th;
-        pthread_create(&th, NULL, barge_waiter_main, &w);
-        usleep(100000); /* the waiter sleeps on the channel, well past the bound */
-        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
-        assert_int_equal(dlock_lock_acquire(l, 10000, 30000, NULL), DLOCK_OK);
-        int barged = atomic_load(&w.got_at) == 0; /* the waiter has not had it yet */
-        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
-        pthread_join(th, NULL);
-        if (barged) fail_msg("round %d: the releaser barged ahead of a waiter of 100 ms", i);
-        assert_int_equal(w.status, DLOCK_OK);
-    }
+    th_lock_no_barging(l, 5);
     dlock_lock_free(l);
     dlock_client_free(c);
 }
@@ -794,7 +768,7 @@ static void a_release_wakes_the_process_that_waited_longest(void **state)
  * first attempt: that attempt registers its process, and when it finds the
  * lock busy the wait sleeps at once, so the server sees one attempt per
  * wait, not two (the steady state of a contended lock: wait.h,
- * dlock__wait_early). The release must still wake it at once: the
+ * dlock__wait_begin). The release must still wake it at once: the
  * holder's lease is 30 s and one sleep's cap is 2 s, so a wake-up missed
  * because the attempt came before the waiter was in line would show.
  * Three rounds, each within the second the subscription lingers. */

@@ -16,6 +16,7 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "th_lock.h"
 
 static th_redis master, replica;
 
@@ -150,12 +151,31 @@ static void replica_count_is_enforced_and_off_by_default(void **state)
     assert_int_equal(dlock_client_new(master.url, &bad, &plain), DLOCK_ERR_INVALID);
 }
 
+/* Bounded barging where the lock cannot be handed over: a replica-safe
+ * acquire waits for the replica after its own attempt, so a release does
+ * not hand the lock to a waiting thread in the script (lock.c); it wakes
+ * it, and the releaser's next attempt would reach Redis first. A holder
+ * that releases and at once asks again must still queue behind a thread
+ * of its client that has waited past the bound (wait.c,
+ * dlock__wait_begin). Without the bound the releaser wins every round. */
+static void a_releaser_asking_again_queues_behind_an_old_waiter_it_cannot_hand_over_to(void **state)
+{
+    (void)state;
+    dlock_client *c = safe_client(1);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "rs-barge", &l), DLOCK_OK);
+    th_lock_no_barging(l, 5);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(replica_safe_acquire_succeeds_when_the_replica_acknowledges),
         cmocka_unit_test(replica_safe_acquire_is_undone_when_the_replica_is_paused),
         cmocka_unit_test(replica_count_is_enforced_and_off_by_default),
+        cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter_it_cannot_hand_over_to),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

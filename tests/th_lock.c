@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,4 +79,38 @@ long long th_lock_wait_lost(dlock_lock *l, long ms)
         usleep(5000);
     }
     return -1;
+}
+
+struct barge_waiter {
+    dlock_lock *l;
+    atomic_llong got_at;
+    dlock_status status;
+};
+
+static void *barge_waiter_main(void *arg)
+{
+    struct barge_waiter *w = arg;
+    w->status = dlock_lock_acquire(w->l, 10000, 30000, NULL);
+    atomic_store(&w->got_at, th_now_ms());
+    usleep(20000);
+    if (w->status == DLOCK_OK) dlock_lock_release(w->l);
+    return NULL;
+}
+
+void th_lock_no_barging(dlock_lock *l, int rounds)
+{
+    for (int i = 0; i < rounds; i++) {
+        assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+        struct barge_waiter w = {l, 0, DLOCK_ERR_INVALID};
+        pthread_t th;
+        pthread_create(&th, NULL, barge_waiter_main, &w);
+        usleep(100000); /* the waiter sleeps on the channel, well past the bound */
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        assert_int_equal(dlock_lock_acquire(l, 10000, 30000, NULL), DLOCK_OK);
+        int barged = atomic_load(&w.got_at) == 0; /* the waiter has not had it yet */
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        pthread_join(th, NULL);
+        if (barged) fail_msg("round %d: the releaser barged ahead of a waiter of 100 ms", i);
+        assert_int_equal(w.status, DLOCK_OK);
+    }
 }

@@ -1,7 +1,7 @@
 /*
  * Helpers of the suites about the lock itself, which share them:
- * test_lock.c (the lock), test_watchdog.c (renewals and loss reports) and
- * test_connection.c (AUTH, ACL, SELECT and the URL). Every one of them
+ * test_lock.c (the lock), test_watchdog.c (renewals and loss reports),
+ * test_connection.c (AUTH, ACL, SELECT and the URL) and test_replica.c. Every one of them
  * fails the calling cmocka test on a broken precondition, except
  * th_lock_client(), which child processes use.
  */
@@ -41,6 +41,12 @@ typedef struct th_lost {
 
 /* A dlock_lock_on_lost() callback; `arg` is a th_lost. */
 void th_lost_record(dlock_lock *l, uint64_t token, void *arg);
+
+/* `rounds` rounds of: take `l`, start a thread that waits for it, let
+ * that waiter sleep 100 ms (past the barging bound), release and at once
+ * ask again; fails the test when the releaser got the lock back before the
+ * waiter had it (it barged). */
+void th_lock_no_barging(dlock_lock *l, int rounds);
 
 /* Poll dlock_lock_lost() for up to `ms`; the time it took, or -1. */
 long long th_lock_wait_lost(dlock_lock *l, long ms);
