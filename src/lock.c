@@ -385,9 +385,10 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
      * process that has waited too long (a fair lock queues anyway). Else,
      * on a lock this client waited on a moment ago, the first attempt is
      * made in line (wait.h), so a busy lock costs one attempt. */
+    const char *channel = l->fair ? h->wake_channel : l->wait_channel;
     int may_wait = wait_ms != 0 && before == 0;
-    int begin = may_wait ? dlock__wait_begin(l->base.client, l->fair ? h->wake_channel : l->wait_channel, !l->fair,
-                                             l->base.client->replica_acks == 0, &early)
+    int begin = may_wait ? dlock__wait_begin(l->base.client, channel, !l->fair, l->base.client->replica_acks == 0,
+                                             &early)
                          : DLOCK__SUB_TRY;
     if (begin == DLOCK__SUB_DEFER) {
         result = DLOCK__DEFER;
@@ -406,8 +407,8 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
          * waits for replicas after its own attempt: neither is handed over. */
         lock_offer offer = {l, h, lease, 0, 0};
         int offered = !l->fair && l->base.client->replica_acks == 0;
-        result = dlock__wait_for(l->base.client, lock_kind(l), l->fair ? h->wake_channel : l->wait_channel, deadline,
-                                try_again, &a, result, pttl, offered ? &offer : NULL, &early);
+        result = dlock__wait_for(l->base.client, lock_kind(l), channel, deadline, try_again, &a, result, pttl,
+                                offered ? &offer : NULL, &early);
         if (result == DLOCK_OK && offer.token) hold_handed_over(l, h, &offer, &a.sent);
         if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->wait_channel) == 0)) {
             dlock_status keep = (dlock_status)result;

@@ -690,14 +690,14 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
         return 1;
     }
     insert_armed(s, &t.w);
-    unsigned seen;
+    int timed_out = 0; /* told by the sleep: one whose deadline has passed returns at once */
     for (;;) {
         /* Under mu: fired, or given up (a claimed sleeper waits for the
          * settlement whatever its deadline: its watch is the releaser's to
          * fire or give back). */
-        seen = atomic_load_explicit(&t.state, memory_order_acquire);
+        unsigned seen = atomic_load_explicit(&t.state, memory_order_acquire);
         if (seen & FIRED) break;
-        if (!t.w.claimed && (s->stop || (deadline_ms >= 0 && dlock__mono_ms() >= deadline_ms))) {
+        if (!t.w.claimed && (s->stop || timed_out)) {
             int stopped = s->stop;
             remove_armed(s, &t.w);
             pthread_mutex_unlock(&s->mu);
@@ -705,9 +705,9 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
         }
         int64_t until = t.w.claimed ? -1 : deadline_ms;
         pthread_mutex_unlock(&s->mu);
-        dlock__futex_wait(&t.state, seen, until);
-        seen = atomic_load_explicit(&t.state, memory_order_acquire);
-        if (seen & FIRED) return t.w.woken == DLOCK__SUB_GRANTED ? 2 : 1; /* without mu */
+        timed_out = dlock__futex_wait(&t.state, seen, until) == ETIMEDOUT;
+        if (atomic_load_explicit(&t.state, memory_order_acquire) & FIRED)
+            return t.w.woken == DLOCK__SUB_GRANTED ? 2 : 1; /* without mu */
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);

@@ -50,26 +50,28 @@ int dlock__cond_init(pthread_cond_t *cond)
     return rc;
 }
 
-int dlock__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
+/* A monotonic deadline in ms as the absolute time both waits below take. */
+static struct timespec deadline_ts(int64_t deadline_ms)
 {
-    if (deadline_ms < 0) return pthread_cond_wait(cond, mu);
     struct timespec ts;
     ts.tv_sec = deadline_ms / 1000;
     ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+    return ts;
+}
+
+int dlock__cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ms)
+{
+    if (deadline_ms < 0) return pthread_cond_wait(cond, mu);
+    struct timespec ts = deadline_ts(deadline_ms);
     return pthread_cond_timedwait(cond, mu, &ts);
 }
 
 int dlock__futex_wait(atomic_uint *word, unsigned seen, int64_t deadline_ms)
 {
-    struct timespec ts, *at = NULL;
-    if (deadline_ms >= 0) {
-        ts.tv_sec = deadline_ms / 1000;
-        ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
-        at = &ts;
-    }
+    struct timespec ts = deadline_ts(deadline_ms < 0 ? 0 : deadline_ms);
     /* FUTEX_WAIT_BITSET takes an absolute time on CLOCK_MONOTONIC. */
-    long rc = syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, seen, at, NULL,
-                      FUTEX_BITSET_MATCH_ANY);
+    long rc = syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, seen,
+                      deadline_ms < 0 ? NULL : &ts, NULL, FUTEX_BITSET_MATCH_ANY);
     return rc < 0 && errno == ETIMEDOUT ? ETIMEDOUT : 0;
 }
 

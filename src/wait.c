@@ -102,6 +102,15 @@ static struct dlock__subscriber *existing_subscriber(dlock_client *client)
     return sub;
 }
 
+/* dlock__sub_begin() for a newcomer whose wait begins at me->since: the
+ * barging bound is counted from there, for threads and asynchronous
+ * acquires alike. */
+static int begin(struct dlock__subscriber *sub, const char *channel, int may_defer, dlock__sub_watch *me, int in_line,
+                 dlock__sub_entry **e)
+{
+    return dlock__sub_begin(sub, channel, may_defer ? me->since - DLOCK__BARGE_MS : -1, in_line ? me : NULL, e);
+}
+
 int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__early *w)
 {
     w->e = NULL;
@@ -109,8 +118,7 @@ int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, 
     if (!w->sub || !(may_defer || in_line)) return DLOCK__SUB_TRY;
     memset(&w->me, 0, sizeof w->me);
     w->me.since = dlock__mono_ms();
-    return dlock__sub_begin(w->sub, channel, may_defer ? w->me.since - DLOCK__BARGE_MS : -1, in_line ? &w->me : NULL,
-                            &w->e);
+    return begin(w->sub, channel, may_defer, &w->me, in_line, &w->e);
 }
 
 void dlock__wait_early_end(dlock__early *w)
@@ -265,19 +273,17 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     w->watch.since = dlock__mono_ms();
     w->backoff = 0;
     w->e = NULL;
-    int begin = DLOCK__SUB_TRY;
-    if (how != DLOCK__AWAIT_TRY && wait_ms != 0 && (w->sub = existing_subscriber(client))) {
-        int64_t defer_before = how == DLOCK__AWAIT_BOUNDED ? w->watch.since - DLOCK__BARGE_MS : -1;
-        begin = dlock__sub_begin(w->sub, channel, defer_before, &w->watch, &w->e);
-    }
-    if (begin == DLOCK__SUB_IN_LINE) {
+    int first = DLOCK__SUB_TRY;
+    if (how != DLOCK__AWAIT_TRY && wait_ms != 0 && (w->sub = existing_subscriber(client)))
+        first = begin(w->sub, channel, how == DLOCK__AWAIT_BOUNDED, &w->watch, 1, &w->e);
+    if (first == DLOCK__SUB_IN_LINE) {
         /* Joined on a confirmed subscription, the attempt is made in line
          * and a busy answer sleeps at once (await_step: `e` is set). */
         dlock_status st = ops->send(w);
         if (st != DLOCK_OK) await_leave(w); /* nothing sent: done will not run */
         return st;
     }
-    if (begin == DLOCK__SUB_DEFER) {
+    if (first == DLOCK__SUB_DEFER) {
         /* No attempt: straight into line. What could fail on the way is
          * checked here, so that the callback never runs inside the call. */
         dlock_status st = await_join(w);
