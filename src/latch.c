@@ -98,12 +98,12 @@ static dlock_status latch_await(dlock_latch *l, long wait_ms)
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     dlock__early early = {0};
-    if (wait_ms != 0) (void)dlock__wait_begin(l->base.client, l->base.channel, 0, 1, &early);
+    if (wait_ms != 0) (void)dlock__wait_begin(l->base.client, l->base.channel, 0, 1, NULL, &early);
     int result = latch_try(l, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry,
-                            NULL, &early);
+                            NULL, NULL, &early);
     else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;

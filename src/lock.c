@@ -68,14 +68,18 @@ typedef struct lock_thread {
     dlock__held held;
     struct dlock_lock *lock;
     uint64_t token;
+    uint64_t wait_id;   /* its current wait's, in its offers (dlock__sub_hand) */
     char *wake_channel; /* fair locks: this waiter's own channel */
 } lock_thread;
+
+/* Wait ids, unique in the process. */
+static atomic_uint_fast64_t wait_ids;
 
 struct dlock_lock {
     dlock__handle base; /* first: client, name, keys, threads, callback, floor */
     int fair;
     char *queue, *queue_deadlines; /* fair locks only */
-    char *waiters, *woken;         /* plain locks: the waiting processes, the one woken */
+    char *waiters, *woken, *offers; /* plain locks: the waiting processes, the one woken, their offers */
     char *wait_channel;            /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
 };
 
@@ -127,7 +131,7 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     l->fair = fair;
     if ((fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")))) ||
         (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
-                   asprintf(&l->wait_channel, "%s:%s", l->base.channel, client->id) < 0))) {
+                   !(l->offers = dlock__key(name, ":o")) || asprintf(&l->wait_channel, "%s:%s", l->base.channel, client->id) < 0))) {
         l->wait_channel = NULL;
         dlock_lock_free(l);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -154,6 +158,7 @@ void dlock_lock_free(dlock_lock *l)
     free(l->queue_deadlines);
     free(l->waiters);
     free(l->woken);
+    free(l->offers);
     free(l->wait_channel);
     free(l);
 }
@@ -203,14 +208,19 @@ static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
 typedef struct acquire_call {
     dlock__script_id script;
     int nkeys, nargs;
-    const char *keys[4], *args[8];
+    const char *keys[5], *args[8];
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
+    char offer[180]; /* "<lease> <floor> <sent> <wait id> <owner>" */
 } acquire_call;
 
 /* `queue`: the caller will wait if the lock is busy (a fair waiter joins
  * the queue, a plain one registers its process: acquire.lua);
- * `enlisted`: the caller is one of the waiters on the channel already. */
-static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, acquire_call *c)
+ * `enlisted`: the caller is one of the waiters on the channel already;
+ * `offer_sent` >= 0: a plain waiter that may be handed the lock by
+ * another process's release (release.lua) offers it, if it is its
+ * process's only waiter, with this attempt's send time. */
+static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, int64_t offer_sent,
+                              acquire_call *c)
 {
     snprintf(c->lease_s, sizeof c->lease_s, "%ld", lease);
     dlock__fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), c->floor_s);
@@ -236,13 +246,19 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
         dlock_client *client = l->base.client;
         int others = queue ? dlock__wait_count(client, l->wait_channel) - (enlisted ? 1 : 0) : 0;
         const char *mode = others > 0 ? "2" : queue && enlisted ? "1" : "0";
-        const char *args[7] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s, client->id, c->timeout_s, mode};
+        const char *args[8] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s, client->id, c->timeout_s, mode,
+                               c->offer};
         memcpy(c->args, args, sizeof args);
         c->keys[2] = l->waiters;
         c->keys[3] = l->woken;
+        c->keys[4] = l->offers;
         c->script = DLOCK__SCRIPT_ACQUIRE;
-        c->nkeys = 4;
+        c->nkeys = 5;
         c->nargs = 7;
+        if (offer_sent >= 0 && *mode == '1' &&
+            snprintf(c->offer, sizeof c->offer, "%ld %s %lld %llu %s", lease, c->floor_s, (long long)offer_sent,
+                     (unsigned long long)h->wait_id, h->rec.owner) < (int)sizeof c->offer)
+            c->nargs = 8;
     }
 }
 
@@ -274,14 +290,14 @@ static int acquire_reply(dlock_lock *l, lock_thread *h, const redisReply *r, lon
 
 /* One run of acquire.lua: acquire_reply()'s results, with a replica-short
  * acquisition undone. */
-static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, long *pttl,
+static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, int offer, long *pttl,
                        int64_t *sent)
 {
     acquire_call c;
-    acquire_call_make(l, h, lease, queue, enlisted, &c);
+    *sent = dlock__mono_ms(); /* a lease it sets starts no earlier, nor one handed over on its offer */
+    acquire_call_make(l, h, lease, queue, enlisted, offer ? *sent : -1, &c);
     redisReply *r;
     long long acks;
-    *sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
     dlock_status st = dlock__eval_acked(l->base.client, c.script, c.nkeys, c.keys, c.nargs, c.args, &r, &acks);
     if (st != DLOCK_OK) return st;
     int result = acquire_reply(l, h, r, acks, pttl);
@@ -304,6 +320,7 @@ typedef struct lock_offer {
     long lease;
     uint64_t token; /* set by the releaser when handed over (never 0) */
     int64_t sent;   /* when the releaser sent the release: the lease began no earlier */
+    dlock__sub_hand hand; /* the same from another process (dlock__sub_hand) */
 } lock_offer;
 
 /* A hold handed over while its acquire waited (release.lua): it begins
@@ -316,12 +333,25 @@ static void hold_handed_over(dlock_lock *l, lock_thread *h, const lock_offer *o,
     dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
 }
 
+/* The same from another process (release.lua): the lease counted from
+ * the send of the attempt that made the offer. */
+static void hold_handed_in(dlock_lock *l, lock_thread *h, const dlock__sub_hand *hand, int64_t *sent)
+{
+    h->token = hand->token;
+    h->held.count = 1;
+    *sent = hand->sent;
+    dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
+}
+
+static void give_back(dlock_lock *l, lock_thread *h);
+
 /* Arguments of one acquire attempt, for dlock__wait_for(). */
 struct attempt {
     dlock_lock *l;
     lock_thread *h;
     long lease;
     int replica_short; /* the last attempt was undone for want of replicas */
+    int offer;         /* offer the lock's hand-off to other processes */
     int64_t sent;      /* when the last attempt was sent */
 };
 
@@ -330,7 +360,7 @@ struct attempt {
 static int try_again(void *ctx, long *retry_ms)
 {
     struct attempt *a = ctx;
-    int r = try_acquire(a->l, a->h, a->lease, 1, 1, retry_ms, &a->sent);
+    int r = try_acquire(a->l, a->h, a->lease, 1, 1, a->offer, retry_ms, &a->sent);
     a->replica_short = r == REPLICA_SHORT;
     return a->replica_short ? DLOCK__BUSY : r;
 }
@@ -348,16 +378,18 @@ static void fair_leave(dlock_lock *l, lock_thread *h)
     dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
 }
 
-/* The last waiter of this process on a plain lock gave up: the process
- * leaves the set of waiting processes (waiter_leave.lua). Best effort: if
- * this fails, its registration runs out by itself. */
-static void waiter_leave(dlock_lock *l)
+/* A waiter of this process on a plain lock gave up: the last one takes
+ * the process out of the set of waiting processes, and one that offered
+ * (`offered`) takes its offer back (waiter_leave.lua). Best effort: if
+ * this fails, the registration runs out by itself. */
+static void waiter_leave(dlock_lock *l, lock_thread *h, int last, int offered)
 {
-    const char *keys[1] = {l->waiters};
-    const char *args[1] = {l->base.client->id};
+    const char *keys[2] = {l->waiters, l->offers};
+    const char *args[3] = {l->base.client->id, last ? "1" : "0", h->rec.owner};
     long long n;
-    dlock__eval_int(l->base.client, DLOCK__SCRIPT_WAITER_LEAVE, 1, keys, 1, args, &n);
+    dlock__eval_int(l->base.client, DLOCK__SCRIPT_WAITER_LEAVE, 2, keys, offered ? 3 : 2, args, &n);
 }
+
 
 static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
 {
@@ -387,13 +419,21 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
      * made in line (wait.h), so a busy lock costs one attempt. */
     const char *channel = l->fair ? h->wake_channel : l->wait_channel;
     int may_wait = wait_ms != 0 && before == 0;
+    /* A fair lock's order is its queue's, and a replica-safe acquire
+     * waits for replicas after its own attempt: neither is handed over. */
+    int offered = !l->fair && l->base.client->replica_acks == 0;
+    a.offer = offered && may_wait;
+    h->wait_id = a.offer ? atomic_fetch_add(&wait_ids, 1) + 1 : 0;
+    lock_offer offer = {l, h, lease, 0, 0, {h->rec.owner, h->wait_id, 0, 0, 0, 0, 0}};
+    /* Half the lease the holder may trust, counted from the offer. */
+    offer.hand.fresh_ms = dlock__lease_trust_ms(lease, l->base.client->safety_margin_pct) / 2;
     int begin = may_wait ? dlock__wait_begin(l->base.client, channel, !l->fair, l->base.client->replica_acks == 0,
-                                             &early)
+                                             a.offer ? &offer.hand : NULL, &early)
                          : DLOCK__SUB_TRY;
     if (begin == DLOCK__SUB_DEFER) {
         result = DLOCK__DEFER;
     } else {
-        result = try_acquire(l, h, lease, wait_ms != 0, begin == DLOCK__SUB_IN_LINE, &pttl, &a.sent);
+        result = try_acquire(l, h, lease, wait_ms != 0, begin == DLOCK__SUB_IN_LINE, a.offer, &pttl, &a.sent);
         a.replica_short = result == REPLICA_SHORT;
         if (result == REPLICA_SHORT) result = DLOCK__BUSY;
     }
@@ -403,19 +443,22 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
          * release that ends the wait and the caller's first step (a
          * failure to start is reported by the hold, as without the wait). */
         if (watchdog) (void)dlock__client_watchdog(l->base.client);
-        /* A fair lock's order is its queue's, and a replica-safe acquire
-         * waits for replicas after its own attempt: neither is handed over. */
-        lock_offer offer = {l, h, lease, 0, 0};
-        int offered = !l->fair && l->base.client->replica_acks == 0;
         result = dlock__wait_for(l->base.client, lock_kind(l), channel, deadline, try_again, &a, result, pttl,
-                                offered ? &offer : NULL, &early);
+                                offered ? &offer : NULL, a.offer ? &offer.hand : NULL, &early);
         if (result == DLOCK_OK && offer.token) hold_handed_over(l, h, &offer, &a.sent);
-        if (result != DLOCK_OK && (l->fair || dlock__wait_count(l->base.client, l->wait_channel) == 0)) {
+        else if (result == DLOCK_OK && offer.hand.got && !offer.hand.stale && h->held.count == 0)
+            hold_handed_in(l, h, &offer.hand, &a.sent);
+        int last = result != DLOCK_OK && !l->fair && dlock__wait_count(l->base.client, l->wait_channel) == 0;
+        if (result != DLOCK_OK && (l->fair || last || a.offer)) {
             dlock_status keep = (dlock_status)result;
             char why[512];
             snprintf(why, sizeof why, "%s", dlock_last_error());
-            if (l->fair) fair_leave(l, h);
-            else waiter_leave(l);
+            if (l->fair) {
+                fair_leave(l, h);
+            } else {
+                waiter_leave(l, h, last, a.offer);
+                if (a.offer) give_back(l, h); /* after the offer is gone: release.lua */
+            }
             dlock__fail(keep, "%s", why); /* the reason, not the leave's */
         }
     } else {
@@ -449,26 +492,24 @@ dlock_status dlock_lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint
 typedef struct release_call {
     dlock__script_id script;
     int nkeys, nargs;
-    const char *keys[5], *args[11];
+    const char *keys[6], *args[11];
     char lease_s[24], count_s[24], prefix[NAME_PREFIX_MAX];
     char next_lease_s[24], next_floor_s[24], timeout_s[24];
 } release_call;
 
 /* release.lua's direct hand-off to `o`, a waiting thread of this client
- * (KEYS[5], ARGV[7..11]); `others` when more of its waiters wait on. */
+ * (ARGV[7..11]); `others` when more of its waiters wait on. */
 static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer *o, int others)
 {
     dlock_client *client = l->base.client;
     snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
     dlock__fence_floor_arg(&client->fences, o->l->base.fence, atomic_load(&o->l->base.floor), c->next_floor_s);
     snprintf(c->timeout_s, sizeof c->timeout_s, "%ld", client->fair_waiter_timeout_ms);
-    c->keys[4] = l->base.fence;
     c->args[6] = o->h->rec.owner;
     c->args[7] = c->next_lease_s;
     c->args[8] = c->next_floor_s;
     c->args[9] = others ? "1" : "0";
     c->args[10] = c->timeout_s;
-    c->nkeys = 5;
     c->nargs = 11;
 }
 
@@ -495,6 +536,8 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
     c->keys[1] = l->fair ? l->queue : l->base.channel;
     c->keys[2] = l->waiters;
     c->keys[3] = l->woken;
+    c->keys[4] = l->base.fence;
+    c->keys[5] = l->offers;
     /* release.lua's ARGV[5] is the reservation, its ARGV[6] this client
      * (so that it can tell when the next in line is this client's own
      * waiter); fair_release.lua's ARGV[5] is the prefix */
@@ -502,8 +545,26 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
                            l->fair ? c->prefix : RESERVE_MS, l->base.client->id};
     memcpy(c->args, args, sizeof args);
     c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
-    c->nkeys = l->fair ? 2 : 4;
+    c->nkeys = l->fair ? 2 : 6;
     c->nargs = l->fair ? 5 : 6;
+}
+
+/* Why: a waiter that offered may have been handed the lock by another
+ * process just before it took its offer back (waiter_leave), the message
+ * still on its way. Having given up, it holds no hold, so a lock that
+ * names it as owner is such a hand-off (or a grant whose reply was lost),
+ * and it releases it as a holder would (release.lua, which wakes the next
+ * waiter); a lock it does not own is left alone. Best effort: if this
+ * fails, the lease ends it. */
+static void give_back(dlock_lock *l, lock_thread *h)
+{
+    release_call rc;
+    release_call_make(l, h, &rc);
+    snprintf(rc.count_s, sizeof rc.count_s, "1"); /* one hold, ours if the lock names us */
+    redisReply *r;
+    if (dlock__eval(l->base.client, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, NULL) != DLOCK_OK) return;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == WAKE_OWN) dlock__wait_wake(l->base.client, l->wait_channel);
+    freeReplyObject(r);
 }
 
 /* What release.lua answered, from a send that was `retried`: the hold's
@@ -639,10 +700,10 @@ static void acquire_done(dlock__await *aw, int result)
         snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
         const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
         const char *args[3] = {h->rec.owner, c->publish, prefix};
-        const char *wkeys[1] = {l->waiters};
+        const char *wkeys[2] = {l->waiters, l->offers};
         const char *wargs[1] = {c->id};
         if (l->fair) dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, dlock__async_ignore, NULL);
-        else dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 1, wkeys, 1, wargs, dlock__async_ignore, NULL);
+        else dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 1, wargs, dlock__async_ignore, NULL);
         dlock__fail(st, "%s", why); /* the reason, not the leave's */
     }
     dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);
@@ -660,7 +721,7 @@ static dlock_status async_attempt(dlock__await *aw)
 {
     lock_async *op = (lock_async *)aw;
     acquire_call ac;
-    acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, aw->e != NULL, &ac);
+    acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, aw->e != NULL, -1, &ac);
     op->queued |= aw->wait_ms != 0 && (op->l->fair || aw->e != NULL); /* as acquire_call_make() */
     op->sent = dlock__mono_ms();
     return dlock__async_script_acked(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args,

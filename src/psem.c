@@ -144,12 +144,12 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     dlock__early early = {0};
-    if (wait_ms != 0) (void)dlock__wait_begin(p->base.client, p->base.channel, 0, 1, &early);
+    if (wait_ms != 0) (void)dlock__wait_begin(p->base.client, p->base.channel, 0, 1, NULL, &early);
     int result = psem_try(pm, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry,
-                            NULL, &early);
+                            NULL, NULL, &early);
     else dlock__wait_early_end(&early);
     if (result != DLOCK_OK) {
         free(pm);

@@ -191,12 +191,12 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
     long retry = -1;
     long before = h->held.count;
     dlock__early early = {0};
-    if (wait_ms != 0 && before == 0) (void)dlock__wait_begin(rw->base.client, rw->base.channel, 0, 1, &early);
+    if (wait_ms != 0 && before == 0) (void)dlock__wait_begin(rw->base.client, rw->base.channel, 0, 1, NULL, &early);
     int result = rw_try(&a, &retry);
     if (dlock__should_wait(result, wait_ms))
         result =
             dlock__wait_for(rw->base.client, mode_kind[mode], rw->base.channel, deadline, rw_try, &a, result, retry,
-                            NULL, &early);
+                            NULL, NULL, &early);
     else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY)
         return dlock__fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);

@@ -120,11 +120,11 @@ static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     dlock__early early = {0};
-    if (wait_ms != 0) (void)dlock__wait_begin(s->base.client, s->base.channel, 0, 1, &early);
+    if (wait_ms != 0) (void)dlock__wait_begin(s->base.client, s->base.channel, 0, 1, NULL, &early);
     int result = sem_try(&a, &retry);
     if (dlock__should_wait(result, wait_ms))
         result = dlock__wait_for(s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, deadline, sem_try, &a, result,
-                                 retry, NULL, &early);
+                                 retry, NULL, NULL, &early);
     else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY)
         return dlock__fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");

@@ -311,6 +311,41 @@ static void connect_links(struct dlock__subscriber *s, int64_t now)
 
 /* Handle one pushed reply on link L: a confirmation, a message, or an
  * error (a subscription refused: the slot lives elsewhere). */
+static int remove_armed(struct dlock__subscriber *s, dlock__sub_watch *w);
+
+/* A message "=<token> <sent> <id> <owner>" (release.lua): another process's
+ * release handed the lock to the waiter of this client named <owner>. Its
+ * hand is filled in and its thread, if asleep and not claimed by a
+ * releaser of this client (that one settles it), woken holding the lock.
+ * A message naming nobody waiting here is dropped: that waiter gave up,
+ * and gives the lock back itself (release.lua). Under mu. */
+static void hand_over(struct dlock__subscriber *s, dlock__sub_entry *e, const char *text)
+{
+    char *end;
+    errno = 0;
+    unsigned long long token = strtoull(text, &end, 10);
+    if (errno || end == text || *end != ' ' || token == 0) return;
+    const char *p = end + 1;
+    long long sent = strtoll(p, &end, 10);
+    if (errno || end == p || *end != ' ') return;
+    p = end + 1;
+    unsigned long long id = strtoull(p, &end, 10);
+    if (errno || end == p || *end != ' ') return;
+    const char *owner = end + 1;
+    dlock__sub_watch *in = e->waiting;
+    while (in && !(in->hand && !in->hand->got && in->hand->id == id && strcmp(in->hand->owner, owner) == 0))
+        in = in->wnext;
+    if (!in) return;
+    in->hand->token = (uint64_t)token;
+    in->hand->sent = (int64_t)sent;
+    in->hand->got = 1;
+    for (dlock__sub_watch *w = s->armed; w; w = w->next)
+        if (w->line == in) {
+            if (!w->claimed && remove_armed(s, w)) make_due(s, w, DLOCK__SUB_HANDED);
+            break;
+        }
+}
+
 static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR) {
@@ -330,6 +365,10 @@ static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
     if (strcmp(kind, "message") == 0) {
         const redisReply *p = r->element[2];
         long n = 1;
+        if (p->type == REDIS_REPLY_STRING && p->len > 1 && p->str[0] == '=') {
+            hand_over(s, e, p->str + 1);
+            return;
+        }
         if (p->type == REDIS_REPLY_STRING && p->len == 1 && p->str[0] == '*') n = e->refs;
         else if (p->type == REDIS_REPLY_STRING) n = strtol(p->str, NULL, 10);
         if (n > 0) grant(s, e, n);
@@ -673,17 +712,22 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
 
 /* A sleeping thread is an armed watch of its own (no timer: it times its
  * own sleep), so it takes its turn among the watches by `since`. */
-int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since,
+int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, dlock__sub_watch *me,
                     void *offer)
 {
     thread_watch t;
     memset(&t, 0, sizeof t);
     t.w.e = e;
     t.w.at = INT64_MAX;
-    t.w.since = since;
+    t.w.since = me->since;
     t.w.offer = offer;
+    t.w.line = me;
     atomic_init(&t.state, 0);
     pthread_mutex_lock(&s->mu);
+    if (me->hand && me->hand->got && !me->hand->stale) { /* handed over while it was awake */
+        pthread_mutex_unlock(&s->mu);
+        return 3;
+    }
     if (e->permits > 0 || s->stop) {
         if (e->permits > 0) e->permits--;
         pthread_mutex_unlock(&s->mu);
@@ -697,6 +741,11 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
          * fire or give back). */
         unsigned seen = atomic_load_explicit(&t.state, memory_order_acquire);
         if (seen & FIRED) break;
+        if (me->hand && me->hand->got && !me->hand->stale && !t.w.claimed) { /* came while it was claimed */
+            remove_armed(s, &t.w);
+            pthread_mutex_unlock(&s->mu);
+            return 3;
+        }
         if (!t.w.claimed && (s->stop || timed_out)) {
             int stopped = s->stop;
             remove_armed(s, &t.w);
@@ -707,11 +756,11 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
         pthread_mutex_unlock(&s->mu);
         timed_out = dlock__futex_wait(&t.state, seen, until) == ETIMEDOUT;
         if (atomic_load_explicit(&t.state, memory_order_acquire) & FIRED)
-            return t.w.woken == DLOCK__SUB_GRANTED ? 2 : 1; /* without mu */
+            return t.w.woken == DLOCK__SUB_GRANTED ? 2 : t.w.woken == DLOCK__SUB_HANDED ? 3 : 1; /* without mu */
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    return t.w.woken == DLOCK__SUB_GRANTED ? 2 : 1;
+    return t.w.woken == DLOCK__SUB_GRANTED ? 2 : t.w.woken == DLOCK__SUB_HANDED ? 3 : 1;
 }
 
 /* Why claim the sleeper a message would wake: the releaser's script can

@@ -40,15 +40,36 @@ int dlock__sub_begin(struct dlock__subscriber *s, const char *channel, int64_t d
 int dlock__sub_wait_ready(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms);
 
 /* Sleep until a message on the channel wakes this thread (1), the
- * deadline passes (0), or, when the sleeper made an `offer` (NULL: none),
- * a releaser of this client handed it what it waits for (2: see
- * dlock__sub_claim). Each message wakes as many waiters as it names,
- * those that began waiting (`since`, monotonic ms) first: a waiter that
- * retried in vain and sleeps again keeps its place. A sleeper that is
- * claimed sleeps on past its deadline until the claim is settled (one
- * command of the releaser's, within its timeout). */
-int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, int64_t since,
+ * deadline passes (0), or it is handed what it waits for: by a releaser
+ * of this client (2), when the sleeper made an `offer` (NULL: none; see
+ * dlock__sub_claim), or by another process (3), when its wait `me` (the
+ * watch it enlisted) carries a hand (dlock__sub_hand). Each message wakes
+ * as many waiters as it names, those that began waiting (me->since,
+ * monotonic ms) first: a waiter that retried in vain and sleeps again
+ * keeps its place. A sleeper that is claimed sleeps on past its deadline
+ * until the claim is settled (one command of the releaser's, within its
+ * timeout). */
+int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, dlock__sub_watch *me,
                     void *offer);
+
+/*
+ * A hand-off from another process (release.lua): a waiting thread that
+ * offered to be handed the lock under its owner string and wait id puts a
+ * hand on the watch it enlisted. A message "=<token> <sent> <id> <owner>"
+ * on the channel fills in the hand whose owner and id it names (under the subscriber's mutex;
+ * `got` then stays set) and wakes its thread if it sleeps; one that is
+ * awake finds it at its next sleep. Read `token` and `sent` only once
+ * `got` is seen with the watch delisted or the thread woken with 2.
+ */
+typedef struct dlock__sub_hand {
+    const char *owner;
+    uint64_t id; /* this wait's, unique in the process: a late message of an earlier wait matches none */
+    uint64_t token;
+    int64_t sent; /* the offering attempt's send time, the waiter's clock */
+    int got;
+    long fresh_ms; /* the waiter's: a hand taken later than this after `sent` is stale */
+    int stale;     /* the waiter's: it found the hand stale, and tries instead */
+} dlock__sub_hand;
 
 /*
  * Waiting without a thread, for the asynchronous acquire: a watch armed on
@@ -61,7 +82,7 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
  * sleeping threads, first come first served. The watch's memory is the
  * caller's and must stay valid until it fired.
  */
-enum { DLOCK__SUB_TIMER = 0, DLOCK__SUB_MESSAGE = 1, DLOCK__SUB_READY = 2, DLOCK__SUB_GRANTED = 3 };
+enum { DLOCK__SUB_TIMER = 0, DLOCK__SUB_MESSAGE = 1, DLOCK__SUB_READY = 2, DLOCK__SUB_GRANTED = 3, DLOCK__SUB_HANDED = 4 };
 typedef void dlock__sub_fire_fn(dlock__sub_watch *w, int woken);
 struct dlock__sub_watch {
     dlock__sub_fire_fn *fn;
@@ -72,6 +93,8 @@ struct dlock__sub_watch {
     int woken;            /* why it fired */
     void *offer;          /* a sleeping thread's, for dlock__sub_claim (else NULL) */
     int claimed;          /* a releaser holds it asleep until it settles */
+    dlock__sub_hand *hand; /* an enlisted thread's, for another process's hand-off */
+    dlock__sub_watch *line; /* a sleeping thread's: the watch its wait enlisted */
     dlock__sub_watch *next; /* in the armed or the due list */
     dlock__sub_watch *wnext; /* in its entry's list of waiters (dlock__sub_enlist) */
 };

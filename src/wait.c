@@ -23,8 +23,23 @@
 #define UNSUBSCRIBED_POLL_MS DLOCK__WAIT_UNSUBSCRIBED_POLL_MS
 #define SAFETY_NET_MS DLOCK__WAIT_SAFETY_NET_MS
 
+/* Whether a hand-off from another process (dlock__sub_hand) may be taken:
+ * not when its message came so late (a partition held it back) that much
+ * of the lease counted from the offer has passed. Such a hand is marked
+ * stale and the waiter tries instead: its attempt finds itself the owner
+ * with no hold it knows of, if the lease still runs, and is granted afresh
+ * with a new token and a whole lease; or it finds another owner. */
+static int hand_taken(dlock__sub_hand *hand)
+{
+    if (!hand || !hand->got || hand->stale) return 0;
+    if (dlock__mono_ms() - hand->sent < hand->fresh_ms) return 1;
+    hand->stale = 1;
+    return 0;
+}
+
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__early *early)
+                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__sub_hand *hand,
+                   dlock__early *early)
 {
     dlock__early local = {0}, *in = early && early->e ? early : &local;
     /* The first attempt was made in line on a confirmed subscription: a
@@ -35,8 +50,9 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
         if (!(in->e = dlock__sub_join(in->sub, channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         in->me.since = dlock__mono_ms();
+        in->me.hand = hand;
         dlock__sub_enlist(in->sub, in->e, &in->me);
-    }
+    } /* else joined by dlock__wait_begin, with the same hand */
     struct dlock__subscriber *sub = in->sub;
     dlock__sub_entry *e = in->e;
     int defer = first == DLOCK__DEFER;
@@ -56,9 +72,9 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             defer = 0;
             until = now + SAFETY_NET_MS;
             if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-            int w = dlock__sub_wait(sub, e, until, in->me.since, offer);
+            int w = dlock__sub_wait(sub, e, until, &in->me, offer);
             if (w) dlock__stats_woken(&client->stats, kind);
-            if (w == 2) {
+            if (w == 2 || (w == 3 && hand_taken(hand))) {
                 result = DLOCK_OK;
                 break;
             }
@@ -81,14 +97,17 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             if (!subscribed && until > now + UNSUBSCRIBED_POLL_MS) until = now + UNSUBSCRIBED_POLL_MS;
         }
         if (deadline_ms >= 0 && until > deadline_ms) until = deadline_ms;
-        int w = until > now ? dlock__sub_wait(sub, e, until, in->me.since, offer) : 0;
+        int w = until > now ? dlock__sub_wait(sub, e, until, &in->me, offer) : 0;
         if (w) dlock__stats_woken(&client->stats, kind);
-        if (w == 2) {
+        if (w == 2 || (w == 3 && hand_taken(hand))) {
             result = DLOCK_OK; /* handed over while asleep */
             break;
         }
     }
     dlock__wait_early_end(in);
+    /* Handed over by another process while awake, or as the wait ended:
+     * the lock is the caller's (delisted, no hand-off can come now). */
+    if (result != DLOCK_OK && hand_taken(hand)) result = DLOCK_OK;
     return result;
 }
 
@@ -111,13 +130,15 @@ static int begin(struct dlock__subscriber *sub, const char *channel, int may_def
     return dlock__sub_begin(sub, channel, may_defer ? me->since - DLOCK__BARGE_MS : -1, in_line ? me : NULL, e);
 }
 
-int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__early *w)
+int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__sub_hand *hand,
+                     dlock__early *w)
 {
     w->e = NULL;
     w->sub = existing_subscriber(client); /* none yet: nobody waits, nothing to be in line on */
     if (!w->sub || !(may_defer || in_line)) return DLOCK__SUB_TRY;
     memset(&w->me, 0, sizeof w->me);
     w->me.since = dlock__mono_ms();
+    w->me.hand = hand; /* before the first attempt, which may offer */
     return begin(w->sub, channel, may_defer, &w->me, in_line, &w->e);
 }
 
@@ -271,6 +292,8 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     w->wait_ms = wait_ms;
     w->deadline = dlock__deadline(wait_ms);
     w->watch.since = dlock__mono_ms();
+    w->watch.hand = NULL; /* threads only: dlock__sub_hand */
+    w->watch.line = NULL;
     w->backoff = 0;
     w->e = NULL;
     int first = DLOCK__SUB_TRY;

@@ -97,8 +97,11 @@ typedef struct dlock__early {
  * DLOCK__SUB_IN_LINE when `in_line` and the client's subscription to
  * `channel` is confirmed (joined, and in line before the first attempt);
  * else DLOCK__SUB_TRY, nothing done. Whatever it answers, `w` goes to
- * dlock__wait_for(), or to dlock__wait_early_end() when no wait follows. */
-int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__early *w);
+ * dlock__wait_for() (with the same `hand`, which a first attempt made in
+ * line may already have offered), or to dlock__wait_early_end() when no
+ * wait follows. */
+int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__sub_hand *hand,
+                     dlock__early *w);
 void dlock__wait_early_end(dlock__early *w);
 
 /*
@@ -114,12 +117,17 @@ void dlock__wait_early_end(dlock__early *w);
  * With an `offer` (NULL: none), a releaser of this client may hand the
  * resource over while the caller sleeps (dlock__wait_claim): the wait then
  * ends with DLOCK_OK and no attempt, the offer filled in by the releaser.
+ * With a `hand` (NULL: none), another process's release may hand it over
+ * (subscriber.h, dlock__sub_hand): the wait ends with DLOCK_OK and
+ * hand->got set, whether the caller slept or was making an attempt then
+ * (an attempt that succeeds meanwhile wins: hand->got is then stale).
  * With `early` joined (dlock__wait_begin: NULL or not joined, the wait
  * joins here), a first attempt that came to DLOCK__BUSY was made in line
  * on a confirmed subscription, and the wait sleeps before its next.
  */
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__early *early);
+                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__sub_hand *hand,
+                   dlock__early *early);
 
 /* The releaser's side of that hand-off: the offer of the waiter of this
  * client on `channel` that a wake-up would go to next, claimed (*claimed

@@ -660,6 +660,196 @@ static void a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client(void
     dlock_client_free(c);
 }
 
+/* The same hand-off between processes (two clients: two processes to the
+ * server): the waiting thread of the other client offered, when it
+ * registered, to be handed the lock (acquire.lua), and the release takes
+ * it for that thread in its script (release.lua), telling it so on its
+ * process's channel. Each round: the lock names the waiter as owner the
+ * moment the release returns (before the waiter even wakes), the script
+ * calls from the release to the waiter's hold are the release alone, the
+ * waiter's token is above the releaser's, and the hold is the waiter's,
+ * with its own 7 s lease and count 1. */
+static void a_release_hands_the_lock_to_a_waiting_thread_of_another_process(void **state)
+{
+    (void)state;
+    enum { REPS = 5 };
+    dlock_client *c = new_client(0), *other = new_client(0), *look = new_client(0);
+    dlock_lock *l = th_lock_new(c, "handover-x"), *theirs = th_lock_new(other, "handover-x");
+    for (int i = 0; i < REPS; i++) {
+        uint64_t mine;
+        assert_int_equal(dlock_lock_acquire(l, 0, 30000, &mine), DLOCK_OK);
+        struct handed w = {.l = theirs, .look = look};
+        pthread_t th;
+        pthread_create(&th, NULL, handed_main, &w);
+        usleep(100000); /* the waiter sleeps on its channel, registered with its offer */
+        long long before = th_target_calls(&server, "evalsha");
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        dlock_lock_info at_release;
+        assert_int_equal(dlock_lock_inspect(look, "handover-x", &at_release), DLOCK_OK);
+        while (!atomic_load(&w.got)) usleep(1000);
+        long long calls = th_target_calls(&server, "evalsha") - before - 1; /* not the inspect */
+        atomic_store(&w.go, 1);
+        pthread_join(th, NULL);
+        assert_int_equal(w.status, DLOCK_OK);
+        if (!at_release.held) fail_msg("round %d: the lock was free after the release, not handed over", i);
+        if (calls != 1) fail_msg("round %d: %lld script calls from the release to the waiter's hold", i, calls);
+        assert_true(w.token > mine);
+        assert_int_equal((long long)at_release.last_token, (long long)w.token);
+        assert_int_equal(w.info.held, 1);
+        assert_int_equal(w.info.hold_count, 1);
+        assert_true(w.info.ttl_ms > 5000 && w.info.ttl_ms <= 7000);
+        assert_int_equal((long long)w.info.last_token, (long long)w.token);
+        dlock_lock_info now;
+        assert_int_equal(dlock_lock_inspect(look, "handover-x", &now), DLOCK_OK);
+        assert_int_equal(now.held, 0);
+    }
+    dlock_lock_free(theirs);
+    dlock_lock_free(l);
+    dlock_client_free(look);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
+/* A release hands the lock only to a process that is there to take it:
+ * a process that registered with an offer and then died (here, one made
+ * up in the set and the offers, whose channel nobody listens on) is
+ * skipped, since PUBLISH counts no listener (release.lua), and the next
+ * waiting process gets the lock at once. Handed to the dead one, the lock
+ * would be held for its 20 s lease (the live waiter's 10 s wait would
+ * time out); woken in vain, the live one would sleep on until its timed
+ * retry, near 2 s after the release (the holder's lease here is 30 s,
+ * one sleep's cap 2 s). */
+static void a_release_skips_a_waiting_process_that_is_gone(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0), *other = new_client(0);
+    dlock_lock *l = th_lock_new(c, "gone-waiter"), *theirs = th_lock_new(other, "gone-waiter");
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    struct waiter w = {theirs, 10000, 30000, 1, -100, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    usleep(150000); /* registered, asleep */
+    /* The dead process: first in line (counted as waiting for another
+     * second, the live one for about five), with an offer. */
+    redisReply *t = th_target_cmd(&server, "{gone-waiter}", "TIME");
+    assert_non_null(t);
+    long long now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    freeReplyObject(th_target_cmd(&server, "{gone-waiter}", "ZADD dlock:{gone-waiter}:w %lld deadbeef", now_ms + 1000));
+    freeReplyObject(th_target_cmd(&server, "{gone-waiter}", "HSET dlock:{gone-waiter}:o deadbeef %s",
+                                  "20000 0 1 deadbeef:1:1"));
+    long long released = th_now_ms();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, DLOCK_OK);
+    if (w.got_at - released >= 1000)
+        fail_msg("the live waiter got the lock %lld ms after the release", w.got_at - released);
+    redisReply *r = th_target_cmd(&server, "{gone-waiter}", "ZSCORE dlock:{gone-waiter}:w deadbeef");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_NIL); /* dropped from the set */
+    freeReplyObject(r);
+    dlock_lock_free(theirs);
+    dlock_lock_free(l);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
+/* The set-up of the two tests below: a waiter, of a client cut off by
+ * the proxy, registered with its offer and asleep on a lock held by a
+ * client connected directly; the proxy cuts the waiter off, and the lock
+ * is released, which hands it to the waiter (checked, and its token
+ * kept in `info`); the waiter hears nothing until the proxy heals. */
+struct cut_off {
+    th_proxy *px;
+    dlock_client *holder, *cut;
+    dlock_lock *h, *l;
+    struct waiter w;
+    pthread_t th;
+    dlock_lock_info info;
+};
+
+static void cut_off_handed(struct cut_off *c, const char *name, long wait_ms, long lease_ms)
+{
+    th_target_require_single(&server); /* the proxy fronts one server */
+    c->px = th_proxy_start(&server.single);
+    assert_non_null(c->px);
+    c->holder = new_client(0);
+    c->cut = th_lock_client(th_proxy_url(c->px), 0);
+    assert_non_null(c->cut);
+    c->h = th_lock_new(c->holder, name);
+    c->l = th_lock_new(c->cut, name);
+    assert_int_equal(dlock_lock_acquire(c->h, 0, 30000, NULL), DLOCK_OK);
+    c->w = (struct waiter){c->l, wait_ms, lease_ms, 1, -100, 0, 0};
+    pthread_create(&c->th, NULL, waiter_main, &c->w);
+    usleep(150000); /* registered with its offer, asleep */
+    th_proxy_partition(c->px, 1);
+    assert_int_equal(dlock_lock_release(c->h), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(c->holder, name, &c->info), DLOCK_OK);
+    if (!c->info.held) fail_msg("the release did not hand the lock to the registered waiter");
+}
+
+/* Heal after `ms` and wait for the waiter to return. */
+static void cut_off_heal(struct cut_off *c, long ms)
+{
+    usleep((useconds_t)ms * 1000);
+    th_proxy_partition(c->px, 0);
+    pthread_join(c->th, NULL);
+}
+
+static void cut_off_end(struct cut_off *c)
+{
+    dlock_lock_free(c->l);
+    dlock_lock_free(c->h);
+    dlock_client_free(c->cut);
+    dlock_client_free(c->holder);
+    th_proxy_stop(c->px);
+}
+
+/* A waiter that gives up just as another process hands it the lock: the
+ * message does not reach it (its client is cut off by the proxy from
+ * before the release until after its 400 ms wait ended), so it knows
+ * nothing of the hand-off. Having taken its offer back, it finds the lock
+ * in its own name and gives it back (give_back in src/lock.c), and the
+ * lock is free well within the 20 s lease it was handed with: without
+ * that, nobody could take it until the lease ran out. */
+static void a_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+{
+    (void)state;
+    struct cut_off c;
+    cut_off_handed(&c, "given-back", 400, 20000);
+    cut_off_heal(&c, 500); /* the wait has ended; its leave was held by the partition */
+    /* Either ending is right: the message may come first after the heal. */
+    if (c.w.status == DLOCK_OK) {
+        assert_int_equal(dlock_lock_acquire(c.h, 0, 30000, NULL), DLOCK_OK); /* released by the waiter's thread */
+    } else {
+        assert_int_equal(c.w.status, DLOCK_ERR_TIMEOUT);
+        assert_int_equal(dlock_lock_acquire(c.h, 2000, 30000, NULL), DLOCK_OK);
+    }
+    assert_int_equal(dlock_lock_release(c.h), DLOCK_OK);
+    cut_off_end(&c);
+}
+
+/* A hand-off whose message comes late is not taken: the waiter's client
+ * is cut off by the proxy from before the release until 600 ms after it,
+ * and the lock was handed to it with its 400 ms lease, which has run out
+ * by then at the server (and by the waiter's own clock). Taking the hand
+ * would return a hold the server no longer keeps, under a token below
+ * those of holders since (the torture's `clock` scenario found that). The
+ * waiter must instead try again and be granted afresh: a token above the
+ * handed one. */
+static void a_hand_off_that_comes_too_late_is_not_taken(void **state)
+{
+    (void)state;
+    struct cut_off c;
+    cut_off_handed(&c, "late-hand", 10000, 400);
+    cut_off_heal(&c, 600);
+    assert_int_equal(c.w.status, DLOCK_OK);
+    if (c.w.token <= c.info.last_token)
+        fail_msg("the waiter took the late hand-off's token %llu (handed %llu)", (unsigned long long)c.w.token,
+                 (unsigned long long)c.info.last_token);
+    cut_off_end(&c);
+}
+
 /* A wait that the holder's lease running out ends: the waiter sleeps
  * until then and asks a few times more, not again and again while the
  * lease has under a millisecond left (PTTL 0, dlock__retry_after). It
@@ -1241,6 +1431,10 @@ int main(void)
         cmocka_unit_test(release_wakes_a_waiter_at_once),
         cmocka_unit_test(a_release_wakes_a_waiter_of_its_own_client_without_publishing),
         cmocka_unit_test(a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client),
+        cmocka_unit_test(a_release_hands_the_lock_to_a_waiting_thread_of_another_process),
+        cmocka_unit_test(a_release_skips_a_waiting_process_that_is_gone),
+        cmocka_unit_test(a_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
+        cmocka_unit_test(a_hand_off_that_comes_too_late_is_not_taken),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_channel_is_unsubscribed_a_second_after_its_last_wait),

@@ -16,6 +16,12 @@
 --          registered
 -- KEYS[4]  (optional) "dlock:{name}:r": the process a release woke, for a
 --          few milliseconds (release.lua)
+-- KEYS[5]  (optional, with KEYS[3]) "dlock:{name}:o": offers of waiting
+--          processes, client id -> "<lease> <floor> <sent> <wait id> <owner>"
+-- ARGV[8]  (optional, with KEYS[5] and ARGV[7] "1") the caller's offer: a
+--          release may hand it the lock without an attempt of its own
+--          (release.lua); <sent> is when the caller sent this attempt, by
+--          its own clock
 --
 -- Returns {1, token} when newly granted, {2, token, count} on re-entry,
 -- {0, pttl} when another owner holds it (pttl bounds the caller's sleep).
@@ -35,6 +41,12 @@
 -- message reaches it), is answered busy for that long and registers.
 -- This bounds barging across processes; a woken process that does not
 -- come (it died, or its waiter gave up) holds the lock up only that long.
+--
+-- An offer belongs to a registration: it is made by a process's only
+-- waiter (ARGV[7] "1"), and dropped whenever the process registers
+-- without one (another of its waiters, which could not both be handed
+-- the lock) or takes the lock. release.lua drops it when it picks the
+-- process.
 --
 -- Why ARGV[3]: a client that lost the reply to an earlier attempt cannot
 -- know whether that attempt ran, and after a failover a replica may bring
@@ -73,6 +85,12 @@ local function register()
     if waiting then
         redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[6]), ARGV[5])
         redis.call('PEXPIRE', KEYS[3], ARGV[6])
+        if KEYS[5] and ARGV[8] and ARGV[7] == '1' then
+            redis.call('HSET', KEYS[5], ARGV[5], ARGV[8])
+            redis.call('PEXPIRE', KEYS[5], ARGV[6])
+        elseif KEYS[5] then
+            redis.call('HDEL', KEYS[5], ARGV[5])
+        end
     end
 end
 
@@ -97,6 +115,9 @@ if waiting then
         register()
     else
         redis.call('ZREM', KEYS[3], ARGV[5])
+        if KEYS[5] then
+            redis.call('HDEL', KEYS[5], ARGV[5])
+        end
     end
 end
 

@@ -10,9 +10,11 @@
 -- KEYS[4]  (optional, with KEYS[3]) "dlock:{name}:r": the woken process
 -- ARGV[5]  how long (ms) the woken process has the lock to itself
 -- ARGV[6]  (optional, with KEYS[3]) the caller's client id
--- KEYS[5], ARGV[7..11]  (optional) a waiting thread of the caller's own
---          client to hand the lock to: the fencing counter
---          "dlock:{name}:fence", and the waiter's owner, lease (ms),
+-- KEYS[5]  (optional, with KEYS[3]) the fencing counter "dlock:{name}:fence"
+-- KEYS[6]  (optional, with KEYS[5]) the waiting processes' offers
+--          "dlock:{name}:o" (acquire.lua)
+-- ARGV[7..11]  (optional, with KEYS[5]) a waiting thread of the caller's
+--          own client to hand the lock to: the waiter's owner, lease (ms),
 --          fencing floor (see lib/fence.lua), "1" when other waiters of
 --          the client wait on, and how long a registered process counts as
 --          waiting (ms, as acquire.lua's ARGV[6])
@@ -32,17 +34,37 @@
 -- A resend of that last release returns -1, which the caller that knows
 -- it resent (src/lock.c) reads as done.
 --
--- The direct hand-off (KEYS[5]): when the caller's own process is next in
--- line and the caller named one of its waiting threads, the lock goes to
--- that thread here, exactly as acquire.lua would grant it (a new token,
--- count 1, the waiter's lease), and {-3, token} is returned: the waiter
--- wakes holding it, without an attempt of its own (a round trip less per
--- hand-off). Its process stays registered if others of it wait on. The
--- caller keeps the waiter asleep until the answer is in, so no one gives
--- up a lock it is being handed. When the reply is lost, the caller wakes
--- the waiter as if nothing had been handed over; its attempt then finds
--- itself the owner with no hold it knows of, which acquire.lua grants
--- afresh with a new token.
+-- A process is woken only if it is there to hear it: PUBLISH answers how
+-- many connections listen on the channel, and a process that died (its
+-- connection closed) or lost its subscription counts none. Such a process
+-- is dropped from the set and the next one is tried (a few at most; the
+-- rest are found by their own timed retries), so a dead waiter costs
+-- neither a reservation nor, below, a lease.
+--
+-- The direct hand-off within the caller's process (ARGV[7..11]): when the
+-- caller's own process is next in line and the caller named one of its
+-- waiting threads, the lock goes to that thread here, exactly as
+-- acquire.lua would grant it (a new token, count 1, the waiter's lease),
+-- and {-3, token} is returned: the waiter wakes holding it, without an
+-- attempt of its own (a round trip less per hand-off). Its process stays
+-- registered if others of it wait on. The caller keeps the waiter asleep
+-- until the answer is in, so no one gives up a lock it is being handed.
+-- When the reply is lost, the caller wakes the waiter as if nothing had
+-- been handed over; its attempt then finds itself the owner with no hold
+-- it knows of, which acquire.lua grants afresh with a new token.
+--
+-- The hand-off to another process (KEYS[6]): a process whose one waiting
+-- thread registered an offer (acquire.lua: "<lease> <floor> <sent>
+-- <wait id> <owner>") is handed the lock the same way, and the message on
+-- its channel says so: "=<token> <sent> <wait id> <owner>". Its subscriber
+-- gives the hold to that thread if it still waits in that wait (a message
+-- that comes late must not be taken by its next wait), which wakes holding
+-- it; <sent> is the send time
+-- (the waiter's own clock) of the attempt that made the offer, which the
+-- grant cannot precede, so the waiter counts its lease from there. A
+-- waiter that gave up meanwhile takes its offer back and then gives back
+-- a lock it was handed (src/lock.c, give_back), in that order, so no
+-- hand-off can come after it has looked.
 
 --@include fence
 
@@ -63,27 +85,56 @@ if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0)
-    if first[1] then
-        redis.call('ZREM', KEYS[3], first[1])
-        if first[1] == ARGV[6] and KEYS[5] then
-            local token, text = fence_next(KEYS[5], t, ARGV[9])
-            redis.call('HSET', KEYS[1], 'owner', ARGV[7], 'count', 1, 'token', text)
-            redis.call('PEXPIRE', KEYS[1], ARGV[8])
-            if ARGV[10] == '1' then
-                redis.call('ZADD', KEYS[3], now + tonumber(ARGV[11]), ARGV[6])
-                redis.call('PEXPIRE', KEYS[3], ARGV[11])
+    for _ = 1, 4 do
+        local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+        if not first then
+            break
+        end
+        redis.call('ZREM', KEYS[3], first)
+        local offer = KEYS[6] and redis.call('HGET', KEYS[6], first)
+        if offer then
+            redis.call('HDEL', KEYS[6], first)
+        end
+        if first == ARGV[6] then
+            if ARGV[7] then
+                local token, text = fence_next(KEYS[5], t, ARGV[9])
+                redis.call('HSET', KEYS[1], 'owner', ARGV[7], 'count', 1, 'token', text)
+                redis.call('PEXPIRE', KEYS[1], ARGV[8])
+                if ARGV[10] == '1' then
+                    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[11]), ARGV[6])
+                    redis.call('PEXPIRE', KEYS[3], ARGV[11])
+                end
+                return {-3, token}
             end
-            return {-3, token}
-        end
-        if KEYS[4] then
-            redis.call('SET', KEYS[4], first[1], 'PX', ARGV[5])
-        end
-        if first[1] == ARGV[6] then
+            if KEYS[4] then
+                redis.call('SET', KEYS[4], first, 'PX', ARGV[5])
+            end
             return -2
         end
-        redis.call(ARGV[4], KEYS[2] .. ':' .. first[1], '1')
-        return 0
+        local channel = KEYS[2] .. ':' .. first
+        local lease, floor, sent, wait, owner
+        if offer then
+            lease, floor, sent, wait, owner = string.match(offer, '^(%d+) (%d+) (%-?%d+) (%d+) (.+)$')
+        end
+        if owner then
+            local _, text = fence_next(KEYS[5], t, floor)
+            redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', text)
+            redis.call('PEXPIRE', KEYS[1], lease)
+            if redis.call(ARGV[4], channel, '=' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. owner) > 0 then
+                return 0
+            end
+            redis.call('DEL', KEYS[1])
+        else
+            if KEYS[4] then
+                redis.call('SET', KEYS[4], first, 'PX', ARGV[5])
+            end
+            if redis.call(ARGV[4], channel, '1') > 0 then
+                return 0
+            end
+            if KEYS[4] then
+                redis.call('DEL', KEYS[4])
+            end
+        end
     end
 end
 redis.call(ARGV[4], KEYS[2], '1')
