@@ -131,7 +131,8 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     l->fair = fair;
     if ((fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")))) ||
         (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
-                   !(l->offers = dlock__key(name, ":o")) || asprintf(&l->wait_channel, "%s:%s", l->base.channel, client->id) < 0))) {
+                   !(l->offers = dlock__key(name, ":o")) ||
+                   asprintf(&l->wait_channel, "%s:%s", l->base.channel, client->id) < 0))) {
         l->wait_channel = NULL;
         dlock_lock_free(l);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -352,6 +353,7 @@ struct attempt {
     long lease;
     int replica_short; /* the last attempt was undone for want of replicas */
     int offer;         /* offer the lock's hand-off to other processes */
+    const dlock__sub_hand *hand; /* ... received in this hand */
     int64_t sent;      /* when the last attempt was sent */
 };
 
@@ -360,7 +362,9 @@ struct attempt {
 static int try_again(void *ctx, long *retry_ms)
 {
     struct attempt *a = ctx;
-    int r = try_acquire(a->l, a->h, a->lease, 1, 1, a->offer, retry_ms, &a->sent);
+    /* After a stale hand (wait.c), no more offers in this wait: its hand
+     * is spent, and a second hand-off would find nobody to take it. */
+    int r = try_acquire(a->l, a->h, a->lease, 1, 1, a->offer && !a->hand->stale, retry_ms, &a->sent);
     a->replica_short = r == REPLICA_SHORT;
     return a->replica_short ? DLOCK__BUSY : r;
 }
@@ -382,14 +386,13 @@ static void fair_leave(dlock_lock *l, lock_thread *h)
  * the process out of the set of waiting processes, and one that offered
  * (`offered`) takes its offer back (waiter_leave.lua). Best effort: if
  * this fails, the registration runs out by itself. */
-static void waiter_leave(dlock_lock *l, lock_thread *h, int last, int offered)
+static dlock_status waiter_leave(dlock_lock *l, lock_thread *h, int last, int offered)
 {
     const char *keys[2] = {l->waiters, l->offers};
     const char *args[3] = {l->base.client->id, last ? "1" : "0", h->rec.owner};
     long long n;
-    dlock__eval_int(l->base.client, DLOCK__SCRIPT_WAITER_LEAVE, 2, keys, offered ? 3 : 2, args, &n);
+    return dlock__eval_int(l->base.client, DLOCK__SCRIPT_WAITER_LEAVE, 2, keys, offered ? 3 : 2, args, &n);
 }
-
 
 static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
 {
@@ -410,7 +413,7 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     long pttl = 0;
     long before = h->held.count;
 
-    struct attempt a = {l, h, lease, 0, 0};
+    struct attempt a = {l, h, lease, 0, 0, NULL, 0};
     int result;
     dlock__early early = {0};
     /* Bounded barging: a plain newcomer queues behind a waiter of this
@@ -427,6 +430,7 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     lock_offer offer = {l, h, lease, 0, 0, {h->rec.owner, h->wait_id, 0, 0, 0, 0, 0}};
     /* Half the lease the holder may trust, counted from the offer. */
     offer.hand.fresh_ms = dlock__lease_trust_ms(lease, l->base.client->safety_margin_pct) / 2;
+    a.hand = &offer.hand;
     int begin = may_wait ? dlock__wait_begin(l->base.client, channel, !l->fair, l->base.client->replica_acks == 0,
                                              a.offer ? &offer.hand : NULL, &early)
                          : DLOCK__SUB_TRY;
@@ -456,8 +460,10 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
             if (l->fair) {
                 fair_leave(l, h);
             } else {
-                waiter_leave(l, h, last, a.offer);
-                if (a.offer) give_back(l, h); /* after the offer is gone: release.lua */
+                /* The give-back only after the offer is gone, and not
+                 * when the server did not answer the leave: it would wait
+                 * out another timeout for nothing (the lease ends it). */
+                if (waiter_leave(l, h, last, a.offer) == DLOCK_OK && a.offer) give_back(l, h);
             }
             dlock__fail(keep, "%s", why); /* the reason, not the leave's */
         }
