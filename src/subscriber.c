@@ -309,16 +309,16 @@ static void connect_links(struct dlock__subscriber *s, int64_t now)
     }
 }
 
-/* Handle one pushed reply on link L: a confirmation, a message, or an
- * error (a subscription refused: the slot lives elsewhere). */
 static int remove_armed(struct dlock__subscriber *s, dlock__sub_watch *w);
 
 /* A message "=<token> <sent> <id> <owner>" (release.lua): another process's
  * release handed the lock to the waiter of this client named <owner>. Its
  * hand is filled in and its thread, if asleep and not claimed by a
  * releaser of this client (that one settles it), woken holding the lock.
- * A message naming nobody waiting here is dropped: that waiter gave up,
- * and gives the lock back itself (release.lua). Under mu. */
+ * A message naming no wait that is on here is dropped: that waiter gave
+ * up, and gives the lock back itself (give_back in lock.c), or its wait
+ * ended with an attempt of its own that came after the hand-off (and was
+ * granted the lock afresh). Under mu. */
 static void hand_over(struct dlock__subscriber *s, dlock__sub_entry *e, const char *text)
 {
     char *end;
@@ -346,6 +346,8 @@ static void hand_over(struct dlock__subscriber *s, dlock__sub_entry *e, const ch
         }
 }
 
+/* Handle one pushed reply on link L: a confirmation, a message, or an
+ * error (a subscription refused: the slot lives elsewhere). */
 static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR) {

@@ -56,10 +56,11 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
  * A hand-off from another process (release.lua): a waiting thread that
  * offered to be handed the lock under its owner string and wait id puts a
  * hand on the watch it enlisted. A message "=<token> <sent> <id> <owner>"
- * on the channel fills in the hand whose owner and id it names (under the subscriber's mutex;
- * `got` then stays set) and wakes its thread if it sleeps; one that is
- * awake finds it at its next sleep. Read `token` and `sent` only once
- * `got` is seen with the watch delisted or the thread woken with 2.
+ * on the channel fills in the hand whose owner and id it names (under the
+ * subscriber's mutex; `got` then stays set) and wakes its thread if it
+ * sleeps; one that is awake finds it at its next sleep. Read `token` and
+ * `sent` only once `got` is seen with the watch delisted or the thread
+ * woken with 3.
  */
 typedef struct dlock__sub_hand {
     const char *owner;
@@ -82,7 +83,13 @@ typedef struct dlock__sub_hand {
  * sleeping threads, first come first served. The watch's memory is the
  * caller's and must stay valid until it fired.
  */
-enum { DLOCK__SUB_TIMER = 0, DLOCK__SUB_MESSAGE = 1, DLOCK__SUB_READY = 2, DLOCK__SUB_GRANTED = 3, DLOCK__SUB_HANDED = 4 };
+enum {
+    DLOCK__SUB_TIMER = 0,
+    DLOCK__SUB_MESSAGE = 1,
+    DLOCK__SUB_READY = 2,
+    DLOCK__SUB_GRANTED = 3,
+    DLOCK__SUB_HANDED = 4 /* a sleeping thread's only: dlock__sub_hand */
+};
 typedef void dlock__sub_fire_fn(dlock__sub_watch *w, int woken);
 struct dlock__sub_watch {
     dlock__sub_fire_fn *fn;

@@ -120,7 +120,9 @@ void dlock__wait_early_end(dlock__early *w);
  * With a `hand` (NULL: none), another process's release may hand it over
  * (subscriber.h, dlock__sub_hand): the wait ends with DLOCK_OK and
  * hand->got set, whether the caller slept or was making an attempt then
- * (an attempt that succeeds meanwhile wins: hand->got is then stale).
+ * (an attempt that succeeds meanwhile wins: hand->got is then stale), if
+ * the hand came in time (hand->fresh_ms after hand->sent); a later one is
+ * marked hand->stale and the wait tries again instead.
  * With `early` joined (dlock__wait_begin: NULL or not joined, the wait
  * joins here), a first attempt that came to DLOCK__BUSY was made in line
  * on a confirmed subscription, and the wait sleeps before its next.

@@ -58,13 +58,13 @@
 -- <wait id> <owner>") is handed the lock the same way, and the message on
 -- its channel says so: "=<token> <sent> <wait id> <owner>". Its subscriber
 -- gives the hold to that thread if it still waits in that wait (a message
--- that comes late must not be taken by its next wait), which wakes holding
--- it; <sent> is the send time
--- (the waiter's own clock) of the attempt that made the offer, which the
--- grant cannot precede, so the waiter counts its lease from there. A
--- waiter that gave up meanwhile takes its offer back and then gives back
--- a lock it was handed (src/lock.c, give_back), in that order, so no
--- hand-off can come after it has looked.
+-- that comes late must not be taken by its next wait), and it wakes
+-- holding it. <sent> is the send time (the waiter's own clock) of the
+-- attempt that made the offer, which the grant cannot precede, so the
+-- waiter counts its lease from there. A waiter that gave up meanwhile
+-- takes its offer back and then gives back a lock it was handed
+-- (src/lock.c, give_back), in that order, so no hand-off can come after
+-- it has looked.
 
 --@include fence
 
