@@ -68,12 +68,9 @@ typedef struct lock_thread {
     dlock__held held;
     struct dlock_lock *lock;
     uint64_t token;
-    uint64_t wait_id;   /* its current wait's, in its offers (dlock__sub_hand) */
+    uint64_t wait_id;   /* its current wait's, in its offers: counted per owner, which the hand also names */
     char *wake_channel; /* fair locks: this waiter's own channel */
 } lock_thread;
-
-/* Wait ids, unique in the process. */
-static atomic_uint_fast64_t wait_ids;
 
 struct dlock_lock {
     dlock__handle base; /* first: client, name, keys, threads, callback, floor */
@@ -324,23 +321,15 @@ typedef struct lock_offer {
     dlock__sub_hand hand; /* the same from another process (dlock__sub_hand) */
 } lock_offer;
 
-/* A hold handed over while its acquire waited (release.lua): it begins
- * as an attempt's would, its lease counted from the release's send. */
-static void hold_handed_over(dlock_lock *l, lock_thread *h, const lock_offer *o, int64_t *sent)
+/* A hold handed over while its acquire waited (release.lua), by a
+ * releaser of this client or of another process: it begins as an
+ * attempt's would, with `token`, its lease counted from `from` (the
+ * release's send, or the send of the attempt that made the offer). */
+static void hold_handed(dlock_lock *l, lock_thread *h, uint64_t token, int64_t from, int64_t *sent)
 {
-    h->token = o->token;
+    h->token = token;
     h->held.count = 1;
-    *sent = o->sent;
-    dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
-}
-
-/* The same from another process (release.lua): the lease counted from
- * the send of the attempt that made the offer. */
-static void hold_handed_in(dlock_lock *l, lock_thread *h, const dlock__sub_hand *hand, int64_t *sent)
-{
-    h->token = hand->token;
-    h->held.count = 1;
-    *sent = hand->sent;
+    *sent = from;
     dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
 }
 
@@ -426,7 +415,7 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
      * waits for replicas after its own attempt: neither is handed over. */
     int offered = !l->fair && l->base.client->replica_acks == 0;
     a.offer = offered && may_wait;
-    h->wait_id = a.offer ? atomic_fetch_add(&wait_ids, 1) + 1 : 0;
+    if (a.offer) h->wait_id++;
     lock_offer offer = {l, h, lease, 0, 0, {h->rec.owner, h->wait_id, 0, 0, 0, 0, 0}};
     /* Half the lease the holder may trust, counted from the offer. */
     offer.hand.fresh_ms = dlock__lease_trust_ms(lease, l->base.client->safety_margin_pct) / 2;
@@ -449,9 +438,9 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         if (watchdog) (void)dlock__client_watchdog(l->base.client);
         result = dlock__wait_for(l->base.client, lock_kind(l), channel, deadline, try_again, &a, result, pttl,
                                 offered ? &offer : NULL, a.offer ? &offer.hand : NULL, &early);
-        if (result == DLOCK_OK && offer.token) hold_handed_over(l, h, &offer, &a.sent);
+        if (result == DLOCK_OK && offer.token) hold_handed(l, h, offer.token, offer.sent, &a.sent);
         else if (result == DLOCK_OK && offer.hand.got && !offer.hand.stale && h->held.count == 0)
-            hold_handed_in(l, h, &offer.hand, &a.sent);
+            hold_handed(l, h, offer.hand.token, offer.hand.sent, &a.sent);
         int last = result != DLOCK_OK && !l->fair && dlock__wait_count(l->base.client, l->wait_channel) == 0;
         if (result != DLOCK_OK && (l->fair || last || a.offer)) {
             dlock_status keep = (dlock_status)result;
@@ -683,7 +672,7 @@ static void acquire_done(dlock__await *aw, int result)
     dlock_client *c = l->base.client;
     dlock_status st = (dlock_status)result;
     if (result == DLOCK_OK && op->offer.token) /* handed over while it waited */
-        hold_handed_over(l, h, &op->offer, &op->sent);
+        hold_handed(l, h, op->offer.token, op->offer.sent, &op->sent);
     if (result == DLOCK_OK &&
         dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
         release_call rc;

@@ -64,7 +64,7 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
  */
 typedef struct dlock__sub_hand {
     const char *owner;
-    uint64_t id; /* this wait's, unique in the process: a late message of an earlier wait matches none */
+    uint64_t id; /* this wait's, counted per owner: a late message of an earlier wait matches none */
     uint64_t token;
     int64_t sent; /* the offering attempt's send time, the waiter's clock */
     int got;
