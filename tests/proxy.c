@@ -174,6 +174,10 @@ static void *proxy_main(void *arg)
         }
         pthread_mutex_lock(&px->mu);
         int stop = px->stop;
+        /* Again: a partition begun while this thread slept in poll cuts
+         * what poll found readable too (a reply the test sent for after
+         * cutting must not slip through because the wake-up came late). */
+        cut |= px->partitioned;
         pthread_mutex_unlock(&px->mu);
         if (stop) break;
         if (cut) {
