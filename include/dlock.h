@@ -758,6 +758,92 @@ DLOCK_API dlock_status dlock_rwlock_acquire_async(dlock_rwlock *rw, dlock_rw_mod
 DLOCK_API dlock_status dlock_rwlock_release_async(dlock_rwlock *rw, dlock_rw_mode mode, dlock_rw_released_fn cb,
                                                   void *arg);
 
+/*
+ * A completion queue: the outcomes of asynchronous calls, waiting for an
+ * event loop to take them on its own thread. Pass one of the
+ * dlock_queue_on_* functions below as an asynchronous call's callback and
+ * a ticket from dlock_queue_ticket() as its argument; the library thread
+ * that ends the call then only appends the outcome and, when the queue was
+ * empty, makes dlock_queue_fd() readable. Why: a callback that has to run
+ * the loop's own code (an interpreter's, under its global lock) would hold
+ * up the library thread that reads every caller's replies; a queue costs
+ * that thread a mutex and at most one write.
+ */
+typedef struct dlock_queue dlock_queue;
+
+/* Room for a failure's message in a completion (dlock_last_error()'s). */
+#define DLOCK_QUEUE_ERROR_MAX 512
+
+/* One outcome taken from a queue. */
+typedef struct dlock_completion {
+    uint64_t key;                       /* the ticket's key */
+    dlock_status status;                /* what the callback would have been given */
+    uint64_t token;                     /* an acquisition's fencing token, else 0 */
+    char error[DLOCK_QUEUE_ERROR_MAX];  /* dlock_last_error() of a failure, "" on success */
+} dlock_completion;
+
+/* Where dlock_queue_divert() sends one call's outcome instead. */
+typedef void (*dlock_queue_fn)(const dlock_completion *completion, void *arg);
+
+/*
+ * Make an empty queue with its own descriptor (an eventfd, non-blocking,
+ * close-on-exec). DLOCK_OK, or DLOCK_ERR_NOMEM / DLOCK_ERR_SYS with a
+ * message when memory or descriptors ran out.
+ */
+DLOCK_API dlock_status dlock_queue_new(dlock_queue **out);
+
+/*
+ * The descriptor to watch for reading (poll, epoll, a loop's "add reader"):
+ * readable while completions wait. Read it only through dlock_queue_take().
+ */
+DLOCK_API int dlock_queue_fd(const dlock_queue *q);
+
+/*
+ * Let go of the queue: completions not taken are dropped, and its
+ * descriptor is closed. Calls still in flight with its tickets may end
+ * later: their outcomes are dropped too (a hold they took stays held, so
+ * end or drain them first: dlock_client_drain()).
+ */
+DLOCK_API void dlock_queue_free(dlock_queue *q);
+
+/*
+ * A ticket for one asynchronous call whose outcome `key` names: the `arg`
+ * to give the call with the matching dlock_queue_on_* callback. The call's
+ * end frees it. NULL when memory ran out. A ticket whose call did not
+ * start (the call returned a status other than DLOCK_OK) is given back
+ * with dlock_queue_ticket_free().
+ */
+DLOCK_API void *dlock_queue_ticket(dlock_queue *q, uint64_t key);
+DLOCK_API void dlock_queue_ticket_free(void *ticket);
+
+/*
+ * Move up to `max` completions into `out`, oldest first, and return how
+ * many. Clears the descriptor's readiness, and sets it again when more
+ * remain, so a level-triggered loop comes back for them.
+ */
+DLOCK_API size_t dlock_queue_take(dlock_queue *q, dlock_completion *out, size_t max);
+
+/*
+ * Send the outcome of the call holding `ticket` to fn(completion, arg),
+ * on the library thread that ends it, instead of to the queue: for a
+ * caller that stops waiting for it (a cancelled task, a loop about to
+ * close) and must still undo what it brings (give back a hold). Returns 1
+ * when the outcome had already arrived: it is taken out of the queue into
+ * *out and fn will not run; 0 when fn will run later, once. Call it only
+ * for a ticket whose outcome has not been taken.
+ */
+DLOCK_API int dlock_queue_divert(dlock_queue *q, void *ticket, dlock_completion *out, dlock_queue_fn fn, void *arg);
+
+/* The callbacks that post to a ticket's queue, one per kind of call. */
+DLOCK_API void dlock_queue_on_acquired(dlock_lock *lock, dlock_status status, uint64_t token, void *ticket);
+DLOCK_API void dlock_queue_on_released(dlock_lock *lock, dlock_status status, void *ticket);
+DLOCK_API void dlock_queue_on_rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status,
+                                          uint64_t token, void *ticket);
+DLOCK_API void dlock_queue_on_rw_released(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status,
+                                          void *ticket);
+DLOCK_API void dlock_queue_on_semaphore(dlock_semaphore *sem, dlock_status status, void *ticket);
+DLOCK_API void dlock_queue_on_latch(dlock_latch *latch, dlock_status status, void *ticket);
+
 /* What dlock_rwlock_inspect() reports. */
 typedef struct dlock_rwlock_info {
     int held;            /* 1 when a writer or any reader holds it */

@@ -415,26 +415,154 @@ def _on_rw_lost(_rw: Optional[int], mode: int, token: int, arg: Optional[int]) -
 # The library's asynchronous holds belong to a C handle, not to a thread,
 # so each task gets a handle of its own per lock (made on its first `async
 # with`, freed after its last): two tasks are two owners, and a nested
-# `async with` in one task re-enters. The library calls back on its own
-# threads (ctypes takes the GIL there); the callbacks only hand the outcome
-# to the task's loop with call_soon_threadsafe.
+# `async with` in one task re-enters.
+#
+# A call made from a loop passes the library's own queue callback
+# (dlock_queue_on_*) and a ticket of the loop's completion queue: the
+# library's thread appends the outcome in C and wakes the loop through the
+# queue's descriptor (add_reader), and the loop takes every outcome that
+# came with one call. No Python runs on the library's thread, which reads
+# every caller's replies: before, ctypes took the GIL there once per
+# completion, and the thread waited for the loop's turn with the GIL. A
+# loop without add_reader, and the calls made with no loop, are called
+# back in Python (ctypes takes the GIL) and handed on with
+# call_soon_threadsafe or to the service thread.
 
-# key -> (loop or None, future or None, hook(status, token, awaited))
+# key -> (loop or None, future or None, hook(status, token, awaited),
+#         the loop's queue and the call's ticket, or None)
 _Hook = Callable[[int, int, bool], None]
 _calls: Dict[int, Tuple[Optional[asyncio.AbstractEventLoop], "Optional[asyncio.Future[int]]",
-                        Optional[_Hook]]] = {}
+                        Optional[_Hook], "Optional[Tuple[_LoopQueue, int]]"]] = {}
 _call_keys = itertools.count(1)
+
+
+class _LoopQueue:
+    """One event loop's completion queue (dlock_queue) and the buffer its
+    outcomes are taken into."""
+
+    __slots__ = ("ptr", "buf", "__weakref__")
+    BURST = 64
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+        self.buf = (_native.Completion * self.BURST)()
+
+
+_queues_mu = threading.Lock()
+_queues: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[_LoopQueue]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _loop_queue(loop: asyncio.AbstractEventLoop) -> Optional[_LoopQueue]:
+    """The loop's completion queue, made and watched on first use; None for
+    a loop that cannot watch a descriptor (then callbacks are used)."""
+    lq = _queues.get(loop, False)
+    if lq is not False:
+        return lq
+    with _queues_mu:
+        lq = _queues.get(loop, False)
+        if lq is not False:
+            return lq
+        ptr = ctypes.c_void_p()
+        _check(_lib.dlock_queue_new(ctypes.byref(ptr)))
+        assert ptr.value is not None
+        made: Optional[_LoopQueue] = _LoopQueue(ptr.value)
+        try:
+            loop.add_reader(_lib.dlock_queue_fd(ptr.value), _drain_queue, made)
+        except NotImplementedError:
+            _lib.dlock_queue_free(ptr.value)
+            made = None
+        else:
+            # Freed with the loop: a loop with calls in flight is kept
+            # alive by them (_calls holds it), so none is left then.
+            weakref.finalize(loop, _lib.dlock_queue_free, ptr.value)
+        _queues[loop] = made
+        return made
 
 
 def _call_start(loop: Optional[asyncio.AbstractEventLoop],
                 hook: Optional[_Hook]) -> "Tuple[int, Optional[asyncio.Future[int]]]":
     """A key for one asynchronous call. Its outcome goes to the future (on
     `loop`), after hook(status, token, awaited) ran on the loop's thread;
-    with no loop, to the hook alone, on the service thread."""
+    with no loop, to the hook alone, on the service thread. Pass the
+    call's callback and argument as _via(key, kind, python_callback)
+    gives them, and end a call that did not start with _call_drop()."""
     key = next(_call_keys)
-    fut = loop.create_future() if loop is not None else None
-    _calls[key] = (loop, fut, hook)
+    fut = None
+    queued = None
+    if loop is not None:
+        fut = loop.create_future()
+        lq = _loop_queue(loop)
+        if lq is not None:
+            ticket = _lib.dlock_queue_ticket(lq.ptr, key)
+            if not ticket:
+                raise MemoryError("dlock: no memory for an asynchronous call")
+            queued = (lq, ticket)
+    _calls[key] = (loop, fut, hook, queued)
     return key, fut
+
+
+def _via(key: int, kind: str, callback: Any) -> Tuple[Any, Any]:
+    """The callback and argument for call `key`: the library's queue
+    callback of `kind` and the call's ticket, or the Python callback and
+    the key."""
+    entry = _calls.get(key)
+    if entry is not None and entry[3] is not None:
+        return _native.queue_callbacks[kind], entry[3][1]
+    return callback, key
+
+
+def _call_drop(key: int) -> None:
+    """Forget a call that did not start (its ticket back to the queue)."""
+    entry = _calls.pop(key, None)
+    if entry is not None and entry[3] is not None:
+        _lib.dlock_queue_ticket_free(entry[3][1])
+
+
+def _drain_queue(lq: _LoopQueue) -> None:
+    """On the loop's thread, when its queue's descriptor is readable:
+    settle every outcome that came."""
+    while True:
+        n = _lib.dlock_queue_take(lq.ptr, lq.buf, lq.BURST)
+        for i in range(n):
+            c = lq.buf[i]
+            entry = _calls.pop(c.key, None)
+            if entry is None:
+                continue
+            status = c.status
+            try:
+                _call_settle(entry[1], status, c.token,
+                             c.error.decode("utf-8", "replace") if status else "", entry[2])
+            except Exception:  # the others of the burst are settled still
+                _log.exception("dlock: settling an asynchronous call failed")
+        if n < lq.BURST:
+            return
+
+
+def _divert(key: int) -> None:
+    """On the loop's thread, for a call nobody awaits any more (its task
+    was cancelled) whose outcome has not been settled: settle it here if
+    it came already, else have the library thread that ends it hand it to
+    the service thread, so its hook undoes it even if this loop is closed
+    by then (asyncio.run cancels the tasks left, then closes the loop)."""
+    entry = _calls.get(key)
+    if entry is None or entry[3] is None:
+        return
+    lq, ticket = entry[3]
+    c = _native.Completion()
+    if _lib.dlock_queue_divert(lq.ptr, ticket, ctypes.byref(c), _on_diverted, None):
+        _calls.pop(key, None)
+        _call_settle(entry[1], c.status, c.token,
+                     c.error.decode("utf-8", "replace") if c.status else "", entry[2])
+
+
+async def _await_call(key: int, fut: "asyncio.Future[int]") -> int:
+    """Await call `key`'s future; a cancelled wait diverts the call."""
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        _divert(key)
+        raise
 
 
 # Outcomes on their way to a loop, by loop, while one drain is scheduled
@@ -472,7 +600,7 @@ def _call_end(key: Optional[int], status: int, token: int) -> None:
     entry = _calls.pop(key, None) if key is not None else None
     if entry is None:
         return
-    loop, fut, hook = entry
+    loop, fut, hook, _queued = entry
     message = _native.last_error() if status else ""
     if loop is None:
         _service.put(_call_settle, fut, status, token, message, hook)
@@ -511,6 +639,20 @@ def _call_settle(fut: "Optional[asyncio.Future[int]]", status: int, token: int, 
             fut.set_exception(_errors.from_status(status, message))
         else:
             fut.set_result(token)
+
+
+@_native.QUEUE_FN
+def _on_diverted(c: Any, _arg: Optional[int]) -> None:
+    """On a library thread: the outcome of a diverted call (_divert), for
+    the service thread, whose settling finds nobody awaiting it."""
+    _pin_thread_state()
+    done = c.contents
+    entry = _calls.pop(done.key, None)
+    if entry is None:
+        return
+    status = done.status
+    message = done.error.decode("utf-8", "replace") if status else ""
+    _service.put(_call_settle, None, status, done.token, message, entry[2])
 
 
 @_native.ACQUIRED_FN
@@ -639,16 +781,17 @@ async def _acquire_on(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandl
     try:
         rc = submit(key)
     except BaseException:
-        _calls.pop(key, None)
+        _call_drop(key)
         _task_handle_done(task, shared_key, th)
         raise
     if rc:
-        _calls.pop(key, None)
+        _call_drop(key)
         _task_handle_done(task, shared_key, th)
         fail(rc)
     try:
         return await fut
     except asyncio.CancelledError:
+        _divert(key)
         # Cancelled after the outcome arrived: the hook saw it awaited.
         if fut.done() and not fut.cancelled() and fut.exception() is None:
             give_back(0)
@@ -916,7 +1059,7 @@ class _Exclusive(_OnHandle):
         except _errors.DlockError:
             rc = -1
         if rc:
-            _calls.pop(key, None)
+            _call_drop(key)
             then()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -941,14 +1084,14 @@ class _Exclusive(_OnHandle):
         try:
             rc = view._rc(lambda ptr: self._c_release_async(ptr, key))
         except BaseException:
-            _calls.pop(key, None)
+            _call_drop(key)
             raise
         try:
             if rc:
-                _calls.pop(key, None)
+                _call_drop(key)
                 hook(rc, 0, True)
                 fail(rc)
-            await fut
+            await _await_call(key, fut)
         except _errors.DlockError:
             if exc[0] is None:
                 raise
@@ -977,10 +1120,10 @@ class Lock(_Exclusive):
         return _lib.dlock_lock_lost(self._h.ptr)
 
     def _c_acquire_async(self, ptr: int, wait_ms: int, lease_ms: int, key: int) -> int:
-        return _lib.dlock_lock_acquire_async(ptr, wait_ms, lease_ms, _on_acquired, key)
+        return _lib.dlock_lock_acquire_async(ptr, wait_ms, lease_ms, *_via(key, "acquired", _on_acquired))
 
     def _c_release_async(self, ptr: int, key: int) -> int:
-        return _lib.dlock_lock_release_async(ptr, _on_released, key)
+        return _lib.dlock_lock_release_async(ptr, *_via(key, "released", _on_released))
 
     def _sliced(self) -> bool:
         return self._h.kind != "fair"
@@ -1026,10 +1169,11 @@ class RWLockMode(_Exclusive):
         return _lib.dlock_rwlock_lost(self._h.ptr, self._mode)
 
     def _c_acquire_async(self, ptr: int, wait_ms: int, lease_ms: int, key: int) -> int:
-        return _lib.dlock_rwlock_acquire_async(ptr, self._mode, wait_ms, lease_ms, _on_rw_acquired, key)
+        return _lib.dlock_rwlock_acquire_async(ptr, self._mode, wait_ms, lease_ms,
+                                               *_via(key, "rw_acquired", _on_rw_acquired))
 
     def _c_release_async(self, ptr: int, key: int) -> int:
-        return _lib.dlock_rwlock_release_async(ptr, self._mode, _on_rw_released, key)
+        return _lib.dlock_rwlock_release_async(ptr, self._mode, *_via(key, "rw_released", _on_rw_released))
 
     def __repr__(self) -> str:
         return "<dlock.RWLock %r %s>" % (self.name, _MODE_NAMES[self._mode])
@@ -1112,12 +1256,13 @@ class Semaphore(_OnHandle):
                 return
             k, _ = _call_start(None, lambda _st, _tok, _aw: _task_handle_done(task, shared_key, th))
             if self._rc(lambda _p: _lib.dlock_semaphore_release_async(ptr, 1, _on_sem, k)):
-                _calls.pop(k, None)
+                _call_drop(k)
                 _task_handle_done(task, shared_key, th)
 
         await _acquire_on(
             task, shared_key, th,
-            lambda key: self._rc(lambda _p: _lib.dlock_semaphore_acquire_async(ptr, 1, self._wait, _on_sem, key)),
+            lambda key: self._rc(lambda _p: _lib.dlock_semaphore_acquire_async(
+                ptr, 1, self._wait, *_via(key, "semaphore", _on_sem))),
             give_back)
         return self
 
@@ -1134,11 +1279,16 @@ class Semaphore(_OnHandle):
 
         key, fut = _call_start(asyncio.get_running_loop(), hook)
         assert fut is not None
-        rc = self._rc(lambda _p: _lib.dlock_semaphore_release_async(th.handle.ptr, 1, _on_sem, key))
+        try:
+            rc = self._rc(lambda _p: _lib.dlock_semaphore_release_async(
+                th.handle.ptr, 1, *_via(key, "semaphore", _on_sem)))
+        except BaseException:
+            _call_drop(key)
+            raise
         if rc:
-            _calls.pop(key, None)
+            _call_drop(key)
             fail(rc)
-        await fut
+        await _await_call(key, fut)
 
     def __repr__(self) -> str:
         return "<dlock.Semaphore %r>" % self.name
@@ -1184,13 +1334,18 @@ class Latch(_OnHandle):
 
         key, fut = _call_start(asyncio.get_running_loop(), hook)
         assert fut is not None
-        rc = self._rc(lambda _p: _lib.dlock_latch_await_async(h.ptr, wait_ms, _on_latch, key))
+        try:
+            rc = self._rc(lambda _p: _lib.dlock_latch_await_async(h.ptr, wait_ms, *_via(key, "latch", _on_latch)))
+        except BaseException:
+            _call_drop(key)
+            _spare_done(shared, h)
+            raise
         if rc:
-            _calls.pop(key, None)
+            _call_drop(key)
             _spare_done(shared, h)
             fail(rc)
         try:
-            await fut
+            await _await_call(key, fut)
         except _errors.NotAcquired:
             return False
         return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 # The ABI this module was written against: dlock.h of 0.2.x. A library of
 # another major version may have other struct layouts.
@@ -86,7 +86,22 @@ RW_RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
 SEM_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 LATCH_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 
+
+
+class Completion(ctypes.Structure):
+    """struct dlock_completion: one outcome taken from a dlock_queue."""
+
+    _fields_ = [
+        ("key", c_uint64),
+        ("status", c_int),
+        ("token", c_uint64),
+        ("error", ctypes.c_char * 512),  # DLOCK_QUEUE_ERROR_MAX
+    ]
+
+
 _P = ctypes.POINTER
+# void (*)(const dlock_completion *, void *arg)
+QUEUE_FN = ctypes.CFUNCTYPE(None, _P(Completion), c_void_p)
 # name: (result type, argument types)
 _PROTOTYPES = {
     "dlock_strerror": (c_char_p, [c_int]),
@@ -137,6 +152,26 @@ _PROTOTYPES = {
     "dlock_rwlock_release_async": (c_int, [c_void_p, c_int, RW_RELEASED_FN, c_void_p]),
     "dlock_rwlock_inspect": (c_int, [c_void_p, c_char_p, _P(RWLockInfo)]),
     "dlock_rwlock_force_unlock": (c_int, [c_void_p, c_char_p, _P(c_int)]),
+    "dlock_queue_new": (c_int, [_P(c_void_p)]),
+    "dlock_queue_fd": (c_int, [c_void_p]),
+    "dlock_queue_free": (None, [c_void_p]),
+    "dlock_queue_ticket": (c_void_p, [c_void_p, c_uint64]),
+    "dlock_queue_ticket_free": (None, [c_void_p]),
+    "dlock_queue_take": (ctypes.c_size_t, [c_void_p, _P(Completion), ctypes.c_size_t]),
+    "dlock_queue_divert": (c_int, [c_void_p, c_void_p, _P(Completion), QUEUE_FN, c_void_p]),
+}
+
+# The library's own callbacks that post to a completion queue (dlock.h,
+# dlock_queue_on_*), as function pointers of each kind's type: passed
+# with a ticket, a completion reaches its loop without running Python on
+# the library's thread.
+_QUEUE_CALLBACKS = {
+    "acquired": ("dlock_queue_on_acquired", ACQUIRED_FN),
+    "released": ("dlock_queue_on_released", RELEASED_FN),
+    "rw_acquired": ("dlock_queue_on_rw_acquired", RW_ACQUIRED_FN),
+    "rw_released": ("dlock_queue_on_rw_released", RW_RELEASED_FN),
+    "semaphore": ("dlock_queue_on_semaphore", SEM_FN),
+    "latch": ("dlock_queue_on_latch", LATCH_FN),
 }
 
 
@@ -193,6 +228,10 @@ def load() -> ctypes.CDLL:
 
 
 lib = load()
+queue_callbacks: Dict[str, Any] = {
+    kind: fntype(ctypes.cast(getattr(lib, sym), c_void_p).value)
+    for kind, (sym, fntype) in _QUEUE_CALLBACKS.items()
+}
 # The path the loader actually used (for error messages and dlock.library_path).
 path: str = lib._name
 

@@ -73,6 +73,36 @@ def test_async_cancelled_wait_leaves_nothing_held(redis, client, name):
         other.close()
 
 
+def test_a_waiter_cancelled_as_its_loop_closes_gives_back_what_it_gets(redis, client, name):
+    # asyncio.run cancels the task left waiting and closes its loop; the
+    # acquisition still in flight ends after that, with nobody to take it
+    # from the loop's completion queue: it must be given back all the same.
+    other = dlock.Client(redis.url)
+    try:
+        hold = other.lock(name).acquire()
+
+        async def main():
+            async def waiter():
+                async with client.lock(name):  # the watchdog's lease: renewed until released
+                    await asyncio.sleep(10)
+
+            asyncio.ensure_future(waiter())
+            await asyncio.sleep(0.2)
+
+        asyncio.run(main())
+        hold.release()  # now the abandoned acquisition takes the lock
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            info = client.inspect(name)
+            if info.last_token > hold.token and not info.held:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the waiter of a closed loop kept the lock: %r" % (client.inspect(name),))
+    finally:
+        other.close()
+
+
 def test_async_latch_and_semaphore(client, name):
     async def main():
         latch = client.latch(name + ":l")
