@@ -3,11 +3,13 @@
  * thread compete for one lock, each holding it for a while (a uv timer,
  * not a sleep), and no thread is parked for a waiting job.
  *
- * The library calls back on its own threads. A callback here does the one
- * thing it should: it puts the completion on a queue and wakes the loop
- * (uv_async_send); the loop's thread takes it from there, so every step of
- * a job (start the hold's work, release, report) runs on the loop, as
- * libuv code expects. Build it with
+ * The library ends each call on one of its own threads. Here the calls
+ * are given the library's queue callbacks (dlock_queue_on_acquired,
+ * dlock_queue_on_released) and a ticket of one completion queue, so that
+ * thread only appends the outcome and makes the queue's descriptor
+ * readable; the loop watches the descriptor (uv_poll) and takes the
+ * outcomes on its own thread, where every step of a job (start the
+ * hold's work, release, report) runs, as libuv code expects. Build it with
  *
  *   cc async_libuv.c $(pkg-config --cflags --libs dlock libuv) -o async_libuv
  *
@@ -15,7 +17,6 @@
  * prints one line per hold, in the order the lock was held, and exits 0
  * when every job had its turn with a fencing token above the one before.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -29,78 +30,48 @@ typedef struct job {
     int id;
     dlock_lock *lock;    /* a handle per job: one asynchronous call per handle */
     uv_timer_t work;     /* the "work" done while holding */
-    uint64_t token;
-    dlock_status status; /* of the completion being handed over */
-    int acquired;        /* 1: that completion was the acquire's */
-    struct job *next;    /* in the hand-over queue */
 } job;
 
-/* Completions from the library's threads to the loop's. */
-static uv_async_t wake;
-static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
-static job *queue_head, *queue_tail;
+/* A completion's key says whose it is and which call it ends. */
+#define KEY(id, acquired) ((uint64_t)(id) * 2 + (acquired))
 
+static job jobs[JOBS];
+static dlock_queue *queue;
+static uv_poll_t readable;
 static int finished, failed;
 static uint64_t last_token;
-
-/* On a library thread: queue the completion, wake the loop. Nothing else:
- * the loop is not thread-safe, and a slow callback delays every caller. */
-static void hand_over(job *j, dlock_status st, int acquired)
-{
-    j->status = st;
-    j->acquired = acquired;
-    if (st != DLOCK_OK) fprintf(stderr, "job %d: %s\n", j->id, dlock_last_error());
-    pthread_mutex_lock(&queue_mu);
-    j->next = NULL;
-    if (queue_tail) queue_tail->next = j;
-    else queue_head = j;
-    queue_tail = j;
-    pthread_mutex_unlock(&queue_mu);
-    uv_async_send(&wake);
-}
-
-static void on_acquired(dlock_lock *lock, dlock_status st, uint64_t token, void *arg)
-{
-    (void)lock;
-    job *j = arg;
-    j->token = token;
-    hand_over(j, st, 1);
-}
-
-static void on_released(dlock_lock *lock, dlock_status st, void *arg)
-{
-    (void)lock;
-    hand_over(arg, st, 0);
-}
 
 /* On the loop: the hold's work is done; give the lock back. */
 static void work_done(uv_timer_t *t)
 {
     job *j = t->data;
-    if (dlock_lock_release_async(j->lock, on_released, j) != DLOCK_OK) {
-        fprintf(stderr, "job %d: %s\n", j->id, dlock_last_error());
+    void *ticket = dlock_queue_ticket(queue, KEY(j->id, 0));
+    if (!ticket || dlock_lock_release_async(j->lock, dlock_queue_on_released, ticket) != DLOCK_OK) {
+        fprintf(stderr, "job %d: %s\n", j->id, ticket ? dlock_last_error() : "out of memory");
+        dlock_queue_ticket_free(ticket);
         failed = 1;
         finished++;
     }
 }
 
 /* On the loop: the next step of each job whose completion arrived. */
-static void on_wake(uv_async_t *a)
+static void on_readable(uv_poll_t *p, int status, int events)
 {
-    (void)a;
-    pthread_mutex_lock(&queue_mu);
-    job *j = queue_head;
-    queue_head = queue_tail = NULL;
-    pthread_mutex_unlock(&queue_mu);
-    for (job *next; j; j = next) {
-        next = j->next;
-        if (j->status != DLOCK_OK) {
+    (void)p;
+    (void)status;
+    (void)events;
+    dlock_completion done[JOBS];
+    size_t n = dlock_queue_take(queue, done, JOBS);
+    for (size_t i = 0; i < n; i++) {
+        job *j = &jobs[done[i].key / 2];
+        if (done[i].status != DLOCK_OK) {
+            fprintf(stderr, "job %d: %s\n", j->id, done[i].error);
             failed = 1;
             finished++;
-        } else if (j->acquired) {
-            printf("job %d holds the lock, fencing token %llu\n", j->id, (unsigned long long)j->token);
-            if (j->token <= last_token) failed = 1;
-            last_token = j->token;
+        } else if (done[i].key % 2) {
+            printf("job %d holds the lock, fencing token %llu\n", j->id, (unsigned long long)done[i].token);
+            if (done[i].token <= last_token) failed = 1;
+            last_token = done[i].token;
             uv_timer_start(&j->work, work_done, HOLD_MS, 0);
         } else {
             finished++;
@@ -118,26 +89,36 @@ int main(int argc, char **argv)
         fprintf(stderr, "async_libuv: %s\n", dlock_last_error());
         return 1;
     }
-    uv_async_init(loop, &wake, on_wake);
-    job jobs[JOBS] = {0};
+    if (dlock_queue_new(&queue) != DLOCK_OK) {
+        fprintf(stderr, "async_libuv: %s\n", dlock_last_error());
+        dlock_client_free(client);
+        return 1;
+    }
+    uv_poll_init(loop, &readable, dlock_queue_fd(queue));
+    uv_poll_start(&readable, UV_READABLE, on_readable);
     for (int i = 0; i < JOBS; i++) {
         jobs[i].id = i;
         uv_timer_init(loop, &jobs[i].work);
         jobs[i].work.data = &jobs[i];
+        void *ticket = NULL;
         if (dlock_lock_new(client, "example:libuv", &jobs[i].lock) != DLOCK_OK ||
-            dlock_lock_acquire_async(jobs[i].lock, 10000, DLOCK_LEASE_WATCHDOG, on_acquired, &jobs[i]) != DLOCK_OK) {
+            !(ticket = dlock_queue_ticket(queue, KEY(i, 1))) ||
+            dlock_lock_acquire_async(jobs[i].lock, 10000, DLOCK_LEASE_WATCHDOG, dlock_queue_on_acquired, ticket) !=
+                DLOCK_OK) {
             fprintf(stderr, "async_libuv: %s\n", dlock_last_error());
+            dlock_queue_ticket_free(ticket);
             failed = 1;
             finished++;
         }
     }
     if (finished < JOBS) uv_run(loop, UV_RUN_DEFAULT);
     for (int i = 0; i < JOBS; i++) uv_close((uv_handle_t *)&jobs[i].work, NULL);
-    uv_close((uv_handle_t *)&wake, NULL);
+    uv_close((uv_handle_t *)&readable, NULL);
     uv_run(loop, UV_RUN_DEFAULT); /* let the closes finish */
     uv_loop_close(loop);
     /* Every job has ended, so no call is in flight on any handle. */
     for (int i = 0; i < JOBS; i++) dlock_lock_free(jobs[i].lock);
+    dlock_queue_free(queue);
     dlock_client_free(client);
     printf("%s: %d jobs, each held the lock once\n", failed ? "FAILED" : "ok", JOBS);
     return failed ? 1 : 0;
