@@ -159,11 +159,14 @@ _main_ident = threading.main_thread().ident
 
 def _after_fork_in_child() -> None:
     # The parent's service thread does not exist in the child, and its
-    # queue's lock may have been taken at the moment of fork().
-    global _service, _pid, _main_ident
+    # queue's lock may have been taken at the moment of fork(); so may
+    # the mutex of a loop's completion queue (a library thread of the
+    # parent posting): the child makes its own on first use.
+    global _service, _pid, _main_ident, _queues
     _service = _Service()
     _pid = os.getpid()
     _main_ident = threading.main_thread().ident
+    _queues = weakref.WeakKeyDictionary()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -475,9 +478,16 @@ def _loop_queue(loop: asyncio.AbstractEventLoop) -> Optional[_LoopQueue]:
         else:
             # Freed with the loop: a loop with calls in flight is kept
             # alive by them (_calls holds it), so none is left then.
-            weakref.finalize(loop, _lib.dlock_queue_free, ptr.value)
+            weakref.finalize(loop, _free_queue, ptr.value, _pid)
         _queues[loop] = made
         return made
+
+
+def _free_queue(ptr: int, pid: int) -> None:
+    # Not in a child made by fork(): its copy of the queue's mutex may
+    # have been held by a thread that does not exist there.
+    if pid == _pid:
+        _lib.dlock_queue_free(ptr)
 
 
 def _call_start(loop: Optional[asyncio.AbstractEventLoop],
