@@ -14,7 +14,7 @@ import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from . import _errors, _native
-from ._errors import ClientClosed, ForkedClient, InvalidArgument, NotAcquired, fail
+from ._errors import ClientClosed, ForkedClient, InvalidArgument, fail
 
 _lib = _native.lib
 _log = logging.getLogger("dlock")
@@ -786,7 +786,7 @@ async def _acquire_on(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandl
         if not awaited:
             give_back(status)
 
-    key, fut = _call_start(asyncio.get_running_loop(), hook)
+    key, fut = _call_start(task.get_loop(), hook)
     assert fut is not None
     try:
         rc = submit(key)
@@ -811,6 +811,10 @@ async def _acquire_on(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandl
         raise
 
 
+# The calls below take their loop from the task (Task.get_loop()), not
+# from asyncio.get_running_loop(): CPython 3.11's asks the kernel for the
+# process id on every call (a fork check). asyncio.current_task() still
+# does, once per enter and once per exit.
 def _current_task() -> "asyncio.Task[Any]":
     t = asyncio.current_task()
     if t is None:
@@ -1089,7 +1093,7 @@ class _Exclusive(_OnHandle):
                 th.handle.pop(mode, ended=status != 0, lost=status != 0, thread=ident)
                 _task_handle_done(task, shared_key, th)
 
-        key, fut = _call_start(asyncio.get_running_loop(), hook)
+        key, fut = _call_start(task.get_loop(), hook)
         assert fut is not None
         try:
             rc = view._rc(lambda ptr: self._c_release_async(ptr, key))
@@ -1287,7 +1291,7 @@ class Semaphore(_OnHandle):
             if status == 0:
                 _task_handle_done(task, shared_key, th)
 
-        key, fut = _call_start(asyncio.get_running_loop(), hook)
+        key, fut = _call_start(task.get_loop(), hook)
         assert fut is not None
         try:
             rc = self._rc(lambda _p: _lib.dlock_semaphore_release_async(

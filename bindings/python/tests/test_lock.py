@@ -2,7 +2,6 @@
 and threads, re-entry, fencing order, waits and timeouts, the GIL."""
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import dlock
-from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
