@@ -479,6 +479,7 @@ def _loop_queue(loop: asyncio.AbstractEventLoop) -> Optional[_LoopQueue]:
             # Freed with the loop: a loop with calls in flight is kept
             # alive by them (_calls holds it), so none is left then.
             weakref.finalize(loop, _free_queue, ptr.value, _pid)
+            _watch_close(loop)
         _queues[loop] = made
         return made
 
@@ -549,12 +550,14 @@ def _drain_queue(lq: _LoopQueue) -> None:
             return
 
 
-def _divert(key: int) -> None:
+def _divert(key: int, abandoned: bool = False) -> None:
     """On the loop's thread, for a call nobody awaits any more (its task
     was cancelled) whose outcome has not been settled: settle it here if
     it came already, else have the library thread that ends it hand it to
     the service thread, so its hook undoes it even if this loop is closed
-    by then (asyncio.run cancels the tasks left, then closes the loop)."""
+    by then (asyncio.run cancels the tasks left, then closes the loop).
+    `abandoned`: the loop is closing with the task still waiting, so the
+    outcome is settled as one nobody awaits, whatever its future says."""
     entry = _calls.get(key)
     if entry is None or entry[3] is None:
         return
@@ -562,8 +565,28 @@ def _divert(key: int) -> None:
     c = _native.Completion()
     if _lib.dlock_queue_divert(lq.ptr, ticket, ctypes.byref(c), _on_diverted, None):
         _calls.pop(key, None)
-        _call_settle(entry[1], c.status, c.token,
+        _call_settle(None if abandoned else entry[1], c.status, c.token,
                      c.error.decode("utf-8", "replace") if c.status else "", entry[2])
+
+
+def _watch_close(loop: asyncio.AbstractEventLoop) -> None:
+    """Have the loop's close() divert the calls its tasks still wait for:
+    a loop closed with tasks left waiting (not cancelled first, as
+    asyncio.run does) would otherwise leave their outcomes in its queue,
+    and an acquisition among them would keep its lock. A loop whose
+    close() cannot be wrapped (a compiled loop class without instance
+    attributes) is left as it is."""
+    original = loop.close
+
+    def close() -> None:
+        for key in [k for k, e in _calls.items() if e[0] is loop]:
+            _divert(key, abandoned=True)
+        original()
+
+    try:
+        loop.close = close  # type: ignore[method-assign]
+    except AttributeError:
+        pass
 
 
 async def _await_call(key: int, fut: "asyncio.Future[int]") -> int:

@@ -103,6 +103,36 @@ def test_a_waiter_cancelled_as_its_loop_closes_gives_back_what_it_gets(redis, cl
         other.close()
 
 
+def test_a_waiter_left_in_a_closed_loop_gives_back_what_it_gets(redis, client, name):
+    # A loop closed with a task still waiting (not cancelled first): the
+    # acquisition in flight must not keep the lock it gets afterwards.
+    other = dlock.Client(redis.url)
+    loop = asyncio.new_event_loop()
+    try:
+        hold = other.lock(name).acquire()
+
+        async def waiter():
+            async with client.lock(name):
+                await asyncio.sleep(10)
+
+        task = loop.create_task(waiter())
+        loop.run_until_complete(asyncio.sleep(0.2))
+        assert not task.done()
+        loop.close()
+        hold.release()  # now the abandoned acquisition takes the lock
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            info = client.inspect(name)
+            if info.last_token > hold.token and not info.held:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the waiter of a closed loop kept the lock: %r" % (client.inspect(name),))
+    finally:
+        loop.close()
+        other.close()
+
+
 def test_async_latch_and_semaphore(client, name):
     async def main():
         latch = client.latch(name + ":l")
