@@ -7,10 +7,10 @@
  * code (Python's ctypes takes the global interpreter lock for it) makes
  * that thread wait for the loop's thread to let go of the interpreter,
  * once per completion, while every other reply waits behind it; measured,
- * that was two context switches and a dozen futex calls per lock+release
- * pair (docs/BENCHMARKS.md, "Stop 29"). Posting here costs the library
- * thread a mutex and, when the queue was empty, one write to an eventfd;
- * the loop takes a burst of outcomes with one call.
+ * that was about three context switches and fifteen futex calls per
+ * lock+release pair (docs/BENCHMARKS.md, "Stop 29"). Posting here costs
+ * the library thread a mutex and, when the queue was empty, one write to
+ * an eventfd; the loop takes a burst of outcomes with one call.
  *
  * A ticket is the one allocation of a call: it travels as the call's
  * argument, becomes the queued completion, and is freed when taken. Each
