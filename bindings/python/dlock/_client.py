@@ -575,13 +575,24 @@ def _watch_close(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.run does) would otherwise leave their outcomes in its queue,
     and an acquisition among them would keep its lock. A loop whose
     close() cannot be wrapped (a compiled loop class without instance
-    attributes) is left as it is."""
+    attributes, or one wrapped already by someone else) is left as it
+    is."""
+    # Neither the wrapper nor what it calls refers to the loop: a cycle
+    # through the loop's own attribute would keep it, and its queue's
+    # descriptor, until the cyclic collector runs.
     original = loop.close
+    func = getattr(original, "__func__", None) if getattr(original, "__self__", None) is loop else None
+    ref = weakref.ref(loop)
+    if func is None:
+        return
 
     def close() -> None:
-        for key in [k for k, e in _calls.items() if e[0] is loop]:
+        lp = ref()
+        if lp is None:
+            return
+        for key in [k for k, e in _calls.items() if e[0] is lp]:
             _divert(key, abandoned=True)
-        original()
+        func(lp)
 
     try:
         loop.close = close  # type: ignore[method-assign]
