@@ -93,14 +93,13 @@ void dlock_queue_free(dlock_queue *q)
     pthread_mutex_lock(&q->mu);
     if (q->fd >= 0) close(q->fd);
     q->fd = -1;
-    int last = 0;
     for (queued *t = q->head, *n; t; t = n) {
         n = t->next;
         free(t);
-        last = unref_locked(q);
+        unref_locked(q); /* never the last: the owner's reference stays */
     }
     q->head = q->tail = NULL;
-    last = unref_locked(q);
+    int last = unref_locked(q);
     pthread_mutex_unlock(&q->mu);
     if (last) destroy(q);
 }

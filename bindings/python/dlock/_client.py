@@ -530,6 +530,13 @@ def _call_drop(key: int) -> None:
         _lib.dlock_queue_ticket_free(entry[3][1])
 
 
+def _outcome(c: "_native.Completion") -> Tuple[int, int, str]:
+    """A completion's status, token and message, copied out of its C
+    memory (the queue's buffer, or a diverted call's for the callback)."""
+    status = c.status
+    return status, c.token, c.error.decode("utf-8", "replace") if status else ""
+
+
 def _drain_queue(lq: _LoopQueue) -> None:
     """On the loop's thread, when its queue's descriptor is readable:
     settle every outcome that came."""
@@ -540,10 +547,8 @@ def _drain_queue(lq: _LoopQueue) -> None:
             entry = _calls.pop(c.key, None)
             if entry is None:
                 continue
-            status = c.status
             try:
-                _call_settle(entry[1], status, c.token,
-                             c.error.decode("utf-8", "replace") if status else "", entry[2])
+                _call_settle(entry[1], *_outcome(c), entry[2])
             except Exception:  # the others of the burst are settled still
                 _log.exception("dlock: settling an asynchronous call failed")
         if n < lq.BURST:
@@ -565,8 +570,7 @@ def _divert(key: int, abandoned: bool = False) -> None:
     c = _native.Completion()
     if _lib.dlock_queue_divert(lq.ptr, ticket, ctypes.byref(c), _on_diverted, None):
         _calls.pop(key, None)
-        _call_settle(None if abandoned else entry[1], c.status, c.token,
-                     c.error.decode("utf-8", "replace") if c.status else "", entry[2])
+        _call_settle(None if abandoned else entry[1], *_outcome(c), entry[2])
 
 
 def _watch_close(loop: asyncio.AbstractEventLoop) -> None:
@@ -694,9 +698,7 @@ def _on_diverted(c: Any, _arg: Optional[int]) -> None:
     entry = _calls.pop(done.key, None)
     if entry is None:
         return
-    status = done.status
-    message = done.error.decode("utf-8", "replace") if status else ""
-    _service.put(_call_settle, None, status, done.token, message, entry[2])
+    _service.put(_call_settle, None, *_outcome(done), entry[2])
 
 
 @_native.ACQUIRED_FN

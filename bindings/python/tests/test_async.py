@@ -73,6 +73,19 @@ def test_async_cancelled_wait_leaves_nothing_held(redis, client, name):
         other.close()
 
 
+def release_to_an_abandoned_waiter(client, name, hold):
+    """Release `hold`, which a waiter whose loop is gone then takes in its
+    place, and expect that acquisition given back within 5 s."""
+    hold.release()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        info = client.inspect(name)
+        if info.last_token > hold.token and not info.held:
+            return
+        time.sleep(0.05)
+    pytest.fail("the waiter of a closed loop kept the lock: %r" % (client.inspect(name),))
+
+
 def test_a_waiter_cancelled_as_its_loop_closes_gives_back_what_it_gets(redis, client, name):
     # asyncio.run cancels the task left waiting and closes its loop; the
     # acquisition still in flight ends after that, with nobody to take it
@@ -90,15 +103,7 @@ def test_a_waiter_cancelled_as_its_loop_closes_gives_back_what_it_gets(redis, cl
             await asyncio.sleep(0.2)
 
         asyncio.run(main())
-        hold.release()  # now the abandoned acquisition takes the lock
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            info = client.inspect(name)
-            if info.last_token > hold.token and not info.held:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the waiter of a closed loop kept the lock: %r" % (client.inspect(name),))
+        release_to_an_abandoned_waiter(client, name, hold)
     finally:
         other.close()
 
@@ -119,15 +124,7 @@ def test_a_waiter_left_in_a_closed_loop_gives_back_what_it_gets(redis, client, n
         loop.run_until_complete(asyncio.sleep(0.2))
         assert not task.done()
         loop.close()
-        hold.release()  # now the abandoned acquisition takes the lock
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            info = client.inspect(name)
-            if info.last_token > hold.token and not info.held:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the waiter of a closed loop kept the lock: %r" % (client.inspect(name),))
+        release_to_an_abandoned_waiter(client, name, hold)
     finally:
         loop.close()
         other.close()
