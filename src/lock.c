@@ -490,21 +490,20 @@ typedef struct release_call {
     const char *keys[6], *args[11];
     char lease_s[24], count_s[24], prefix[NAME_PREFIX_MAX];
     char next_lease_s[24], next_floor_s[24], timeout_s[24];
+    int waiters; /* of this client on a plain lock, when the call was made */
 } release_call;
 
 /* release.lua's direct hand-off to `o`, a waiting thread of this client
- * (ARGV[7..11]); `others` when more of its waiters wait on. */
+ * (ARGV[8..11]); `others` when more of its waiters wait on. */
 static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer *o, int others)
 {
     dlock_client *client = l->base.client;
     snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
     dlock__fence_floor_arg(&client->fences, o->l->base.fence, atomic_load(&o->l->base.floor), c->next_floor_s);
-    snprintf(c->timeout_s, sizeof c->timeout_s, "%ld", client->fair_waiter_timeout_ms);
-    c->args[6] = o->h->rec.owner;
-    c->args[7] = c->next_lease_s;
-    c->args[8] = c->next_floor_s;
-    c->args[9] = others ? "1" : "0";
-    c->args[10] = c->timeout_s;
+    c->args[7] = o->h->rec.owner;
+    c->args[8] = c->next_lease_s;
+    c->args[9] = c->next_floor_s;
+    c->args[10] = others ? "1" : "0";
     c->nargs = 11;
 }
 
@@ -516,9 +515,9 @@ static lock_offer *release_claim(dlock_lock *l, lock_thread *h, release_call *c,
     dlock_client *client = l->base.client;
     lock_offer *o = NULL;
     *claimed = NULL;
-    if (!l->fair && h->held.count == 1 && client->replica_acks == 0 && dlock__wait_count(client, l->wait_channel) > 0 &&
+    if (!l->fair && h->held.count == 1 && client->replica_acks == 0 && c->waiters > 0 &&
         (o = dlock__wait_claim(client, l->wait_channel, claimed)))
-        release_call_offer(l, c, o, dlock__wait_count(client, l->wait_channel) > 1);
+        release_call_offer(l, c, o, c->waiters > 1);
     return o;
 }
 
@@ -541,7 +540,16 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
     memcpy(c->args, args, sizeof args);
     c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
     c->nkeys = l->fair ? 2 : 6;
-    c->nargs = l->fair ? 5 : 6;
+    c->nargs = l->fair ? 5 : 7;
+    c->waiters = 0;
+    if (!l->fair) {
+        /* ARGV[7]: whether this client has waiters, who may have made no
+         * attempt that registered it (release.lua says why it matters). */
+        dlock_client *client = l->base.client;
+        c->waiters = dlock__wait_count(client, l->wait_channel);
+        snprintf(c->timeout_s, sizeof c->timeout_s, "%ld", c->waiters > 0 ? client->fair_waiter_timeout_ms : 0L);
+        c->args[6] = c->timeout_s;
+    }
 }
 
 /* Why: a waiter that offered may have been handed the lock by another

@@ -754,6 +754,40 @@ static void a_release_skips_a_waiting_process_that_is_gone(void **state)
     dlock_client_free(c);
 }
 
+/* A release by a client whose own threads wait wakes one of them even
+ * when the server has the client in no set of waiting processes. That
+ * happens in a burst: a newcomer that finds an older waiter of its
+ * process in line sleeps without an attempt (bounded barging), so it
+ * registers nothing, while the older waiter takes the lock in a way that
+ * took the process out of the set (it was its only waiter when its
+ * attempt was sent, or a release handed it the lock). The release that
+ * ends that hold then found nobody registered, published where no waiter
+ * listens, and the newcomers slept until their timed retry with the lock
+ * free (seckill's one-user burst: 429s after 2 s). Here the set is
+ * emptied under a sleeping waiter, the state that race leaves; the
+ * holder's lease is 30 s and one sleep's cap 2 s, so only the release
+ * explains a wake-up within a second of it. */
+static void a_release_wakes_its_own_waiters_when_none_of_them_is_registered(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *l = th_lock_new(c, "unregistered");
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    struct waiter w = {l, 10000, 30000, 1, -100, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, waiter_main, &w);
+    usleep(150000); /* registered, asleep */
+    freeReplyObject(th_target_cmd(&server, "{unregistered}", "DEL dlock:{unregistered}:w"));
+    long long released = th_now_ms();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, DLOCK_OK);
+    if (w.got_at - released >= 1000)
+        fail_msg("the waiter got the lock %lld ms after the release", w.got_at - released);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
 /* The set-up of the two tests below: a waiter, of a client cut off by
  * the proxy, registered with its offer and asleep on a lock held by a
  * client connected directly; the proxy cuts the waiter off, and the lock
@@ -1433,6 +1467,7 @@ int main(void)
         cmocka_unit_test(a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client),
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiting_thread_of_another_process),
         cmocka_unit_test(a_release_skips_a_waiting_process_that_is_gone),
+        cmocka_unit_test(a_release_wakes_its_own_waiters_when_none_of_them_is_registered),
         cmocka_unit_test(a_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(a_hand_off_that_comes_too_late_is_not_taken),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),

@@ -13,11 +13,14 @@
 -- KEYS[5]  (optional, with KEYS[3]) the fencing counter "dlock:{name}:fence"
 -- KEYS[6]  (optional, with KEYS[5]) the waiting processes' offers
 --          "dlock:{name}:o" (acquire.lua)
--- ARGV[7..11]  (optional, with KEYS[5]) a waiting thread of the caller's
+-- ARGV[7]  (optional, with KEYS[5]) "0" when no thread or acquisition of
+--          the caller's client waits for the lock, else how long a
+--          registered process counts as waiting (ms, as acquire.lua's
+--          ARGV[6])
+-- ARGV[8..11]  (optional, with ARGV[7]) a waiting thread of the caller's
 --          own client to hand the lock to: the waiter's owner, lease (ms),
---          fencing floor (see lib/fence.lua), "1" when other waiters of
---          the client wait on, and how long a registered process counts as
---          waiting (ms, as acquire.lua's ARGV[6])
+--          fencing floor (see lib/fence.lua), and "1" when other waiters
+--          of the client wait on
 --
 -- Returns -1 when ARGV[1] is not the owner (nothing is changed: the hold
 -- expired and someone else may own the lock now), else the holds left.
@@ -34,6 +37,17 @@
 -- A resend of that last release returns -1, which the caller that knows
 -- it resent (src/lock.c) reads as done.
 --
+-- A caller whose own process has waiters (ARGV[7]) registers it first,
+-- keeping its place if it has one. Why: registrations are made by
+-- attempts, and a process can have waiters that made none. A newcomer
+-- that finds an older waiter of its process in line sleeps without an
+-- attempt (bounded barging, src/wait.c), and the older waiter may just
+-- have taken the lock in a way that took the process out of the set (it
+-- was its process's only waiter when its attempt was sent, or a release
+-- handed it the lock). Without this, the release that ends that hold
+-- finds nobody registered, publishes where none of them listens, and they
+-- sleep until their timed retry (seconds) with the lock free.
+--
 -- A process is woken only if it is there to hear it: PUBLISH answers how
 -- many connections listen on the channel, and a process that died (its
 -- connection closed) or lost its subscription counts none. Such a process
@@ -41,7 +55,7 @@
 -- rest are found by their own timed retries), so a dead waiter costs
 -- neither a reservation nor, below, a lease.
 --
--- The direct hand-off within the caller's process (ARGV[7..11]): when the
+-- The direct hand-off within the caller's process (ARGV[8..11]): when the
 -- caller's own process is next in line and the caller named one of its
 -- waiting threads, the lock goes to that thread here, exactly as
 -- acquire.lua would grant it (a new token, count 1, the waiter's lease),
@@ -81,10 +95,14 @@ redis.call('DEL', KEYS[1])
 -- EXISTS first: an uncontended lock has no waiting set, and one call is
 -- cheaper than the three below (each redis.call costs the server about as
 -- much as a small command of its own).
-if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
+local own = tonumber(ARGV[7] or '0')
+if KEYS[3] and (own > 0 or redis.call('EXISTS', KEYS[3]) == 1) then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+    if own > 0 and redis.call('ZADD', KEYS[3], 'NX', now + own, ARGV[6]) == 1 then
+        redis.call('PEXPIRE', KEYS[3], own)
+    end
     for _ = 1, 4 do
         local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
         if not first then
@@ -96,13 +114,13 @@ if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
             redis.call('HDEL', KEYS[6], first)
         end
         if first == ARGV[6] then
-            if ARGV[7] then
-                local token, text = fence_next(KEYS[5], t, ARGV[9])
-                redis.call('HSET', KEYS[1], 'owner', ARGV[7], 'count', 1, 'token', text)
-                redis.call('PEXPIRE', KEYS[1], ARGV[8])
-                if ARGV[10] == '1' then
-                    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[11]), ARGV[6])
-                    redis.call('PEXPIRE', KEYS[3], ARGV[11])
+            if ARGV[8] then
+                local token, text = fence_next(KEYS[5], t, ARGV[10])
+                redis.call('HSET', KEYS[1], 'owner', ARGV[8], 'count', 1, 'token', text)
+                redis.call('PEXPIRE', KEYS[1], ARGV[9])
+                if ARGV[11] == '1' then
+                    redis.call('ZADD', KEYS[3], now + own, ARGV[6])
+                    redis.call('PEXPIRE', KEYS[3], own)
                 end
                 return {-3, token}
             end
