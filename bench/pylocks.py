@@ -4,16 +4,19 @@ one server: redis-py's Lock (Debian python3-redis) and dlock's Python
 package (bindings/python, on libdlock).
 
     python3 pylocks.py --lib redis-py|dlock -u URL --mode uncontended|contended
-                       --workers N [--threads|--asyncio] [--seconds S]
+                       --workers N [--threads|--asyncio|--asyncio-processes]
+                       [--seconds S]
 
 Prints one JSON line in dlock-bench's shape, "lib" being "redis-py" or
 "dlock-py", plus "p999_us", "wait_p99_us" and "wait_p999_us" (the acquire
 call alone, the wait when contended), "share_min" and "share_max" (the
 pairs of the least and the most served worker over the mean) and "kind":
-"processes", "threads" or "asyncio".
+"processes", "threads", "asyncio" or "asyncio-processes".
 
 Workers are N processes (the default), each with its own connection or
-Client, or with --threads N threads of one process sharing one redis.Redis
+Client (with --asyncio-processes each runs its loop as one asyncio task,
+as the worker processes of an asyncio server would), or with --threads N
+threads of one process sharing one redis.Redis
 (its connection pool) or one dlock.Client, or with --asyncio N tasks of
 one event loop sharing one redis.asyncio.Redis (its Lock: acquire polls
 with asyncio.sleep(0.1)) or one dlock.Client (`async with`, on the C
@@ -55,6 +58,8 @@ def parse_args(default_lib=None):
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--threads", action="store_true", help="workers are threads of one process")
     p.add_argument("--asyncio", action="store_true", help="workers are asyncio tasks of one process")
+    p.add_argument("--asyncio-processes", action="store_true",
+                   help="workers are processes, each one asyncio task (a server's worker processes)")
     p.add_argument("--fair", action="store_true", help="dlock only: the fair lock")
     p.add_argument("--seconds", type=float, default=5.0)
     try:
@@ -62,7 +67,7 @@ def parse_args(default_lib=None):
     except SystemExit as e:
         sys.exit(0 if e.code == 0 else 64)
     if (not 1 <= a.workers <= 1024 or not a.seconds > 0 or (a.fair and a.lib != "dlock")
-            or (a.threads and a.asyncio)):
+            or a.threads + a.asyncio + a.asyncio_processes > 1):
         p.print_usage(sys.stderr)
         sys.exit(64)
     return a
@@ -92,7 +97,7 @@ def make_lock(args, conn, name):
 
 
 def lock_name(args, i, tag):
-    pid = os.getpid() if args.threads or args.asyncio else os.getppid()
+    pid = os.getpid() if args.threads or args.asyncio else os.getppid()  # the run's, for every worker
     if args.mode == "contended":
         return "bench:%sc:%d" % (tag, pid)
     return "bench:%su:%d:%d" % (tag, pid, i)
@@ -150,28 +155,37 @@ async def aloop(i, args, acquire, release, t0):
             return s.result()
 
 
+async def async_calls(args, names):
+    """A connection (redis.asyncio) or client, and an (acquire, release)
+    pair of coroutine functions for each lock name."""
+    if args.lib == "redis-py":
+        import redis.asyncio as aredis
+
+        conn = aredis.Redis.from_url(args.url)
+        await conn.ping()
+        locks = [conn.lock(n, timeout=LEASE_S) for n in names]
+        return conn, [(lk.acquire, lk.release) for lk in locks]
+    conn = connect(args)
+    locks = [make_lock(args, conn, n) for n in names]
+    return conn, [(lk.__aenter__, lambda lk=lk: lk.__aexit__(None, None, None)) for lk in locks]
+
+
+async def async_close(args, conn):
+    if args.lib == "redis-py":
+        await conn.close()
+    else:
+        conn.close()
+
+
 def run_asyncio(args):
     import asyncio
 
     async def main():
-        if args.lib == "redis-py":
-            import redis.asyncio as aredis
-
-            conn = aredis.Redis.from_url(args.url)
-            await conn.ping()
-            locks = [conn.lock(lock_name(args, i, "a"), timeout=LEASE_S) for i in range(args.workers)]
-            calls = [(lk.acquire, lk.release) for lk in locks]
-        else:
-            conn = connect(args)
-            locks = [make_lock(args, conn, lock_name(args, i, "a")) for i in range(args.workers)]
-            calls = [(lk.__aenter__, lambda lk=lk: lk.__aexit__(None, None, None)) for lk in locks]
+        conn, calls = await async_calls(args, [lock_name(args, i, "a") for i in range(args.workers)])
         t0 = time.monotonic_ns()
         results = await asyncio.gather(*(aloop(i, args, calls[i][0], calls[i][1], t0)
                                          for i in range(args.workers)))
-        if args.lib == "redis-py":
-            await conn.close()
-        else:
-            conn.close()
+        await async_close(args, conn)
         return results
 
     results = asyncio.run(main())
@@ -180,6 +194,18 @@ def run_asyncio(args):
 
 def process_worker(i, args, start, barrier, out):
     """One process: connect, wait for the start, loop, send back samples."""
+    if args.asyncio_processes:
+        import asyncio
+
+        async def main():
+            conn, calls = await async_calls(args, [lock_name(args, i, "q")])
+            barrier.wait()
+            result = await aloop(i, args, calls[0][0], calls[0][1], start.value)
+            await async_close(args, conn)
+            return result
+
+        out.put(asyncio.run(main()))
+        return
     conn = connect(args)
     lock = make_lock(args, conn, lock_name(args, i, "p"))
     barrier.wait()
@@ -314,7 +340,8 @@ def main(default_lib=None):
     if args.mode == "contended":
         h = handoff_p50(holds)
         line["handoff_p50_us"] = None if h is None else round(h, 1)
-    line["kind"] = "asyncio" if args.asyncio else "threads" if args.threads else "processes"
+    line["kind"] = ("asyncio" if args.asyncio else "threads" if args.threads
+                    else "asyncio-processes" if args.asyncio_processes else "processes")
     if args.fair:
         line["fair"] = True
     print(json.dumps(line, separators=(",", ":")))

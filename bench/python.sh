@@ -28,7 +28,8 @@
 # Environment: BENCH_SECONDS (5), BENCH_STRICT (0), BENCH_PYTHON (the
 # interpreter; default the first of python3, /usr/bin/python3 that has
 # the redis module), BENCH_PY_WORKERS ("8 64"), BENCH_PY_KINDS
-# ("processes threads asyncio").
+# ("processes threads asyncio"; also "asyncio-processes": processes of
+# one asyncio task each, as an asyncio server's worker processes).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/scripts/servers.sh"
@@ -63,6 +64,7 @@ for kind in $kinds; do
     flag=""
     [ "$kind" = threads ] && flag=--threads
     [ "$kind" = asyncio ] && flag=--asyncio
+    [ "$kind" = asyncio-processes ] && flag=--asyncio-processes
     for mode in uncontended contended; do
         for workers in $workers_list; do
             libs="redis-py dlock"

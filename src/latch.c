@@ -184,7 +184,7 @@ dlock_status dlock_latch_await_async(dlock_latch *l, long wait_ms, dlock_latch_f
     op->arg = arg;
     op->since = dlock__stats_clock();
     st = dlock__await_start(&op->aw, &await_ops, l->base.client, DLOCK_STATS_LATCH, l->base.channel, wait_ms,
-                            DLOCK__AWAIT_IN_LINE);
+                            DLOCK__AWAIT_IN_LINE, NULL);
     if (st != DLOCK_OK) {
         free(op);
         dlock__handle_async_abandon(&l->base, rec);

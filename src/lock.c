@@ -657,7 +657,9 @@ typedef struct lock_async {
     int watchdog, queued;
     int replica_short; /* the last attempt was undone for want of replicas */
     int64_t sent, since;
-    lock_offer offer;  /* an acquire's, for a direct hand-off (its watch's offer) */
+    lock_offer offer;  /* an acquire's, for a direct hand-off (its watch's offer; offer.hand: from another process) */
+    int offers;        /* its attempts offer the hand-off between processes (as lock_acquire's a.offer) */
+    int offered;       /* one was sent with an offer */
     lock_offer *next;  /* a release's: the waiter it claimed, if any */
     dlock__sub_watch *claimed;
     dlock_acquired_fn acquired;
@@ -668,6 +670,65 @@ typedef struct lock_async {
 static lock_thread *async_hold(dlock_lock *l, int create)
 {
     return (lock_thread *)dlock__handle_record(&l->base, 0, sizeof(lock_thread), create, thread_init);
+}
+
+/* give_back() for an asynchronous wait that offered and gave up: its
+ * release, made now (the handle may be freed before it is sent) and sent
+ * once the leave that took the offer back has been answered, in that
+ * order, as lock_acquire() does. */
+typedef struct give_back_call {
+    dlock_client *c;
+    int nkeys, nargs;
+    const char *keys[6], *args[7];
+    char *wake; /* the client's channel on the lock, to wake one of its waiters (WAKE_OWN) */
+    char text[]; /* the strings above */
+} give_back_call;
+
+static void give_back_reply(dlock_status st, redisReply *r, void *arg)
+{
+    give_back_call *g = arg;
+    if (st == DLOCK_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer == WAKE_OWN)
+        dlock__wait_wake(g->c, g->wake);
+    if (r) freeReplyObject(r);
+    free(g);
+}
+
+static void leave_reply(dlock_status st, redisReply *r, void *arg)
+{
+    give_back_call *g = arg;
+    if (r) freeReplyObject(r);
+    /* Not when the leave got no answer: the offer may stand (the lease ends it). */
+    if (st != DLOCK_OK ||
+        dlock__async_script(g->c, DLOCK__SCRIPT_RELEASE, g->nkeys, g->keys, g->nargs, g->args, give_back_reply, g) !=
+            DLOCK_OK)
+        free(g);
+}
+
+static void async_leave_offered(dlock_lock *l, lock_thread *h, const char *const *wkeys, const char *const *wargs)
+{
+    dlock_client *c = l->base.client;
+    release_call rc;
+    release_call_make(l, h, &rc);
+    snprintf(rc.count_s, sizeof rc.count_s, "1"); /* one hold, ours if the lock names us */
+    size_t size = strlen(l->wait_channel) + 1;
+    for (int i = 0; i < rc.nkeys + rc.nargs; i++) size += strlen(i < rc.nkeys ? rc.keys[i] : rc.args[i - rc.nkeys]) + 1;
+    give_back_call *g = malloc(sizeof *g + size);
+    if (!g) return; /* the lease ends what a hand-off gave it */
+    g->c = c;
+    g->nkeys = rc.nkeys;
+    g->nargs = rc.nargs;
+    char *p = g->text;
+    for (int i = 0; i < rc.nkeys + rc.nargs; i++) {
+        const char *from = i < rc.nkeys ? rc.keys[i] : rc.args[i - rc.nkeys];
+        size_t n = strlen(from) + 1;
+        memcpy(p, from, n);
+        if (i < rc.nkeys) g->keys[i] = p;
+        else g->args[i - rc.nkeys] = p;
+        p += n;
+    }
+    memcpy(p, l->wait_channel, strlen(l->wait_channel) + 1);
+    g->wake = p;
+    if (dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 3, wargs, leave_reply, g) != DLOCK_OK) free(g);
 }
 
 /* The end of an asynchronous acquire: the hold begun, or the wait given
@@ -681,6 +742,8 @@ static void acquire_done(dlock__await *aw, int result)
     dlock_status st = (dlock_status)result;
     if (result == DLOCK_OK && op->offer.token) /* handed over while it waited */
         hold_handed(l, h, op->offer.token, op->offer.sent, &op->sent);
+    else if (result == DLOCK_OK && op->offer.hand.got && !op->offer.hand.stale && h->held.count == op->before)
+        hold_handed(l, h, op->offer.hand.token, op->offer.hand.sent, &op->sent); /* by another process */
     if (result == DLOCK_OK &&
         dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
         release_call rc;
@@ -695,8 +758,8 @@ static void acquire_done(dlock__await *aw, int result)
     } else if (result == DLOCK__BUSY) {
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     }
-    if (st != DLOCK_OK && op->queued &&
-        (l->fair || dlock__wait_count(c, l->wait_channel) == 0)) { /* as lock_acquire() */
+    int last = st != DLOCK_OK && op->queued && (l->fair || dlock__wait_count(c, l->wait_channel) == 0);
+    if (last || (st != DLOCK_OK && op->offered)) { /* as lock_acquire() */
         char why[512];
         snprintf(why, sizeof why, "%s", dlock_last_error());
         char prefix[NAME_PREFIX_MAX];
@@ -704,9 +767,10 @@ static void acquire_done(dlock__await *aw, int result)
         const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
         const char *args[3] = {h->rec.owner, c->publish, prefix};
         const char *wkeys[2] = {l->waiters, l->offers};
-        const char *wargs[1] = {c->id};
+        const char *wargs[3] = {c->id, last ? "1" : "0", h->rec.owner};
         if (l->fair) dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, dlock__async_ignore, NULL);
-        else dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 1, wargs, dlock__async_ignore, NULL);
+        else if (!op->offered) dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 2, wargs, dlock__async_ignore, NULL);
+        else async_leave_offered(l, h, wkeys, wargs);
         dlock__fail(st, "%s", why); /* the reason, not the leave's */
     }
     dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);
@@ -724,9 +788,12 @@ static dlock_status async_attempt(dlock__await *aw)
 {
     lock_async *op = (lock_async *)aw;
     acquire_call ac;
-    acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, aw->e != NULL, -1, &ac);
-    op->queued |= aw->wait_ms != 0 && (op->l->fair || aw->e != NULL); /* as acquire_call_make() */
     op->sent = dlock__mono_ms();
+    /* After a stale hand no more offers in this wait, as in try_again(). */
+    int offer = op->offers && !op->offer.hand.stale;
+    acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, aw->e != NULL, offer ? op->sent : -1, &ac);
+    op->queued |= aw->wait_ms != 0 && (op->l->fair || aw->e != NULL); /* as acquire_call_make() */
+    op->offered |= offer && ac.nargs == 8; /* the offer went with it (mode "1") */
     return dlock__async_script_acked(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args,
                                      dlock__await_reply, op);
 }
@@ -782,11 +849,20 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             const char *channel = l->fair ? h->wake_channel : l->wait_channel;
             op->offer = (lock_offer){l, h, op->lease, 0, 0};
             if (!l->fair && c->replica_acks == 0) op->aw.watch.offer = &op->offer; /* as lock_acquire() */
+            /* The hand-off from another process, as lock_acquire(): its
+             * hand names this wait, and counts as fresh for half the lease
+             * the holder may trust. */
+            op->offers = !l->fair && c->replica_acks == 0 && wait_ms != 0 && op->before == 0;
+            if (op->offers) {
+                op->offer.hand = (dlock__sub_hand){h->rec.owner, ++h->wait_id, 0, 0, 0, 0, 0};
+                op->offer.hand.fresh_ms = dlock__lease_trust_ms(op->lease, c->safety_margin_pct) / 2;
+            }
             /* Bounded barging, as lock_acquire() */
             int first = op->before != 0 || c->replica_acks != 0 ? DLOCK__AWAIT_TRY
                         : l->fair                                   ? DLOCK__AWAIT_IN_LINE
                                                                     : DLOCK__AWAIT_BOUNDED; /* as lock_acquire() */
-            st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, first);
+            st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, first,
+                                    op->offers ? &op->offer.hand : NULL);
             if (st == DLOCK_OK) return DLOCK_OK;
             free(op);
         }

@@ -377,7 +377,7 @@ dlock_status dlock_rwlock_acquire_async(dlock_rwlock *rw, dlock_rw_mode mode, lo
         op->acquired = cb;
         op->arg = arg;
         st = dlock__await_start(&op->aw, &acquire_ops, c, mode_kind[mode], rw->base.channel, wait_ms,
-                                op->before == 0 ? DLOCK__AWAIT_IN_LINE : DLOCK__AWAIT_TRY);
+                                op->before == 0 ? DLOCK__AWAIT_IN_LINE : DLOCK__AWAIT_TRY, NULL);
         if (st == DLOCK_OK) return DLOCK_OK;
     }
     free(op);

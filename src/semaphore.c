@@ -253,7 +253,7 @@ dlock_status dlock_semaphore_acquire_async(dlock_semaphore *s, long permits, lon
     if (st != DLOCK_OK) return st;
     op->since = dlock__stats_clock();
     st = dlock__await_start(&op->aw, &acquire_ops, s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, wait_ms,
-                            DLOCK__AWAIT_IN_LINE);
+                            DLOCK__AWAIT_IN_LINE, NULL);
     return st == DLOCK_OK ? st : async_abandon(op, st);
 }
 

@@ -313,8 +313,9 @@ static int remove_armed(struct dlock__subscriber *s, dlock__sub_watch *w);
 
 /* A message "=<token> <sent> <id> <owner>" (release.lua): another process's
  * release handed the lock to the waiter of this client named <owner>. Its
- * hand is filled in and its thread, if asleep and not claimed by a
- * releaser of this client (that one settles it), woken holding the lock.
+ * hand is filled in and its thread (or its asynchronous wait's watch), if
+ * asleep and not claimed by a releaser of this client (that one settles
+ * it), woken holding the lock.
  * A message naming no wait that is on here is dropped: that waiter gave
  * up, and gives the lock back itself (give_back in lock.c), or its wait
  * ended with an attempt of its own that came after the hand-off (and was
@@ -339,6 +340,10 @@ static void hand_over(struct dlock__subscriber *s, dlock__sub_entry *e, const ch
     in->hand->token = (uint64_t)token;
     in->hand->sent = (int64_t)sent;
     in->hand->got = 1;
+    if (in->fn) { /* an asynchronous wait: its own watch; not armed while an attempt is out (dlock__sub_arm) */
+        if (!in->claimed && remove_armed(s, in)) make_due(s, in, DLOCK__SUB_HANDED);
+        return;
+    }
     for (dlock__sub_watch *w = s->armed; w; w = w->next)
         if (w->line == in) {
             if (!w->claimed && remove_armed(s, w)) make_due(s, w, DLOCK__SUB_HANDED);
@@ -700,6 +705,8 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
     w->want_ready = want_ready;
     if (s->firing_all) {
         make_due(s, w, DLOCK__SUB_TIMER);
+    } else if (w->hand && w->hand->got && !w->hand->stale) {
+        make_due(s, w, DLOCK__SUB_HANDED); /* came while its attempt was out */
     } else if (e->permits > 0) {
         e->permits--;
         make_due(s, w, DLOCK__SUB_MESSAGE);
@@ -795,6 +802,8 @@ void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *w, int gra
     int async = w->fn != NULL; /* fired on this thread: poke it */
     if (granted && remove_armed(s, w)) {
         make_due(s, w, DLOCK__SUB_GRANTED);
+    } else if (async && w->hand && w->hand->got && !w->hand->stale && remove_armed(s, w)) {
+        make_due(s, w, DLOCK__SUB_HANDED); /* came while it was claimed (a thread looks itself) */
     } else if (w->e->permits > 0 && remove_armed(s, w)) {
         /* A wake-up it was skipped for while claimed. */
         w->e->permits--;

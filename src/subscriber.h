@@ -60,7 +60,9 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
  * subscriber's mutex; `got` then stays set) and wakes its thread if it
  * sleeps; one that is awake finds it at its next sleep. Read `token` and
  * `sent` only once `got` is seen with the watch delisted or the thread
- * woken with 3.
+ * woken with 3. An asynchronous wait puts the hand on its own watch, which
+ * fires with DLOCK__SUB_HANDED: at once if armed, else when it is armed
+ * next (its attempt was out).
  */
 typedef struct dlock__sub_hand {
     const char *owner;
@@ -88,7 +90,7 @@ enum {
     DLOCK__SUB_MESSAGE = 1,
     DLOCK__SUB_READY = 2,
     DLOCK__SUB_GRANTED = 3,
-    DLOCK__SUB_HANDED = 4 /* a sleeping thread's only: dlock__sub_hand */
+    DLOCK__SUB_HANDED = 4 /* a wait with a dlock__sub_hand: another process handed it the lock */
 };
 typedef void dlock__sub_fire_fn(dlock__sub_watch *w, int woken);
 struct dlock__sub_watch {
@@ -100,7 +102,7 @@ struct dlock__sub_watch {
     int woken;            /* why it fired */
     void *offer;          /* a sleeping thread's, for dlock__sub_claim (else NULL) */
     int claimed;          /* a releaser holds it asleep until it settles */
-    dlock__sub_hand *hand; /* an enlisted thread's, for another process's hand-off */
+    dlock__sub_hand *hand; /* an enlisted wait's, for another process's hand-off (or NULL) */
     dlock__sub_watch *line; /* a sleeping thread's: the watch its wait enlisted */
     dlock__sub_watch *next; /* in the armed or the due list */
     dlock__sub_watch *wnext; /* in its entry's list of waiters (dlock__sub_enlist) */

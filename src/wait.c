@@ -268,9 +268,13 @@ void dlock__await_reply(dlock_status st, redisReply *r, void *arg)
 static void await_fire(dlock__sub_watch *watch, int woken)
 {
     dlock__await *w = (dlock__await *)watch;
-    if (woken == DLOCK__SUB_MESSAGE || woken == DLOCK__SUB_GRANTED) dlock__stats_woken(&w->client->stats, w->kind);
-    if (woken == DLOCK__SUB_GRANTED) {
-        await_end(w, DLOCK_OK); /* handed over (dlock__wait_claim): the offer says how */
+    if (woken == DLOCK__SUB_MESSAGE || woken == DLOCK__SUB_GRANTED || woken == DLOCK__SUB_HANDED)
+        dlock__stats_woken(&w->client->stats, w->kind);
+    /* Handed over by this client's release (dlock__wait_claim: the offer
+     * says how) or another process's (the hand says how, if still fresh;
+     * a stale one is tried instead, as a thread does). */
+    if (woken == DLOCK__SUB_GRANTED || (woken == DLOCK__SUB_HANDED && hand_taken(watch->hand))) {
+        await_end(w, DLOCK_OK);
         return;
     }
     if (w->deadline >= 0 && dlock__mono_ms() >= w->deadline) {
@@ -282,7 +286,8 @@ static void await_fire(dlock__sub_watch *watch, int woken)
 }
 
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms, int how)
+                               dlock_stats_kind kind, const char *channel, long wait_ms, int how,
+                               dlock__sub_hand *hand)
 {
     w->watch.fn = await_fire;
     w->ops = ops;
@@ -292,7 +297,7 @@ dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dl
     w->wait_ms = wait_ms;
     w->deadline = dlock__deadline(wait_ms);
     w->watch.since = dlock__mono_ms();
-    w->watch.hand = NULL; /* threads only: dlock__sub_hand */
+    w->watch.hand = hand; /* before the first attempt, which may offer */
     w->watch.line = NULL;
     w->backoff = 0;
     w->e = NULL;

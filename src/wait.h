@@ -184,9 +184,13 @@ enum { DLOCK__AWAIT_TRY = 0, DLOCK__AWAIT_IN_LINE = 1, DLOCK__AWAIT_BOUNDED = 2 
 
 /* Begin as `how` says. Not DLOCK_OK: nothing was sent and done will not
  * run. `w` is the primitive's, allocated by it, and must stay valid until
- * done (which may free it, and may have run when this returns). */
+ * done (which may free it, and may have run when this returns). `hand`
+ * (or NULL): the wait's, when its attempts offer to be handed the lock by
+ * another process (dlock__sub_hand); the wait then ends DLOCK_OK when a
+ * fresh hand comes, and done reads it. */
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms, int how);
+                               dlock_stats_kind kind, const char *channel, long wait_ms, int how,
+                               dlock__sub_hand *hand);
 
 /* The callback of every attempt sent by ops->send. */
 void dlock__await_reply(dlock_status st, redisReply *r, void *arg);

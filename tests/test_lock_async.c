@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "proxy.h"
 #include "target.h"
 
 static th_target server;
@@ -296,6 +297,94 @@ static void a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client(voi
     dlock_lock_free(l);
     dlock_lock_free(other);
     dlock_client_free(c);
+}
+
+/* The hand-off between processes, for an asynchronous waiter: its
+ * attempt that found the lock busy offered, with its process's
+ * registration, to be handed the lock (acquire.lua), and the other
+ * client's release takes it for the waiter in its script (release.lua)
+ * and tells it so on its process's channel. Each round: the lock names
+ * the waiter the moment the release returns (without the offer it would
+ * be free, kept for the waiter's process 100 ms, until the waiter's own
+ * attempt), the script calls from the release to the waiter's callback
+ * are the release alone, and the hold is the waiter's: the token the
+ * callback got, count 1, its own 7 s lease. */
+static void an_async_waiter_is_handed_the_lock_by_another_process(void **state)
+{
+    (void)state;
+    enum { REPS = 3 };
+    dlock_client *c = new_client(0), *other = new_client(0), *look = new_client(0);
+    dlock_lock *holder, *waiter;
+    assert_int_equal(dlock_lock_new(c, "async:handed-x", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(other, "async:handed-x", &waiter), DLOCK_OK);
+    for (int i = 0; i < REPS; i++) {
+        uint64_t mine;
+        assert_int_equal(dlock_lock_acquire(holder, 0, 30000, &mine), DLOCK_OK);
+        done d;
+        done_init(&d);
+        assert_int_equal(dlock_lock_acquire_async(waiter, 10000, 7000, on_acquired, &d), DLOCK_OK);
+        assert_int_equal(done_wait(&d, 1, 150), 0); /* registered with its offer, asleep */
+        long long before = th_target_calls(&server, "evalsha");
+        assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+        dlock_lock_info at_release, held;
+        assert_int_equal(dlock_lock_inspect(look, "async:handed-x", &at_release), DLOCK_OK);
+        assert_int_equal(done_wait(&d, 1, 5000), 1);
+        long long calls = th_target_calls(&server, "evalsha") - before - 1; /* not the inspect */
+        assert_int_equal(d.st, DLOCK_OK);
+        if (!at_release.held) fail_msg("round %d: the lock was free after the release, not handed over", i);
+        if (calls != 1) fail_msg("round %d: %lld script calls from the release to the waiter's hold", i, calls);
+        assert_true(d.token > mine);
+        assert_int_equal((long long)at_release.last_token, (long long)d.token);
+        assert_int_equal(dlock_lock_inspect(look, "async:handed-x", &held), DLOCK_OK);
+        assert_int_equal(held.held, 1);
+        assert_int_equal(held.hold_count, 1);
+        assert_true(held.ttl_ms > 5000 && held.ttl_ms <= 7000);
+        release_ok(waiter);
+    }
+    dlock_lock_free(waiter);
+    dlock_lock_free(holder);
+    dlock_client_free(look);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
+/* An asynchronous waiter that gives up just as another process hands it
+ * the lock: its client is cut off by the proxy from before the release
+ * until after its 400 ms wait ended, so it knows nothing of the hand-off.
+ * Its leave takes the offer back, and then it finds the lock in its own
+ * name and gives it back, in that order, as a thread does: the lock is
+ * free well within the 20 s lease it was handed with. */
+static void an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+{
+    (void)state;
+    th_target_require_single(&server); /* the proxy fronts one server */
+    th_proxy *px = th_proxy_start(&server.single);
+    assert_non_null(px);
+    dlock_client *c = new_client(0), *cut;
+    assert_int_equal(dlock_client_new(th_proxy_url(px), NULL, &cut), DLOCK_OK);
+    dlock_lock *holder, *waiter;
+    assert_int_equal(dlock_lock_new(c, "async:given-back", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(cut, "async:given-back", &waiter), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
+    done d;
+    done_init(&d);
+    assert_int_equal(dlock_lock_acquire_async(waiter, 400, 20000, on_acquired, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 150), 0); /* registered with its offer, asleep */
+    th_proxy_partition(px, 1);
+    assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "async:given-back", &info), DLOCK_OK);
+    if (!info.held) fail_msg("the release did not hand the lock to the registered waiter");
+    assert_int_equal(done_wait(&d, 1, 1000), 1); /* its wait ran out, cut off */
+    assert_int_equal(d.st, DLOCK_ERR_TIMEOUT);
+    th_proxy_partition(px, 0);
+    assert_int_equal(dlock_lock_acquire(holder, 3000, 30000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+    dlock_lock_free(waiter);
+    dlock_lock_free(holder);
+    dlock_client_free(cut);
+    dlock_client_free(c);
+    th_proxy_stop(px);
 }
 
 static void async_wait_runs_out_with_timeout(void **state)
@@ -1026,6 +1115,8 @@ int main(void)
         cmocka_unit_test(async_wait_is_woken_by_the_release),
         cmocka_unit_test(async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client),
+        cmocka_unit_test(an_async_waiter_is_handed_the_lock_by_another_process),
+        cmocka_unit_test(an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
         cmocka_unit_test(async_fair_waiters_get_the_lock_in_queue_order),
         cmocka_unit_test(async_hold_belongs_to_the_handle_and_reenters),
