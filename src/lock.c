@@ -333,6 +333,22 @@ static void hold_handed(dlock_lock *l, lock_thread *h, uint64_t token, int64_t f
     dlock__fence_note(&l->base.client->fences, l->base.fence, h->token);
 }
 
+/* Whether a wait of `h` offers to be handed the lock by another
+ * process's release (a plain lock's first hold, waited for; a fair lock's
+ * order is its queue's, and a replica-safe acquire waits for replicas
+ * after its own attempt: neither is handed over), and if so its hand:
+ * this wait's id, and fresh for half the lease the holder may trust,
+ * counted from the offer. For the thread's and the asynchronous acquire
+ * alike. */
+static int hand_begin(dlock_lock *l, lock_thread *h, long wait_ms, long before, long lease, dlock__sub_hand *hand)
+{
+    dlock_client *c = l->base.client;
+    if (l->fair || c->replica_acks != 0 || wait_ms == 0 || before != 0) return 0;
+    *hand = (dlock__sub_hand){h->rec.owner, ++h->wait_id, 0, 0, 0, 0, 0};
+    hand->fresh_ms = dlock__lease_trust_ms(lease, c->safety_margin_pct) / 2;
+    return 1;
+}
+
 static void give_back(dlock_lock *l, lock_thread *h);
 
 /* Arguments of one acquire attempt, for dlock__wait_for(). */
@@ -414,11 +430,8 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
     /* A fair lock's order is its queue's, and a replica-safe acquire
      * waits for replicas after its own attempt: neither is handed over. */
     int offered = !l->fair && l->base.client->replica_acks == 0;
-    a.offer = offered && may_wait;
-    if (a.offer) h->wait_id++;
-    lock_offer offer = {l, h, lease, 0, 0, {h->rec.owner, h->wait_id, 0, 0, 0, 0, 0}};
-    /* Half the lease the holder may trust, counted from the offer. */
-    offer.hand.fresh_ms = dlock__lease_trust_ms(lease, l->base.client->safety_margin_pct) / 2;
+    lock_offer offer = {l, h, lease, 0, 0, {0}};
+    a.offer = hand_begin(l, h, wait_ms, before, lease, &offer.hand);
     a.hand = &offer.hand;
     int begin = may_wait ? dlock__wait_begin(l->base.client, channel, !l->fair, l->base.client->replica_acks == 0,
                                              a.offer ? &offer.hand : NULL, &early)
@@ -679,7 +692,7 @@ static lock_thread *async_hold(dlock_lock *l, int create)
 typedef struct give_back_call {
     dlock_client *c;
     int nkeys, nargs;
-    const char *keys[6], *args[7];
+    const char *argv[6 + 7]; /* the keys, then the arguments */
     char *wake; /* the client's channel on the lock, to wake one of its waiters (WAKE_OWN) */
     char text[]; /* the strings above */
 } give_back_call;
@@ -699,7 +712,8 @@ static void leave_reply(dlock_status st, redisReply *r, void *arg)
     if (r) freeReplyObject(r);
     /* Not when the leave got no answer: the offer may stand (the lease ends it). */
     if (st != DLOCK_OK ||
-        dlock__async_script(g->c, DLOCK__SCRIPT_RELEASE, g->nkeys, g->keys, g->nargs, g->args, give_back_reply, g) !=
+        dlock__async_script(g->c, DLOCK__SCRIPT_RELEASE, g->nkeys, g->argv, g->nargs, g->argv + g->nkeys,
+                            give_back_reply, g) !=
             DLOCK_OK)
         free(g);
 }
@@ -710,24 +724,26 @@ static void async_leave_offered(dlock_lock *l, lock_thread *h, const char *const
     release_call rc;
     release_call_make(l, h, &rc);
     snprintf(rc.count_s, sizeof rc.count_s, "1"); /* one hold, ours if the lock names us */
-    size_t size = strlen(l->wait_channel) + 1;
-    for (int i = 0; i < rc.nkeys + rc.nargs; i++) size += strlen(i < rc.nkeys ? rc.keys[i] : rc.args[i - rc.nkeys]) + 1;
+    const char *from[6 + 7 + 1]; /* what the call needs, each copied into g->text */
+    int n = rc.nkeys + rc.nargs;
+    memcpy(from, rc.keys, (size_t)rc.nkeys * sizeof *from);
+    memcpy(from + rc.nkeys, rc.args, (size_t)rc.nargs * sizeof *from);
+    from[n] = l->wait_channel;
+    size_t size = 0;
+    for (int i = 0; i <= n; i++) size += strlen(from[i]) + 1;
     give_back_call *g = malloc(sizeof *g + size);
     if (!g) return; /* the lease ends what a hand-off gave it */
     g->c = c;
     g->nkeys = rc.nkeys;
     g->nargs = rc.nargs;
     char *p = g->text;
-    for (int i = 0; i < rc.nkeys + rc.nargs; i++) {
-        const char *from = i < rc.nkeys ? rc.keys[i] : rc.args[i - rc.nkeys];
-        size_t n = strlen(from) + 1;
-        memcpy(p, from, n);
-        if (i < rc.nkeys) g->keys[i] = p;
-        else g->args[i - rc.nkeys] = p;
-        p += n;
+    for (int i = 0; i <= n; i++) {
+        size_t len = strlen(from[i]) + 1;
+        memcpy(p, from[i], len);
+        if (i < n) g->argv[i] = p;
+        else g->wake = p;
+        p += len;
     }
-    memcpy(p, l->wait_channel, strlen(l->wait_channel) + 1);
-    g->wake = p;
     if (dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 3, wargs, leave_reply, g) != DLOCK_OK) free(g);
 }
 
@@ -849,14 +865,7 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             const char *channel = l->fair ? h->wake_channel : l->wait_channel;
             op->offer = (lock_offer){l, h, op->lease, 0, 0};
             if (!l->fair && c->replica_acks == 0) op->aw.watch.offer = &op->offer; /* as lock_acquire() */
-            /* The hand-off from another process, as lock_acquire(): its
-             * hand names this wait, and counts as fresh for half the lease
-             * the holder may trust. */
-            op->offers = !l->fair && c->replica_acks == 0 && wait_ms != 0 && op->before == 0;
-            if (op->offers) {
-                op->offer.hand = (dlock__sub_hand){h->rec.owner, ++h->wait_id, 0, 0, 0, 0, 0};
-                op->offer.hand.fresh_ms = dlock__lease_trust_ms(op->lease, c->safety_margin_pct) / 2;
-            }
+            op->offers = hand_begin(l, h, wait_ms, op->before, op->lease, &op->offer.hand);
             /* Bounded barging, as lock_acquire() */
             int first = op->before != 0 || c->replica_acks != 0 ? DLOCK__AWAIT_TRY
                         : l->fair                                   ? DLOCK__AWAIT_IN_LINE
