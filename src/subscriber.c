@@ -56,6 +56,9 @@
 
 enum { SUB_IDLE, SUB_SENT, SUB_ACTIVE, UNSUB_SENT };
 
+/* Who reads the links (see "Reading without this thread" below). */
+enum { READER_NONE, READER_THREAD, READER_SLEEPER };
+
 struct dlock__sub_entry {
     char *channel;
     size_t len;
@@ -77,11 +80,18 @@ typedef struct sub_link {
     int backoff;
 } sub_link;
 
+struct thread_watch;
+
 struct dlock__subscriber {
     dlock_client *client;
     pthread_t thread;
     pthread_mutex_t mu;
-    int wake_fd;
+    int wake_fd;        /* eventfd: wakes this thread */
+    int yield_fd;       /* eventfd: wakes the sleeper that reads the links */
+    int reader;         /* READER_*: who reads the links now (or may: NONE) */
+    struct thread_watch *reading; /* READER_SLEEPER: that sleeper's watch */
+    int polling;        /* ... which is in poll() now, without mu */
+    int yield_asked;    /* this thread wants the links back */
     int stop;
     int dirty;          /* some entry needs a command sent */
     int firing_all;     /* the client is draining: watches fire at once */
@@ -122,6 +132,14 @@ static void poke(struct dlock__subscriber *s)
     if (write(s->wake_fd, &one, sizeof one) < 0) { /* counter full: already poked */ }
 }
 
+/* Wake the sleeper that reads the links out of its poll(), to look again
+ * under mu. */
+static void interrupt(struct dlock__subscriber *s)
+{
+    uint64_t one = 1;
+    if (write(s->yield_fd, &one, sizeof one) < 0) { /* counter full: already woken */ }
+}
+
 /* A sleeping thread's watch: fired under mu, with no trip through the
  * due list, by setting FIRED in `state` and waking the thread, which
  * sleeps on that word without holding mu (dlock__futex_wait). Why: a
@@ -143,11 +161,15 @@ typedef struct thread_watch {
 #define NUDGE 2u
 
 /* Wake the sleeping thread of `t` to look again under mu. Called with mu
- * held, so the thread cannot leave before its word is changed. */
-static void nudge(thread_watch *t)
+ * held, so the thread cannot leave before its word is changed. The thread
+ * may be the one reading the links, asleep in poll() rather than on its
+ * word. */
+static void nudge(struct dlock__subscriber *s, thread_watch *t)
 {
+    int in_poll = s->reading == t && s->polling;
     atomic_fetch_add_explicit(&t->state, NUDGE, memory_order_release);
     dlock__futex_wake(&t->state);
+    if (in_poll) interrupt(s);
 }
 
 /* Move watch `w` (armed, or new) to the due list, to fire for `why`; a
@@ -157,8 +179,10 @@ static void make_due(struct dlock__subscriber *s, dlock__sub_watch *w, int why)
     w->woken = why;
     if (!w->fn) {
         thread_watch *t = (thread_watch *)w;
+        int in_poll = s->reading == t && s->polling;
         atomic_fetch_or_explicit(&t->state, FIRED, memory_order_release); /* t may be gone from here on */
         dlock__futex_wake(&t->state);
+        if (in_poll) interrupt(s);
         return;
     }
     w->next = s->due;
@@ -482,6 +506,102 @@ static void run_due(struct dlock__subscriber *s)
     }
 }
 
+/*
+ * Reading without this thread. A message that wakes a sleeping thread
+ * costs two wake-ups when this thread reads it: this thread's, then the
+ * sleeper's. Where a process has one thread waiting (a worker process, the
+ * CLI), both are on the path of every hand-off from another process, and
+ * on a small machine each wake-up waits for a CPU. So when this thread has
+ * nothing of its own to do (nothing to send or to hear confirmed, no
+ * watch armed), it stops reading the links (READER_NONE) and polls only
+ * its eventfd; the next thread to sleep on a channel reads them itself
+ * (READER_SLEEPER) instead of sleeping on its word, handles whatever comes
+ * as this thread would, and wakes with its own message. It hands the
+ * links back (READER_NONE, and a poke when somebody else must read on, or
+ * this thread has work) when it leaves, and when this thread asks for them
+ * (yield_asked: a channel to subscribe, a second's housekeeping, stopping).
+ * The links are touched only by their reader: this thread reads, connects,
+ * sends and resets them only as READER_THREAD. Watches made due run here
+ * whoever reads, since that needs no link.
+ */
+
+/* Nothing to send, no confirmation awaited, nobody asleep or armed: the
+ * links need no reader until the next sleeper. Under mu. */
+static int may_park(struct dlock__subscriber *s)
+{
+    if (s->dirty || s->due || s->armed) return 0;
+    for (int i = 0; i < s->n_links; i++)
+        if (s->links[i].c && dlock__link_buffered(s->links[i].c) > 0) return 0;
+    for (int b = 0; b < BUCKETS; b++)
+        for (dlock__sub_entry *e = s->buckets[b]; e; e = e->next)
+            if (e->state == SUB_SENT || e->state == UNSUB_SENT || (e->refs > 0 && e->state == SUB_IDLE)) return 0;
+    return 1;
+}
+
+/* Wait up to `timeout` ms (-1: no limit) for the links or `extra_fd` (an
+ * eventfd, drained here), read what came and handle every reply. Called by
+ * the links' reader with mu held, which it releases while it waits and
+ * reads. */
+static void read_links(struct dlock__subscriber *s, int extra_fd, int timeout)
+{
+    struct pollfd fds[MAX_LINKS + 1];
+    int which[MAX_LINKS + 1], nfds = 1;
+    fds[0] = (struct pollfd){extra_fd, POLLIN, 0};
+    for (int i = 0; i < s->n_links; i++) {
+        if (!s->links[i].c) continue;
+        fds[nfds] = (struct pollfd){dlock__link_fd(s->links[i].c), POLLIN, 0};
+        /* TLS may hold decrypted bytes poll() cannot see. */
+        if (dlock__link_buffered(s->links[i].c) > 0) timeout = 0;
+        which[nfds++] = i;
+    }
+    s->polling = 1;
+    pthread_mutex_unlock(&s->mu);
+    int n = poll(fds, (nfds_t)nfds, timeout);
+    int broken[MAX_LINKS + 1] = {0};
+    char buf[16384];
+    for (int f = 1; f < nfds; f++) {
+        dlock__link *c = s->links[which[f]].c;
+        if (!((n > 0 && (fds[f].revents & (POLLIN | POLLHUP | POLLERR))) || dlock__link_buffered(c) > 0)) continue;
+        ssize_t k = dlock__link_recv(c, buf, sizeof buf);
+        broken[f] = k <= 0 || dlock__link_feed(c, buf, (size_t)k) != 0;
+    }
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+        uint64_t v;
+        if (read(extra_fd, &v, sizeof v) < 0) { /* nothing pending */ }
+    }
+    pthread_mutex_lock(&s->mu);
+    s->polling = 0;
+
+    for (int f = 1; f < nfds; f++) {
+        int L = which[f];
+        sub_link *k = &s->links[L];
+        redisReply *reply;
+        while (!broken[f] && k->c) {
+            if (dlock__link_reply(k->c, &reply) != 0) broken[f] = 1;
+            if (!reply) break;
+            on_reply(s, L, reply);
+            freeReplyObject(reply);
+        }
+        if (k->c && broken[f]) {
+            dlock__topo_node_failed(s->client->topo, k->node);
+            link_reset(s, L);
+            k->backoff = 20;
+            k->retry_at = dlock__mono_ms() + k->backoff;
+        }
+    }
+}
+
+/* Poll only the eventfd, while nobody or a sleeper reads the links: this
+ * thread runs the watches made due and wakes for its timers. Called with
+ * mu held. */
+static void idle_wait(struct dlock__subscriber *s, int timeout)
+{
+    struct pollfd fd = {s->wake_fd, POLLIN, 0};
+    pthread_mutex_unlock(&s->mu);
+    if (poll(&fd, 1, timeout) > 0) drain_wake_fd(s);
+    pthread_mutex_lock(&s->mu);
+}
+
 static void *subscriber_main(void *arg)
 {
     struct dlock__subscriber *s = arg;
@@ -495,6 +615,28 @@ static void *subscriber_main(void *arg)
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         int64_t now = dlock__mono_ms();
+        int timeout = poll_timeout(s, now);
+        /* When a timer runs out, there may be housekeeping (idle channels
+         * to drop, links to connect, the Sentinel check): dirty. */
+        int64_t timer_at = timeout >= 0 ? now + timeout : INT64_MAX;
+        if (s->reader == READER_SLEEPER) {
+            if (s->dirty && !s->yield_asked) {
+                s->yield_asked = 1;
+                interrupt(s);
+            }
+            idle_wait(s, timeout);
+            if (dlock__mono_ms() >= timer_at) s->dirty = 1;
+            run_due(s);
+            continue;
+        }
+        if (may_park(s)) {
+            s->reader = READER_NONE;
+            idle_wait(s, timeout);
+            if (dlock__mono_ms() >= timer_at) s->dirty = 1;
+            run_due(s);
+            continue;
+        }
+        s->reader = READER_THREAD;
         check_master(s);
         if (s->dirty) {
             int want_connect = 0;
@@ -512,50 +654,19 @@ static void *subscriber_main(void *arg)
                 }
             }
         }
-        struct pollfd fds[MAX_LINKS + 1];
-        int which[MAX_LINKS + 1], nfds = 1, buffered = 0;
-        fds[0] = (struct pollfd){s->wake_fd, POLLIN, 0};
-        for (int i = 0; i < s->n_links; i++) {
-            if (!s->links[i].c) continue;
-            fds[nfds] = (struct pollfd){dlock__link_fd(s->links[i].c), POLLIN, 0};
-            /* TLS may hold decrypted bytes poll() cannot see. */
-            if (dlock__link_buffered(s->links[i].c) > 0) buffered = 1;
-            which[nfds++] = i;
-        }
-        int timeout = buffered ? 0 : poll_timeout(s, now);
-        pthread_mutex_unlock(&s->mu);
-        int n = poll(fds, (nfds_t)nfds, timeout);
-        int broken[MAX_LINKS + 1] = {0};
-        char buf[16384];
-        for (int f = 1; f < nfds; f++) {
-            dlock__link *c = s->links[which[f]].c;
-            if (!((n > 0 && (fds[f].revents & (POLLIN | POLLHUP | POLLERR))) || dlock__link_buffered(c) > 0)) continue;
-            ssize_t k = dlock__link_recv(c, buf, sizeof buf);
-            broken[f] = k <= 0 || dlock__link_feed(c, buf, (size_t)k) != 0;
-        }
-        if (n > 0 && (fds[0].revents & POLLIN)) drain_wake_fd(s);
-        pthread_mutex_lock(&s->mu);
-
-        for (int f = 1; f < nfds; f++) {
-            int L = which[f];
-            sub_link *k = &s->links[L];
-            redisReply *reply;
-            while (!broken[f] && k->c) {
-                if (dlock__link_reply(k->c, &reply) != 0) broken[f] = 1;
-                if (!reply) break;
-                on_reply(s, L, reply);
-                freeReplyObject(reply);
-            }
-            if (k->c && broken[f]) {
-                dlock__topo_node_failed(s->client->topo, k->node);
-                link_reset(s, L);
-                k->backoff = 20;
-                k->retry_at = dlock__mono_ms() + k->backoff;
-            }
-        }
-        /* Idle channels may be due for UNSUBSCRIBE, links for a connect. */
-        if (timeout >= 0) s->dirty = 1;
+        if (may_park(s)) continue; /* the housekeeping sent nothing, and nobody waits */
+        now = dlock__mono_ms();
+        timeout = poll_timeout(s, now);
+        timer_at = timeout >= 0 ? now + timeout : INT64_MAX;
+        read_links(s, s->wake_fd, timeout);
+        if (dlock__mono_ms() >= timer_at) s->dirty = 1;
         run_due(s);
+    }
+    /* The links are freed below: a sleeper reading them must be gone. */
+    while (s->reader == READER_SLEEPER) {
+        s->yield_asked = 1;
+        interrupt(s);
+        idle_wait(s, 10);
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_links; i++)
@@ -572,7 +683,9 @@ struct dlock__subscriber *dlock__subscriber_start(dlock_client *client)
     s->cmd_sub = sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
     s->cmd_unsub = sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->wake_fd < 0) {
+    s->yield_fd = s->wake_fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->yield_fd < 0) {
+        if (s->wake_fd >= 0) close(s->wake_fd);
         free(s);
         return NULL;
     }
@@ -580,6 +693,7 @@ struct dlock__subscriber *dlock__subscriber_start(dlock_client *client)
     if (pthread_create(&s->thread, NULL, subscriber_main, s) != 0) {
         pthread_mutex_destroy(&s->mu);
         close(s->wake_fd);
+        close(s->yield_fd);
         free(s);
         return NULL;
     }
@@ -598,6 +712,7 @@ void dlock__subscriber_stop(struct dlock__subscriber *s)
         while (s->buckets[b]) unlink_free(s, s->buckets[b]);
     pthread_mutex_destroy(&s->mu);
     close(s->wake_fd);
+    close(s->yield_fd);
     free(s);
 }
 
@@ -719,8 +834,28 @@ void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub
     if (w->fn) poke(s); /* a new timer, or a watch due now */
 }
 
+/* The sleeper that read the links gives them back: to the next sleeper,
+ * or, when somebody is asleep or armed already or this thread has work,
+ * to this thread, poked. Called with mu held, after the sleeper's own
+ * watch left the armed list (unless it sleeps on: then this thread reads
+ * for it). */
+static void step_aside(struct dlock__subscriber *s)
+{
+    s->reader = READER_NONE;
+    s->reading = NULL;
+    s->yield_asked = 0;
+    if (!may_park(s) || s->stop) poke(s);
+}
+
+static int woken_as(const thread_watch *t)
+{
+    return t->w.woken == DLOCK__SUB_GRANTED ? 2 : t->w.woken == DLOCK__SUB_HANDED ? 3 : 1;
+}
+
 /* A sleeping thread is an armed watch of its own (no timer: it times its
- * own sleep), so it takes its turn among the watches by `since`. */
+ * own sleep), so it takes its turn among the watches by `since`. It reads
+ * the links itself when nobody does (see "Reading without this thread"),
+ * else sleeps on its word. */
 int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t deadline_ms, dlock__sub_watch *me,
                     void *offer)
 {
@@ -744,32 +879,51 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
     }
     insert_armed(s, &t.w);
     int timed_out = 0; /* told by the sleep: one whose deadline has passed returns at once */
+    int result;
     for (;;) {
         /* Under mu: fired, or given up (a claimed sleeper waits for the
          * settlement whatever its deadline: its watch is the releaser's to
          * fire or give back). */
         unsigned seen = atomic_load_explicit(&t.state, memory_order_acquire);
-        if (seen & FIRED) break;
+        if (seen & FIRED) {
+            result = woken_as(&t);
+            break;
+        }
         if (me->hand && me->hand->got && !me->hand->stale && !t.w.claimed) { /* came while it was claimed */
             remove_armed(s, &t.w);
-            pthread_mutex_unlock(&s->mu);
-            return 3;
+            result = 3;
+            break;
         }
         if (!t.w.claimed && (s->stop || timed_out)) {
-            int stopped = s->stop;
+            result = s->stop;
             remove_armed(s, &t.w);
-            pthread_mutex_unlock(&s->mu);
-            return stopped;
+            break;
         }
         int64_t until = t.w.claimed ? -1 : deadline_ms;
+        if (s->reader == READER_NONE) {
+            s->reader = READER_SLEEPER;
+            s->reading = &t;
+        }
+        if (s->reading == &t) {
+            if (s->yield_asked || s->dirty) {
+                step_aside(s); /* and sleep on its word, below; this thread reads for it */
+            } else {
+                int64_t now = dlock__mono_ms();
+                int timeout = until < 0 ? -1 : until > now ? (int)(until - now) : 0;
+                read_links(s, s->yield_fd, timeout);
+                if (s->due) poke(s); /* asynchronous watches fired: they run on this thread */
+                timed_out = until >= 0 && dlock__mono_ms() >= until;
+                continue;
+            }
+        }
         pthread_mutex_unlock(&s->mu);
         timed_out = dlock__futex_wait(&t.state, seen, until) == ETIMEDOUT;
-        if (atomic_load_explicit(&t.state, memory_order_acquire) & FIRED)
-            return t.w.woken == DLOCK__SUB_GRANTED ? 2 : t.w.woken == DLOCK__SUB_HANDED ? 3 : 1; /* without mu */
+        if (atomic_load_explicit(&t.state, memory_order_acquire) & FIRED) return woken_as(&t); /* without mu */
         pthread_mutex_lock(&s->mu);
     }
+    if (s->reading == &t) step_aside(s);
     pthread_mutex_unlock(&s->mu);
-    return t.w.woken == DLOCK__SUB_GRANTED ? 2 : t.w.woken == DLOCK__SUB_HANDED ? 3 : 1;
+    return result;
 }
 
 /* Why claim the sleeper a message would wake: the releaser's script can
@@ -811,7 +965,7 @@ void dlock__sub_settle(struct dlock__subscriber *s, dlock__sub_watch *w, int gra
     } else if (s->firing_all && remove_armed(s, w)) {
         make_due(s, w, DLOCK__SUB_TIMER); /* the drain passed it by */
     } else if (!async) {
-        nudge((thread_watch *)w); /* its deadline may have passed meanwhile */
+        nudge(s, (thread_watch *)w); /* its deadline may have passed meanwhile */
     }
     pthread_mutex_unlock(&s->mu);
     if (async) poke(s); /* due now, or its timer may have passed meanwhile */

@@ -1028,9 +1028,9 @@ static void a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(voi
 }
 
 /* How many subscribers `channel` has on the server of {linger}. */
-static long long linger_subscribers(const char *channel)
+static long long subscribers(const char *tag, const char *channel)
 {
-    redisReply *r = th_target_cmd(&server, "{linger}",
+    redisReply *r = th_target_cmd(&server, tag,
                                   server.kind == TH_TARGET_CLUSTER ? "PUBSUB SHARDNUMSUB %s" : "PUBSUB NUMSUB %s",
                                   channel);
     assert_non_null(r);
@@ -1064,12 +1064,12 @@ static void a_channel_is_unsubscribed_a_second_after_its_last_wait(void **state)
         assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
         pthread_join(th, NULL);
         assert_int_equal(w.status, DLOCK_OK);
-        assert_int_equal(linger_subscribers(channel), 1);
+        assert_int_equal(subscribers("{linger}", channel), 1);
         usleep(100000);
     }
     long long ended = th_now_ms(), gone_after = -1;
     while (th_now_ms() - ended < 3000) {
-        if (linger_subscribers(channel) == 0) {
+        if (subscribers("{linger}", channel) == 0) {
             gone_after = th_now_ms() - ended;
             break;
         }
@@ -1079,6 +1079,60 @@ static void a_channel_is_unsubscribed_a_second_after_its_last_wait(void **state)
     if (gone_after < 800) fail_msg("unsubscribed %lld ms after the last wait: it should linger a second", gone_after);
     dlock_lock_free(l2);
     dlock_lock_free(l1);
+    dlock_client_free(c2);
+    dlock_client_free(c1);
+}
+
+/* A thread that sleeps on a lock while nobody reads the client's pub/sub
+ * links reads them itself (subscriber.c, "Reading without this thread").
+ * It must not keep them from the rest of the client: a second thread that
+ * begins waiting on another lock meanwhile needs its channel subscribed
+ * (the subscriber thread must get the links back for that), and, once the
+ * first leaves, somebody must read on for the second. Both locks are held
+ * with 30 s leases, so a waiter nobody wakes sleeps until its 2 s cap. */
+static void a_thread_reading_its_own_wake_ups_leaves_the_other_waits_of_its_client_heard(void **state)
+{
+    (void)state;
+    dlock_client *c1 = new_client(0), *c2 = new_client(0);
+    dlock_lock *a1 = th_lock_new(c1, "self-a"), *b1 = th_lock_new(c1, "self-b");
+    dlock_lock *a2 = th_lock_new(c2, "self-a"), *b2 = th_lock_new(c2, "self-b");
+    char channel[128];
+    snprintf(channel, sizeof channel, "dlock:{self-b}:ch:%s", dlock_client_id(c2));
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_lock_acquire(a1, 0, 30000, NULL), DLOCK_OK);
+        assert_int_equal(dlock_lock_acquire(b1, 0, 30000, NULL), DLOCK_OK);
+        struct waiter wa = {a2, 10000, 30000, 1, -100, 0, 0}, wb = {b2, 10000, 30000, 1, -100, 0, 0};
+        pthread_t ta, tb;
+        pthread_create(&ta, NULL, waiter_main, &wa);
+        usleep(200000);
+        pthread_create(&tb, NULL, waiter_main, &wb);
+        long long asked = th_now_ms(), heard = -1;
+        while (th_now_ms() - asked < 1000) {
+            if (subscribers("{self-b}", channel) == 1) {
+                heard = th_now_ms() - asked;
+                break;
+            }
+            usleep(10000);
+        }
+        if (heard < 0) fail_msg("round %d: the second wait's channel not subscribed after 1 s", i);
+        usleep(100000);
+        long long released = th_now_ms();
+        assert_int_equal(dlock_lock_release(a1), DLOCK_OK);
+        pthread_join(ta, NULL);
+        assert_int_equal(wa.status, DLOCK_OK);
+        long long da = wa.got_at - released;
+        usleep(100000);
+        released = th_now_ms();
+        assert_int_equal(dlock_lock_release(b1), DLOCK_OK);
+        pthread_join(tb, NULL);
+        assert_int_equal(wb.status, DLOCK_OK);
+        long long db = wb.got_at - released;
+        if (da >= 150 || db >= 150) fail_msg("round %d: woken %lld and %lld ms after the releases", i, da, db);
+    }
+    dlock_lock_free(b2);
+    dlock_lock_free(a2);
+    dlock_lock_free(b1);
+    dlock_lock_free(a1);
     dlock_client_free(c2);
     dlock_client_free(c1);
 }
@@ -1473,6 +1527,7 @@ int main(void)
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_channel_is_unsubscribed_a_second_after_its_last_wait),
+        cmocka_unit_test(a_thread_reading_its_own_wake_ups_leaves_the_other_waits_of_its_client_heard),
         cmocka_unit_test(a_wait_ended_by_a_lease_running_out_does_not_ask_in_a_loop),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter),
         cmocka_unit_test(a_release_wakes_the_process_that_waited_longest),
