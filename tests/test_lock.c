@@ -1027,7 +1027,7 @@ static void a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(voi
     dlock_client_free(c1);
 }
 
-/* How many subscribers `channel` has on the server of {linger}. */
+/* How many subscribers `channel` has on the server of hash tag `tag`. */
 static long long subscribers(const char *tag, const char *channel)
 {
     redisReply *r = th_target_cmd(&server, tag,

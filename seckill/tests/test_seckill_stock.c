@@ -530,7 +530,9 @@ static void orders_arriving_together_share_a_script_call_and_each_buyer_gets_its
 
     char sql[200];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld", s.voucher);
-    assert_int_equal(skt_db_wait(&dir, sql, OPEN_STOCK, 20000), OPEN_STOCK);
+    long long stored = skt_db_wait(&dir, sql, OPEN_STOCK, 20000);
+    if (stored != OPEN_STOCK) skt_serve_dump(&sv); /* the writer's complaints, if any */
+    assert_int_equal(stored, OPEN_STOCK);
     int told = 0;
     for (int u = 1; u <= OPEN_USERS; u++) {
         if (!oid[u]) continue;
