@@ -37,6 +37,7 @@
  * new master. Lost messages cost a waiter at most the holder's remaining
  * lease: waiters never sleep longer than that.
  */
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -94,6 +95,7 @@ struct dlock__subscriber {
     int yield_asked;    /* this thread wants the links back */
     int stop;
     int dirty;          /* some entry needs a command sent */
+    int unsettled;      /* entries for which unsettled() holds */
     int firing_all;     /* the client is draining: watches fire at once */
     dlock__sub_watch *armed, *due; /* asynchronous waits (dlock__sub_arm) */
     const char *cmd_sub, *cmd_unsub; /* SUBSCRIBE or SSUBSCRIBE, ... */
@@ -114,6 +116,31 @@ static dlock__sub_entry *find(struct dlock__subscriber *s, const char *ch, size_
     for (dlock__sub_entry *e = s->buckets[bucket_of(ch, len)]; e; e = e->next)
         if (e->len == len && memcmp(e->channel, ch, len) == 0) return e;
     return NULL;
+}
+
+/* An entry that keeps the links' reader at work: a command awaits its
+ * confirmation, or waiters want a subscription it does not have yet.
+ * The count of them (s->unsettled) is what may_park() asks after once
+ * per hand-off; a walk of the buckets there would cost per channel. */
+static int unsettled(const dlock__sub_entry *e)
+{
+    return e->state == SUB_SENT || e->state == UNSUB_SENT || (e->refs > 0 && e->state == SUB_IDLE);
+}
+
+/* Every change of an entry's state or refs goes through these two, which
+ * keep s->unsettled true. Called with mu held. */
+static void set_state(struct dlock__subscriber *s, dlock__sub_entry *e, int state)
+{
+    s->unsettled -= unsettled(e);
+    e->state = state;
+    s->unsettled += unsettled(e);
+}
+
+static void add_refs(struct dlock__subscriber *s, dlock__sub_entry *e, int n)
+{
+    s->unsettled -= unsettled(e);
+    e->refs += n;
+    s->unsettled += unsettled(e);
 }
 
 static void unlink_free(struct dlock__subscriber *s, dlock__sub_entry *e)
@@ -226,7 +253,7 @@ static void grant(struct dlock__subscriber *s, dlock__sub_entry *e, long n)
  * may have been published where nobody listened. */
 static void subscription_lost(struct dlock__subscriber *s, dlock__sub_entry *e)
 {
-    e->state = SUB_IDLE;
+    set_state(s, e, SUB_IDLE);
     e->link = -1;
     if (e->refs == 0) unlink_free(s, e);
     else grant(s, e, e->refs);
@@ -285,13 +312,13 @@ static void queue_commands(struct dlock__subscriber *s, int64_t now, int *want_c
                 argv[0] = s->cmd_sub;
                 lens[0] = strlen(argv[0]);
                 dlock__link_append(s->links[L].c, 2, argv, lens);
-                e->state = SUB_SENT;
+                set_state(s, e, SUB_SENT);
                 e->link = L;
             } else if (e->refs == 0 && e->state == SUB_ACTIVE && now - e->idle_since >= IDLE_UNSUBSCRIBE_MS) {
                 argv[0] = s->cmd_unsub;
                 lens[0] = strlen(argv[0]);
                 dlock__link_append(s->links[e->link].c, 2, argv, lens);
-                e->state = UNSUB_SENT;
+                set_state(s, e, UNSUB_SENT);
             } else if (e->refs == 0 && e->state == SUB_IDLE) {
                 unlink_free(s, e);
             }
@@ -404,11 +431,11 @@ static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
         else if (p->type == REDIS_REPLY_STRING) n = strtol(p->str, NULL, 10);
         if (n > 0) grant(s, e, n);
     } else if (strcmp(kind, "subscribe") == 0 && e->state == SUB_SENT) {
-        e->state = SUB_ACTIVE;
+        set_state(s, e, SUB_ACTIVE);
         fire_watches(s, e, DLOCK__SUB_READY);
         pthread_cond_broadcast(&e->cond);
     } else if (strcmp(kind, "unsubscribe") == 0 && e->state == UNSUB_SENT) {
-        e->state = SUB_IDLE;
+        set_state(s, e, SUB_IDLE);
         e->link = -1;
         if (e->refs > 0) s->dirty = 1;
         else unlink_free(s, e);
@@ -465,10 +492,11 @@ static void check_master(struct dlock__subscriber *s)
         if (s->links[i].c && s->links[i].node != m) link_reset(s, i);
 }
 
-static void drain_wake_fd(struct dlock__subscriber *s)
+/* Empty an eventfd, so the next poll() sleeps until it is written again. */
+static void drain(int fd)
 {
     uint64_t v;
-    if (read(s->wake_fd, &v, sizeof v) < 0) { /* nothing pending */ }
+    if (read(fd, &v, sizeof v) < 0) { /* nothing pending */ }
 }
 
 /* Fire the watches whose time came, and every due one, in the order they
@@ -532,10 +560,13 @@ static int may_park(struct dlock__subscriber *s)
     if (s->dirty || s->due || s->armed) return 0;
     for (int i = 0; i < s->n_links; i++)
         if (s->links[i].c && dlock__link_buffered(s->links[i].c) > 0) return 0;
+#ifndef NDEBUG
+    int walked = 0;
     for (int b = 0; b < BUCKETS; b++)
-        for (dlock__sub_entry *e = s->buckets[b]; e; e = e->next)
-            if (e->state == SUB_SENT || e->state == UNSUB_SENT || (e->refs > 0 && e->state == SUB_IDLE)) return 0;
-    return 1;
+        for (dlock__sub_entry *e = s->buckets[b]; e; e = e->next) walked += unsettled(e);
+    assert(walked == s->unsettled);
+#endif
+    return s->unsettled == 0;
 }
 
 /* Wait up to `timeout` ms (-1: no limit) for the links or `extra_fd` (an
@@ -565,10 +596,7 @@ static void read_links(struct dlock__subscriber *s, int extra_fd, int timeout)
         ssize_t k = dlock__link_recv(c, buf, sizeof buf);
         broken[f] = k <= 0 || dlock__link_feed(c, buf, (size_t)k) != 0;
     }
-    if (n > 0 && (fds[0].revents & POLLIN)) {
-        uint64_t v;
-        if (read(extra_fd, &v, sizeof v) < 0) { /* nothing pending */ }
-    }
+    if (n > 0 && (fds[0].revents & POLLIN)) drain(extra_fd);
     pthread_mutex_lock(&s->mu);
     s->polling = 0;
 
@@ -598,7 +626,7 @@ static void idle_wait(struct dlock__subscriber *s, int timeout)
 {
     struct pollfd fd = {s->wake_fd, POLLIN, 0};
     pthread_mutex_unlock(&s->mu);
-    if (poll(&fd, 1, timeout) > 0) drain_wake_fd(s);
+    if (poll(&fd, 1, timeout) > 0) drain(s->wake_fd);
     pthread_mutex_lock(&s->mu);
 }
 
@@ -735,7 +763,7 @@ dlock__sub_entry *dlock__sub_join(struct dlock__subscriber *s, const char *chann
         e->next = s->buckets[b];
         s->buckets[b] = e;
     }
-    e->refs++;
+    add_refs(s, e, 1);
     int need = e->state == SUB_IDLE;
     if (need) s->dirty = 1;
     pthread_mutex_unlock(&s->mu);
@@ -766,7 +794,7 @@ int dlock__sub_begin(struct dlock__subscriber *s, const char *channel, int64_t d
     if (f && defer_before >= 0 && f->waiting && f->waiting->since < defer_before) {
         how = DLOCK__SUB_DEFER;
     } else if (f && me && f->state == SUB_ACTIVE) {
-        f->refs++;
+        add_refs(s, f, 1);
         enlist(f, me);
         *e = f;
         how = DLOCK__SUB_IN_LINE;
@@ -1046,7 +1074,8 @@ void dlock__sub_fire_all(struct dlock__subscriber *s)
 void dlock__sub_leave(struct dlock__subscriber *s, dlock__sub_entry *e)
 {
     pthread_mutex_lock(&s->mu);
-    if (--e->refs == 0) {
+    add_refs(s, e, -1);
+    if (e->refs == 0) {
         e->permits = 0;
         e->idle_since = dlock__mono_ms();
         /* A subscribed channel is left for the thread to drop when it has
