@@ -313,6 +313,29 @@ void skt_serve_dump(const skt_serve *s)
     fclose(f);
 }
 
+void skt_serve_stall_report(const skt_serve *s)
+{
+    if (s->pid <= 0) return;
+    static char resp[1 << 16];
+    if (skt_http(s->port, "GET", "/metrics", NULL, NULL, resp, sizeof resp) == 200) {
+        fprintf(stderr, "---- /metrics of %d (writer and stream lines)\n", (int)s->pid);
+        for (char *line = strtok(resp, "\n"); line; line = strtok(NULL, "\n"))
+            if (strncmp(line, "seckill_writer", 14) == 0 || strncmp(line, "seckill_stream", 14) == 0)
+                fprintf(stderr, "%s\n", line);
+    }
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)s->pid);
+    fprintf(stderr, "---- threads of %s\n", pid);
+    fflush(stderr);
+    pid_t g = fork();
+    if (g == 0) {
+        dup2(2, 1);
+        execlp("timeout", "timeout", "60", "gdb", "-p", pid, "-batch", "-nx", "-ex", "thread apply all bt", NULL);
+        _exit(127);
+    }
+    if (g > 0) waitpid(g, NULL, 0);
+}
+
 int skt_connect(int port)
 {
     return sk_httpc_connect("127.0.0.1", port, 20000);

@@ -94,6 +94,12 @@ void skt_kill_all(void);
 /* Print its stderr (for failing tests). */
 void skt_serve_dump(const skt_serve *s);
 
+/* For a service that fell behind without a word: print its writer and
+ * stream lines of /metrics and every thread's stack (gdb, when the
+ * machine has it), so a stall that happens once in many runs shows where
+ * it waited. */
+void skt_serve_stall_report(const skt_serve *s);
+
 /* One keep-alive connection. */
 int skt_connect(int port);
 

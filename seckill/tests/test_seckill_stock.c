@@ -154,7 +154,12 @@ static void flash_sale(const char *strategy, int instances)
 
     char sql[160];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld", s.voucher);
-    assert_int_equal(skt_db_wait(&dir, sql, STOCK, 20000), STOCK);
+    long long stored = skt_db_wait(&dir, sql, STOCK, 20000);
+    for (int i = 0; stored != STOCK && i < instances; i++) {
+        skt_serve_dump(&sv[i]);
+        skt_serve_stall_report(&sv[i]);
+    }
+    assert_int_equal(stored, STOCK);
     snprintf(sql, sizeof sql, "SELECT stock FROM vouchers WHERE id = %lld", s.voucher);
     assert_int_equal(skt_db_int(&dir, sql), 0);
     snprintf(sql, sizeof sql, "SELECT count(DISTINCT user_id) FROM orders WHERE voucher_id = %lld", s.voucher);
@@ -531,7 +536,10 @@ static void orders_arriving_together_share_a_script_call_and_each_buyer_gets_its
     char sql[200];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld", s.voucher);
     long long stored = skt_db_wait(&dir, sql, OPEN_STOCK, 20000);
-    if (stored != OPEN_STOCK) skt_serve_dump(&sv); /* the writer's complaints, if any */
+    if (stored != OPEN_STOCK) { /* the writer's complaints, if any, and where it waits */
+        skt_serve_dump(&sv);
+        skt_serve_stall_report(&sv);
+    }
     assert_int_equal(stored, OPEN_STOCK);
     int told = 0;
     for (int u = 1; u <= OPEN_USERS; u++) {
