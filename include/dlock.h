@@ -327,7 +327,9 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * Acquire the lock for the calling thread.
  *
  * `wait_ms`: 0 tries once, a positive value waits up to that many
- * milliseconds, DLOCK_WAIT_FOREVER waits until it is acquired. Waiting does
+ * milliseconds, DLOCK_WAIT_FOREVER waits until it is acquired; a release
+ * heard just as the wait runs out is still tried (one round trip past
+ * `wait_ms`), since the wake-up was meant for this waiter. Waiting does
  * not poll: the thread sleeps until a release is announced on the lock's
  * channel, or at most until the holder's lease would end, and never more
  * than 2 s at a time (a safety net: a release message lost with a broken

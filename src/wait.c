@@ -58,9 +58,16 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
     int defer = first == DLOCK__DEFER;
     int result = defer ? DLOCK__BUSY : first;
     long backoff = 0;
+    /* Woken by a message as the wait runs out: it still makes its attempt.
+     * The message named this waiter; given up unused, it is spent, and
+     * the other waiters of this process sleep on with the resource free
+     * until their timed retry (seconds). So the caller may be granted a
+     * little (one round trip) past its deadline. */
+    int woken = 0;
     for (;;) {
         int64_t now = dlock__mono_ms();
-        if (deadline_ms >= 0 && now >= deadline_ms) break;
+        if (deadline_ms >= 0 && now >= deadline_ms && !woken) break;
+        woken = 0;
         int64_t ready_by = now + 1000;
         if (deadline_ms >= 0 && ready_by > deadline_ms) ready_by = deadline_ms;
         int subscribed = dlock__sub_wait_ready(sub, e, ready_by);
@@ -78,6 +85,7 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
                 result = DLOCK_OK;
                 break;
             }
+            woken = w == 1;
             continue;
         }
         defer = 0;
@@ -103,6 +111,7 @@ int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *cha
             result = DLOCK_OK; /* handed over while asleep */
             break;
         }
+        woken = w == 1;
     }
     dlock__wait_early_end(in);
     /* Handed over by another process while awake, or as the wait ended:
@@ -264,7 +273,9 @@ void dlock__await_reply(dlock_status st, redisReply *r, void *arg)
 }
 
 /* The subscriber thread: a release, the confirmation, or a timer. At the
- * deadline the wait ends with the last attempt's result, as above. */
+ * deadline the wait ends with the last attempt's result, as above, except
+ * after a release's message, which is owed its attempt (dlock__wait_for
+ * says why). */
 static void await_fire(dlock__sub_watch *watch, int woken)
 {
     dlock__await *w = (dlock__await *)watch;
@@ -277,7 +288,7 @@ static void await_fire(dlock__sub_watch *watch, int woken)
         await_end(w, DLOCK_OK);
         return;
     }
-    if (w->deadline >= 0 && dlock__mono_ms() >= w->deadline) {
+    if (w->deadline >= 0 && dlock__mono_ms() >= w->deadline && woken != DLOCK__SUB_MESSAGE) {
         await_end(w, w->result);
         return;
     }

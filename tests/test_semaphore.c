@@ -166,6 +166,116 @@ static void semaphore_wait_times_out(void **state)
     dlock_client_free(c);
 }
 
+/* Two waiters of one process, the first with a short wait; each takes
+ * the permit on a handle of its own, notes when, and gives it back. */
+struct late {
+    dlock_semaphore *s;
+    long wait_ms;
+    int status;
+    long long got_at;
+    int done[2]; /* a pipe: the asynchronous acquire has ended */
+};
+
+static void *late_waiter(void *arg)
+{
+    struct late *w = arg;
+    w->status = dlock_semaphore_acquire(w->s, 1, w->wait_ms);
+    w->got_at = th_now_ms();
+    if (w->status == DLOCK_OK) dlock_semaphore_release(w->s, 1);
+    return NULL;
+}
+
+static void late_done(dlock_semaphore *s, dlock_status st, void *arg)
+{
+    (void)s;
+    struct late *w = arg;
+    w->status = st;
+    w->got_at = th_now_ms();
+    if (write(w->done[1], "x", 1) != 1) _exit(4);
+}
+
+/* The child of the test below: the first waiter is a thread, or an
+ * asynchronous acquire (`async_first`); the results go to `fd`. */
+static void late_child(int fd, int async_first)
+{
+    dlock_client *cc = client_with_lease(0);
+    struct late w[2] = {{NULL, 500, -100, 0, {-1, -1}}, {NULL, 10000, -100, 0, {-1, -1}}};
+    if (dlock_semaphore_new(cc, "sem-late", &w[0].s) != DLOCK_OK ||
+        dlock_semaphore_new(cc, "sem-late", &w[1].s) != DLOCK_OK || pipe(w[0].done) != 0)
+        _exit(2);
+    pthread_t th[2];
+    if (async_first && dlock_semaphore_acquire_async(w[0].s, 1, w[0].wait_ms, late_done, &w[0]) != DLOCK_OK) _exit(2);
+    if (!async_first) pthread_create(&th[0], NULL, late_waiter, &w[0]);
+    usleep(100000); /* the first in line */
+    pthread_create(&th[1], NULL, late_waiter, &w[1]);
+    if (async_first) {
+        char x;
+        if (read(w[0].done[0], &x, 1) != 1) _exit(3);
+        if (w[0].status == DLOCK_OK) dlock_semaphore_release(w[0].s, 1);
+    } else {
+        pthread_join(th[0], NULL);
+    }
+    pthread_join(th[1], NULL);
+    if (write(fd, w, sizeof w) != (ssize_t)sizeof w) _exit(3);
+    _exit(0);
+}
+
+/* A release's message that reaches a waiter just as its wait runs out is
+ * still owed its attempt: given up unused it would be spent, and the other
+ * waiter of that process would sleep on, with the permit free, to its
+ * 2 s safety net. The process is stopped (SIGSTOP) while the release is
+ * sent and past the first waiter's deadline, so on SIGCONT the message
+ * and the deadline are there together. */
+static void late_wake_up(int async_first)
+{
+    dlock_client *c = client_with_lease(0);
+    dlock_semaphore *s;
+    assert_int_equal(dlock_semaphore_new(c, "sem-late", &s), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_set_permits(s, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_acquire(s, 1, 0), DLOCK_OK);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    long long t0 = th_now_ms();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        late_child(fds[1], async_first);
+    }
+    close(fds[1]);
+    usleep(350000); /* both asleep */
+    int st;
+    kill(pid, SIGSTOP);
+    assert_int_equal(waitpid(pid, &st, WUNTRACED), pid);
+    assert_int_equal(dlock_semaphore_release(s, 1), DLOCK_OK);
+    usleep((useconds_t)(t0 + 900 - th_now_ms()) * 1000); /* past the first waiter's deadline */
+    long long cont = th_now_ms();
+    kill(pid, SIGCONT);
+    struct late w[2];
+    assert_int_equal(read(fds[0], w, sizeof w), (ssize_t)sizeof w);
+    close(fds[0]);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    fprintf(stderr, "first waiter: %d, %lld ms after SIGCONT; second: %d, %lld ms\n", w[0].status,
+            w[0].got_at - cont, w[1].status, w[1].got_at - cont);
+    assert_int_equal(w[1].status, DLOCK_OK);
+    if (w[1].got_at - cont >= 600)
+        fail_msg("the second waiter got the permit %lld ms after SIGCONT: the wake-up was spent", w[1].got_at - cont);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+}
+
+static void a_wake_up_that_comes_as_the_wait_runs_out_is_not_spent(void **state)
+{
+    (void)state;
+    late_wake_up(0);
+}
+
+static void a_wake_up_that_comes_as_an_asynchronous_wait_runs_out_is_not_spent(void **state)
+{
+    (void)state;
+    late_wake_up(1);
+}
+
 static void semaphore_rejects_bad_input(void **state)
 {
     (void)state;
@@ -368,6 +478,8 @@ int main(void)
         cmocka_unit_test(semaphore_permits_are_set_only_once),
         cmocka_unit_test(semaphore_waiter_is_woken_by_release),
         cmocka_unit_test(semaphore_wait_times_out),
+        cmocka_unit_test(a_wake_up_that_comes_as_the_wait_runs_out_is_not_spent),
+        cmocka_unit_test(a_wake_up_that_comes_as_an_asynchronous_wait_runs_out_is_not_spent),
         cmocka_unit_test(semaphore_rejects_bad_input),
         cmocka_unit_test(psem_permit_of_killed_holder_returns_after_its_lease),
         cmocka_unit_test(psem_release_by_id_and_renew),
