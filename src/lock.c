@@ -387,6 +387,24 @@ static void fair_leave(dlock_lock *l, lock_thread *h)
     dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
 }
 
+void (*dlock__test_before_leave)(void) = NULL;
+
+/* After a leave by the process's last waiter. A newcomer of the process
+ * may have registered it between the count that made that waiter the
+ * last and the leave, which then took the process out of the set; a
+ * release would wake nobody here and the newcomer would sleep to its
+ * timed retry (seconds) with the lock free. So when a waiter of this
+ * process is in line now, one is woken to try again, and its attempt
+ * registers the process anew. A newcomer that enlisted before its
+ * attempt (in line, wait.h), which is how one comes on a channel still
+ * subscribed, is always seen: its attempt preceded the leave at the
+ * server, hence the leave's answer. When it came after the leave, the
+ * cost is one attempt. */
+static void left_last(dlock_client *c, const char *channel)
+{
+    if (dlock__wait_count(c, channel) > 0) dlock__wait_wake(c, channel);
+}
+
 /* A waiter of this process on a plain lock gave up: the last one takes
  * the process out of the set of waiting processes, and one that offered
  * (`offered`) takes its offer back (waiter_leave.lua). Best effort: if
@@ -462,10 +480,12 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
             if (l->fair) {
                 fair_leave(l, h);
             } else {
+                if (last && dlock__test_before_leave) dlock__test_before_leave();
                 /* The give-back only after the offer is gone, and not
                  * when the server did not answer the leave: it would wait
                  * out another timeout for nothing (the lease ends it). */
                 if (waiter_leave(l, h, last, a.offer) == DLOCK_OK && a.offer) give_back(l, h);
+                if (last) left_last(l->base.client, l->wait_channel);
             }
             dlock__fail(keep, "%s", why); /* the reason, not the leave's */
         }
@@ -691,6 +711,7 @@ static lock_thread *async_hold(dlock_lock *l, int create)
  * order, as lock_acquire() does. */
 typedef struct give_back_call {
     dlock_client *c;
+    int last; /* the leave was the process's last waiter's (left_last) */
     int nkeys, nargs;
     const char *argv[6 + 7]; /* the keys, then the arguments */
     char *wake; /* the client's channel on the lock, to wake one of its waiters (WAKE_OWN) */
@@ -710,6 +731,7 @@ static void leave_reply(dlock_status st, redisReply *r, void *arg)
 {
     give_back_call *g = arg;
     if (r) freeReplyObject(r);
+    if (g->last) left_last(g->c, g->wake);
     /* Not when the leave got no answer: the offer may stand (the lease ends it). */
     if (st != DLOCK_OK ||
         dlock__async_script(g->c, DLOCK__SCRIPT_RELEASE, g->nkeys, g->argv, g->nargs, g->argv + g->nkeys,
@@ -718,7 +740,38 @@ static void leave_reply(dlock_status st, redisReply *r, void *arg)
         free(g);
 }
 
-static void async_leave_offered(dlock_lock *l, lock_thread *h, const char *const *wkeys, const char *const *wargs)
+/* The leave of an asynchronous acquire that was its process's last
+ * waiter and made no offer; `channel` is the client's on the lock. */
+typedef struct leave_call {
+    dlock_client *c;
+    char channel[];
+} leave_call;
+
+static void last_leave_reply(dlock_status st, redisReply *r, void *arg)
+{
+    (void)st;
+    leave_call *g = arg;
+    if (r) freeReplyObject(r);
+    left_last(g->c, g->channel);
+    free(g);
+}
+
+static void async_leave_last(dlock_lock *l, const char *const *wkeys, const char *const *wargs)
+{
+    size_t len = strlen(l->wait_channel) + 1;
+    leave_call *g = malloc(sizeof *g + len);
+    if (!g) { /* the registration runs out by itself */
+        dlock__async_script(l->base.client, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 2, wargs, dlock__async_ignore, NULL);
+        return;
+    }
+    g->c = l->base.client;
+    memcpy(g->channel, l->wait_channel, len);
+    if (dlock__async_script(g->c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 2, wargs, last_leave_reply, g) != DLOCK_OK)
+        free(g);
+}
+
+static void async_leave_offered(dlock_lock *l, lock_thread *h, int last, const char *const *wkeys,
+                                const char *const *wargs)
 {
     dlock_client *c = l->base.client;
     release_call rc;
@@ -734,6 +787,7 @@ static void async_leave_offered(dlock_lock *l, lock_thread *h, const char *const
     give_back_call *g = malloc(sizeof *g + size);
     if (!g) return; /* the lease ends what a hand-off gave it */
     g->c = c;
+    g->last = last;
     g->nkeys = rc.nkeys;
     g->nargs = rc.nargs;
     char *p = g->text;
@@ -784,9 +838,10 @@ static void acquire_done(dlock__await *aw, int result)
         const char *args[3] = {h->rec.owner, c->publish, prefix};
         const char *wkeys[2] = {l->waiters, l->offers};
         const char *wargs[3] = {c->id, last ? "1" : "0", h->rec.owner};
+        if (!l->fair && last && dlock__test_before_leave) dlock__test_before_leave();
         if (l->fair) dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, dlock__async_ignore, NULL);
-        else if (!op->offered) dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 2, wargs, dlock__async_ignore, NULL);
-        else async_leave_offered(l, h, wkeys, wargs);
+        else if (!op->offered) async_leave_last(l, wkeys, wargs); /* !offered: last, as the condition says */
+        else async_leave_offered(l, h, last, wkeys, wargs);
         dlock__fail(st, "%s", why); /* the reason, not the leave's */
     }
     dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);

@@ -14,4 +14,10 @@ dlock_client *dlock__lock_client(const dlock_lock *lock);
 dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *waiters,
                                      const char *wake, int *was_held);
 
+/* Tests only (NULL otherwise): run by a plain waiter that gave up as its
+ * process's last, between that count and its leave (waiter_leave.lua):
+ * the moment at which a newcomer of the process can register it, only to
+ * have the leave take it out of the set again. */
+extern void (*dlock__test_before_leave)(void);
+
 #endif

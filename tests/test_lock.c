@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "lock.h" /* dlock__test_before_leave */
 #include "proxy.h"
 #include "target.h"
 #include "th_lock.h"
@@ -788,6 +789,46 @@ static void a_release_wakes_its_own_waiters_when_none_of_them_is_registered(void
     dlock_client_free(c);
 }
 
+/* The newcomer that slip_in() starts, in the gap the hook opens. */
+static struct waiter slipped;
+static pthread_t slipped_thread;
+
+static void slip_in(void)
+{
+    pthread_create(&slipped_thread, NULL, waiter_main, &slipped);
+    usleep(200000); /* its attempt has registered the process; it sleeps in line */
+}
+
+/* A waiter that gives up as its process's last takes the process out of
+ * the set of waiting processes. A newcomer of the process whose attempt
+ * registers it after that count but before the leave (the library's test
+ * hook runs it exactly there) would be taken out with it, and the next
+ * release would wake nobody in the process: the newcomer would sleep to
+ * its 2 s cap with the lock free. The leaver wakes it to register again,
+ * so it gets the lock within 1 s of the release. */
+static void a_newcomer_that_registers_as_the_last_waiter_leaves_is_woken_by_the_next_release(void **state)
+{
+    (void)state;
+    dlock_client *hc = new_client(0), *c = new_client(0);
+    dlock_lock *hl = th_lock_new(hc, "slipped-in"), *l = th_lock_new(c, "slipped-in");
+    assert_int_equal(dlock_lock_acquire(hl, 0, 30000, NULL), DLOCK_OK);
+    slipped = (struct waiter){l, 10000, 30000, 1, -100, 0, 0};
+    dlock__test_before_leave = slip_in;
+    assert_int_equal(dlock_lock_acquire(l, 300, 30000, NULL), DLOCK_ERR_TIMEOUT);
+    dlock__test_before_leave = NULL;
+    usleep(100000);
+    long long released = th_now_ms();
+    assert_int_equal(dlock_lock_release(hl), DLOCK_OK);
+    pthread_join(slipped_thread, NULL);
+    assert_int_equal(slipped.status, DLOCK_OK);
+    if (slipped.got_at - released >= 1000)
+        fail_msg("the newcomer got the lock %lld ms after the release", slipped.got_at - released);
+    dlock_lock_free(l);
+    dlock_lock_free(hl);
+    dlock_client_free(c);
+    dlock_client_free(hc);
+}
+
 /* The set-up of the two tests below: a waiter, of a client cut off by
  * the proxy, registered with its offer and asleep on a lock held by a
  * client connected directly; the proxy cuts the waiter off, and the lock
@@ -1522,6 +1563,7 @@ int main(void)
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiting_thread_of_another_process),
         cmocka_unit_test(a_release_skips_a_waiting_process_that_is_gone),
         cmocka_unit_test(a_release_wakes_its_own_waiters_when_none_of_them_is_registered),
+        cmocka_unit_test(a_newcomer_that_registers_as_the_last_waiter_leaves_is_woken_by_the_next_release),
         cmocka_unit_test(a_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(a_hand_off_that_comes_too_late_is_not_taken),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "lock.h" /* dlock__test_before_leave */
 #include "proxy.h"
 #include "target.h"
 
@@ -412,6 +413,63 @@ static void async_wait_runs_out_with_timeout(void **state)
     dlock_lock_free(holder);
     dlock_lock_free(waiter);
     dlock_client_free(c);
+}
+
+/* The newcomer that slip_in() starts: a thread of the same client. */
+static struct {
+    dlock_lock *l;
+    pthread_t thread;
+    dlock_status st;
+    long long got_at;
+} slipped;
+
+static void *slipped_main(void *arg)
+{
+    (void)arg;
+    slipped.st = dlock_lock_acquire(slipped.l, 10000, 30000, NULL);
+    slipped.got_at = now_ms();
+    if (slipped.st == DLOCK_OK) dlock_lock_release(slipped.l);
+    return NULL;
+}
+
+static void slip_in(void)
+{
+    pthread_create(&slipped.thread, NULL, slipped_main, NULL);
+    usleep(200000); /* its attempt has registered the process; it sleeps in line */
+}
+
+/* test_lock's a_newcomer_that_registers_as_the_last_waiter_leaves_... with
+ * an asynchronous acquire as the waiter that gives up: its leave, sent
+ * from the library's thread, must also wake the newcomer that registered
+ * the process in the gap, or the next release wakes nobody there. */
+static void a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_next_release(void **state)
+{
+    (void)state;
+    dlock_client *hc = new_client(0), *c = new_client(0);
+    dlock_lock *holder, *waiter;
+    assert_int_equal(dlock_lock_new(hc, "async:slipped-in", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "async:slipped-in", &waiter), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "async:slipped-in", &slipped.l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
+    done d;
+    done_init(&d);
+    dlock__test_before_leave = slip_in;
+    assert_int_equal(dlock_lock_acquire_async(waiter, 300, 30000, on_acquired, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 5000), 1);
+    dlock__test_before_leave = NULL;
+    assert_int_equal(d.st, DLOCK_ERR_TIMEOUT);
+    usleep(100000);
+    long long released = now_ms();
+    assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+    pthread_join(slipped.thread, NULL);
+    assert_int_equal(slipped.st, DLOCK_OK);
+    if (slipped.got_at - released >= 1000)
+        fail_msg("the newcomer got the lock %lld ms after the release", slipped.got_at - released);
+    dlock_lock_free(slipped.l);
+    dlock_lock_free(waiter);
+    dlock_lock_free(holder);
+    dlock_client_free(c);
+    dlock_client_free(hc);
 }
 
 /* Fair: waiters queued one after another get the lock in that order. */
@@ -1118,6 +1176,7 @@ int main(void)
         cmocka_unit_test(an_async_waiter_is_handed_the_lock_by_another_process),
         cmocka_unit_test(an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
+        cmocka_unit_test(a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_next_release),
         cmocka_unit_test(async_fair_waiters_get_the_lock_in_queue_order),
         cmocka_unit_test(async_hold_belongs_to_the_handle_and_reenters),
         cmocka_unit_test(second_async_call_on_a_handle_is_refused_while_one_is_in_flight),
