@@ -204,6 +204,8 @@ static void late_child(int fd, int async_first)
         dlock_semaphore_new(cc, "sem-late", &w[1].s) != DLOCK_OK || pipe(w[0].done) != 0)
         _exit(2);
     pthread_t th[2];
+    long long start = th_now_ms(); /* the first waiter's wait starts now: the parent times its steps from it */
+    if (write(fd, &start, sizeof start) != (ssize_t)sizeof start) _exit(3);
     if (async_first && dlock_semaphore_acquire_async(w[0].s, 1, w[0].wait_ms, late_done, &w[0]) != DLOCK_OK) _exit(2);
     if (!async_first) pthread_create(&th[0], NULL, late_waiter, &w[0]);
     usleep(100000); /* the first in line */
@@ -233,21 +235,36 @@ static void late_wake_up(int async_first)
     assert_int_equal(dlock_semaphore_new(c, "sem-late", &s), DLOCK_OK);
     assert_int_equal(dlock_semaphore_set_permits(s, 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_semaphore_acquire(s, 1, 0), DLOCK_OK);
+    /* The permit is a count, not a hold: it stays taken without the
+     * client, and the fork below copies no client of ours. */
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
     int fds[2];
     assert_int_equal(pipe(fds), 0);
-    long long t0 = th_now_ms();
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
         late_child(fds[1], async_first);
     }
     close(fds[1]);
-    usleep(350000); /* both asleep */
+    c = client_with_lease(0);
+    assert_int_equal(dlock_semaphore_new(c, "sem-late", &s), DLOCK_OK);
+    long long t0;
+    assert_int_equal(read(fds[0], &t0, sizeof t0), (ssize_t)sizeof t0);
+    long long asleep = t0 + 300 - th_now_ms(); /* both asleep by then, the first until t0 + 500 */
+    if (asleep > 0) usleep((useconds_t)asleep * 1000);
     int st;
     kill(pid, SIGSTOP);
     assert_int_equal(waitpid(pid, &st, WUNTRACED), pid);
+    long long stopped = th_now_ms();
+    if (stopped >= t0 + 450) { /* the first waiter's wait may have run out already: nothing to test */
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        fail_msg("the waiters were stopped too late (%lld ms into the first one's wait)", stopped - t0);
+    }
     assert_int_equal(dlock_semaphore_release(s, 1), DLOCK_OK);
-    usleep((useconds_t)(t0 + 900 - th_now_ms()) * 1000); /* past the first waiter's deadline */
+    long long late = t0 + 800 - th_now_ms(); /* past the first waiter's deadline */
+    if (late > 0) usleep((useconds_t)late * 1000);
     long long cont = th_now_ms();
     kill(pid, SIGCONT);
     struct late w[2];
