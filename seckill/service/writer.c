@@ -555,11 +555,12 @@ static int hints_pending(sk_writer *w)
     return 0;
 }
 
-/* `ms` from now on the clock pthread_cond_timedwait uses by default. */
+/* `ms` from now on the monotonic clock, which `woken` waits on (see
+ * sk_writer_start: why not the wall clock). */
 static struct timespec deadline_in(long ms)
 {
     struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
+    clock_gettime(CLOCK_MONOTONIC, &t);
     t.tv_sec += ms / 1000;
     t.tv_nsec += (ms % 1000) * 1000000L;
     if (t.tv_nsec >= 1000000000L) {
@@ -750,7 +751,15 @@ sk_writer *sk_writer_start(const sk_writer_config *cfg)
     atomic_init(&w->sleeping, 0);
     for (int i = 0; i < HINTS; i++) atomic_init(&w->hint[i], 0);
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->woken, NULL);
+    /* Its timed waits count on the monotonic clock: on the wall clock, a
+     * step back (an NTP correction, a VM's clock set right) would hold a
+     * wait for orders, or the linger after a short batch, for as long as
+     * the step, with accepted orders not reaching the database. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->woken, &attr);
+    pthread_condattr_destroy(&attr);
     w->cap = (size_t)w->cfg.batch * STREAMS_MAX;
     w->e = malloc(w->cap * sizeof *w->e);
     w->orders = malloc(w->cap * sizeof *w->orders);
