@@ -52,7 +52,7 @@ const char *dlock__script_body(dlock__script_id id)
 dlock_status dlock__eval_int(dlock_client *client, dlock__script_id id, int nkeys, const char **keys,
                             int nargs, const char **args, long long *out)
 {
-    redisReply *r;
+    redisReply *r = NULL;
     dlock_status st = dlock__eval(client, id, nkeys, keys, nargs, args, &r, NULL);
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;

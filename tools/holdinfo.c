@@ -135,9 +135,10 @@ static int plain_word(const char *s)
 void holdinfo_command_line(char *const *command, char *out, size_t size)
 {
     size_t n = 0;
+    if (size == 0) return;
 #define PUT(ch)                            \
     do {                                   \
-        if (n + 1 < size) out[n] = (ch);   \
+        if (n < size - 1) out[n] = (ch);   \
         n++;                               \
     } while (0)
     for (size_t i = 0; command[i]; i++) {
@@ -159,7 +160,6 @@ void holdinfo_command_line(char *const *command, char *out, size_t size)
         PUT('\'');
     }
 #undef PUT
-    if (size == 0) return;
     if (n < size) {
         out[n] = '\0';
         return;

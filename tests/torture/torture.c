@@ -156,21 +156,30 @@ typedef struct run {
     const char *dlock_bin;
 } run;
 
+/* Copy src into a fixed field of an event record, cut to fit: the record
+ * is a fixed size and a cut name or target still reads in the log. */
+static void put_field(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* One fault in faults.log: its type, the process it hit (0: a server),
  * and when. */
 static void log_fault(run *r, const char *type, int pid, const char *target, int64_t t0, int64_t t1)
 {
     tt_event e = {TT_FAULT, TT_NONE, (int)getpid(), pid, 0, 0, "", t0, t1, "", 0, 0};
-    snprintf(e.name, sizeof e.name, "%s", type);
-    snprintf(e.result, sizeof e.result, "%s", target);
+    put_field(e.name, sizeof e.name, type);
+    put_field(e.result, sizeof e.result, target);
     tt_write(r->fault_fd, &e);
 }
 
 static void log_meta(run *r, const char *what, const char *name, long long value)
 {
     tt_event e = {TT_META, TT_NONE, (int)getpid(), 0, 0, 0, "", 0, 0, "", 0, value};
-    snprintf(e.name, sizeof e.name, "%s", name);
-    snprintf(e.result, sizeof e.result, "%s", what);
+    put_field(e.name, sizeof e.name, name);
+    put_field(e.result, sizeof e.result, what);
     tt_write(r->fault_fd, &e);
 }
 
