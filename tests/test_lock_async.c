@@ -441,11 +441,17 @@ static void slip_in(void)
 /* test_lock's a_newcomer_that_registers_as_the_last_waiter_leaves_... with
  * an asynchronous acquire as the waiter that gives up: its leave, sent
  * from the library's thread, must also wake the newcomer that registered
- * the process in the gap, or the next release wakes nobody there. */
-static void a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_next_release(void **state)
+ * the process in the gap, or the next release wakes nobody there. With
+ * `replica_acks` the waiter makes no offer, so its leave is the plain one
+ * (async_leave_last in lock.c) rather than the one that takes an offer
+ * back. */
+static void newcomer_slips_in_as_an_async_waiter_leaves(int replica_acks)
 {
-    (void)state;
-    dlock_client *hc = new_client(0), *c = new_client(0);
+    dlock_options o = {0};
+    o.replica_acks = replica_acks;
+    o.replica_timeout_ms = 1000;
+    dlock_client *hc = new_client(0), *c;
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
     dlock_lock *holder, *waiter;
     assert_int_equal(dlock_lock_new(hc, "async:slipped-in", &holder), DLOCK_OK);
     assert_int_equal(dlock_lock_new(c, "async:slipped-in", &waiter), DLOCK_OK);
@@ -462,7 +468,7 @@ static void a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_
     long long released = now_ms();
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
     pthread_join(slipped.thread, NULL);
-    assert_int_equal(slipped.st, DLOCK_OK);
+    if (slipped.st != DLOCK_OK) fail_msg("the newcomer: %s", dlock_strerror(slipped.st));
     if (slipped.got_at - released >= 1000)
         fail_msg("the newcomer got the lock %lld ms after the release", slipped.got_at - released);
     dlock_lock_free(slipped.l);
@@ -470,6 +476,21 @@ static void a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_
     dlock_lock_free(holder);
     dlock_client_free(c);
     dlock_client_free(hc);
+}
+
+static void a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_next_release(void **state)
+{
+    (void)state;
+    newcomer_slips_in_as_an_async_waiter_leaves(0);
+}
+
+/* The same with replica acknowledgements asked for, which need a replica
+ * to grant the newcomer its lock: Sentinel and Cluster targets. */
+static void a_newcomer_that_registers_as_an_async_waiter_without_an_offer_leaves_is_woken_too(void **state)
+{
+    (void)state;
+    if (server.kind == TH_TARGET_SINGLE) skip();
+    newcomer_slips_in_as_an_async_waiter_leaves(1);
 }
 
 /* Fair: waiters queued one after another get the lock in that order. */
@@ -1177,6 +1198,7 @@ int main(void)
         cmocka_unit_test(an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
         cmocka_unit_test(a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_next_release),
+        cmocka_unit_test(a_newcomer_that_registers_as_an_async_waiter_without_an_offer_leaves_is_woken_too),
         cmocka_unit_test(async_fair_waiters_get_the_lock_in_queue_order),
         cmocka_unit_test(async_hold_belongs_to_the_handle_and_reenters),
         cmocka_unit_test(second_async_call_on_a_handle_is_refused_while_one_is_in_flight),
