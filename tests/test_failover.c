@@ -318,6 +318,85 @@ static void cluster_slot_migration_is_invisible_to_callers(void **state)
     th_cluster_stop(&t);
 }
 
+/* A waiter whose pub/sub link sits on a node that is not the master (here
+ * the old master, demoted by a manual failover; in the torture run a
+ * killed master that came back) still hears what the master publishes on
+ * its channel: Cluster sends it to every node of the shard, replication
+ * does the same elsewhere. But SPUBLISH and PUBLISH count only the
+ * publishing node's own listeners, so release.lua, which hands the lock
+ * to that waiter's process and takes the grant back when nobody heard
+ * it, counts 0, takes the grant back, and the message arrives anyway. A
+ * waiter that took it as the lock would hold a lock that is free. The
+ * message names the node that published it, and a waiter takes it as
+ * the lock only from a link to that node; from elsewhere it is a wake-up,
+ * and the waiter's attempt decides. Here: after the release, the waiter
+ * must hold the lock for real (a third client is refused). */
+static struct {
+    dlock_lock *l;
+    dlock_status st, released;
+    atomic_int done, release_now;
+} far_waiter;
+
+static void *far_waiter_main(void *arg)
+{
+    (void)arg;
+    far_waiter.st = dlock_lock_acquire(far_waiter.l, 20000, 30000, NULL);
+    atomic_store(&far_waiter.done, 1);
+    while (!atomic_load(&far_waiter.release_now)) sleep_ms(5);
+    if (far_waiter.st == DLOCK_OK) far_waiter.released = dlock_lock_release(far_waiter.l);
+    return NULL;
+}
+
+static void cluster_hand_off_heard_on_a_replica_is_not_taken_for_the_lock(void **state)
+{
+    (void)state;
+    th_topology t;
+    assert_int_equal(th_cluster_start(&t, &opts), 0);
+    dlock_client *hc, *wc, *xc;
+    assert_int_equal(dlock_client_new(t.url, NULL, &hc), DLOCK_OK);
+    assert_int_equal(dlock_client_new(t.url, NULL, &wc), DLOCK_OK);
+    assert_int_equal(dlock_client_new(t.url, NULL, &xc), DLOCK_OK);
+    dlock_lock *holder, *other;
+    assert_int_equal(dlock_lock_new(hc, "far", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(wc, "far", &far_waiter.l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(xc, "far", &other), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
+    atomic_store(&far_waiter.done, 0);
+    atomic_store(&far_waiter.release_now, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, far_waiter_main, NULL);
+    sleep_ms(500); /* subscribed, and its next attempt offered */
+    int master = th_cluster_key_owner(&t, "dlock:{far}"), replica = -1;
+    for (int i = 0; i < t.n; i++)
+        if (t.node[i].role == TH_REPLICA && t.node[i].master_port == master) replica = t.node[i].port;
+    assert_true(master > 0 && replica > 0);
+    redisReply *r = th_node_cmd(&t, replica, "CLUSTER FAILOVER");
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(th_node_wait_role(&t, master, TH_REPLICA, 20000), 0);
+    assert_int_equal(th_node_wait_role(&t, replica, TH_MASTER, 20000), 0);
+    assert_false(atomic_load(&far_waiter.done));
+    /* Let every node of the shard learn the new roles, as they would
+     * have long before a release in the wild. */
+    sleep_ms(300);
+    assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+    while (!atomic_load(&far_waiter.done)) sleep_ms(5);
+    dlock_status st = far_waiter.st == DLOCK_OK ? dlock_lock_acquire(other, 0, 30000, NULL) : DLOCK_ERR_TIMEOUT;
+    atomic_store(&far_waiter.release_now, 1);
+    pthread_join(th, NULL);
+    if (far_waiter.st != DLOCK_OK) fail_msg("the waiter: %s", dlock_strerror(far_waiter.st));
+    if (st == DLOCK_OK) fail_msg("a third client took the lock the waiter believes it holds");
+    assert_int_equal(st, DLOCK_ERR_TIMEOUT);
+    if (far_waiter.released != DLOCK_OK) fail_msg("the waiter's release: %s", dlock_strerror(far_waiter.released));
+    dlock_lock_free(other);
+    dlock_lock_free(far_waiter.l);
+    dlock_lock_free(holder);
+    dlock_client_free(xc);
+    dlock_client_free(wc);
+    dlock_client_free(hc);
+    th_cluster_stop(&t);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Sentinel                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -633,6 +712,7 @@ int main(void)
         cmocka_unit_test_teardown(cluster_failover_with_replica_acks_never_grants_twice, stop_leftover_load),
         cmocka_unit_test_teardown(cluster_slot_migration_is_invisible_to_callers, stop_leftover_load),
         cmocka_unit_test_teardown(cluster_watchdog_hold_survives_a_failover, stop_leftover_load),
+        cmocka_unit_test_teardown(cluster_hand_off_heard_on_a_replica_is_not_taken_for_the_lock, stop_leftover_load),
         cmocka_unit_test_teardown(sentinel_failover_keeps_locks_usable_and_fenced, stop_leftover_load),
         cmocka_unit_test_teardown(sentinel_failover_with_replica_acks_never_grants_twice, stop_leftover_load),
         cmocka_unit_test_teardown(sentinel_watchdog_hold_survives_a_failover, stop_leftover_load),

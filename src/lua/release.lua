@@ -70,7 +70,7 @@
 -- The hand-off to another process (KEYS[6]): a process whose one waiting
 -- thread registered an offer (acquire.lua: "<lease> <floor> <sent>
 -- <wait id> <owner>") is handed the lock the same way, and the message on
--- its channel says so: "=<token> <sent> <wait id> <owner>". Its subscriber
+-- its channel says so: "=<token> <sent> <wait id> <node> <owner>". Its subscriber
 -- gives the hold to that thread if it still waits in that wait (a message
 -- that comes late must not be taken by its next wait), and it wakes
 -- holding it. <sent> is the send time (the waiter's own clock) of the
@@ -79,8 +79,39 @@
 -- takes its offer back and then gives back a lock it was handed
 -- (src/lock.c, give_back), in that order, so no hand-off can come after
 -- it has looked.
+--
+-- <node> names the server this runs on (Cluster's node id, else the
+-- server's run_id; "-" when it will not say), because the count PUBLISH
+-- answers is not the set of those who hear. It counts only this server's
+-- own listeners, yet a replica of it (a demoted master, say, that a
+-- waiter's link still sits on) passes the message to its listeners too:
+-- replication carries PUBLISH, and Cluster sends SPUBLISH to every node
+-- of the shard. So a hand-off counted 0 and taken back below may still
+-- reach its waiter. The waiter takes a hand-off as the lock only when it
+-- came over a link to the node it names, where it was counted (and so
+-- not taken back); from anywhere else it is a wake-up, and the waiter's
+-- own attempt decides (src/subscriber.c, hand_over). Asking the server
+-- its name costs a call here, only when a process with an offer is
+-- picked.
 
 --@include fence
+
+-- The name of the server this runs on, for a hand-off's message (above).
+local function node_name()
+    if ARGV[4] == 'spublish' then
+        local id = redis.pcall('CLUSTER', 'MYID')
+        if type(id) == 'string' and id ~= '' then
+            return id
+        end
+    else
+        local info = redis.pcall('INFO', 'server')
+        local id = type(info) == 'string' and string.match(info, 'run_id:(%x+)')
+        if id then
+            return id
+        end
+    end
+    return '-'
+end
 
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
@@ -138,7 +169,8 @@ if KEYS[3] and (own > 0 or redis.call('EXISTS', KEYS[3]) == 1) then
             local _, text = fence_next(KEYS[5], t, floor)
             redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', text)
             redis.call('PEXPIRE', KEYS[1], lease)
-            if redis.call(ARGV[4], channel, '=' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. owner) > 0 then
+            local message = '=' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. node_name() .. ' ' .. owner
+            if redis.call(ARGV[4], channel, message) > 0 then
                 return 0
             end
             redis.call('DEL', KEYS[1])
