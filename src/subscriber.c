@@ -77,8 +77,6 @@ struct dlock__sub_entry {
 typedef struct sub_link {
     int node;
     dlock__link *c;      /* NULL while not connected */
-    char name[48];      /* the server's name, as release.lua puts it in a
-                           hand-off (learn_name); "" when it would not say */
     int64_t retry_at;   /* after a failed connect, not before this */
     int backoff;
 } sub_link;
@@ -268,7 +266,6 @@ static void link_reset(struct dlock__subscriber *s, int L)
     sub_link *k = &s->links[L];
     if (k->c) dlock__link_free(k->c);
     k->c = NULL;
-    k->name[0] = '\0';
     for (int b = 0; b < BUCKETS; b++) {
         dlock__sub_entry *e = s->buckets[b], *next;
         for (; e; e = next) {
@@ -285,7 +282,7 @@ static int link_for(struct dlock__subscriber *s, int node)
     for (int i = 0; i < s->n_links; i++)
         if (s->links[i].node == node) return i;
     if (s->n_links == MAX_LINKS) return -1;
-    s->links[s->n_links] = (sub_link){.node = node};
+    s->links[s->n_links] = (sub_link){node, NULL, 0, 0};
     return s->n_links++;
 }
 
@@ -329,32 +326,6 @@ static void queue_commands(struct dlock__subscriber *s, int64_t now, int *want_c
     }
 }
 
-/* The name of the server at the other end of a new link, as release.lua
- * names itself in a hand-off: Cluster's node id, else the server's
- * run_id. Why: a hand-off is the lock only if it was published on the
- * server this link is on (hand_over). Left empty when the server does not
- * say (an ACL that denies the command): hand-offs heard there are then
- * wake-ups, which is slower but safe. */
-static void learn_name(dlock__link *c, int cluster, char *out, size_t size)
-{
-    static const char *const myid[2] = {"CLUSTER", "MYID"}, *const info[2] = {"INFO", "server"};
-    const char *const *argv = cluster ? myid : info;
-    int argc = 2;
-    redisReply *r = NULL;
-    dlock__io_fail why;
-    out[0] = '\0';
-    if (dlock__link_pipeline(c, 1, &argc, &argv, NULL, &r, &why) != DLOCK_OK) return;
-    const char *p = NULL;
-    if (r->type == REDIS_REPLY_STRING) p = cluster ? r->str : strstr(r->str, "run_id:");
-    if (p && !cluster) p += strlen("run_id:");
-    size_t n = p ? strspn(p, "0123456789abcdef") : 0;
-    if (n > 0 && n < size) {
-        memcpy(out, p, n);
-        out[n] = '\0';
-    }
-    freeReplyObject(r);
-}
-
 /* Connect the links that waiting entries need. Called with mu held and
  * drops it around each connect, which may take up to the connect timeout. */
 static void connect_links(struct dlock__subscriber *s, int64_t now)
@@ -371,15 +342,12 @@ static void connect_links(struct dlock__subscriber *s, int64_t now)
             if (L < 0 || s->links[L].c || now < s->links[L].retry_at) continue;
             pthread_mutex_unlock(&s->mu);
             dlock__link *c = NULL;
-            char name[sizeof s->links[0].name];
             dlock_status st = dlock__topo_connect(t, node, &c);
             if (st != DLOCK_OK) dlock__topo_node_failed(t, node);
-            else learn_name(c, t->url.kind == DLOCK_URL_CLUSTER, name, sizeof name);
             pthread_mutex_lock(&s->mu);
             sub_link *k = &s->links[L];
             if (st == DLOCK_OK) {
                 k->c = c;
-                memcpy(k->name, name, sizeof name);
                 k->backoff = 0;
             } else {
                 k->backoff = k->backoff ? (k->backoff * 2 > 1000 ? 1000 : k->backoff * 2) : 20;
@@ -394,38 +362,32 @@ static void connect_links(struct dlock__subscriber *s, int64_t now)
 
 static int remove_armed(struct dlock__subscriber *s, dlock__sub_watch *w);
 
-/* A message "=<token> <sent> <id> <node> <owner>" (release.lua), heard on
- * link L: another process's release handed the lock to the waiter of this
- * client named <owner>. Its hand is filled in and its thread (or its
- * asynchronous wait's watch), if asleep and not claimed by a releaser of
- * this client (that one settles it), woken holding the lock.
- * Only if L is on <node>, the server that published it: there this link
- * was counted among the listeners, so the release kept the grant. Heard
- * anywhere else (a replica passes its master's messages on), the release
- * may have counted no listener and taken the grant back, so the message
- * only wakes a waiter, whose attempt finds out (release.lua says more);
- * so does a message this parser does not know.
+/* A message "><token> <sent> <id> <owner>" (release.lua): another process's
+ * release handed the lock to the waiter of this client named <owner>. Its
+ * hand is filled in and its thread (or its asynchronous wait's watch), if
+ * asleep and not claimed by a releaser of this client (that one settles
+ * it), woken holding the lock. (The release sends it only when this
+ * client listens on the server that runs it, and then keeps the grant.
+ * Versions up to 0.2.0 sent "=..." whatever the count, and took the
+ * grant back when PUBLISH counted no listener, although a replica may
+ * pass the message on: such a message only wakes a waiter.)
  * A message naming no wait that is on here is dropped: that waiter gave
  * up, and gives the lock back itself (give_back in lock.c), or its wait
  * ended with an attempt of its own that came after the hand-off (and was
  * granted the lock afresh). Under mu. */
-static void hand_over(struct dlock__subscriber *s, int L, dlock__sub_entry *e, const char *text)
+static void hand_over(struct dlock__subscriber *s, dlock__sub_entry *e, const char *text)
 {
     char *end;
     errno = 0;
     unsigned long long token = strtoull(text, &end, 10);
-    if (errno || end == text || *end != ' ' || token == 0) goto wake;
+    if (errno || end == text || *end != ' ' || token == 0) return;
     const char *p = end + 1;
     long long sent = strtoll(p, &end, 10);
-    if (errno || end == p || *end != ' ') goto wake;
+    if (errno || end == p || *end != ' ') return;
     p = end + 1;
     unsigned long long id = strtoull(p, &end, 10);
-    if (errno || end == p || *end != ' ') goto wake;
-    const char *node = end + 1, *space = strchr(node, ' ');
-    const char *here = s->links[L].name;
-    size_t len = strlen(here);
-    if (!space || len == 0 || len != (size_t)(space - node) || memcmp(here, node, len) != 0) goto wake;
-    const char *owner = space + 1;
+    if (errno || end == p || *end != ' ') return;
+    const char *owner = end + 1;
     dlock__sub_watch *in = e->waiting;
     while (in && !(in->hand && !in->hand->got && in->hand->id == id && strcmp(in->hand->owner, owner) == 0))
         in = in->wnext;
@@ -442,9 +404,6 @@ static void hand_over(struct dlock__subscriber *s, int L, dlock__sub_entry *e, c
             if (!w->claimed && remove_armed(s, w)) make_due(s, w, DLOCK__SUB_HANDED);
             break;
         }
-    return;
-wake:
-    grant(s, e, 1);
 }
 
 /* Handle one pushed reply on link L: a confirmation, a message, or an
@@ -468,11 +427,12 @@ static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
     if (strcmp(kind, "message") == 0) {
         const redisReply *p = r->element[2];
         long n = 1;
-        if (p->type == REDIS_REPLY_STRING && p->len > 1 && p->str[0] == '=') {
-            hand_over(s, L, e, p->str + 1);
+        if (p->type == REDIS_REPLY_STRING && p->len > 1 && p->str[0] == '>') {
+            hand_over(s, e, p->str + 1);
             return;
         }
         if (p->type == REDIS_REPLY_STRING && p->len == 1 && p->str[0] == '*') n = e->refs;
+        else if (p->type == REDIS_REPLY_STRING && p->len > 1 && p->str[0] == '=') n = 1; /* see hand_over */
         else if (p->type == REDIS_REPLY_STRING) n = strtol(p->str, NULL, 10);
         if (n > 0) grant(s, e, n);
     } else if (strcmp(kind, "subscribe") == 0 && e->state == SUB_SENT) {

@@ -55,10 +55,8 @@ int dlock__sub_wait(struct dlock__subscriber *s, dlock__sub_entry *e, int64_t de
 /*
  * A hand-off from another process (release.lua): a waiting thread that
  * offered to be handed the lock under its owner string and wait id puts a
- * hand on the watch it enlisted. A message "=<token> <sent> <id> <node>
- * <owner>", heard on a link to the server <node> names (else it is only a
- * wake-up: subscriber.c, hand_over), fills in the hand whose owner and id
- * it names (under the
+ * hand on the watch it enlisted. A message "><token> <sent> <id> <owner>"
+ * on the channel fills in the hand whose owner and id it names (under the
  * subscriber's mutex; `got` then stays set) and wakes its thread if it
  * sleeps; one that is awake finds it at its next sleep. Read `token` and
  * `sent` only once `got` is seen with the watch delisted or the thread

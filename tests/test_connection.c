@@ -210,61 +210,61 @@ static void acl_user_from_url_is_used(void **state)
     th_redis_stop(&r);
 }
 
-/* A waiter of another client, for a_user_who_may_not_run_INFO_...: it
+/* A waiter of another client, for a_user_who_may_not_run_PUBSUB_...: it
  * waits up to 5 s, notes when it got the lock, and holds it until told. */
 static struct {
     dlock_lock *l;
     dlock_status st;
     long long got_at;
     volatile int done, release_now;
-} info_waiter;
+} pubsub_waiter;
 
-static void *info_waiter_main(void *arg)
+static void *pubsub_waiter_main(void *arg)
 {
     (void)arg;
-    info_waiter.st = dlock_lock_acquire(info_waiter.l, 5000, 10000, NULL);
-    info_waiter.got_at = th_now_ms();
-    __atomic_store_n(&info_waiter.done, 1, __ATOMIC_SEQ_CST);
-    while (!__atomic_load_n(&info_waiter.release_now, __ATOMIC_SEQ_CST)) usleep(5000);
-    if (info_waiter.st == DLOCK_OK) dlock_lock_release(info_waiter.l);
+    pubsub_waiter.st = dlock_lock_acquire(pubsub_waiter.l, 5000, 10000, NULL);
+    pubsub_waiter.got_at = th_now_ms();
+    __atomic_store_n(&pubsub_waiter.done, 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&pubsub_waiter.release_now, __ATOMIC_SEQ_CST)) usleep(5000);
+    if (pubsub_waiter.st == DLOCK_OK) dlock_lock_release(pubsub_waiter.l);
     return NULL;
 }
 
-/* A release that hands the lock to another process names the server in
- * its message (INFO server's run_id), and each subscriber link learns
- * its server's name the same way (docs/design/locks.md). An ACL user who
- * may not run INFO gets neither, so the hand-off must degrade to a
- * wake-up and the waiter's own attempt: it still gets the lock at once
- * on the release (not at its timed retry, 2 s), and holds it alone. */
-static void a_user_who_may_not_run_INFO_is_woken_by_a_release_of_another_process(void **state)
+/* A release hands the lock to a waiting thread of another process only
+ * if that process listens on the server that runs it, which it asks with
+ * PUBSUB NUMSUB (release.lua says why). An ACL user who may not run
+ * PUBSUB cannot ask, so the release must wake the waiter instead, whose
+ * own attempt takes the lock: at once on the release (not at its timed
+ * retry, 2 s), and alone. */
+static void a_user_who_may_not_run_PUBSUB_is_woken_by_a_release_of_another_process(void **state)
 {
     (void)state;
     th_target_require_single(&server); /* its own server, restarted or configured */
     th_redis r;
     char url[512];
-    assert_int_equal(th_redis_start(&r, "user lim on >pw ~* &* +@all -info\n"), 0);
+    assert_int_equal(th_redis_start(&r, "user lim on >pw ~* &* +@all -pubsub\n"), 0);
     snprintf(url, sizeof url, "redis://lim:pw@127.0.0.1:%d", r.port);
     dlock_client *hc = th_lock_client(url, 0), *wc = th_lock_client(url, 0), *xc = th_lock_client(url, 0);
     assert_true(hc && wc && xc);
-    dlock_lock *holder = th_lock_new(hc, "no-info"), *other = th_lock_new(xc, "no-info");
-    info_waiter.l = th_lock_new(wc, "no-info");
-    info_waiter.done = info_waiter.release_now = 0;
+    dlock_lock *holder = th_lock_new(hc, "no-pubsub"), *other = th_lock_new(xc, "no-pubsub");
+    pubsub_waiter.l = th_lock_new(wc, "no-pubsub");
+    pubsub_waiter.done = pubsub_waiter.release_now = 0;
     assert_int_equal(dlock_lock_acquire(holder, 0, 10000, NULL), DLOCK_OK);
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, info_waiter_main, NULL), 0);
+    assert_int_equal(pthread_create(&th, NULL, pubsub_waiter_main, NULL), 0);
     usleep(300000); /* subscribed, registered with its offer, asleep */
     long long released = th_now_ms();
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
-    while (!__atomic_load_n(&info_waiter.done, __ATOMIC_SEQ_CST)) usleep(2000);
+    while (!__atomic_load_n(&pubsub_waiter.done, __ATOMIC_SEQ_CST)) usleep(2000);
     dlock_status st = dlock_lock_acquire(other, 0, 10000, NULL);
-    __atomic_store_n(&info_waiter.release_now, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&pubsub_waiter.release_now, 1, __ATOMIC_SEQ_CST);
     pthread_join(th, NULL);
-    if (info_waiter.st != DLOCK_OK) fail_msg("the waiter: %s", dlock_strerror(info_waiter.st));
-    if (info_waiter.got_at - released >= 1000)
-        fail_msg("the waiter got the lock %lld ms after the release", info_waiter.got_at - released);
+    if (pubsub_waiter.st != DLOCK_OK) fail_msg("the waiter: %s", dlock_strerror(pubsub_waiter.st));
+    if (pubsub_waiter.got_at - released >= 1000)
+        fail_msg("the waiter got the lock %lld ms after the release", pubsub_waiter.got_at - released);
     if (st == DLOCK_OK) fail_msg("a third client took the lock the waiter holds");
-    assert_int_equal(th_lock_int(&server, &r, "EXISTS %s", "dlock:{no-info}"), 0);
-    dlock_lock_free(info_waiter.l);
+    assert_int_equal(th_lock_int(&server, &r, "EXISTS %s", "dlock:{no-pubsub}"), 0);
+    dlock_lock_free(pubsub_waiter.l);
     dlock_lock_free(other);
     dlock_lock_free(holder);
     dlock_client_free(xc);
@@ -334,7 +334,7 @@ int main(void)
         cmocka_unit_test(server_restart_does_not_kill_the_process_with_sigpipe),
         cmocka_unit_test(password_from_url_is_used_and_wrong_one_refused),
         cmocka_unit_test(acl_user_from_url_is_used),
-        cmocka_unit_test(a_user_who_may_not_run_INFO_is_woken_by_a_release_of_another_process),
+        cmocka_unit_test(a_user_who_may_not_run_PUBSUB_is_woken_by_a_release_of_another_process),
         cmocka_unit_test(credentials_from_options_replace_the_urls),
         cmocka_unit_test(database_from_url_is_selected),
     };

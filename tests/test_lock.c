@@ -1543,6 +1543,75 @@ static void bad_names_and_arguments_are_refused(void **state)
     dlock_client_free(c);
 }
 
+/* A waiter of another client for the case below: waits up to 5 s, notes
+ * when it returned, and releases what it got. */
+static struct {
+    dlock_lock *l;
+    dlock_status st;
+    long long at;
+    atomic_int done;
+} old_waiter;
+
+static void *old_waiter_main(void *arg)
+{
+    (void)arg;
+    old_waiter.st = dlock_lock_acquire(old_waiter.l, 5000, 10000, NULL);
+    old_waiter.at = th_now_ms();
+    atomic_store(&old_waiter.done, 1);
+    if (old_waiter.st == DLOCK_OK) dlock_lock_release(old_waiter.l);
+    return NULL;
+}
+
+/* Versions up to 0.2.0 published a hand-off as "=<token> <sent> <wait id>
+ * <owner>" and took the grant back when PUBLISH counted no listener, which
+ * a replica's listener does not disprove (release.lua). During an upgrade
+ * such a release may still run beside new waiters, so they take that
+ * form only as a wake-up: here a message in it, naming the waiting thread
+ * exactly (its offer, read from the server), arrives while the lock is
+ * still held; the waiter must not return with it, and gets the lock on
+ * the real release. One server: the message is sent with PUBLISH. */
+static void a_hand_off_in_the_old_form_only_wakes_the_waiter(void **state)
+{
+    (void)state;
+    if (server.kind != TH_TARGET_SINGLE) skip();
+    dlock_client *hc = new_client(0), *wc = new_client(0);
+    dlock_lock *holder = th_lock_new(hc, "old-form");
+    old_waiter.l = th_lock_new(wc, "old-form");
+    atomic_store(&old_waiter.done, 0);
+    assert_int_equal(dlock_lock_acquire(holder, 0, 10000, NULL), DLOCK_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, old_waiter_main, NULL), 0);
+    usleep(300000); /* subscribed, registered with its offer, asleep */
+    redisContext *rc = th_redis_connect(&server.single);
+    assert_non_null(rc);
+    redisReply *r = redisCommand(rc, "HGET dlock:{old-form}:o %s", dlock_client_id(wc));
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_STRING) fail_msg("the waiter made no offer");
+    char lease[24], floor[24], sent[24], wait[24], owner[128];
+    assert_int_equal(sscanf(r->str, "%23s %23s %23s %23s %127s", lease, floor, sent, wait, owner), 5);
+    freeReplyObject(r);
+    char message[256];
+    snprintf(message, sizeof message, "=9007199254740000 %s %s %s", sent, wait, owner);
+    r = redisCommand(rc, "PUBLISH dlock:{old-form}:ch:%s %s", dlock_client_id(wc), message);
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1); /* the waiter's process heard it */
+    freeReplyObject(r);
+    redisFree(rc);
+    usleep(300000);
+    if (atomic_load(&old_waiter.done))
+        fail_msg("the waiter returned (%s) on the old-form message, the lock still held",
+                 dlock_strerror(old_waiter.st));
+    long long released = th_now_ms();
+    assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(old_waiter.st, DLOCK_OK);
+    if (old_waiter.at - released >= 1000) fail_msg("the waiter got the lock %lld ms after the release", old_waiter.at - released);
+    dlock_lock_free(old_waiter.l);
+    dlock_lock_free(holder);
+    dlock_client_free(wc);
+    dlock_client_free(hc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1563,6 +1632,7 @@ int main(void)
         cmocka_unit_test(a_release_skips_a_waiting_process_that_is_gone),
         cmocka_unit_test(a_release_wakes_its_own_waiters_when_none_of_them_is_registered),
         cmocka_unit_test(a_newcomer_that_registers_as_the_last_waiter_leaves_is_woken_by_the_next_release),
+        cmocka_unit_test(a_hand_off_in_the_old_form_only_wakes_the_waiter),
         cmocka_unit_test(a_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(a_hand_off_that_comes_too_late_is_not_taken),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),

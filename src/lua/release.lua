@@ -70,7 +70,7 @@
 -- The hand-off to another process (KEYS[6]): a process whose one waiting
 -- thread registered an offer (acquire.lua: "<lease> <floor> <sent>
 -- <wait id> <owner>") is handed the lock the same way, and the message on
--- its channel says so: "=<token> <sent> <wait id> <node> <owner>". Its subscriber
+-- its channel says so: "><token> <sent> <wait id> <owner>". Its subscriber
 -- gives the hold to that thread if it still waits in that wait (a message
 -- that comes late must not be taken by its next wait), and it wakes
 -- holding it. <sent> is the send time (the waiter's own clock) of the
@@ -80,38 +80,22 @@
 -- (src/lock.c, give_back), in that order, so no hand-off can come after
 -- it has looked.
 --
--- <node> names the server this runs on (Cluster's node id, else the
--- server's run_id; "-" when it will not say), because the count PUBLISH
--- answers is not the set of those who hear. It counts only this server's
--- own listeners, yet a replica of it (a demoted master, say, that a
--- waiter's link still sits on) passes the message to its listeners too:
--- replication carries PUBLISH, and Cluster sends SPUBLISH to every node
--- of the shard. So a hand-off counted 0 and taken back below may still
--- reach its waiter. The waiter takes a hand-off as the lock only when it
--- came over a link to the node it names, where it was counted (and so
--- not taken back); from anywhere else it is a wake-up, and the waiter's
--- own attempt decides (src/subscriber.c, hand_over). Asking the server
--- its name costs a call here, only when a process with an offer is
--- picked.
+-- A hand-off is made only to a process that listens here, on this
+-- server (PUBSUB NUMSUB, SHARDNUMSUB on Cluster, asked first; the script
+-- runs alone, so PUBLISH then counts the same), and is then always kept.
+-- Why not publish and take the grant back when PUBLISH counts no one, as
+-- the plain wake-up below does with its reservation: PUBLISH counts only
+-- this server's listeners, yet a replica of it passes the message on to
+-- its own (replication carries PUBLISH; Cluster sends SPUBLISH to every
+-- node of the shard), and a waiter's link can sit on one (a demoted
+-- master it stayed on, or a killed master that came back and took the
+-- subscription before it learnt it was a replica). A hand-off taken back
+-- would still reach that waiter, which would hold a lock already given
+-- to the next process. So a process with an offer that does not listen
+-- here (it died, or listens elsewhere) is woken like one without: a
+-- wake-up heard anywhere costs only an attempt.
 
 --@include fence
-
--- The name of the server this runs on, for a hand-off's message (above).
-local function node_name()
-    if ARGV[4] == 'spublish' then
-        local id = redis.pcall('CLUSTER', 'MYID')
-        if type(id) == 'string' and id ~= '' then
-            return id
-        end
-    else
-        local info = redis.pcall('INFO', 'server')
-        local id = type(info) == 'string' and string.match(info, 'run_id:(%x+)')
-        if id then
-            return id
-        end
-    end
-    return '-'
-end
 
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
@@ -166,24 +150,26 @@ if KEYS[3] and (own > 0 or redis.call('EXISTS', KEYS[3]) == 1) then
             lease, floor, sent, wait, owner = string.match(offer, '^(%d+) (%d+) (%-?%d+) (%d+) (.+)$')
         end
         if owner then
+            local n = redis.pcall('PUBSUB', ARGV[4] == 'spublish' and 'SHARDNUMSUB' or 'NUMSUB', channel)
+            if type(n) ~= 'table' or not ((tonumber(n[2]) or 0) > 0) then
+                owner = nil
+            end
+        end
+        if owner then
             local _, text = fence_next(KEYS[5], t, floor)
             redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', text)
             redis.call('PEXPIRE', KEYS[1], lease)
-            local message = '=' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. node_name() .. ' ' .. owner
-            if redis.call(ARGV[4], channel, message) > 0 then
-                return 0
-            end
-            redis.call('DEL', KEYS[1])
-        else
-            if KEYS[4] then
-                redis.call('SET', KEYS[4], first, 'PX', ARGV[5])
-            end
-            if redis.call(ARGV[4], channel, '1') > 0 then
-                return 0
-            end
-            if KEYS[4] then
-                redis.call('DEL', KEYS[4])
-            end
+            redis.call(ARGV[4], channel, '>' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. owner)
+            return 0
+        end
+        if KEYS[4] then
+            redis.call('SET', KEYS[4], first, 'PX', ARGV[5])
+        end
+        if redis.call(ARGV[4], channel, '1') > 0 then
+            return 0
+        end
+        if KEYS[4] then
+            redis.call('DEL', KEYS[4])
         end
     end
 end
