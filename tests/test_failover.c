@@ -323,14 +323,13 @@ static void cluster_slot_migration_is_invisible_to_callers(void **state)
  * killed master that came back) still hears what the master publishes on
  * its channel: Cluster sends it to every node of the shard, replication
  * does the same elsewhere. But SPUBLISH and PUBLISH count only the
- * publishing node's own listeners, so release.lua, which hands the lock
- * to that waiter's process and takes the grant back when nobody heard
- * it, counts 0, takes the grant back, and the message arrives anyway. A
- * waiter that took it as the lock would hold a lock that is free. The
- * message names the node that published it, and a waiter takes it as
- * the lock only from a link to that node; from elsewhere it is a wake-up,
- * and the waiter's attempt decides. Here: after the release, the waiter
- * must hold the lock for real (a third client is refused). */
+ * publishing node's own listeners. release.lua used to hand the lock to
+ * that waiter's process, count 0, take the grant back and hand the lock
+ * to the next process, while the message arrived anyway: the waiter held
+ * a lock that was someone else's or free. Now a release hands the lock
+ * only to a process that listens on its own server, and wakes the
+ * others. Here: after the release, the waiter must hold the lock for
+ * real (a third client is refused). */
 static struct {
     dlock_lock *l;
     dlock_status st, released;
