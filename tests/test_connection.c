@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -210,26 +209,6 @@ static void acl_user_from_url_is_used(void **state)
     th_redis_stop(&r);
 }
 
-/* A waiter of another client, for a_user_who_may_not_run_PUBSUB_...: it
- * waits up to 5 s, notes when it got the lock, and holds it until told. */
-static struct {
-    dlock_lock *l;
-    dlock_status st;
-    long long got_at;
-    volatile int done, release_now;
-} pubsub_waiter;
-
-static void *pubsub_waiter_main(void *arg)
-{
-    (void)arg;
-    pubsub_waiter.st = dlock_lock_acquire(pubsub_waiter.l, 5000, 10000, NULL);
-    pubsub_waiter.got_at = th_now_ms();
-    __atomic_store_n(&pubsub_waiter.done, 1, __ATOMIC_SEQ_CST);
-    while (!__atomic_load_n(&pubsub_waiter.release_now, __ATOMIC_SEQ_CST)) usleep(5000);
-    if (pubsub_waiter.st == DLOCK_OK) dlock_lock_release(pubsub_waiter.l);
-    return NULL;
-}
-
 /* A release hands the lock to a waiting thread of another process only
  * if that process listens on the server that runs it, which it asks with
  * PUBSUB NUMSUB (release.lua says why). An ACL user who may not run
@@ -247,24 +226,22 @@ static void a_user_who_may_not_run_PUBSUB_is_woken_by_a_release_of_another_proce
     dlock_client *hc = th_lock_client(url, 0), *wc = th_lock_client(url, 0), *xc = th_lock_client(url, 0);
     assert_true(hc && wc && xc);
     dlock_lock *holder = th_lock_new(hc, "no-pubsub"), *other = th_lock_new(xc, "no-pubsub");
-    pubsub_waiter.l = th_lock_new(wc, "no-pubsub");
-    pubsub_waiter.done = pubsub_waiter.release_now = 0;
+    dlock_lock *waiting = th_lock_new(wc, "no-pubsub");
     assert_int_equal(dlock_lock_acquire(holder, 0, 10000, NULL), DLOCK_OK);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, pubsub_waiter_main, NULL), 0);
+    th_waiter w;
+    th_waiter_start(&w, waiting, 5000, 10000);
     usleep(300000); /* subscribed, registered with its offer, asleep */
     long long released = th_now_ms();
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
-    while (!__atomic_load_n(&pubsub_waiter.done, __ATOMIC_SEQ_CST)) usleep(2000);
+    th_waiter_wait(&w);
     dlock_status st = dlock_lock_acquire(other, 0, 10000, NULL);
-    __atomic_store_n(&pubsub_waiter.release_now, 1, __ATOMIC_SEQ_CST);
-    pthread_join(th, NULL);
-    if (pubsub_waiter.st != DLOCK_OK) fail_msg("the waiter: %s", dlock_strerror(pubsub_waiter.st));
-    if (pubsub_waiter.got_at - released >= 1000)
-        fail_msg("the waiter got the lock %lld ms after the release", pubsub_waiter.got_at - released);
+    th_waiter_finish(&w);
+    if (w.st != DLOCK_OK) fail_msg("the waiter: %s", dlock_strerror(w.st));
+    if (w.at - released >= 1000) fail_msg("the waiter got the lock %lld ms after the release", w.at - released);
     if (st == DLOCK_OK) fail_msg("a third client took the lock the waiter holds");
+    assert_int_equal(w.released, DLOCK_OK);
     assert_int_equal(th_lock_int(&server, &r, "EXISTS %s", "dlock:{no-pubsub}"), 0);
-    dlock_lock_free(pubsub_waiter.l);
+    dlock_lock_free(waiting);
     dlock_lock_free(other);
     dlock_lock_free(holder);
     dlock_client_free(xc);

@@ -42,6 +42,7 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "th_lock.h"
 #include "th_topology.h"
 
 #define WORKERS 8
@@ -330,22 +331,6 @@ static void cluster_slot_migration_is_invisible_to_callers(void **state)
  * only to a process that listens on its own server, and wakes the
  * others. Here: after the release, the waiter must hold the lock for
  * real (a third client is refused). */
-static struct {
-    dlock_lock *l;
-    dlock_status st, released;
-    atomic_int done, release_now;
-} far_waiter;
-
-static void *far_waiter_main(void *arg)
-{
-    (void)arg;
-    far_waiter.st = dlock_lock_acquire(far_waiter.l, 20000, 30000, NULL);
-    atomic_store(&far_waiter.done, 1);
-    while (!atomic_load(&far_waiter.release_now)) sleep_ms(5);
-    if (far_waiter.st == DLOCK_OK) far_waiter.released = dlock_lock_release(far_waiter.l);
-    return NULL;
-}
-
 static void cluster_hand_off_heard_on_a_replica_is_not_taken_for_the_lock(void **state)
 {
     (void)state;
@@ -355,15 +340,10 @@ static void cluster_hand_off_heard_on_a_replica_is_not_taken_for_the_lock(void *
     assert_int_equal(dlock_client_new(t.url, NULL, &hc), DLOCK_OK);
     assert_int_equal(dlock_client_new(t.url, NULL, &wc), DLOCK_OK);
     assert_int_equal(dlock_client_new(t.url, NULL, &xc), DLOCK_OK);
-    dlock_lock *holder, *other;
-    assert_int_equal(dlock_lock_new(hc, "far", &holder), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(wc, "far", &far_waiter.l), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(xc, "far", &other), DLOCK_OK);
+    dlock_lock *holder = th_lock_new(hc, "far"), *waiting = th_lock_new(wc, "far"), *other = th_lock_new(xc, "far");
     assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
-    atomic_store(&far_waiter.done, 0);
-    atomic_store(&far_waiter.release_now, 0);
-    pthread_t th;
-    pthread_create(&th, NULL, far_waiter_main, NULL);
+    th_waiter w;
+    th_waiter_start(&w, waiting, 20000, 30000);
     sleep_ms(500); /* subscribed, and its next attempt offered */
     int master = th_cluster_key_owner(&t, "dlock:{far}"), replica = -1;
     for (int i = 0; i < t.n; i++)
@@ -374,21 +354,20 @@ static void cluster_hand_off_heard_on_a_replica_is_not_taken_for_the_lock(void *
     freeReplyObject(r);
     assert_int_equal(th_node_wait_role(&t, master, TH_REPLICA, 20000), 0);
     assert_int_equal(th_node_wait_role(&t, replica, TH_MASTER, 20000), 0);
-    assert_false(atomic_load(&far_waiter.done));
+    assert_false(th_waiter_returned(&w));
     /* Let every node of the shard learn the new roles, as they would
      * have long before a release in the wild. */
     sleep_ms(300);
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
-    while (!atomic_load(&far_waiter.done)) sleep_ms(5);
-    dlock_status st = far_waiter.st == DLOCK_OK ? dlock_lock_acquire(other, 0, 30000, NULL) : DLOCK_ERR_TIMEOUT;
-    atomic_store(&far_waiter.release_now, 1);
-    pthread_join(th, NULL);
-    if (far_waiter.st != DLOCK_OK) fail_msg("the waiter: %s", dlock_strerror(far_waiter.st));
+    th_waiter_wait(&w);
+    dlock_status st = w.st == DLOCK_OK ? dlock_lock_acquire(other, 0, 30000, NULL) : DLOCK_ERR_TIMEOUT;
+    th_waiter_finish(&w);
+    if (w.st != DLOCK_OK) fail_msg("the waiter: %s", dlock_strerror(w.st));
     if (st == DLOCK_OK) fail_msg("a third client took the lock the waiter believes it holds");
     assert_int_equal(st, DLOCK_ERR_TIMEOUT);
-    if (far_waiter.released != DLOCK_OK) fail_msg("the waiter's release: %s", dlock_strerror(far_waiter.released));
+    if (w.released != DLOCK_OK) fail_msg("the waiter's release: %s", dlock_strerror(w.released));
     dlock_lock_free(other);
-    dlock_lock_free(far_waiter.l);
+    dlock_lock_free(waiting);
     dlock_lock_free(holder);
     dlock_client_free(xc);
     dlock_client_free(wc);

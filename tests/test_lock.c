@@ -1543,25 +1543,6 @@ static void bad_names_and_arguments_are_refused(void **state)
     dlock_client_free(c);
 }
 
-/* A waiter of another client for the case below: waits up to 5 s, notes
- * when it returned, and releases what it got. */
-static struct {
-    dlock_lock *l;
-    dlock_status st;
-    long long at;
-    atomic_int done;
-} old_waiter;
-
-static void *old_waiter_main(void *arg)
-{
-    (void)arg;
-    old_waiter.st = dlock_lock_acquire(old_waiter.l, 5000, 10000, NULL);
-    old_waiter.at = th_now_ms();
-    atomic_store(&old_waiter.done, 1);
-    if (old_waiter.st == DLOCK_OK) dlock_lock_release(old_waiter.l);
-    return NULL;
-}
-
 /* Versions up to 0.2.0 published a hand-off as "=<token> <sent> <wait id>
  * <owner>" and took the grant back when PUBLISH counted no listener, which
  * a replica's listener does not disprove (release.lua). During an upgrade
@@ -1575,12 +1556,10 @@ static void a_hand_off_in_the_old_form_only_wakes_the_waiter(void **state)
     (void)state;
     if (server.kind != TH_TARGET_SINGLE) skip();
     dlock_client *hc = new_client(0), *wc = new_client(0);
-    dlock_lock *holder = th_lock_new(hc, "old-form");
-    old_waiter.l = th_lock_new(wc, "old-form");
-    atomic_store(&old_waiter.done, 0);
+    dlock_lock *holder = th_lock_new(hc, "old-form"), *waiting = th_lock_new(wc, "old-form");
     assert_int_equal(dlock_lock_acquire(holder, 0, 10000, NULL), DLOCK_OK);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, old_waiter_main, NULL), 0);
+    th_waiter w;
+    th_waiter_start(&w, waiting, 5000, 10000);
     usleep(300000); /* subscribed, registered with its offer, asleep */
     redisContext *rc = th_redis_connect(&server.single);
     assert_non_null(rc);
@@ -1598,15 +1577,16 @@ static void a_hand_off_in_the_old_form_only_wakes_the_waiter(void **state)
     freeReplyObject(r);
     redisFree(rc);
     usleep(300000);
-    if (atomic_load(&old_waiter.done))
-        fail_msg("the waiter returned (%s) on the old-form message, the lock still held",
-                 dlock_strerror(old_waiter.st));
+    if (th_waiter_returned(&w))
+        fail_msg("the waiter returned (%s) on the old-form message, the lock still held", dlock_strerror(w.st));
     long long released = th_now_ms();
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
-    pthread_join(th, NULL);
-    assert_int_equal(old_waiter.st, DLOCK_OK);
-    if (old_waiter.at - released >= 1000) fail_msg("the waiter got the lock %lld ms after the release", old_waiter.at - released);
-    dlock_lock_free(old_waiter.l);
+    th_waiter_wait(&w);
+    th_waiter_finish(&w);
+    assert_int_equal(w.st, DLOCK_OK);
+    assert_int_equal(w.released, DLOCK_OK);
+    if (w.at - released >= 1000) fail_msg("the waiter got the lock %lld ms after the release", w.at - released);
+    dlock_lock_free(waiting);
     dlock_lock_free(holder);
     dlock_client_free(wc);
     dlock_client_free(hc);

@@ -114,3 +114,42 @@ void th_lock_no_barging(dlock_lock *l, int rounds)
         assert_int_equal(w.status, DLOCK_OK);
     }
 }
+
+static void *waiter_main(void *arg)
+{
+    th_waiter *w = arg;
+    w->st = dlock_lock_acquire(w->l, w->wait_ms, w->lease_ms, NULL);
+    w->at = th_now_ms();
+    atomic_store(&w->done, 1);
+    while (!atomic_load(&w->release_now)) usleep(2000);
+    if (w->st == DLOCK_OK) w->released = dlock_lock_release(w->l);
+    return NULL;
+}
+
+void th_waiter_start(th_waiter *w, dlock_lock *l, long wait_ms, long lease_ms)
+{
+    w->l = l;
+    w->wait_ms = wait_ms;
+    w->lease_ms = lease_ms;
+    w->st = w->released = DLOCK_OK;
+    w->at = 0;
+    atomic_store(&w->done, 0);
+    atomic_store(&w->release_now, 0);
+    if (pthread_create(&w->thread, NULL, waiter_main, w) != 0) fail_msg("pthread_create failed");
+}
+
+int th_waiter_returned(th_waiter *w)
+{
+    return atomic_load(&w->done);
+}
+
+void th_waiter_wait(th_waiter *w)
+{
+    while (!atomic_load(&w->done)) usleep(2000);
+}
+
+void th_waiter_finish(th_waiter *w)
+{
+    atomic_store(&w->release_now, 1);
+    pthread_join(w->thread, NULL);
+}

@@ -1,13 +1,15 @@
 /*
  * Helpers of the suites about the lock itself, which share them:
  * test_lock.c (the lock), test_watchdog.c (renewals and loss reports),
- * test_connection.c (AUTH, ACL, SELECT and the URL) and test_replica.c. Every one of them
+ * test_connection.c (AUTH, ACL, SELECT and the URL), test_replica.c and
+ * test_failover.c (a waiter on a failed-over Cluster). Every one of them
  * fails the calling cmocka test on a broken precondition, except
  * th_lock_client(), which child processes use.
  */
 #ifndef DLOCK_TH_LOCK_H
 #define DLOCK_TH_LOCK_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -50,5 +52,26 @@ void th_lock_no_barging(dlock_lock *l, int rounds);
 
 /* Poll dlock_lock_lost() for up to `ms`; the time it took, or -1. */
 long long th_lock_wait_lost(dlock_lock *l, long ms);
+
+/* A thread that waits for a lock, for the cases that watch a waiter of
+ * another client: th_waiter_start() starts it on dlock_lock_acquire(l,
+ * wait_ms, lease_ms); once it returned, `st` and `at` (th_now_ms()) say
+ * how and when, and it keeps what it got until th_waiter_finish(), which
+ * releases that (`released`) and joins it. */
+typedef struct th_waiter {
+    dlock_lock *l;
+    long wait_ms, lease_ms;
+    dlock_status st, released;
+    long long at;
+    atomic_int done, release_now;
+    pthread_t thread;
+} th_waiter;
+
+void th_waiter_start(th_waiter *w, dlock_lock *l, long wait_ms, long lease_ms);
+/* Whether it has returned from its acquire. */
+int th_waiter_returned(th_waiter *w);
+/* Wait until it has returned from its acquire. */
+void th_waiter_wait(th_waiter *w);
+void th_waiter_finish(th_waiter *w);
 
 #endif
