@@ -206,6 +206,7 @@ static void run_slow(async_call *c)
  * last of many wait as many times. */
 static void *worker(void *arg)
 {
+    dlock__thread_name("dlock-slowlane");
     dlock_client *client = arg;
     dlock__async *a = &client->async;
     pthread_mutex_lock(&a->mu);

@@ -354,6 +354,7 @@ static void hand_back(dlock__mux *m)
  * It sleeps while nothing is in flight or another thread reads. */
 static void *reader_main(void *arg)
 {
+    dlock__thread_name("dlock-io");
     dlock__mux *m = arg;
     pthread_mutex_lock(&m->mu);
     for (;;) {

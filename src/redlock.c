@@ -146,6 +146,7 @@ static void rl_call_run(rl_call *c)
 
 static void *rl_call_thread(void *arg)
 {
+    dlock__thread_name("dlock-redlock");
     rl_call_run(arg);
     return NULL;
 }

@@ -637,6 +637,7 @@ static void idle_wait(struct dlock__subscriber *s, int timeout)
 
 static void *subscriber_main(void *arg)
 {
+    dlock__thread_name("dlock-sub");
     struct dlock__subscriber *s = arg;
     /* This thread writes SUBSCRIBE commands itself; a write to a server
      * that went away must fail with EPIPE, not kill the program. */

@@ -39,6 +39,11 @@ int64_t dlock__mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void dlock__thread_name(const char *name)
+{
+    pthread_setname_np(pthread_self(), name);
+}
+
 int dlock__cond_init(pthread_cond_t *cond)
 {
     pthread_condattr_t attr;

@@ -52,6 +52,11 @@ dlock_status dlock__random_hex(char *out, size_t nbytes);
  * (thread ids from the OS are reused; these are not). */
 unsigned long dlock__thread_number(void);
 
+/* Name the calling thread (15 bytes at most), so that `top -H`, `ps -L`,
+ * perf and gdb say which of a program's threads are the library's and
+ * what each does, instead of repeating the program's name. */
+void dlock__thread_name(const char *name);
+
 /* "dlock:{NAME}SUFFIX", malloc'd; NULL when out of memory. */
 char *dlock__key(const char *name, const char *suffix);
 

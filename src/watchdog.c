@@ -202,6 +202,7 @@ static void run_batch(struct dlock__watchdog *wd, wd_batch *b)
 
 static void *lane_main(void *arg)
 {
+    dlock__thread_name("dlock-wd-lane");
     wd_lane *ln = arg;
     struct dlock__watchdog *wd = ln->wd;
     pthread_mutex_lock(&wd->mu);
@@ -330,6 +331,7 @@ static dlock__wd_entry *first_lost(struct dlock__watchdog *wd, int64_t now, int6
 
 static void *watchdog_main(void *arg)
 {
+    dlock__thread_name("dlock-watchdog");
     struct dlock__watchdog *wd = arg;
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {

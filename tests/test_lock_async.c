@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -182,6 +183,69 @@ static void async_wait_is_woken_by_the_release(void **state)
     struct dlock_stats st;
     assert_int_equal(dlock_stats(c, &st), DLOCK_OK);
     assert_true(st.kind[DLOCK_STATS_LOCK].wakeups >= 1);
+    release_ok(waiter);
+    dlock_lock_free(holder);
+    dlock_lock_free(waiter);
+    dlock_client_free(c);
+}
+
+/* The names of this process's threads other than the calling one, from
+ * /proc, into names[] (at most `cap`); returns how many. */
+static int other_thread_names(char names[][16], int cap)
+{
+    char self[32], path[300];
+    snprintf(self, sizeof self, "%ld", (long)gettid());
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, self) == 0) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue; /* a thread that ended meanwhile */
+        if (fgets(names[n], 16, f)) {
+            names[n][strcspn(names[n], "\n")] = '\0';
+            n++;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Every thread the library starts carries a "dlock-" name, so `top -H`,
+ * `ps -L`, perf and gdb tell them from the program's own. Here the
+ * connection reader (an asynchronous call's reply), the waiters'
+ * subscriber (a wait on a held lock) and the watchdog (a hold renewed)
+ * must be there; others (the slow lane of asynchronous calls, a
+ * watchdog's lanes) only have to be named if they run. Unnamed, they
+ * would carry the program's name, which threads inherit. */
+static void the_library_names_each_thread_it_starts(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(300);
+    dlock_lock *holder, *waiter;
+    assert_int_equal(dlock_lock_new(c, "async:named", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "async:named", &waiter), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(holder, 0, DLOCK_LEASE_WATCHDOG, NULL), DLOCK_OK);
+    done d;
+    done_init(&d);
+    assert_int_equal(dlock_lock_acquire_async(waiter, 20000, 10000, on_acquired, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 700), 0); /* waiting; the watchdog renewed the hold meanwhile */
+    assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 5000), 1);
+    assert_int_equal(d.st, DLOCK_OK);
+
+    char names[64][16];
+    int n = other_thread_names(names, 64), watchdog = 0, sub = 0, io = 0;
+    for (int i = 0; i < n; i++) {
+        if (strncmp(names[i], "dlock-", 6) != 0) fail_msg("a thread named \"%s\"", names[i]);
+        watchdog += strcmp(names[i], "dlock-watchdog") == 0;
+        sub += strcmp(names[i], "dlock-sub") == 0;
+        io += strcmp(names[i], "dlock-io") == 0;
+    }
+    if (!watchdog || !sub || !io) fail_msg("threads: watchdog %d, subscriber %d, reader %d", watchdog, sub, io);
     release_ok(waiter);
     dlock_lock_free(holder);
     dlock_lock_free(waiter);
@@ -1192,6 +1256,7 @@ int main(void)
         cmocka_unit_test(async_holds_of_one_name_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_fair_holds_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_wait_is_woken_by_the_release),
+        cmocka_unit_test(the_library_names_each_thread_it_starts),
         cmocka_unit_test(async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client),
         cmocka_unit_test(an_async_waiter_is_handed_the_lock_by_another_process),

@@ -182,6 +182,7 @@ void holdinfo_command_line(char *const *command, char *out, size_t size)
  */
 static void *keeper(void *arg)
 {
+    pthread_setname_np(pthread_self(), "dlock-holdinfo");
     holdinfo *h = arg;
     const char *first_keys[2] = {h->lock, h->key};
     const char *first_args[9] = {h->token, h->ttl, h->owner_field, "host", h->host, "pid", h->pid,

@@ -380,6 +380,7 @@ static void async_finish(async_order *o, sk_result r)
  * the library's thread that hands replies back must not wait for that. */
 static void *warmer_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "sk-warmer");
     redis_strategy *s = arg;
     pthread_mutex_lock(&s->wq_mu);
     for (;;) {

@@ -669,6 +669,7 @@ static void linger(sk_writer *w, long ms)
 /* The loop described at the top of this file. */
 static void *run(void *arg)
 {
+    pthread_setname_np(pthread_self(), "sk-writer");
     sk_writer *w = arg;
     entry *e = w->e;
     while (!atomic_load(&w->stop)) {

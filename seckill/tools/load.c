@@ -242,6 +242,7 @@ static int on_readable(worker *w, conn *c)
 /* One thread, its share of the connections, one epoll loop. */
 static void *worker_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "sk-load");
     worker *w = arg;
     for (int i = 0; i < w->nconns; i++) {
         w->conns[i].fd = -1;
@@ -285,6 +286,7 @@ static void draw(progress *p, int final)
 /* Five redraws a second are enough to watch and cost nothing. */
 static void *progress_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "sk-progress");
     progress *p = arg;
     while (!atomic_load(&p->stop)) {
         draw(p, 0);
