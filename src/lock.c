@@ -70,6 +70,7 @@ typedef struct lock_thread {
     uint64_t token;
     uint64_t wait_id;   /* its current wait's, in its offers: counted per owner, which the hand also names */
     char *wake_channel; /* fair locks: this waiter's own channel */
+    uint64_t queued; /* fair locks: its place among the handle's waiters (fair_queued), 0 when not waiting */
 } lock_thread;
 
 struct dlock_lock {
@@ -78,6 +79,7 @@ struct dlock_lock {
     char *queue, *queue_deadlines; /* fair locks only */
     char *waiters, *woken, *offers; /* plain locks: the waiting processes, the one woken, their offers */
     char *wait_channel;            /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
+    uint64_t queued;               /* fair locks: waits begun on this handle (fair_queued); under base.mu */
 };
 
 /* The metrics count the two kinds apart: their waits differ by design. */
@@ -382,9 +384,43 @@ static void fair_leave(dlock_lock *l, lock_thread *h)
     char prefix[NAME_PREFIX_MAX];
     snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
     const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
-    const char *args[3] = {h->rec.owner, l->base.client->publish, prefix};
+    /* "1": this thread holds nothing, so a lock that names it was handed
+     * over by a release of this client whose answer was lost: give it
+     * back in the same script (fair_leave.lua). */
+    const char *args[4] = {h->rec.owner, l->base.client->publish, prefix, "1"};
     long long n;
-    dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, &n);
+    dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, h->held.count == 0 ? 4 : 3, args, &n);
+}
+
+/* A fair waiter of this handle begins (`waits`) or ends its wait. Its
+ * place is counted, not timed: the hand-offs of a busy lock come faster
+ * than a clock's milliseconds, and a tie would be settled by the order of
+ * the handle's records instead of the queue's. */
+static void fair_queued(dlock_lock *l, lock_thread *h, int waits)
+{
+    pthread_mutex_lock(&l->base.mu);
+    h->queued = waits ? ++l->queued : 0;
+    pthread_mutex_unlock(&l->base.mu);
+}
+
+/* The channel of the thread of this handle that has waited longest on
+ * the fair lock, other than `self`, or NULL. Why the oldest: the queue is
+ * served in order, so the oldest waiter of this client is the one most
+ * likely at its head when the release runs (fair_release.lua checks). */
+static const char *fair_oldest(dlock_lock *l, lock_thread *self)
+{
+    const char *channel = NULL;
+    uint64_t oldest = 0;
+    pthread_mutex_lock(&l->base.mu);
+    for (dlock__thread_rec *r = l->base.threads; r; r = r->next) {
+        lock_thread *t = (lock_thread *)r;
+        if (t != self && t->queued > 0 && (!channel || t->queued < oldest)) {
+            channel = t->wake_channel;
+            oldest = t->queued;
+        }
+    }
+    pthread_mutex_unlock(&l->base.mu);
+    return channel;
 }
 
 void (*dlock__test_before_leave)(void) = NULL;
@@ -445,9 +481,10 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
      * made in line (wait.h), so a busy lock costs one attempt. */
     const char *channel = l->fair ? h->wake_channel : l->wait_channel;
     int may_wait = wait_ms != 0 && before == 0;
-    /* A fair lock's order is its queue's, and a replica-safe acquire
-     * waits for replicas after its own attempt: neither is handed over. */
-    int offered = !l->fair && l->base.client->replica_acks == 0;
+    /* A replica-safe acquire waits for replicas after its own attempt:
+     * it is not handed over. A fair one is, by its own client's releases
+     * (fair_release.lua), when it is the queue's head. */
+    int offered = l->base.client->replica_acks == 0;
     lock_offer offer = {l, h, lease, 0, 0, {0}};
     a.offer = hand_begin(l, h, wait_ms, before, lease, &offer.hand);
     a.hand = &offer.hand;
@@ -467,8 +504,10 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
          * release that ends the wait and the caller's first step (a
          * failure to start is reported by the hold, as without the wait). */
         if (watchdog) (void)dlock__client_watchdog(l->base.client);
+        if (l->fair && offered) fair_queued(l, h, 1);
         result = dlock__wait_for(l->base.client, lock_kind(l), channel, deadline, try_again, &a, result, pttl,
                                 offered ? &offer : NULL, a.offer ? &offer.hand : NULL, &early);
+        if (l->fair && offered) fair_queued(l, h, 0);
         if (result == DLOCK_OK && offer.token) hold_handed(l, h, offer.token, offer.sent, &a.sent);
         else if (result == DLOCK_OK && offer.hand.got && !offer.hand.stale && h->held.count == 0)
             hold_handed(l, h, offer.hand.token, offer.hand.sent, &a.sent);
@@ -540,18 +579,52 @@ static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer 
     c->nargs = 11;
 }
 
-/* The last hold of a plain lock: a waiter of this client may be handed
- * the lock in the same script (release.lua). Its offer, claimed and
- * named in `c` (*claimed set, for dlock__wait_settle), or NULL. */
+/* fair_release.lua's direct hand-off to `o` (ARGV[6..8]), a waiting
+ * thread of this client, if it is the queue's head. */
+static void release_call_fair_offer(dlock_lock *l, release_call *c, const lock_offer *o)
+{
+    dlock_client *client = l->base.client;
+    snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
+    dlock__fence_floor_arg(&client->fences, o->l->base.fence, atomic_load(&o->l->base.floor), c->next_floor_s);
+    c->keys[2] = l->queue_deadlines;
+    c->keys[3] = l->base.fence;
+    c->args[5] = o->h->rec.owner;
+    c->args[6] = c->next_lease_s;
+    c->args[7] = c->next_floor_s;
+    c->nkeys = 4;
+    c->nargs = 8;
+}
+
+/* The last hold: a waiter of this client may be handed the lock in the
+ * same script (release.lua; fair_release.lua when it is the queue's
+ * head, for which the waiter of this handle that has waited longest is
+ * the guess). Its offer, claimed and named in `c` (*claimed set, for
+ * dlock__wait_settle), or NULL. */
 static lock_offer *release_claim(dlock_lock *l, lock_thread *h, release_call *c, dlock__sub_watch **claimed)
 {
     dlock_client *client = l->base.client;
     lock_offer *o = NULL;
     *claimed = NULL;
-    if (!l->fair && h->held.count == 1 && client->replica_acks == 0 && c->waiters > 0 &&
-        (o = dlock__wait_claim(client, l->wait_channel, claimed)))
+    if (h->held.count != 1 || client->replica_acks != 0) return NULL;
+    if (l->fair) {
+        const char *channel = fair_oldest(l, h);
+        if (channel && (o = dlock__wait_claim(client, channel, claimed))) release_call_fair_offer(l, c, o);
+    } else if (c->waiters > 0 && (o = dlock__wait_claim(client, l->wait_channel, claimed))) {
         release_call_offer(l, c, o, c->waiters > 1);
+    }
     return o;
+}
+
+/* The channel of a claimed fair waiter, to wake it when the release's
+ * answer was lost: the lost run may have handed it the lock, and then it
+ * published nothing, so nobody else would wake it before its timed retry
+ * (seconds). Its attempt finds itself the owner with no hold it knows of,
+ * which fair_acquire.lua grants afresh. Read before the waiter is settled:
+ * `o` is the waiter's memory. A plain lock's waiters are woken in
+ * release_reply either way. */
+static const char *claimed_channel(const dlock_lock *l, const lock_offer *o)
+{
+    return l->fair && o ? o->h->wake_channel : NULL;
 }
 
 static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
@@ -612,6 +685,7 @@ static dlock_status release_reply(dlock_lock *l, lock_thread *h, const redisRepl
                                   dlock__sub_watch *claimed, int64_t sent)
 {
     long left;
+    const char *fair_claimed = claimed_channel(l, o);
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[0]->integer == HANDED_OVER && r->element[1]->type == REDIS_REPLY_INTEGER && o &&
         r->element[1]->integer > 0) {
@@ -631,6 +705,9 @@ static dlock_status release_reply(dlock_lock *l, lock_thread *h, const redisRepl
         if (left == WAKE_OWN) left = 0;
         dlock__wait_wake(l->base.client, l->wait_channel);
     }
+    /* A fair waiter named in a release that was resent: the first run may
+     * have handed it the lock (claimed_channel). */
+    if (fair_claimed && retried && left < 0) dlock__wait_wake(l->base.client, fair_claimed);
     if (dlock__held_release_done(l->base.client, &h->held, left, retried))
         return dlock__fail(DLOCK_ERR_LOST,
                           "lock '%s' expired before release; another owner may hold it", l->base.name);
@@ -655,7 +732,9 @@ dlock_status dlock_lock_release(dlock_lock *l)
     int64_t sent = dlock__mono_ms();
     dlock_status st = dlock__eval(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, &retried);
     if (st != DLOCK_OK) {
+        const char *fair_claimed = claimed_channel(l, o);
         dlock__wait_settle(c, claimed, 0);
+        if (fair_claimed) dlock__wait_wake(c, fair_claimed);
         dlock__held_release_failed(c, &h->held);
         return st; /* hold unchanged: the caller may try again */
     }
@@ -943,7 +1022,9 @@ static void on_release_reply(dlock_status st, redisReply *r, void *arg)
     lock_thread *h = op->h;
     dlock_client *c = l->base.client;
     if (st != DLOCK_OK) {
+        const char *fair_claimed = claimed_channel(l, op->next);
         dlock__wait_settle(c, op->claimed, 0);
+        if (fair_claimed) dlock__wait_wake(c, fair_claimed);
         dlock__held_release_failed(c, &h->held); /* hold unchanged: try again */
     } else {
         st = release_reply(l, h, r, dlock__async_resent(), op->next, op->claimed, op->sent);
@@ -983,7 +1064,7 @@ dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void 
         op->sent = dlock__mono_ms();
         st = dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, on_release_reply, op);
         if (st == DLOCK_OK) return DLOCK_OK;
-        dlock__wait_settle(c, op->claimed, 0);
+        dlock__wait_settle(c, op->claimed, 0); /* not sent: nothing was handed over, nobody to wake */
         dlock__held_release_failed(c, &h->held);
     }
     free(op);

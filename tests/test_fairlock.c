@@ -2,7 +2,9 @@
  * Fair lock against real servers (one server, Sentinel or
  * Cluster: target.h): FIFO across processes, a dead
  * waiter skipped once its timeout passes, a waiter that gives up leaving
- * the queue, and a release waking only the head waiter.
+ * the queue, a release waking only the head waiter, and handing the lock
+ * to a thread of its own client at the head without a message, never
+ * past the head.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,6 +232,139 @@ static void newcomer_cannot_jump_the_queue(void **state)
     dlock_client_free(c);
 }
 
+/* A thread of the test's own client waiting for the fair lock on `l`,
+ * then noting `index` in the order list and releasing, as spawn_waiter's
+ * children do. */
+struct own_waiter {
+    dlock_lock *l;
+    const char *name;
+    int index;
+    long wait_ms;
+    dlock_status st;
+    uint64_t token;
+};
+
+static void *own_waiter_main(void *arg)
+{
+    struct own_waiter *w = arg;
+    w->st = dlock_lock_acquire(w->l, w->wait_ms, 30000, &w->token);
+    if (w->st != DLOCK_OK) return NULL;
+    char key[160];
+    snprintf(key, sizeof key, "order:%s", w->name);
+    redisContext *rc = th_target_connect(&server, key);
+    freeReplyObject(redisCommand(rc, "RPUSH %s %d", key, w->index));
+    redisFree(rc);
+    w->st = dlock_lock_release(w->l);
+    return NULL;
+}
+
+static long long published(void)
+{
+    return th_target_calls(&server, "publish") + th_target_calls(&server, "spublish");
+}
+
+/* The direct hand-off (fair_release.lua): a release whose queue's head is
+ * a sleeping thread of its own client takes the lock for it in the same
+ * script. The thread returns holding it, with a newer token, having made
+ * no attempt after the release, and nothing is published: two scripts
+ * for the hand-off and the thread's own release, where the wake-up by
+ * message costs three and a PUBLISH. (Sentinel sends its own PUBLISHes to
+ * the master every 2 s, so there only the scripts are counted.) */
+static void a_release_hands_the_lock_to_a_thread_of_its_client_at_the_head(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(10000);
+    dlock_lock *l;
+    uint64_t mine;
+    assert_int_equal(dlock_lock_new_fair(c, "own-head", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, &mine), DLOCK_OK);
+    struct own_waiter w = {l, "own-head", 0, 20000, DLOCK_ERR_SYS, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, own_waiter_main, &w), 0);
+    wait_queue("own-head", 1);
+    usleep(200000); /* asleep */
+    long long scripts = th_target_calls(&server, "evalsha"), messages = published();
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DLOCK_OK);
+    assert_true(w.token > mine);
+    scripts = th_target_calls(&server, "evalsha") - scripts;
+    messages = published() - messages;
+    if (scripts != 2) fail_msg("%lld scripts for the hand-off and the release after it", scripts);
+    if (messages != 0 && server.kind != TH_TARGET_SENTINEL) fail_msg("%lld messages published", messages);
+    assert_int_equal(queue_length("own-head"), 0);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* The releaser's guess (its own longest waiting thread) is not the head:
+ * a process that joined the queue first is. The lock goes to that
+ * process, then to the thread: the queue's order, not the client's. */
+static void a_hand_off_within_a_client_never_passes_the_head_of_another_process(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(10000);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "own-second", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    pid_t head = spawn_waiter("own-second", 0, 10000, 20000);
+    wait_queue("own-second", 1);
+    struct own_waiter w = {l, "own-second", 1, 20000, DLOCK_ERR_SYS, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, own_waiter_main, &w), 0);
+    wait_queue("own-second", 2);
+    usleep(200000); /* both asleep */
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    reap_ok(head);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DLOCK_OK);
+    redisReply *r = th_target_cmd(&server, "order:own-second", "LRANGE order:own-second 0 -1");
+    assert_int_equal(r->elements, 2);
+    if (atoi(r->element[0]->str) != 0) fail_msg("the thread of the releaser's client got the lock first");
+    freeReplyObject(r);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* A waiter that gives up while the lock names it, as a hand-off of its
+ * own client whose answer was lost would leave it (here the owner is
+ * written by hand, unseen by the waiter, which sleeps to its deadline):
+ * it gives the lock back as it leaves the queue (fair_leave.lua), so the
+ * waiter behind it gets it at once, not after the 30 s lease. */
+static void a_waiter_that_gives_up_gives_back_a_lock_that_names_it(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(10000), *c2 = new_client(10000);
+    dlock_lock *holder, *quitter;
+    assert_int_equal(dlock_lock_new_fair(c2, "give-back", &holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new_fair(c, "give-back", &quitter), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
+    struct own_waiter w = {quitter, "give-back", 0, 800, DLOCK_ERR_SYS, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, own_waiter_main, &w), 0);
+    wait_queue("give-back", 1);
+    pid_t patient = spawn_waiter("give-back", 1, 10000, 20000);
+    wait_queue("give-back", 2);
+    redisReply *r = th_target_cmd(&server, "dlock:{give-back}:q", "LINDEX dlock:{give-back}:q 0");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    char owner[128];
+    snprintf(owner, sizeof owner, "%s", r->str);
+    freeReplyObject(r);
+    assert_memory_equal(owner, dlock_client_id(c), strlen(dlock_client_id(c)));
+    freeReplyObject(th_target_cmd(&server, "dlock:{give-back}", "HSET dlock:{give-back} owner %s", owner));
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DLOCK_ERR_TIMEOUT);
+    long long t0 = th_now_ms();
+    reap_ok(patient);
+    if (th_now_ms() - t0 > 1500) fail_msg("the next waiter got the lock %lld ms later", th_now_ms() - t0);
+    assert_int_not_equal(dlock_lock_release(holder), DLOCK_OK); /* its hold was taken from it by hand */
+    dlock_lock_free(holder);
+    dlock_lock_free(quitter);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
 static void fair_lock_is_reentrant_with_rising_tokens(void **state)
 {
     (void)state;
@@ -287,6 +423,9 @@ int main(void)
         cmocka_unit_test(waiter_that_gives_up_leaves_the_queue),
         cmocka_unit_test(release_wakes_only_the_head_waiter),
         cmocka_unit_test(newcomer_cannot_jump_the_queue),
+        cmocka_unit_test(a_release_hands_the_lock_to_a_thread_of_its_client_at_the_head),
+        cmocka_unit_test(a_hand_off_within_a_client_never_passes_the_head_of_another_process),
+        cmocka_unit_test(a_waiter_that_gives_up_gives_back_a_lock_that_names_it),
         cmocka_unit_test(fair_lock_is_reentrant_with_rising_tokens),
     };
     return th_target_run_suite(tests, &server);

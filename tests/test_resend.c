@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dlock.h"
@@ -229,50 +230,74 @@ struct handoff_waiter {
     dlock_lock *l;
     dlock_status status, released;
     uint64_t token;
+    long long got_ms; /* monotonic, when its acquire returned */
 };
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void *handoff_waiter_main(void *arg)
 {
     struct handoff_waiter *w = arg;
     w->status = dlock_lock_acquire(w->l, 10000, 10000, &w->token);
+    w->got_ms = mono_ms();
     if (w->status == DLOCK_OK) w->released = dlock_lock_release(w->l);
     return NULL;
 }
 
 /* A release that hands the lock to a sleeping thread of its own client
- * (release.lua) and whose reply is lost: its resend finds the lock the
- * waiter's and answers "not yours", which the releaser reads as done, and
- * wakes the waiter, whose attempt finds itself the owner with no hold it
- * knows of. It must get the lock once, with the newest token (the one the
- * counter holds, not the lost hand-off's, which it never saw), and give
- * it back. */
-static void a_hand_off_whose_release_reply_is_lost_leaves_the_waiter_one_hold(void **state)
+ * (release.lua, fair_release.lua) and whose reply is lost: its resend
+ * finds the lock the waiter's and answers "not yours", which the releaser
+ * reads as done, and wakes the waiter, whose attempt finds itself the
+ * owner with no hold it knows of. It must get the lock once, with the
+ * newest token (the one the counter holds, not the lost hand-off's, which
+ * it never saw), at once (not at its timed retry, 2.5 s later on a fair
+ * lock), and give it back. */
+static void hand_off_with_its_release_reply_lost(int fair)
 {
-    (void)state;
     dlock_client *c = proxied_client(), *look = direct_client();
     dlock_lock *l;
     int lost;
     uint64_t mine;
-    assert_int_equal(dlock_lock_new(c, "rs-handoff", &l), DLOCK_OK);
+    const char *name = fair ? "rs-fair-handoff" : "rs-handoff";
+    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(c, name, &l), DLOCK_OK);
     assert_int_equal(dlock_lock_acquire(l, 0, 10000, &mine), DLOCK_OK);
-    struct handoff_waiter w = {l, DLOCK_ERR_SYS, DLOCK_ERR_SYS, 0};
+    struct handoff_waiter w = {l, DLOCK_ERR_SYS, DLOCK_ERR_SYS, 0, 0};
     pthread_t th;
     pthread_create(&th, NULL, handoff_waiter_main, &w);
     usleep(200000); /* asleep, registered */
-    lose_next_reply("rs-handoff", &lost);
+    lose_next_reply(name, &lost);
+    long long released = mono_ms();
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     assert_one_reply_lost(lost);
     pthread_join(th, NULL);
     assert_int_equal(w.status, DLOCK_OK);
     assert_int_equal(w.released, DLOCK_OK);
     assert_true(w.token > mine);
+    if (w.got_ms - released > 1000) fail_msg("the waiter got the lock %lld ms after the release", w.got_ms - released);
     dlock_lock_info info;
-    assert_int_equal(dlock_lock_inspect(look, "rs-handoff", &info), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(look, name, &info), DLOCK_OK);
     assert_int_equal(info.held, 0);
     assert_int_equal((long long)info.last_token, (long long)w.token);
     dlock_lock_free(l);
     dlock_client_free(look);
     dlock_client_free(c);
+}
+
+static void a_hand_off_whose_release_reply_is_lost_leaves_the_waiter_one_hold(void **state)
+{
+    (void)state;
+    hand_off_with_its_release_reply_lost(0);
+}
+
+static void a_fair_hand_off_whose_release_reply_is_lost_leaves_the_waiter_one_hold(void **state)
+{
+    (void)state;
+    hand_off_with_its_release_reply_lost(1);
 }
 
 static void force_unlock_reports_the_deletion_when_its_reply_is_lost(void **state)
@@ -427,6 +452,7 @@ int main(void)
         cmocka_unit_test(fair_acquire_after_a_lost_reply_holds_once),
         cmocka_unit_test(lock_release_is_applied_once_when_its_reply_is_lost),
         cmocka_unit_test(a_hand_off_whose_release_reply_is_lost_leaves_the_waiter_one_hold),
+        cmocka_unit_test(a_fair_hand_off_whose_release_reply_is_lost_leaves_the_waiter_one_hold),
         cmocka_unit_test(force_unlock_reports_the_deletion_when_its_reply_is_lost),
         cmocka_unit_test(rwlock_acquire_after_a_lost_reply_holds_once),
         cmocka_unit_test(psem_release_reports_success_when_its_reply_is_lost),

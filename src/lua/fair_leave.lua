@@ -8,14 +8,22 @@
 -- ARGV[1]  owner
 -- ARGV[2]  "publish" or "spublish"
 -- ARGV[3]  channel prefix "dlock:{name}:ch:"
+-- ARGV[4]  (optional) "1" when the waiter holds nothing: a lock that
+--          names it as owner then is one handed to it by a release of its
+--          own client whose answer was lost (fair_release.lua), and it is
+--          released here too, as a holder would release it
 --
 -- Returns 1 when the owner was queued, else 0. Resend safety: a second
--- run finds nothing to remove and wakes nobody; only its answer differs,
--- and nobody reads it.
+-- run finds nothing to remove or release and wakes nobody; only its
+-- answer differs, and nobody reads it.
 
 local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-if removed > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+local freed = ARGV[4] == '1' and redis.call('HGET', KEYS[1], 'owner') == ARGV[1]
+if freed then
+    redis.call('DEL', KEYS[1])
+end
+if (removed > 0 or freed) and redis.call('EXISTS', KEYS[1]) == 0 then
     local head = redis.call('LINDEX', KEYS[2], 0)
     if head then
         redis.call(ARGV[2], ARGV[3] .. head, '1')
