@@ -100,7 +100,7 @@ static void checker_catches_getset_lock_with_skewed_clocks(void **state)
 static void primitives_break_no_promise_under_client_faults(void **state)
 {
     (void)state;
-    assert_int_equal(torture("lock,threads,fair,rw,semaphore,psem,latch,multi", 6, seed_now()), 0);
+    assert_int_equal(torture("lock,threads,fair,fair-threads,rw,semaphore,psem,latch,multi", 6, seed_now()), 0);
 }
 
 static void locks_break_no_promise_under_server_faults(void **state)

@@ -10,7 +10,7 @@
  * library check dlock_*_lost() before each step, as a careful program
  * does; the time of a step is taken before that check.
  *
- * Kinds on libdlock: lock (--threads N: N threads on one client), fair,
+ * Kinds on libdlock: lock and fair (--threads N: N threads on one client),
  * rw, sem (plain semaphore), psem, multi (two of three locks at once),
  * redlock, latch. `cli` runs `dlock lock` (or
  * `dlock semaphore`) in a loop with this program as COMMAND (`cs`), which
@@ -516,8 +516,9 @@ static void *lock_thread(void *arg)
 
 /*
  * Why threads: the library hands a lock from a releasing thread straight
- * to a waiting thread of the same client (release.lua's direct hand-off),
- * which processes of one thread each never exercise. With --threads N the
+ * to a waiting thread of the same client (the direct hand-off of
+ * release.lua, and of fair_release.lua when that thread is the queue's
+ * head), which processes of one thread each never exercise. With --threads N the
  * process runs N workers on one client and one set of handles, each with
  * its own random stream, resource connection and hold numbers (thread i
  * counts from i * 10^8, so the checker's (pid, hold) pairs stay unique);
@@ -527,7 +528,7 @@ static void *lock_thread(void *arg)
 static void run_locks(worker *w, int64_t end)
 {
     open_handles(w);
-    int n = !strcmp(w->c->kind, "lock") && w->c->threads > 1 ? w->c->threads : 1;
+    int n = (!strcmp(w->c->kind, "lock") || !strcmp(w->c->kind, "fair")) && w->c->threads > 1 ? w->c->threads : 1;
     thread_arg *more = calloc((size_t)n, sizeof *more);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     int started = 0;

@@ -78,7 +78,7 @@ typedef struct scenario {
     long permits;
     const char *names;    /* object names, without the scenario prefix */
     const char *what;     /* one line for the report */
-    int threads;          /* library clients of kind lock: threads each (0: one) */
+    int threads;          /* library clients of kind lock or fair: threads each (0: one) */
 } scenario;
 
 static const scenario scenarios[] = {
@@ -88,6 +88,8 @@ static const scenario scenarios[] = {
      "reentrant lock, one client of 6 threads: hand-offs between them", 6},
     {"fair", TOPO_SINGLE, "fair", 3, 2, "lock --fair", "x", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "L",
      "fair lock"},
+    {"fair-threads", TOPO_SINGLE, "fair", 2, 1, "lock --fair", "x", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0,
+     "L", "fair lock, two clients of 4 threads and the CLI: hand-offs within a client, in the queue's order", 4},
     {"rw", TOPO_SINGLE, "rw", 4, 1, "lock --write", "x", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "L",
      "read-write lock (60 % readers), CLI writer"},
     {"semaphore", TOPO_SINGLE, "sem", 4, 0, NULL, NULL, F_PAUSE | F_PARTITION | F_LATENCY, 0, 2, "S",
