@@ -339,7 +339,7 @@ static void a_waiter_that_gives_up_gives_back_a_lock_that_names_it(void **state)
     assert_int_equal(dlock_lock_new_fair(c2, "give-back", &holder), DLOCK_OK);
     assert_int_equal(dlock_lock_new_fair(c, "give-back", &quitter), DLOCK_OK);
     assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
-    struct own_waiter w = {quitter, "give-back", 0, 800, DLOCK_ERR_SYS, 0};
+    struct own_waiter w = {quitter, "give-back", 0, 1500, DLOCK_ERR_SYS, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, own_waiter_main, &w), 0);
     wait_queue("give-back", 1);
@@ -352,6 +352,10 @@ static void a_waiter_that_gives_up_gives_back_a_lock_that_names_it(void **state)
     snprintf(owner, sizeof owner, "%s", r->str);
     freeReplyObject(r);
     assert_memory_equal(owner, dlock_client_id(c), strlen(dlock_client_id(c)));
+    /* Asleep: its attempt once subscribed is made (one after that would
+     * find itself the owner and take the lock), its timed retry (2 s) is
+     * past its deadline. */
+    usleep(400000);
     freeReplyObject(th_target_cmd(&server, "dlock:{give-back}", "HSET dlock:{give-back} owner %s", owner));
     pthread_join(th, NULL);
     assert_int_equal(w.st, DLOCK_ERR_TIMEOUT);

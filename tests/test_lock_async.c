@@ -364,6 +364,43 @@ static void a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client(voi
     dlock_client_free(c);
 }
 
+/* The fair lock's direct hand-off (fair_release.lua) from an
+ * asynchronous release: the handle's asynchronous hold is released while
+ * a thread of the same handle waits at the head of the queue; the thread
+ * returns holding the lock with the release as the only script call
+ * between them (its own attempt would be a second), its own token, count
+ * 1 and its own 7 s lease. */
+static void an_async_fair_release_hands_the_lock_to_a_waiting_thread_of_its_handle(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(0);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "async:fair-handoff", &l), DLOCK_OK);
+    uint64_t first;
+    acquire_ok(l, 0, 30000, &first);
+    sync_waiter w = {.l = l};
+    pthread_t th;
+    pthread_create(&th, NULL, sync_waiter_main, &w);
+    usleep(500000); /* queued, asleep */
+    long long before = th_target_calls(&server, "evalsha");
+    release_ok(l);
+    while (!atomic_load(&w.got)) usleep(1000);
+    long long calls = th_target_calls(&server, "evalsha") - before;
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(c, "async:fair-handoff", &info), DLOCK_OK);
+    atomic_store(&w.go, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DLOCK_OK);
+    if (calls != 1) fail_msg("%lld script calls from the asynchronous release to the thread's hold", calls);
+    assert_true(w.token > first);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.hold_count, 1);
+    assert_true(info.ttl_ms > 5000 && info.ttl_ms <= 7000);
+    assert_int_equal(info.last_token, w.token);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
 /* The hand-off between processes, for an asynchronous waiter: its
  * attempt that found the lock busy offered, with its process's
  * registration, to be handed the lock (acquire.lua), and the other
@@ -1259,6 +1296,7 @@ int main(void)
         cmocka_unit_test(the_library_names_each_thread_it_starts),
         cmocka_unit_test(async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client),
+        cmocka_unit_test(an_async_fair_release_hands_the_lock_to_a_waiting_thread_of_its_handle),
         cmocka_unit_test(an_async_waiter_is_handed_the_lock_by_another_process),
         cmocka_unit_test(an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
