@@ -55,6 +55,17 @@ static void wait_queue(const char *name, long long n)
     assert_int_equal(queue_length(name), n);
 }
 
+/* A holder of `name` notes its index in "order:NAME", so a test can read
+ * back the order in which the lock was held. */
+static void note_order(const char *name, int index)
+{
+    char key[160];
+    snprintf(key, sizeof key, "order:%s", name);
+    redisContext *rc = th_target_connect(&server, key);
+    freeReplyObject(redisCommand(rc, "RPUSH %s %d", key, index));
+    redisFree(rc);
+}
+
 /* Child: wait for the fair lock, record our index, hold briefly, release. */
 static pid_t spawn_waiter(const char *name, int index, long fair_timeout, long wait_ms)
 {
@@ -68,11 +79,7 @@ static pid_t spawn_waiter(const char *name, int index, long fair_timeout, long w
         dlock_status st = dlock_lock_acquire(l, wait_ms, 30000, NULL);
         if (st == DLOCK_ERR_TIMEOUT) _exit(75);
         if (st != DLOCK_OK) _exit(3);
-        char key[160];
-        snprintf(key, sizeof key, "order:%s", name);
-        redisContext *rc = th_target_connect(&server, key);
-        freeReplyObject(redisCommand(rc, "RPUSH %s %d", key, index));
-        redisFree(rc);
+        note_order(name, index);
         usleep(20000);
         if (dlock_lock_release(l) != DLOCK_OK) _exit(4);
         dlock_lock_free(l);
@@ -233,7 +240,7 @@ static void newcomer_cannot_jump_the_queue(void **state)
 }
 
 /* A thread of the test's own client waiting for the fair lock on `l`,
- * then noting `index` in the order list and releasing, as spawn_waiter's
+ * then noting `index` (note_order) and releasing, as spawn_waiter's
  * children do. */
 struct own_waiter {
     dlock_lock *l;
@@ -249,11 +256,7 @@ static void *own_waiter_main(void *arg)
     struct own_waiter *w = arg;
     w->st = dlock_lock_acquire(w->l, w->wait_ms, 30000, &w->token);
     if (w->st != DLOCK_OK) return NULL;
-    char key[160];
-    snprintf(key, sizeof key, "order:%s", w->name);
-    redisContext *rc = th_target_connect(&server, key);
-    freeReplyObject(redisCommand(rc, "RPUSH %s %d", key, w->index));
-    redisFree(rc);
+    note_order(w->name, w->index);
     w->st = dlock_lock_release(w->l);
     return NULL;
 }
