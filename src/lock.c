@@ -565,13 +565,21 @@ typedef struct release_call {
     int waiters; /* of this client on a plain lock, when the call was made */
 } release_call;
 
+/* The lease and fencing floor the waiter `o` asked for, in the text both
+ * release scripts take: the grant they make in its name is the grant its
+ * own attempt would have made. */
+static void release_call_offer_terms(dlock_lock *l, release_call *c, const lock_offer *o)
+{
+    snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
+    dlock__fence_floor_arg(&l->base.client->fences, o->l->base.fence, atomic_load(&o->l->base.floor),
+                           c->next_floor_s);
+}
+
 /* release.lua's direct hand-off to `o`, a waiting thread of this client
  * (ARGV[8..11]); `others` when more of its waiters wait on. */
 static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer *o, int others)
 {
-    dlock_client *client = l->base.client;
-    snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
-    dlock__fence_floor_arg(&client->fences, o->l->base.fence, atomic_load(&o->l->base.floor), c->next_floor_s);
+    release_call_offer_terms(l, c, o);
     c->args[7] = o->h->rec.owner;
     c->args[8] = c->next_lease_s;
     c->args[9] = c->next_floor_s;
@@ -583,9 +591,7 @@ static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer 
  * thread of this client, if it is the queue's head. */
 static void release_call_fair_offer(dlock_lock *l, release_call *c, const lock_offer *o)
 {
-    dlock_client *client = l->base.client;
-    snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
-    dlock__fence_floor_arg(&client->fences, o->l->base.fence, atomic_load(&o->l->base.floor), c->next_floor_s);
+    release_call_offer_terms(l, c, o);
     c->keys[2] = l->queue_deadlines;
     c->keys[3] = l->base.fence;
     c->args[5] = o->h->rec.owner;
@@ -625,6 +631,18 @@ static lock_offer *release_claim(dlock_lock *l, lock_thread *h, release_call *c,
 static const char *claimed_channel(const dlock_lock *l, const lock_offer *o)
 {
     return l->fair && o ? o->h->wake_channel : NULL;
+}
+
+/* A release that got no answer leaves the hold as it was (the caller may
+ * try again), but a fair waiter it named may have been handed the lock by
+ * a run whose answer was lost, so it is woken to look (claimed_channel). */
+static void release_unanswered(dlock_lock *l, lock_thread *h, lock_offer *o, dlock__sub_watch *claimed)
+{
+    dlock_client *c = l->base.client;
+    const char *fair_claimed = claimed_channel(l, o);
+    dlock__wait_settle(c, claimed, 0);
+    if (fair_claimed) dlock__wait_wake(c, fair_claimed);
+    dlock__held_release_failed(c, &h->held);
 }
 
 static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
@@ -732,11 +750,8 @@ dlock_status dlock_lock_release(dlock_lock *l)
     int64_t sent = dlock__mono_ms();
     dlock_status st = dlock__eval(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, &retried);
     if (st != DLOCK_OK) {
-        const char *fair_claimed = claimed_channel(l, o);
-        dlock__wait_settle(c, claimed, 0);
-        if (fair_claimed) dlock__wait_wake(c, fair_claimed);
-        dlock__held_release_failed(c, &h->held);
-        return st; /* hold unchanged: the caller may try again */
+        release_unanswered(l, h, o, claimed);
+        return st;
     }
     st = release_reply(l, h, r, retried, o, claimed, sent);
     freeReplyObject(r);
@@ -1022,10 +1037,7 @@ static void on_release_reply(dlock_status st, redisReply *r, void *arg)
     lock_thread *h = op->h;
     dlock_client *c = l->base.client;
     if (st != DLOCK_OK) {
-        const char *fair_claimed = claimed_channel(l, op->next);
-        dlock__wait_settle(c, op->claimed, 0);
-        if (fair_claimed) dlock__wait_wake(c, fair_claimed);
-        dlock__held_release_failed(c, &h->held); /* hold unchanged: try again */
+        release_unanswered(l, h, op->next, op->claimed);
     } else {
         st = release_reply(l, h, r, dlock__async_resent(), op->next, op->claimed, op->sent);
     }
