@@ -11,6 +11,7 @@
  *   dlock:{NAME}:ch     channel on which releases wake waiters
  *   dlock:{NAME}:w      processes waiting (plain lock; see acquire.lua)
  *   dlock:{NAME}:r      the process a release woke, for RESERVE_MS
+ *   dlock:{NAME}:q, :qt, :qo  fair lock: the queue, its deadlines, its offers
  *
  * The owner is "<client id>:<thread number>:<handle number>", so holds
  * belong to threads as with a reentrant mutex, and to one handle: two
@@ -76,7 +77,7 @@ typedef struct lock_thread {
 struct dlock_lock {
     dlock__handle base; /* first: client, name, keys, threads, callback, floor */
     int fair;
-    char *queue, *queue_deadlines; /* fair locks only */
+    char *queue, *queue_deadlines, *queue_offers; /* fair locks only */
     char *waiters, *woken, *offers; /* plain locks: the waiting processes, the one woken, their offers */
     char *wait_channel;            /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
     uint64_t queued;               /* fair locks: waits begun on this handle (fair_queued); under base.mu */
@@ -128,7 +129,8 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     if (st != DLOCK_OK) return st;
     dlock_lock *l = (dlock_lock *)h;
     l->fair = fair;
-    if ((fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")))) ||
+    if ((fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")) ||
+                  !(l->queue_offers = dlock__key(name, ":qo")))) ||
         (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
                    !(l->offers = dlock__key(name, ":o")) ||
                    asprintf(&l->wait_channel, "%s:%s", l->base.channel, client->id) < 0))) {
@@ -156,6 +158,7 @@ void dlock_lock_free(dlock_lock *l)
     dlock__handle_destroy(&l->base, thread_drop);
     free(l->queue);
     free(l->queue_deadlines);
+    free(l->queue_offers);
     free(l->waiters);
     free(l->woken);
     free(l->offers);
@@ -208,17 +211,28 @@ static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
 typedef struct acquire_call {
     dlock__script_id script;
     int nkeys, nargs;
-    const char *keys[5], *args[8];
+    const char *keys[5], *args[9];
     char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
     char offer[180]; /* "<lease> <floor> <sent> <wait id> <owner>" */
+    int offered;     /* the offer goes with this call */
 } acquire_call;
+
+/* The offer of a waiting thread (acquire.lua, fair_acquire.lua) in the
+ * call, when it fits. */
+static int acquire_call_offer(lock_thread *h, long lease, int64_t sent, acquire_call *c)
+{
+    c->offered = snprintf(c->offer, sizeof c->offer, "%ld %s %lld %llu %s", lease, c->floor_s, (long long)sent,
+                          (unsigned long long)h->wait_id, h->rec.owner) < (int)sizeof c->offer;
+    return c->offered;
+}
 
 /* `queue`: the caller will wait if the lock is busy (a fair waiter joins
  * the queue, a plain one registers its process: acquire.lua);
  * `enlisted`: the caller is one of the waiters on the channel already;
- * `offer_sent` >= 0: a plain waiter that may be handed the lock by
- * another process's release (release.lua) offers it, if it is its
- * process's only waiter, with this attempt's send time. */
+ * `offer_sent` >= 0: a waiter that may be handed the lock by another
+ * process's release offers it, with this attempt's send time: a plain
+ * one if it is its process's only waiter (release.lua), a fair one when
+ * it queues (fair_release.lua, at the queue's head). */
 static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, int64_t offer_sent,
                               acquire_call *c)
 {
@@ -229,13 +243,19 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
     snprintf(c->prefix, sizeof c->prefix, "%s:", l->base.channel);
     const char *keys[4] = {l->base.key, l->base.fence, l->queue, l->queue_deadlines};
     memcpy(c->keys, keys, sizeof keys);
+    c->offered = 0;
     if (l->fair) {
         const char *args[8] = {h->rec.owner, c->lease_s, c->count_s, c->timeout_s, queue ? "1" : "0", c->prefix,
                                l->base.client->publish, c->floor_s};
         memcpy(c->args, args, sizeof args);
         c->script = DLOCK__SCRIPT_FAIR_ACQUIRE;
-        c->nkeys = 4;
+        c->keys[4] = l->queue_offers;
+        c->nkeys = 5;
         c->nargs = 8;
+        if (offer_sent >= 0 && queue && acquire_call_offer(h, lease, offer_sent, c)) {
+            c->args[8] = c->offer;
+            c->nargs = 9;
+        }
     } else {
         /* A waiter registers its process (a first attempt that finds the
          * lock busy registers at its next, once subscribed, unless it was
@@ -255,10 +275,7 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
         c->script = DLOCK__SCRIPT_ACQUIRE;
         c->nkeys = 5;
         c->nargs = 7;
-        if (offer_sent >= 0 && *mode == '1' &&
-            snprintf(c->offer, sizeof c->offer, "%ld %s %lld %llu %s", lease, c->floor_s, (long long)offer_sent,
-                     (unsigned long long)h->wait_id, h->rec.owner) < (int)sizeof c->offer)
-            c->nargs = 8;
+        if (offer_sent >= 0 && *mode == '1' && acquire_call_offer(h, lease, offer_sent, c)) c->nargs = 8;
     }
 }
 
@@ -336,16 +353,16 @@ static void hold_handed(dlock_lock *l, lock_thread *h, uint64_t token, int64_t f
 }
 
 /* Whether a wait of `h` offers to be handed the lock by another
- * process's release (a plain lock's first hold, waited for; a fair lock's
- * order is its queue's, and a replica-safe acquire waits for replicas
- * after its own attempt: neither is handed over), and if so its hand:
+ * process's release (a first hold, waited for; a replica-safe acquire
+ * waits for replicas after its own attempt, so it is not handed over; a
+ * fair one is handed the lock only at the queue's head), and if so its hand:
  * this wait's id, and fresh for half the lease the holder may trust,
  * counted from the offer. For the thread's and the asynchronous acquire
  * alike. */
 static int hand_begin(dlock_lock *l, lock_thread *h, long wait_ms, long before, long lease, dlock__sub_hand *hand)
 {
     dlock_client *c = l->base.client;
-    if (l->fair || c->replica_acks != 0 || wait_ms == 0 || before != 0) return 0;
+    if (c->replica_acks != 0 || wait_ms == 0 || before != 0) return 0;
     *hand = (dlock__sub_hand){h->rec.owner, ++h->wait_id, 0, 0, 0, 0, 0};
     hand->fresh_ms = dlock__lease_trust_ms(lease, c->safety_margin_pct) / 2;
     return 1;
@@ -383,13 +400,14 @@ static void fair_leave(dlock_lock *l, lock_thread *h)
 {
     char prefix[NAME_PREFIX_MAX];
     snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
-    const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
+    const char *keys[4] = {l->base.key, l->queue, l->queue_deadlines, l->queue_offers};
     /* "1": this thread holds nothing, so a lock that names it was handed
-     * over by a release of this client whose answer was lost: give it
-     * back in the same script (fair_leave.lua). */
+     * over (by a release of this client whose answer was lost, or of
+     * another process whose message came too late): give it back in the
+     * same script that takes the offer back (fair_leave.lua). */
     const char *args[4] = {h->rec.owner, l->base.client->publish, prefix, "1"};
     long long n;
-    dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, h->held.count == 0 ? 4 : 3, args, &n);
+    dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 4, keys, h->held.count == 0 ? 4 : 3, args, &n);
 }
 
 /* A fair waiter of this handle begins (`waits`) or ends its wait. Its
@@ -592,12 +610,9 @@ static void release_call_offer(dlock_lock *l, release_call *c, const lock_offer 
 static void release_call_fair_offer(dlock_lock *l, release_call *c, const lock_offer *o)
 {
     release_call_offer_terms(l, c, o);
-    c->keys[2] = l->queue_deadlines;
-    c->keys[3] = l->base.fence;
     c->args[5] = o->h->rec.owner;
     c->args[6] = c->next_lease_s;
     c->args[7] = c->next_floor_s;
-    c->nkeys = 4;
     c->nargs = 8;
 }
 
@@ -663,7 +678,12 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
                            l->fair ? c->prefix : RESERVE_MS, l->base.client->id};
     memcpy(c->args, args, sizeof args);
     c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
-    c->nkeys = l->fair ? 2 : 6;
+    if (l->fair) { /* the queue's deadlines, the fence and the offers, for a hand-off (fair_release.lua) */
+        c->keys[2] = l->queue_deadlines;
+        c->keys[3] = l->base.fence;
+        c->keys[4] = l->queue_offers;
+    }
+    c->nkeys = l->fair ? 5 : 6;
     c->nargs = l->fair ? 5 : 7;
     c->waiters = 0;
     if (!l->fair) {
@@ -928,12 +948,14 @@ static void acquire_done(dlock__await *aw, int result)
         snprintf(why, sizeof why, "%s", dlock_last_error());
         char prefix[NAME_PREFIX_MAX];
         snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
-        const char *keys[3] = {l->base.key, l->queue, l->queue_deadlines};
-        const char *args[3] = {h->rec.owner, c->publish, prefix};
+        const char *keys[4] = {l->base.key, l->queue, l->queue_deadlines, l->queue_offers};
+        const char *args[4] = {h->rec.owner, c->publish, prefix, "1"}; /* "1": as fair_leave() */
         const char *wkeys[2] = {l->waiters, l->offers};
         const char *wargs[3] = {c->id, last ? "1" : "0", h->rec.owner};
         if (!l->fair && last && dlock__test_before_leave) dlock__test_before_leave();
-        if (l->fair) dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 3, keys, 3, args, dlock__async_ignore, NULL);
+        if (l->fair)
+            dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 4, keys, h->held.count == 0 ? 4 : 3, args,
+                                dlock__async_ignore, NULL);
         else if (!op->offered) async_leave_last(l, wkeys, wargs); /* !offered: last, as the condition says */
         else async_leave_offered(l, h, last, wkeys, wargs);
         dlock__fail(st, "%s", why); /* the reason, not the leave's */
@@ -958,7 +980,7 @@ static dlock_status async_attempt(dlock__await *aw)
     int offer = op->offers && !op->offer.hand.stale;
     acquire_call_make(op->l, op->h, op->lease, aw->wait_ms != 0, aw->e != NULL, offer ? op->sent : -1, &ac);
     op->queued |= aw->wait_ms != 0 && (op->l->fair || aw->e != NULL); /* as acquire_call_make() */
-    op->offered |= offer && ac.nargs == 8; /* the offer went with it (mode "1") */
+    op->offered |= ac.offered;
     return dlock__async_script_acked(op->l->base.client, ac.script, ac.nkeys, ac.keys, ac.nargs, ac.args,
                                      dlock__await_reply, op);
 }

@@ -4,7 +4,7 @@
  * waiter skipped once its timeout passes, a waiter that gives up leaving
  * the queue, a release waking only the head waiter, and handing the lock
  * to a thread of its own client at the head without a message, never
- * past the head.
+ * past the head, or to the head in another process that listens.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,121 @@ static void a_waiter_that_gives_up_gives_back_a_lock_that_names_it(void **state)
     dlock_client_free(c);
 }
 
+/* A waiting thread of another client (another process to the server)
+ * that holds the lock once handed it, inspects it, and releases when told. */
+struct handed {
+    dlock_lock *l;
+    dlock_client *look;
+    dlock_status st;
+    uint64_t token;
+    atomic_int got, go;
+    dlock_lock_info info;
+};
+
+static void *handed_main(void *arg)
+{
+    struct handed *w = arg;
+    w->st = dlock_lock_acquire(w->l, 10000, 7000, &w->token);
+    atomic_store(&w->got, 1);
+    while (!atomic_load(&w->go)) usleep(1000);
+    if (w->st == DLOCK_OK) {
+        dlock_lock_inspect(w->look, dlock_lock_name(w->l), &w->info);
+        dlock_lock_release(w->l);
+    }
+    return NULL;
+}
+
+/* The hand-off between processes (fair_release.lua): the queue's head,
+ * a thread of another client, offered when it queued, and the release
+ * grants it the lock in its own script and tells it so on its channel.
+ * Each round: the lock names the waiter the moment the release returns,
+ * the release is the only script from there to the waiter's hold (its
+ * own attempt would be a second), one message is published, and the
+ * hold is the waiter's: a newer token, count 1, its own 7 s lease. */
+static void a_release_hands_the_lock_to_the_head_in_another_process(void **state)
+{
+    (void)state;
+    enum { REPS = 5 };
+    dlock_client *c = new_client(10000), *other = new_client(10000), *look = new_client(10000);
+    dlock_lock *l, *theirs;
+    assert_int_equal(dlock_lock_new_fair(c, "fair-handover", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new_fair(other, "fair-handover", &theirs), DLOCK_OK);
+    for (int i = 0; i < REPS; i++) {
+        uint64_t mine;
+        assert_int_equal(dlock_lock_acquire(l, 0, 30000, &mine), DLOCK_OK);
+        struct handed w = {.l = theirs, .look = look, .st = DLOCK_ERR_SYS};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, handed_main, &w), 0);
+        wait_queue("fair-handover", 1);
+        usleep(200000); /* asleep, subscribed, its offer made */
+        long long scripts = th_target_calls(&server, "evalsha"), messages = published();
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        dlock_lock_info at_release;
+        assert_int_equal(dlock_lock_inspect(look, "fair-handover", &at_release), DLOCK_OK);
+        while (!atomic_load(&w.got)) usleep(1000);
+        scripts = th_target_calls(&server, "evalsha") - scripts - 1; /* not the inspect */
+        messages = published() - messages;
+        atomic_store(&w.go, 1);
+        pthread_join(th, NULL);
+        assert_int_equal(w.st, DLOCK_OK);
+        if (!at_release.held) fail_msg("round %d: the lock was free after the release, not handed over", i);
+        if (scripts != 1) fail_msg("round %d: %lld scripts from the release to the waiter's hold", i, scripts);
+        if (messages != 1 && server.kind != TH_TARGET_SENTINEL) fail_msg("round %d: %lld messages", i, messages);
+        assert_true(w.token > mine);
+        assert_int_equal((long long)at_release.last_token, (long long)w.token);
+        assert_int_equal(w.info.held, 1);
+        assert_int_equal(w.info.hold_count, 1);
+        assert_true(w.info.ttl_ms > 5000 && w.info.ttl_ms <= 7000);
+        assert_int_equal(queue_length("fair-handover"), 0);
+    }
+    dlock_lock_free(theirs);
+    dlock_lock_free(l);
+    dlock_client_free(look);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
+/* A head that offered but does not listen on the server (a process that
+ * died: here one made up in the queue, its deadlines and its offers,
+ * whose channel nobody listens on) is not handed the lock: the release
+ * wakes it as before, and the live waiter behind it gets the lock once
+ * the dead one's deadline (1.5 s) has passed. Handed to the dead one,
+ * the lock would be held for its 20 s lease, past the live waiter's
+ * 10 s wait. */
+static void a_release_does_not_hand_the_lock_to_a_head_that_does_not_listen(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client(2000), *other = new_client(2000);
+    dlock_lock *l, *theirs;
+    assert_int_equal(dlock_lock_new_fair(c, "fair-gone", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new_fair(other, "fair-gone", &theirs), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
+    redisReply *t = th_target_cmd(&server, "dlock:{fair-gone}", "TIME");
+    assert_non_null(t);
+    long long now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    const char *dead = "deadbeef:1:1";
+    freeReplyObject(th_target_cmd(&server, "dlock:{fair-gone}", "RPUSH dlock:{fair-gone}:q %s", dead));
+    freeReplyObject(th_target_cmd(&server, "dlock:{fair-gone}", "ZADD dlock:{fair-gone}:qt %lld %s", now_ms + 1500, dead));
+    freeReplyObject(th_target_cmd(&server, "dlock:{fair-gone}", "HSET dlock:{fair-gone}:qo %s %s", dead,
+                                  "20000 0 1 1 deadbeef:1:1"));
+    struct own_waiter w = {theirs, "fair-gone", 0, 10000, DLOCK_ERR_SYS, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, own_waiter_main, &w), 0);
+    wait_queue("fair-gone", 2);
+    usleep(200000); /* asleep, behind the dead head */
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    dlock_lock_info at_release;
+    assert_int_equal(dlock_lock_inspect(c, "fair-gone", &at_release), DLOCK_OK);
+    pthread_join(th, NULL);
+    if (at_release.held) fail_msg("the release handed the lock to a head that does not listen");
+    assert_int_equal(w.st, DLOCK_OK);
+    dlock_lock_free(theirs);
+    dlock_lock_free(l);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
 static void fair_lock_is_reentrant_with_rising_tokens(void **state)
 {
     (void)state;
@@ -435,6 +551,8 @@ int main(void)
         cmocka_unit_test(a_release_hands_the_lock_to_a_thread_of_its_client_at_the_head),
         cmocka_unit_test(a_hand_off_within_a_client_never_passes_the_head_of_another_process),
         cmocka_unit_test(a_waiter_that_gives_up_gives_back_a_lock_that_names_it),
+        cmocka_unit_test(a_release_hands_the_lock_to_the_head_in_another_process),
+        cmocka_unit_test(a_release_does_not_hand_the_lock_to_a_head_that_does_not_listen),
         cmocka_unit_test(fair_lock_is_reentrant_with_rising_tokens),
     };
     return th_target_run_suite(tests, &server);

@@ -828,11 +828,12 @@ static void a_newcomer_that_registers_as_the_last_waiter_leaves_is_woken_by_the_
     dlock_client_free(hc);
 }
 
-/* The set-up of the two tests below: a waiter, of a client cut off by
- * the proxy, registered with its offer and asleep on a lock held by a
- * client connected directly; the proxy cuts the waiter off, and the lock
- * is released, which hands it to the waiter (checked, and its token
- * kept in `info`); the waiter hears nothing until the proxy heals. */
+/* The set-up of the four tests below: a waiter, of a client cut off by
+ * the proxy, registered with its offer (queued with it, on a `fair`
+ * lock) and asleep on a lock held by a client connected directly; the
+ * proxy cuts the waiter off, and the lock is released, which hands it to
+ * the waiter (checked, and its token kept in `info`); the waiter hears
+ * nothing until the proxy heals. */
 struct cut_off {
     th_proxy *px;
     dlock_client *holder, *cut;
@@ -842,7 +843,7 @@ struct cut_off {
     dlock_lock_info info;
 };
 
-static void cut_off_handed(struct cut_off *c, const char *name, long wait_ms, long lease_ms)
+static void cut_off_handed(struct cut_off *c, const char *name, int fair, long wait_ms, long lease_ms)
 {
     th_target_require_single(&server); /* the proxy fronts one server */
     c->px = th_proxy_start(&server.single);
@@ -850,8 +851,13 @@ static void cut_off_handed(struct cut_off *c, const char *name, long wait_ms, lo
     c->holder = new_client(0);
     c->cut = th_lock_client(th_proxy_url(c->px), 0);
     assert_non_null(c->cut);
-    c->h = th_lock_new(c->holder, name);
-    c->l = th_lock_new(c->cut, name);
+    if (fair) {
+        assert_int_equal(dlock_lock_new_fair(c->holder, name, &c->h), DLOCK_OK);
+        assert_int_equal(dlock_lock_new_fair(c->cut, name, &c->l), DLOCK_OK);
+    } else {
+        c->h = th_lock_new(c->holder, name);
+        c->l = th_lock_new(c->cut, name);
+    }
     assert_int_equal(dlock_lock_acquire(c->h, 0, 30000, NULL), DLOCK_OK);
     c->w = (struct waiter){c->l, wait_ms, lease_ms, 1, -100, 0, 0};
     pthread_create(&c->th, NULL, waiter_main, &c->w);
@@ -886,11 +892,10 @@ static void cut_off_end(struct cut_off *c)
  * in its own name and gives it back (give_back in src/lock.c), and the
  * lock is free well within the 20 s lease it was handed with: without
  * that, nobody could take it until the lease ran out. */
-static void a_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+static void gave_up_as_it_was_handed_the_lock(const char *name, int fair)
 {
-    (void)state;
     struct cut_off c;
-    cut_off_handed(&c, "given-back", 400, 20000);
+    cut_off_handed(&c, name, fair, 400, 20000);
     cut_off_heal(&c, 500); /* the wait has ended; its leave was held by the partition */
     /* Either ending is right: the message may come first after the heal. */
     if (c.w.status == DLOCK_OK) {
@@ -903,6 +908,22 @@ static void a_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
     cut_off_end(&c);
 }
 
+static void a_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+{
+    (void)state;
+    gave_up_as_it_was_handed_the_lock("given-back", 0);
+}
+
+/* The same on a fair lock, where the head of the queue was handed the
+ * lock by the release of another process (fair_release.lua): it takes
+ * its offer back and gives the lock back in one script as it leaves the
+ * queue (fair_leave.lua). */
+static void a_fair_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+{
+    (void)state;
+    gave_up_as_it_was_handed_the_lock("fair-given-back", 1);
+}
+
 /* A hand-off whose message comes late is not taken: the waiter's client
  * is cut off by the proxy from before the release until 600 ms after it,
  * and the lock was handed to it with its 400 ms lease, which has run out
@@ -911,17 +932,30 @@ static void a_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
  * those of holders since (the torture's `clock` scenario found that). The
  * waiter must instead try again and be granted afresh: a token above the
  * handed one. */
-static void a_hand_off_that_comes_too_late_is_not_taken(void **state)
+static void late_hand_is_not_taken(const char *name, int fair)
 {
-    (void)state;
     struct cut_off c;
-    cut_off_handed(&c, "late-hand", 10000, 400);
+    cut_off_handed(&c, name, fair, 10000, 400);
     cut_off_heal(&c, 600);
     assert_int_equal(c.w.status, DLOCK_OK);
     if (c.w.token <= c.info.last_token)
         fail_msg("the waiter took the late hand-off's token %llu (handed %llu)", (unsigned long long)c.w.token,
                  (unsigned long long)c.info.last_token);
     cut_off_end(&c);
+}
+
+static void a_hand_off_that_comes_too_late_is_not_taken(void **state)
+{
+    (void)state;
+    late_hand_is_not_taken("late-hand", 0);
+}
+
+/* The same for the head of a fair lock's queue, handed the lock by the
+ * release of another process. */
+static void a_fair_hand_off_that_comes_too_late_is_not_taken(void **state)
+{
+    (void)state;
+    late_hand_is_not_taken("fair-late-hand", 1);
 }
 
 /* A wait that the holder's lease running out ends: the waiter sleeps
@@ -1614,7 +1648,9 @@ int main(void)
         cmocka_unit_test(a_newcomer_that_registers_as_the_last_waiter_leaves_is_woken_by_the_next_release),
         cmocka_unit_test(a_hand_off_in_the_old_form_only_wakes_the_waiter),
         cmocka_unit_test(a_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
+        cmocka_unit_test(a_fair_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(a_hand_off_that_comes_too_late_is_not_taken),
+        cmocka_unit_test(a_fair_hand_off_that_comes_too_late_is_not_taken),
         cmocka_unit_test(release_between_a_failed_try_and_the_subscription_still_wakes_the_waiter),
         cmocka_unit_test(a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_channel_is_unsubscribed_a_second_after_its_last_wait),

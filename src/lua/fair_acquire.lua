@@ -12,6 +12,11 @@
 -- ARGV[6]  channel prefix "dlock:{name}:ch:" (+ owner = a waiter's channel)
 -- ARGV[7]  "publish" or "spublish"
 -- ARGV[8]  fencing floor (see acquire.lua)
+-- KEYS[5]  (optional) "dlock:{name}:qo": offers of queued waiters, owner ->
+--          "<lease> <floor> <sent> <wait id> <owner>" (as acquire.lua's)
+-- ARGV[9]  (optional, with KEYS[5]) the caller's offer: a release may
+--          hand it the lock when it is the queue's head, without an
+--          attempt of its own (fair_release.lua)
 --
 -- Returns {1, token} acquired, {2, token, count} re-entered, or {0, ms}:
 -- the longest the caller should sleep before trying again.
@@ -28,6 +33,12 @@
 -- token; one that queued the caller finds it queued (ZSCORE) and does not
 -- queue it twice, only pushes its deadline forward.
 --
+-- An offer belongs to a place in the queue: a queued attempt with one
+-- sets it (the newest attempt's, whose send time is the latest), one
+-- without drops it, and it goes whenever its owner leaves the queue: by a
+-- grant here, by being dropped as dead, by fair_leave.lua, or by the
+-- release that hands it the lock.
+--
 -- Fencing tokens as in acquire.lua, see lib/fence.lua.
 
 --@include fence
@@ -36,7 +47,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me, timeout = ARGV[1], tonumber(ARGV[4])
 
+local function unoffer(owner)
+    if KEYS[5] then
+        redis.call('HDEL', KEYS[5], owner)
+    end
+end
+
 local function grant()
+    unoffer(me)
     local token, text = fence_next(KEYS[2], t, ARGV[8])
     redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', text)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -67,6 +85,7 @@ while true do
     if head == me or (head_deadline and head_deadline > now) then break end
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], head)
+    unoffer(head)
 end
 
 if not owner and (not head or head == me) then
@@ -85,6 +104,12 @@ if ARGV[5] == '1' then
     redis.call('ZADD', KEYS[4], now + timeout, me)
     redis.call('PEXPIRE', KEYS[3], timeout * 2)
     redis.call('PEXPIRE', KEYS[4], timeout * 2)
+    if KEYS[5] and ARGV[9] then
+        redis.call('HSET', KEYS[5], me, ARGV[9])
+        redis.call('PEXPIRE', KEYS[5], timeout * 2)
+    else
+        unoffer(me)
+    end
 end
 if owner then
     local ttl = redis.call('PTTL', KEYS[1])

@@ -9,7 +9,9 @@
 -- ARGV[5]  channel prefix "dlock:{name}:ch:"
 -- KEYS[3]  (optional) the queue's deadlines "dlock:{name}:qt"
 -- KEYS[4]  (optional, with KEYS[3]) the fencing counter "dlock:{name}:fence"
--- ARGV[6..8]  (optional, with KEYS[4]) a waiting thread of the caller's
+-- KEYS[5]  (optional, with KEYS[4]) the queued waiters' offers
+--          "dlock:{name}:qo" (fair_acquire.lua)
+-- ARGV[6..8]  (optional, with KEYS[5]) a waiting thread of the caller's
 --          own client to hand the lock to: its owner, lease (ms) and
 --          fencing floor (see lib/fence.lua)
 --
@@ -31,6 +33,23 @@
 -- the owner with no hold it knows of, which fair_acquire.lua grants afresh
 -- with a new token.
 --
+-- The hand-off to the head when it is a thread of another process (or
+-- one of the caller's that it did not name), KEYS[5]: a head that offered
+-- when it queued (fair_acquire.lua) is granted the lock here the same
+-- way, and the message on its own channel says so: "><token> <sent>
+-- <wait id> <owner>", as release.lua's to a process (src/subscriber.c
+-- gives it to that wait only, and the waiter counts its lease from <sent>,
+-- the send time of the attempt that made the offer). Two conditions, both
+-- release.lua's for the same reasons: the head's deadline has not passed
+-- (a waiter that stopped retrying may be gone), and its own channel has a
+-- listener on this server (PUBSUB NUMSUB, SHARDNUMSUB on Cluster: a grant
+-- to a waiter whose message could be heard on a replica of this server
+-- must never be taken back, so it is not made). A head that fails either
+-- is woken as before, and its own attempt decides. A waiter that gives up
+-- leaves the queue and takes its offer back in one script, which also
+-- gives back a lock handed to it meanwhile (fair_leave.lua), so no
+-- hand-off can come after it has looked.
+--
 -- Resend safety: as in release.lua, the count is set from ARGV[3]; a
 -- resend of the last release finds another owner (or none) and returns -1,
 -- which the caller that knows it resent reads as done.
@@ -46,15 +65,43 @@ if left > 0 then
 end
 redis.call('DEL', KEYS[1])
 local head = redis.call('LINDEX', KEYS[2], 0)
-if head and head == ARGV[6] then
+if not head then
+    return 0
+end
+
+-- The head out of the queue and granted the lock, as fair_acquire.lua
+-- would grant it; the new token and its text.
+local function grant(lease, floor, t)
     redis.call('LPOP', KEYS[2])
     redis.call('ZREM', KEYS[3], head)
-    local token, text = fence_next(KEYS[4], redis.call('TIME'), ARGV[8])
+    if KEYS[5] then
+        redis.call('HDEL', KEYS[5], head)
+    end
+    local token, text = fence_next(KEYS[4], t, floor)
     redis.call('HSET', KEYS[1], 'owner', head, 'count', 1, 'token', text)
-    redis.call('PEXPIRE', KEYS[1], ARGV[7])
+    redis.call('PEXPIRE', KEYS[1], lease)
+    return token, text
+end
+
+local channel = ARGV[5] .. head
+if head == ARGV[6] then
+    local token = grant(ARGV[7], ARGV[8], redis.call('TIME'))
     return {-3, token}
 end
-if head then
-    redis.call(ARGV[4], ARGV[5] .. head, '1')
+local offer = KEYS[5] and redis.call('HGET', KEYS[5], head)
+if offer then
+    local lease, floor, sent, wait, owner = string.match(offer, '^(%d+) (%d+) (%-?%d+) (%d+) (.+)$')
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local deadline = tonumber(redis.call('ZSCORE', KEYS[3], head))
+    if owner == head and deadline and deadline > now then
+        local n = redis.pcall('PUBSUB', ARGV[4] == 'spublish' and 'SHARDNUMSUB' or 'NUMSUB', channel)
+        if type(n) == 'table' and (tonumber(n[2]) or 0) > 0 then
+            local _, text = grant(lease, floor, t)
+            redis.call(ARGV[4], channel, '>' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. head)
+            return 0
+        end
+    end
 end
+redis.call(ARGV[4], channel, '1')
 return 0
