@@ -410,26 +410,27 @@ static void an_async_fair_release_hands_the_lock_to_a_waiting_thread_of_its_hand
  * be free, kept for the waiter's process 100 ms, until the waiter's own
  * attempt), the script calls from the release to the waiter's callback
  * are the release alone, and the hold is the waiter's: the token the
- * callback got, count 1, its own 7 s lease. */
-static void an_async_waiter_is_handed_the_lock_by_another_process(void **state)
+ * callback got, count 1, its own 7 s lease. On a `fair` lock the offer
+ * goes with the attempt that queues it (fair_acquire.lua), and the
+ * release hands it over at the queue's head (fair_release.lua). */
+static void async_handed_by_another_process(const char *name, int fair)
 {
-    (void)state;
     enum { REPS = 3 };
     dlock_client *c = new_client(0), *other = new_client(0), *look = new_client(0);
     dlock_lock *holder, *waiter;
-    assert_int_equal(dlock_lock_new(c, "async:handed-x", &holder), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(other, "async:handed-x", &waiter), DLOCK_OK);
+    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(c, name, &holder), DLOCK_OK);
+    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(other, name, &waiter), DLOCK_OK);
     for (int i = 0; i < REPS; i++) {
         uint64_t mine;
         assert_int_equal(dlock_lock_acquire(holder, 0, 30000, &mine), DLOCK_OK);
         done d;
         done_init(&d);
         assert_int_equal(dlock_lock_acquire_async(waiter, 10000, 7000, on_acquired, &d), DLOCK_OK);
-        assert_int_equal(done_wait(&d, 1, 150), 0); /* registered with its offer, asleep */
+        assert_int_equal(done_wait(&d, 1, 300), 0); /* registered with its offer, subscribed, asleep */
         long long before = th_target_calls(&server, "evalsha");
         assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
         dlock_lock_info at_release, held;
-        assert_int_equal(dlock_lock_inspect(look, "async:handed-x", &at_release), DLOCK_OK);
+        assert_int_equal(dlock_lock_inspect(look, name, &at_release), DLOCK_OK);
         assert_int_equal(done_wait(&d, 1, 5000), 1);
         long long calls = th_target_calls(&server, "evalsha") - before - 1; /* not the inspect */
         assert_int_equal(d.st, DLOCK_OK);
@@ -437,7 +438,7 @@ static void an_async_waiter_is_handed_the_lock_by_another_process(void **state)
         if (calls != 1) fail_msg("round %d: %lld script calls from the release to the waiter's hold", i, calls);
         assert_true(d.token > mine);
         assert_int_equal((long long)at_release.last_token, (long long)d.token);
-        assert_int_equal(dlock_lock_inspect(look, "async:handed-x", &held), DLOCK_OK);
+        assert_int_equal(dlock_lock_inspect(look, name, &held), DLOCK_OK);
         assert_int_equal(held.held, 1);
         assert_int_equal(held.hold_count, 1);
         assert_true(held.ttl_ms > 5000 && held.ttl_ms <= 7000);
@@ -450,23 +451,35 @@ static void an_async_waiter_is_handed_the_lock_by_another_process(void **state)
     dlock_client_free(c);
 }
 
+static void an_async_waiter_is_handed_the_lock_by_another_process(void **state)
+{
+    (void)state;
+    async_handed_by_another_process("async:handed-x", 0);
+}
+
+static void an_async_fair_waiter_at_the_head_is_handed_the_lock_by_another_process(void **state)
+{
+    (void)state;
+    async_handed_by_another_process("async:fair-handed-x", 1);
+}
+
 /* An asynchronous waiter that gives up just as another process hands it
  * the lock: its client is cut off by the proxy from before the release
  * until after its 400 ms wait ended, so it knows nothing of the hand-off.
  * Its leave takes the offer back, and then it finds the lock in its own
  * name and gives it back, in that order, as a thread does: the lock is
- * free well within the 20 s lease it was handed with. */
-static void an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+ * free well within the 20 s lease it was handed with. On a `fair` lock
+ * one script does both as the waiter leaves the queue (fair_leave.lua). */
+static void async_gave_up_as_it_was_handed_the_lock(const char *name, int fair)
 {
-    (void)state;
     th_target_require_single(&server); /* the proxy fronts one server */
     th_proxy *px = th_proxy_start(&server.single);
     assert_non_null(px);
     dlock_client *c = new_client(0), *cut;
     assert_int_equal(dlock_client_new(th_proxy_url(px), NULL, &cut), DLOCK_OK);
     dlock_lock *holder, *waiter;
-    assert_int_equal(dlock_lock_new(c, "async:given-back", &holder), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(cut, "async:given-back", &waiter), DLOCK_OK);
+    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(c, name, &holder), DLOCK_OK);
+    assert_int_equal((fair ? dlock_lock_new_fair : dlock_lock_new)(cut, name, &waiter), DLOCK_OK);
     assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
     done d;
     done_init(&d);
@@ -475,7 +488,7 @@ static void an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **s
     th_proxy_partition(px, 1);
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
     dlock_lock_info info;
-    assert_int_equal(dlock_lock_inspect(c, "async:given-back", &info), DLOCK_OK);
+    assert_int_equal(dlock_lock_inspect(c, name, &info), DLOCK_OK);
     if (!info.held) fail_msg("the release did not hand the lock to the registered waiter");
     assert_int_equal(done_wait(&d, 1, 1000), 1); /* its wait ran out, cut off */
     assert_int_equal(d.st, DLOCK_ERR_TIMEOUT);
@@ -487,6 +500,18 @@ static void an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **s
     dlock_client_free(cut);
     dlock_client_free(c);
     th_proxy_stop(px);
+}
+
+static void an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+{
+    (void)state;
+    async_gave_up_as_it_was_handed_the_lock("async:given-back", 0);
+}
+
+static void an_async_fair_waiter_that_gave_up_gives_back_a_lock_handed_to_it(void **state)
+{
+    (void)state;
+    async_gave_up_as_it_was_handed_the_lock("async:fair-given-back", 1);
 }
 
 static void async_wait_runs_out_with_timeout(void **state)
@@ -1298,7 +1323,9 @@ int main(void)
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client),
         cmocka_unit_test(an_async_fair_release_hands_the_lock_to_a_waiting_thread_of_its_handle),
         cmocka_unit_test(an_async_waiter_is_handed_the_lock_by_another_process),
+        cmocka_unit_test(an_async_fair_waiter_at_the_head_is_handed_the_lock_by_another_process),
         cmocka_unit_test(an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
+        cmocka_unit_test(an_async_fair_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
         cmocka_unit_test(a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_next_release),
         cmocka_unit_test(a_newcomer_that_registers_as_an_async_waiter_without_an_offer_leaves_is_woken_too),
