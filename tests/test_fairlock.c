@@ -14,7 +14,6 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 
 #include "dlock.h"
 #include "target.h"
+#include "th_lock.h"
 
 static th_target server;
 
@@ -375,30 +375,6 @@ static void a_waiter_that_gives_up_gives_back_a_lock_that_names_it(void **state)
     dlock_client_free(c);
 }
 
-/* A waiting thread of another client (another process to the server)
- * that holds the lock once handed it, inspects it, and releases when told. */
-struct handed {
-    dlock_lock *l;
-    dlock_client *look;
-    dlock_status st;
-    uint64_t token;
-    atomic_int got, go;
-    dlock_lock_info info;
-};
-
-static void *handed_main(void *arg)
-{
-    struct handed *w = arg;
-    w->st = dlock_lock_acquire(w->l, 10000, 7000, &w->token);
-    atomic_store(&w->got, 1);
-    while (!atomic_load(&w->go)) usleep(1000);
-    if (w->st == DLOCK_OK) {
-        dlock_lock_inspect(w->look, dlock_lock_name(w->l), &w->info);
-        dlock_lock_release(w->l);
-    }
-    return NULL;
-}
-
 /* The hand-off between processes (fair_release.lua): the queue's head,
  * a thread of another client, offered when it queued, and the release
  * grants it the lock in its own script and tells it so on its channel.
@@ -417,29 +393,29 @@ static void a_release_hands_the_lock_to_the_head_in_another_process(void **state
     for (int i = 0; i < REPS; i++) {
         uint64_t mine;
         assert_int_equal(dlock_lock_acquire(l, 0, 30000, &mine), DLOCK_OK);
-        struct handed w = {.l = theirs, .look = look, .st = DLOCK_ERR_SYS};
-        pthread_t th;
-        assert_int_equal(pthread_create(&th, NULL, handed_main, &w), 0);
+        th_waiter w;
+        th_waiter_start(&w, theirs, 10000, 7000);
         wait_queue("fair-handover", 1);
         usleep(200000); /* asleep, subscribed, its offer made */
         long long scripts = th_target_calls(&server, "evalsha"), messages = published();
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
-        dlock_lock_info at_release;
+        dlock_lock_info at_release, held;
         assert_int_equal(dlock_lock_inspect(look, "fair-handover", &at_release), DLOCK_OK);
-        while (!atomic_load(&w.got)) usleep(1000);
+        th_waiter_wait(&w);
         scripts = th_target_calls(&server, "evalsha") - scripts - 1; /* not the inspect */
         messages = published() - messages;
-        atomic_store(&w.go, 1);
-        pthread_join(th, NULL);
+        assert_int_equal(dlock_lock_inspect(look, "fair-handover", &held), DLOCK_OK);
+        th_waiter_finish(&w);
         assert_int_equal(w.st, DLOCK_OK);
+        assert_int_equal(w.released, DLOCK_OK);
         if (!at_release.held) fail_msg("round %d: the lock was free after the release, not handed over", i);
         if (scripts != 1) fail_msg("round %d: %lld scripts from the release to the waiter's hold", i, scripts);
         if (messages != 1 && server.kind != TH_TARGET_SENTINEL) fail_msg("round %d: %lld messages", i, messages);
         assert_true(w.token > mine);
         assert_int_equal((long long)at_release.last_token, (long long)w.token);
-        assert_int_equal(w.info.held, 1);
-        assert_int_equal(w.info.hold_count, 1);
-        assert_true(w.info.ttl_ms > 5000 && w.info.ttl_ms <= 7000);
+        assert_int_equal(held.held, 1);
+        assert_int_equal(held.hold_count, 1);
+        assert_true(held.ttl_ms > 5000 && held.ttl_ms <= 7000);
         assert_int_equal(queue_length("fair-handover"), 0);
     }
     dlock_lock_free(theirs);

@@ -118,7 +118,7 @@ void th_lock_no_barging(dlock_lock *l, int rounds)
 static void *waiter_main(void *arg)
 {
     th_waiter *w = arg;
-    w->st = dlock_lock_acquire(w->l, w->wait_ms, w->lease_ms, NULL);
+    w->st = dlock_lock_acquire(w->l, w->wait_ms, w->lease_ms, &w->token);
     w->at = th_now_ms();
     atomic_store(&w->done, 1);
     while (!atomic_load(&w->release_now)) usleep(2000);
@@ -133,6 +133,7 @@ void th_waiter_start(th_waiter *w, dlock_lock *l, long wait_ms, long lease_ms)
     w->lease_ms = lease_ms;
     w->st = w->released = DLOCK_OK;
     w->at = 0;
+    w->token = 0;
     atomic_store(&w->done, 0);
     atomic_store(&w->release_now, 0);
     if (pthread_create(&w->thread, NULL, waiter_main, w) != 0) fail_msg("pthread_create failed");

@@ -1,8 +1,9 @@
 /*
  * Helpers of the suites about the lock itself, which share them:
  * test_lock.c (the lock), test_watchdog.c (renewals and loss reports),
- * test_connection.c (AUTH, ACL, SELECT and the URL), test_replica.c and
- * test_failover.c (a waiter on a failed-over Cluster). Every one of them
+ * test_connection.c (AUTH, ACL, SELECT and the URL), test_replica.c,
+ * test_failover.c (a waiter on a failed-over Cluster) and test_fairlock.c
+ * (a waiter of another client handed the fair lock). Every one of them
  * fails the calling cmocka test on a broken precondition, except
  * th_lock_client(), which child processes use.
  */
@@ -55,13 +56,14 @@ long long th_lock_wait_lost(dlock_lock *l, long ms);
 
 /* A thread that waits for a lock, for the cases that watch a waiter of
  * another client: th_waiter_start() starts it on dlock_lock_acquire(l,
- * wait_ms, lease_ms); once it returned, `st` and `at` (th_now_ms()) say
- * how and when, and it keeps what it got until th_waiter_finish(), which
- * releases that (`released`) and joins it. */
+ * wait_ms, lease_ms); once it returned, `st`, `token` and `at`
+ * (th_now_ms()) say how, with what and when, and it keeps what it got
+ * until th_waiter_finish(), which releases that (`released`) and joins it. */
 typedef struct th_waiter {
     dlock_lock *l;
     long wait_ms, lease_ms;
     dlock_status st, released;
+    uint64_t token;
     long long at;
     atomic_int done, release_now;
     pthread_t thread;
