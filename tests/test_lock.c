@@ -752,7 +752,7 @@ static void a_release_skips_a_waiting_process_that_is_gone(void **state)
     freeReplyObject(t);
     freeReplyObject(th_target_cmd(&server, "{gone-waiter}", "ZADD dlock:{gone-waiter}:w %lld deadbeef", now_ms + 1000));
     freeReplyObject(th_target_cmd(&server, "{gone-waiter}", "HSET dlock:{gone-waiter}:o deadbeef %s",
-                                  "20000 0 1 deadbeef:1:1"));
+                                  "20000 0 1 1 deadbeef:1:1"));
     release_then_expect_it_within_a_second(l, th, &w, "live waiter");
     redisReply *r = th_target_cmd(&server, "{gone-waiter}", "ZSCORE dlock:{gone-waiter}:w deadbeef");
     assert_non_null(r);
