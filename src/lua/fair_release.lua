@@ -54,6 +54,7 @@
 -- resend of the last release finds another owner (or none) and returns -1,
 -- which the caller that knows it resent reads as done.
 --@include fence
+--@include handoff
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
 end
@@ -90,17 +91,14 @@ if head == ARGV[6] then
 end
 local offer = KEYS[5] and redis.call('HGET', KEYS[5], head)
 if offer then
-    local lease, floor, sent, wait, owner = string.match(offer, '^(%d+) (%d+) (%-?%d+) (%d+) (.+)$')
+    local lease, floor, sent, wait, owner = handoff_terms(offer)
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local deadline = tonumber(redis.call('ZSCORE', KEYS[3], head))
-    if owner == head and deadline and deadline > now then
-        local n = redis.pcall('PUBSUB', ARGV[4] == 'spublish' and 'SHARDNUMSUB' or 'NUMSUB', channel)
-        if type(n) == 'table' and (tonumber(n[2]) or 0) > 0 then
-            local _, text = grant(lease, floor, t)
-            redis.call(ARGV[4], channel, '>' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. head)
-            return 0
-        end
+    if owner == head and deadline and deadline > now and handoff_listens(ARGV[4], channel) then
+        local _, text = grant(lease, floor, t)
+        handoff_tell(ARGV[4], channel, text, sent, wait, head)
+        return 0
     end
 end
 redis.call(ARGV[4], channel, '1')

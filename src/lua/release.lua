@@ -96,6 +96,7 @@
 -- wake-up heard anywhere costs only an attempt.
 
 --@include fence
+--@include handoff
 
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
@@ -147,19 +148,16 @@ if KEYS[3] and (own > 0 or redis.call('EXISTS', KEYS[3]) == 1) then
         local channel = KEYS[2] .. ':' .. first
         local lease, floor, sent, wait, owner
         if offer then
-            lease, floor, sent, wait, owner = string.match(offer, '^(%d+) (%d+) (%-?%d+) (%d+) (.+)$')
+            lease, floor, sent, wait, owner = handoff_terms(offer)
         end
-        if owner then
-            local n = redis.pcall('PUBSUB', ARGV[4] == 'spublish' and 'SHARDNUMSUB' or 'NUMSUB', channel)
-            if type(n) ~= 'table' or not ((tonumber(n[2]) or 0) > 0) then
-                owner = nil
-            end
+        if owner and not handoff_listens(ARGV[4], channel) then
+            owner = nil
         end
         if owner then
             local _, text = fence_next(KEYS[5], t, floor)
             redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', text)
             redis.call('PEXPIRE', KEYS[1], lease)
-            redis.call(ARGV[4], channel, '>' .. text .. ' ' .. sent .. ' ' .. wait .. ' ' .. owner)
+            handoff_tell(ARGV[4], channel, text, sent, wait, owner)
             return 0
         end
         if KEYS[4] then
