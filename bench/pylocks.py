@@ -3,12 +3,12 @@
 one server: redis-py's Lock (Debian python3-redis) and dlock's Python
 package (bindings/python, on libdlock).
 
-    python3 pylocks.py --lib redis-py|dlock -u URL --mode uncontended|contended
+    python3 pylocks.py --lib redis-py|dlock|floor -u URL --mode uncontended|contended
                        --workers N [--threads|--asyncio|--asyncio-processes]
                        [--seconds S]
 
-Prints one JSON line in dlock-bench's shape, "lib" being "redis-py" or
-"dlock-py", plus "p999_us", "wait_p99_us" and "wait_p999_us" (the acquire
+Prints one JSON line in dlock-bench's shape, "lib" being "redis-py",
+"dlock-py" or "py-floor", plus "p999_us", "wait_p99_us" and "wait_p999_us" (the acquire
 call alone, the wait when contended), "share_min" and "share_max" (the
 pairs of the least and the most served worker over the mean) and "kind":
 "processes", "threads", "asyncio" or "asyncio-processes".
@@ -29,6 +29,12 @@ the library's defaults otherwise:
   - dlock: Client.lock(name, lease=10.0); acquire waits forever, woken by
     the release (pub/sub, no polling); release is one EVALSHA. With
     --fair, Client.fair_lock(): FIFO, a release wakes the queue's head only.
+  - floor (uncontended only, no asyncio): the least any Python lock can
+    do, the simplest correct lock (SET NX PX, then an EVALSHA
+    compare-and-delete) sent as bytes encoded once, on a socket of its own
+    per lock, each reply checked by its first byte. No library is this
+    cheap; its pairs/s over redis-py's bound the ratio any Python library
+    can reach against redis-py on this machine.
 uncontended: each worker its own lock; contended: all on one. Timing,
 warm-up (0.5 s), percentiles and handoff are defined as in dlock-bench.c,
 with CLOCK_MONOTONIC shared by all processes; holds of the one lock are
@@ -46,7 +52,7 @@ import time
 
 LEASE_S = 10
 WARMUP_NS = 500_000_000
-LABEL = {"redis-py": "redis-py", "dlock": "dlock-py"}
+LABEL = {"redis-py": "redis-py", "dlock": "dlock-py", "floor": "py-floor"}
 
 
 def parse_args(default_lib=None):
@@ -67,14 +73,68 @@ def parse_args(default_lib=None):
     except SystemExit as e:
         sys.exit(0 if e.code == 0 else 64)
     if (not 1 <= a.workers <= 1024 or not a.seconds > 0 or (a.fair and a.lib != "dlock")
-            or a.threads + a.asyncio + a.asyncio_processes > 1):
+            or a.threads + a.asyncio + a.asyncio_processes > 1
+            or (a.lib == "floor" and (a.mode != "uncontended" or a.asyncio or a.asyncio_processes))):
         p.print_usage(sys.stderr)
         sys.exit(64)
     return a
 
 
+def resp(*words):
+    """One command in the protocol's array form."""
+    out = b"*%d\r\n" % len(words)
+    for w in words:
+        w = w if isinstance(w, bytes) else str(w).encode()
+        out += b"$%d\r\n%s\r\n" % (len(w), w)
+    return out
+
+
+class FloorLock:
+    """The floor's lock (see the module's doc): one socket, two commands
+    encoded once, replies read to their end and judged by the first byte."""
+
+    DEL = b"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+    def __init__(self, url, name):
+        import socket
+        from urllib.parse import urlparse
+
+        u = urlparse(url)
+        if u.scheme == "unix":
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(u.path)
+        elif u.scheme == "redis":
+            self.sock = socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379))
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            raise ValueError("the floor takes redis:// or unix:// URLs, not %r" % url)
+        token = os.urandom(16).hex()
+        sha = self.call(resp("SCRIPT", "LOAD", self.DEL))[1:].split(b"\r\n")[1]
+        self.set_cmd = resp("SET", name, token, "NX", "PX", LEASE_S * 1000)
+        self.del_cmd = resp("EVALSHA", sha, 1, name, token)
+
+    def call(self, cmd):
+        self.sock.sendall(cmd)
+        r = self.sock.recv(4096)
+        while not r.endswith(b"\r\n") or (r[:1] == b"$" and r.count(b"\r\n") < 2):
+            r += self.sock.recv(4096)
+        return r
+
+    def acquire(self):
+        if self.call(self.set_cmd)[:1] != b"+":
+            raise RuntimeError("the floor's SET NX was refused (its lock is its own)")
+
+    def release(self):
+        if self.call(self.del_cmd) != b":1\r\n":
+            raise RuntimeError("the floor's compare-and-delete found the lock gone")
+
+
 def connect(args):
-    """A connection (redis-py) or client (dlock), checked with one round trip."""
+    """A connection (redis-py) or client (dlock), checked with one round trip;
+    for the floor, the URL (each of its locks connects on its own)."""
+    if args.lib == "floor":
+        FloorLock(args.url, "bench:floor-check").sock.close()
+        return args.url
     if args.lib == "redis-py":
         import redis
 
@@ -89,6 +149,8 @@ def connect(args):
 
 
 def make_lock(args, conn, name):
+    if args.lib == "floor":
+        return FloorLock(conn, name)
     if args.lib == "redis-py":
         return conn.lock(name, timeout=LEASE_S)
     if args.fair:
@@ -309,7 +371,7 @@ def main(default_lib=None):
     try:
         connect(args)
     except ImportError as e:
-        hint = "python3-redis" if args.lib == "redis-py" else "PYTHONPATH=bindings/python, DLOCK_LIBRARY"
+        hint = "python3-redis" if args.lib != "dlock" else "PYTHONPATH=bindings/python, DLOCK_LIBRARY"
         fail("cannot import %s (%s): %s" % (args.lib, hint, e), 69)
     except Exception as e:  # any connection or auth failure
         fail("cannot use %s: %s" % (args.url, e), 69)

@@ -22,7 +22,11 @@
 #                                   at least 10x shorter than redis-py's
 # The contended cases also run dlock's fair lock (--fair), shown beside
 # them without a target of its own: a plain-lock release wakes one waiter
-# in every process that waits, a fair release only the queue's head.
+# in every process that waits, a fair release only the queue's head. The
+# uncontended cases of processes and threads also run pylocks.py's floor
+# (--lib floor: SET NX PX and a compare-and-delete as bytes encoded once
+# on a bare socket, no library), which bounds the ratio to redis-py that
+# any Python lock could show on this machine.
 # Status is 0 even on MISS unless BENCH_STRICT=1.
 #
 # Environment: BENCH_SECONDS (5), BENCH_STRICT (0), BENCH_PYTHON (the
@@ -69,6 +73,7 @@ for kind in $kinds; do
         for workers in $workers_list; do
             libs="redis-py dlock"
             [ "$mode" = contended ] && libs="$libs dlock-fair"
+            [ "$mode" = uncontended ] && case $kind in processes|threads) libs="$libs floor" ;; esac
             for which in $libs; do
                 redis-cli -s "$sock" FLUSHALL >/dev/null
                 extra=$flag
@@ -111,6 +116,12 @@ for kind in $kinds; do
         v=$(ratio "$d" "$r" 2)
         verdicts="$verdicts $v"
         echo "  $kind uncontended@$workers: dlock $d / redis-py $r pairs/s = $v"
+        f=$(field "$(pick py-floor uncontended "$workers" "$kind")" ops_per_s)
+        if [ -n "$f" ]; then
+            echo "  $kind uncontended@$workers, the floor (no library; no target): $f pairs/s, $(ratio "$f" "$r" 2 |
+                cut -d' ' -f1) redis-py's; dlock at $(awk -v a="$d" -v b="$f" 'BEGIN { printf "%.2f", a / b }')" \
+                "of it, redis-py at $(awk -v a="$r" -v b="$f" 'BEGIN { printf "%.2f", a / b }')"
+        fi
     done
     for workers in $workers_list; do
         rl=$(pick redis-py contended "$workers" "$kind")
