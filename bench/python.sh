@@ -29,7 +29,12 @@
 # any Python lock could show on this machine.
 # Status is 0 even on MISS unless BENCH_STRICT=1.
 #
-# Environment: BENCH_SECONDS (5), BENCH_STRICT (0), BENCH_PYTHON (the
+# With BENCH_PY_ROUNDS=R (1) each case runs R times, the libraries
+# alternated within each round; the summary reads each library's median
+# run (by pairs/s) and prints the ratio of every round beside it, as
+# consecutive runs of one build differ by up to a fifth on a small VM.
+#
+# Environment: BENCH_SECONDS (5), BENCH_STRICT (0), BENCH_PY_ROUNDS (1), BENCH_PYTHON (the
 # interpreter; default the first of python3, /usr/bin/python3 that has
 # the redis module), BENCH_PY_WORKERS ("8 64"), BENCH_PY_KINDS
 # ("processes threads asyncio"; also "asyncio-processes": processes of
@@ -44,6 +49,8 @@ secs=${BENCH_SECONDS:-5}
 strict=${BENCH_STRICT:-0}
 workers_list=${BENCH_PY_WORKERS:-8 64}
 kinds=${BENCH_PY_KINDS:-processes threads asyncio}
+rounds=${BENCH_PY_ROUNDS:-1}
+case $rounds in '' | *[!0-9]* | 0) echo "bench-python: BENCH_PY_ROUNDS must be a positive number" >&2; exit 64 ;; esac
 
 [ -f "$lib" ] || { echo "bench-python: $lib not built (run make)" >&2; exit 1; }
 need redis-server redis-cli
@@ -74,30 +81,48 @@ for kind in $kinds; do
             libs="redis-py dlock"
             [ "$mode" = contended ] && libs="$libs dlock-fair"
             [ "$mode" = uncontended ] && case $kind in processes|threads) libs="$libs floor" ;; esac
-            for which in $libs; do
-                redis-cli -s "$sock" FLUSHALL >/dev/null
-                extra=$flag
-                [ "$which" = dlock-fair ] && extra="$flag --fair"
-                # shellcheck disable=SC2086 # $extra is options or nothing
-                if ! line=$("$py" "$here/bench/pylocks.py" --lib "${which%-fair}" -u "unix://$sock" \
-                    --mode "$mode" --workers "$workers" --seconds "$secs" $extra); then
-                    echo "bench-python: failed: $which $mode $workers $kind" >&2
-                    exit 1
-                fi
-                echo "$line"
-                results="$results$line
+            round=0
+            while [ $round -lt "$rounds" ]; do
+                round=$((round + 1))
+                for which in $libs; do
+                    redis-cli -s "$sock" FLUSHALL >/dev/null
+                    extra=$flag
+                    [ "$which" = dlock-fair ] && extra="$flag --fair"
+                    # shellcheck disable=SC2086 # $extra is options or nothing
+                    if ! line=$("$py" "$here/bench/pylocks.py" --lib "${which%-fair}" -u "unix://$sock" \
+                        --mode "$mode" --workers "$workers" --seconds "$secs" $extra); then
+                        echo "bench-python: failed: $which $mode $workers $kind" >&2
+                        exit 1
+                    fi
+                    echo "$line"
+                    results="$results$line
 "
+                done
             done
         done
     done
 done
 
 # ---- summary ------------------------------------------------------------
-# pick LIB MODE WORKERS KIND [fair]
-pick() {
+# runs LIB MODE WORKERS KIND [fair]: that case's lines, in the order run
+runs() {
     printf '%s' "$results" | grep "\"lib\":\"$1\",\"mode\":\"$2\",\"workers\":$3," |
-        grep "\"kind\":\"$4\"" | if [ -n "${5:-}" ]; then grep '"fair":true'; else grep -v '"fair"'; fi |
-        head -1
+        grep "\"kind\":\"$4\"" | if [ -n "${5:-}" ]; then grep '"fair":true'; else grep -v '"fair"'; fi
+}
+# pick LIB MODE WORKERS KIND [fair]: the median run by pairs/s (the lower
+# of the two middle ones for an even count)
+pick() {
+    runs "$@" | awk '{ match($0, /"ops_per_s":[0-9.]+/); print substr($0, RSTART + 12, RLENGTH - 12) "\t" $0 }' |
+        sort -n | cut -f2- | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }'
+}
+# per_round MODE WORKERS KIND: dlock's pairs/s over redis-py's, round by
+# round ("" with one round)
+per_round() {
+    [ "$rounds" -gt 1 ] || return 0
+    d=$(runs dlock-py "$@" | sed -n 's/.*"ops_per_s":\([0-9.]*\).*/\1/p' | tr '\n' ' ')
+    r=$(runs redis-py "$@" | sed -n 's/.*"ops_per_s":\([0-9.]*\).*/\1/p' | tr '\n' ' ')
+    awk -v a="$d" -v b="$r" 'BEGIN { n = split(a, x, " "); split(b, y, " ")
+        printf " (rounds:"; for (i = 1; i <= n; i++) printf " %.1fx", (y[i] > 0 ? x[i] / y[i] : 0); printf ")" }'
 }
 # ratio LIB_A_VALUE LIB_B_VALUE TARGET: "<a/b>x (target >= Tx): PASS|MISS"
 ratio() {
@@ -107,7 +132,7 @@ ratio() {
         printf "%.1fx (target >= %dx): %s\n", r, t, (r >= t ? "PASS" : "MISS") }'
 }
 verdicts=""
-echo "summary (BENCH_SECONDS=$secs, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg);" \
+echo "summary (BENCH_SECONDS=$secs, BENCH_PY_ROUNDS=$rounds (medians), $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg);" \
     "JSON lines above, grep '^{'):"
 for kind in $kinds; do
     for workers in $workers_list; do
@@ -115,7 +140,7 @@ for kind in $kinds; do
         d=$(field "$(pick dlock-py uncontended "$workers" "$kind")" ops_per_s)
         v=$(ratio "$d" "$r" 2)
         verdicts="$verdicts $v"
-        echo "  $kind uncontended@$workers: dlock $d / redis-py $r pairs/s = $v"
+        echo "  $kind uncontended@$workers: dlock $d / redis-py $r pairs/s = $v$(per_round uncontended "$workers" "$kind")"
         f=$(field "$(pick py-floor uncontended "$workers" "$kind")" ops_per_s)
         if [ -n "$f" ]; then
             echo "  $kind uncontended@$workers, the floor (no library; no target): $f pairs/s, $(ratio "$f" "$r" 2 |
@@ -134,7 +159,7 @@ for kind in $kinds; do
             v=$(ratio "$d" "$r" 10)
             w=$(ratio "$rw" "$dw" 10)
             verdicts="$verdicts $v $w"
-            echo "  $kind contended@$workers: dlock $d / redis-py $r pairs/s = $v"
+            echo "  $kind contended@$workers: dlock $d / redis-py $r pairs/s = $v$(per_round contended "$workers" "$kind")"
             echo "  $kind contended@$workers p99 wait: redis-py $rw / dlock $dw us = $w"
             echo "  $kind contended@$workers p999 wait: redis-py $(field "$rl" wait_p999_us) / dlock" \
                 "$(field "$dl" wait_p999_us) us; pairs of the least / most served worker over the mean:" \
