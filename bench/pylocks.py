@@ -116,7 +116,7 @@ class FloorLock:
     def call(self, cmd):
         self.sock.sendall(cmd)
         r = self.sock.recv(4096)
-        while not r.endswith(b"\r\n") or (r[:1] == b"$" and r.count(b"\r\n") < 2):
+        while not r.endswith(b"\r\n") or (r[:1] == b"$" and r[:3] != b"$-1" and r.count(b"\r\n") < 2):
             r += self.sock.recv(4096)
         return r
 
