@@ -43,16 +43,24 @@ static int loses_server_state(const tt_event *f)
 }
 
 /* Whether a fault explains why hold y began while hold x (which began
- * first) was still believed. */
+ * first) was still believed. "Began" is when the acquire returned, which
+ * need not be the order of the grants: y's acquire may start before x's
+ * and return after it, its grant made early and its answer late (a
+ * RedLock attempt that waits out a master behind a partition, a `dlock`
+ * whose COMMAND starts late). So a loss of server state explains the
+ * overlap when it falls after the earlier of the two acquisitions began
+ * (whichever was granted first may have had its key wiped) and before y
+ * returned. */
 static int explains(const tt_event *faults, size_t nf, const hold *x, const hold *y)
 {
+    int64_t first = x->acq_start < y->acq_start ? x->acq_start : y->acq_start;
     for (size_t i = 0; i < nf; i++) {
         const tt_event *f = &faults[i];
         /* A clock jump's t1 is when its servers were seen on the new
          * clock (the harness polls TIME): until then any lease may end. */
         int64_t end = f->t1;
         if (is_pause(f) && f->holder == x->holder && f->t0 <= x->end && end >= x->acq_start) return 1;
-        if (loses_server_state(f) && f->t0 <= y->start && end >= x->acq_start) return 1;
+        if (loses_server_state(f) && f->t0 <= y->start && end >= first) return 1;
     }
     return 0;
 }

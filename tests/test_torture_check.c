@@ -1,0 +1,140 @@
+/*
+ * The torture checker (tests/torture/check.c) on histories written by
+ * hand: which overlaps a fault explains and which are violations. The
+ * torture runs (test_torture) prove the checker catches broken locks;
+ * these prove, case by case, where it draws the line, so that a change
+ * that makes it more lenient or stricter than the rule in docs/SAFETY.md
+ * fails here.
+ *
+ * Times are microseconds; one name, exclusive holds, a fenced counter that
+ * accepted every step.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+#define NAME "redlock-L"
+
+typedef struct history {
+    tt_event ev[32];
+    size_t n;
+    long accepted;
+} history;
+
+static void add(history *h, char kind, int pid, long hold, int64_t t0, int64_t t1, const char *result,
+                uint64_t token)
+{
+    tt_event e = {kind, kind == TT_FAULT ? TT_NONE : TT_EXCLUSIVE, pid, pid, 1, hold, NAME, t0, t1, "", token, 0};
+    snprintf(e.result, sizeof e.result, "%s", result);
+    if (kind == TT_STEP && !strcmp(result, "acc")) h->accepted++;
+    h->ev[h->n++] = e;
+}
+
+static void fault(history *h, const char *what, const char *target, int64_t t0, int64_t t1)
+{
+    tt_event e = {TT_FAULT, TT_NONE, 1, 0, 0, 0, "", t0, t1, "", 0, 0};
+    snprintf(e.name, sizeof e.name, "%s", what);
+    snprintf(e.result, sizeof e.result, "%s", target);
+    h->ev[h->n++] = e;
+}
+
+static tt_report check(history *h)
+{
+    tt_event meta = {TT_META, TT_NONE, 1, 0, 0, 0, NAME, 0, 0, "count", 0, h->accepted};
+    h->ev[h->n++] = meta;
+    tt_report r;
+    tt_check(h->ev, h->n, &r);
+    return r;
+}
+
+/* Two holds as a RedLock run left them: pid 20 began waiting at 100 and
+ * was granted early (its answer then waited out a master behind a
+ * partition: it returns at 2000); pid 10, a `dlock` started at 1900,
+ * returns at 1950 with a greater token, while 20 still believes it holds.
+ * Sorted by their returns, 10 comes first, but 20 was granted first. */
+static void overlap(history *h)
+{
+    add(h, TT_ACQUIRE, 20, 1, 100, 2000, "ok", 500);
+    add(h, TT_ACQUIRE, 10, 1, 1900, 1950, "ok", 900);
+    add(h, TT_STEP, 10, 1, 1960, 1961, "acc", 900);
+    add(h, TT_STEP, 20, 1, 2010, 2011, "rej", 500);
+    add(h, TT_STEP, 10, 1, 2080, 2081, "acc", 900);
+}
+
+static void a_server_restart_explains_an_overlap_whose_later_return_was_granted_first(void **state)
+{
+    (void)state;
+    history h = {0};
+    overlap(&h);
+    /* Before 10's acquisition began, after 20's: it may have wiped 20's
+     * key, which is how 10 got a majority. */
+    fault(&h, "restart", "server2", 1800, 1830);
+    tt_report r = check(&h);
+    assert_int_equal(r.overlaps_explained, 1);
+    assert_int_equal(r.overlaps_unexplained, 0);
+    assert_int_equal(tt_violations(&r), 0);
+}
+
+static void an_overlap_with_no_fault_is_a_violation(void **state)
+{
+    (void)state;
+    history h = {0};
+    overlap(&h);
+    tt_report r = check(&h);
+    assert_int_equal(r.overlaps_unexplained, 1);
+    assert_true(tt_violations(&r) > 0);
+}
+
+/* A restart that ended before either acquisition began wiped nothing
+ * either of them was granted. */
+static void a_restart_before_both_acquisitions_explains_nothing(void **state)
+{
+    (void)state;
+    history h = {0};
+    overlap(&h);
+    fault(&h, "restart", "server2", 40, 90);
+    tt_report r = check(&h);
+    assert_int_equal(r.overlaps_unexplained, 1);
+}
+
+/* A restart after both holds began cannot have let the later one in. */
+static void a_restart_after_both_holds_began_explains_nothing(void **state)
+{
+    (void)state;
+    history h = {0};
+    overlap(&h);
+    fault(&h, "restart", "server2", 2050, 2070);
+    tt_report r = check(&h);
+    assert_int_equal(r.overlaps_unexplained, 1);
+}
+
+/* Faults the lock must survive explain nothing, whenever they come. */
+static void a_partition_or_a_restart_with_aof_explains_nothing(void **state)
+{
+    (void)state;
+    history h = {0};
+    overlap(&h);
+    fault(&h, "partition", "slot1", 1500, 2100);
+    fault(&h, "restart-aof", "server2", 1800, 1830);
+    tt_report r = check(&h);
+    assert_int_equal(r.overlaps_unexplained, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_server_restart_explains_an_overlap_whose_later_return_was_granted_first),
+        cmocka_unit_test(an_overlap_with_no_fault_is_a_violation),
+        cmocka_unit_test(a_restart_before_both_acquisitions_explains_nothing),
+        cmocka_unit_test(a_restart_after_both_holds_began_explains_nothing),
+        cmocka_unit_test(a_partition_or_a_restart_with_aof_explains_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
