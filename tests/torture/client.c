@@ -61,6 +61,8 @@ typedef struct cfg {
     const char *latch_role;
     long latch_n, round_ms;
     long long epoch_us;
+    /* cs: when the torture client started the dlock that runs it */
+    long long spawned_us;
 } cfg;
 
 typedef struct worker {
@@ -556,7 +558,9 @@ static void run_locks(worker *w, int64_t end)
 
 /* COMMAND of `dlock lock`: one hold, its steps, no loss check of its own
  * (dlock kills it when the lease is lost). Its holder is the dlock
- * process: the guard's parent. */
+ * process: the guard's parent. The hold's acquisition is recorded from
+ * the moment that dlock was started (--spawned): its grant lies anywhere
+ * in between, and the checker must know how early it may have been. */
 static void run_cs(worker *w)
 {
     cfg *c = w->c;
@@ -577,7 +581,8 @@ static void run_cs(worker *w)
     w->mode = c->mode_arg ? c->mode_arg[0] : TT_EXCLUSIVE;
     w->hold = 1;
     int64_t t = tt_now_us();
-    record(w, TT_ACQUIRE, w->mode, holder, c->names[0], t, t, "ok", w->token[0], 0);
+    int64_t since = c->spawned_us > 0 && c->spawned_us <= t ? c->spawned_us : t;
+    record(w, TT_ACQUIRE, w->mode, holder, c->names[0], since, t, "ok", w->token[0], 0);
     steps(w, holder);
 }
 
@@ -587,7 +592,7 @@ static void run_cs(worker *w)
 static void run_cli(worker *w, int64_t end, const char *self)
 {
     cfg *c = w->c;
-    char lease[24], wait[24], client[24], seed[24], pidfile[512];
+    char lease[24], wait[24], client[24], seed[24], spawned[24], pidfile[512];
     snprintf(lease, sizeof lease, "%ld", c->lease_ms);
     snprintf(wait, sizeof wait, "%ld", 2 * c->lease_ms);
     snprintf(client, sizeof client, "%d", c->client);
@@ -604,12 +609,13 @@ static void run_cli(worker *w, int64_t end, const char *self)
         char extra[128];
         snprintf(extra, sizeof extra, "%s", c->cli_args ? c->cli_args : "lock");
         for (char *tok = strtok(extra, " "); tok && a < 40; tok = strtok(NULL, " ")) argv[a++] = tok;
+        int64_t t0 = tt_now_us();
+        snprintf(spawned, sizeof spawned, "%lld", (long long)t0);
         const char *tail[] = {"-t", lease, "-w", wait, c->names[0], "--", self, "--kind", "cs", "--dir", c->dir,
                               "--client", client, "--resource", c->resource, "--name", c->names[0], "--lease", lease,
-                              "--seed", seed, "--mode", c->mode_arg ? c->mode_arg : "x", NULL};
+                              "--seed", seed, "--mode", c->mode_arg ? c->mode_arg : "x", "--spawned", spawned, NULL};
         for (int i = 0; tail[i]; i++) argv[a++] = tail[i];
         argv[a] = NULL;
-        int64_t t0 = tt_now_us();
         pid_t pid = fork();
         if (pid == 0) {
             execv(c->dlock_bin, (char *const *)argv);
@@ -675,7 +681,7 @@ static void usage(void)
                     "         --resource URL --name NAME[,NAME...] [--lease MS] [--seconds S] [--seed N]\n"
                     "         [--permits P] [--skew MS] [--slow-release MS] [--dlock PATH] [--cli-args ARGS]\n"
                     "         [--mode x|r|p] [--latch-role down|await --latch-n N --round-ms MS --epoch US]\n"
-                    "         [--gc-pause-pct P] [--threads N]\n");
+                    "         [--gc-pause-pct P] [--threads N] [--spawned US]\n");
     exit(64);
 }
 
@@ -690,6 +696,7 @@ int main(int argc, char **argv)
         {"dlock", 1, NULL, 'D'},      {"cli-args", 1, NULL, 'A'},    {"mode", 1, NULL, 'm'},
         {"latch-role", 1, NULL, 'L'}, {"latch-n", 1, NULL, 'N'},     {"round-ms", 1, NULL, 'O'},
         {"epoch", 1, NULL, 'E'},      {"gc-pause-pct", 1, NULL, 'G'}, {"threads", 1, NULL, 'T'},
+        {"spawned", 1, NULL, 'P'},
         {NULL, 0, NULL, 0},
     };
     int o;
@@ -724,6 +731,7 @@ int main(int argc, char **argv)
         case 'E': c.epoch_us = atoll(optarg); break;
         case 'G': c.gc_pause_pct = atol(optarg); break;
         case 'T': c.threads = atoi(optarg); break;
+        case 'P': c.spawned_us = atoll(optarg); break;
         default: usage();
         }
     }
