@@ -6,12 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* acq_start: when its acquisition began, the earliest it can have been
+ * granted; for a `dlock lock` hold, when that dlock was started.
+ * pause_from: from when a pause of its holder explains an overlap: the
+ * acquisition's start for a library client (the library returns a hold
+ * whose lease ran out during the call, and reports it lost at the first
+ * check), but COMMAND's start for `dlock lock`, which must not start
+ * COMMAND on a lease that ran out while it was paused. */
 typedef struct hold {
     int pid, holder, client;
     long n;
     char mode;
     const char *name;
-    int64_t acq_start, start, end;
+    int64_t acq_start, pause_from, start, end;
     uint64_t token;
 } hold;
 
@@ -59,7 +66,7 @@ static int explains(const tt_event *faults, size_t nf, const hold *x, const hold
         /* A clock jump's t1 is when its servers were seen on the new
          * clock (the harness polls TIME): until then any lease may end. */
         int64_t end = f->t1;
-        if (is_pause(f) && f->holder == x->holder && f->t0 <= x->end && end >= x->acq_start) return 1;
+        if (is_pause(f) && f->holder == x->holder && f->t0 <= x->end && end >= x->pause_from) return 1;
         if (loses_server_state(f) && f->t0 <= y->start && end >= first) return 1;
     }
     return 0;
@@ -84,7 +91,8 @@ static hold *build_holds(const tt_event *ev, size_t n, size_t *nh)
         const tt_event *e = &ev[i];
         if (e->kind != TT_ACQUIRE || strcmp(e->result, "ok") != 0) continue;
         hold *x = &h[(*nh)++];
-        *x = (hold){e->pid, e->holder, e->client, e->hold, e->mode, e->name, e->t0, e->t1, e->t1, e->token};
+        int64_t pause_from = e->pid != e->holder ? e->t1 : e->t0; /* a COMMAND's record: see hold */
+        *x = (hold){e->pid, e->holder, e->client, e->hold, e->mode, e->name, e->t0, pause_from, e->t1, e->t1, e->token};
     }
     /* Steps extend their hold: index holds by (pid, hold number, name). */
     for (size_t i = 0; i < n; i++) {
