@@ -1290,6 +1290,32 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
     assert_true(last_a < start_b);
 }
 
+/* A lease no longer trusted when COMMAND is about to start (here its
+ * answer came back late, as after a pause of dlock between acquiring and
+ * starting COMMAND) must not start COMMAND at all: that time is the next
+ * holder's. 25 ms on every request against a 30 ms lease trusted for
+ * half of it less the drift allowance, about 13 ms from the acquisition's
+ * send: the answer comes after. dlock exits 76 and says COMMAND was not
+ * run; COMMAND (which would leave a file at once) never ran. Before the
+ * check, COMMAND was started and killed at the first look at the lease. */
+static void command_is_not_started_on_a_lease_no_longer_trusted(void **state)
+{
+    (void)state;
+    th_target_require_single(&srv);
+    th_proxy *px = th_proxy_start(&srv.single);
+    assert_non_null(px);
+    char ran[256];
+    scratch_file(ran, sizeof ran, "late.ran");
+    th_proxy_latency(px, 25);
+    run r;
+    RUN(&r, th_proxy_url(px), "lock", "-t", "30", "--safety-margin", "50", "late", "--", "touch", ran);
+    th_proxy_latency(px, 0);
+    th_proxy_stop(px);
+    expect_status(&r, 76);
+    if (!strstr(r.err, "before COMMAND started")) fail_msg("dlock said: %s", r.err);
+    assert_false(file_exists(ran));
+}
+
 /* kill -9 of dlock takes COMMAND down with it, and everything COMMAND
  * started in its process group: nothing may run on unprotected once the
  * lease runs out and the next holder starts. */
@@ -1711,6 +1737,7 @@ int main(void)
         cmocka_unit_test(latch_sets_once_and_releases_awaiters_at_zero),
         cmocka_unit_test(redlock_over_three_urls_holds_with_a_majority_only),
         cmocka_unit_test(cut_off_holder_stops_command_before_the_lease_ends),
+        cmocka_unit_test(command_is_not_started_on_a_lease_no_longer_trusted),
         cmocka_unit_test(killed_dlock_takes_command_and_its_group_down),
         cmocka_unit_test(every_subcommand_prints_its_help),
         cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),

@@ -283,7 +283,8 @@ static void give_tty(int fd, pid_t pgid)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask)
+int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask,
+                int (*cancel)(void *), void *arg)
 {
     memset(c, 0, sizeof *c);
     c->report_fd = c->lifeline_fd = c->tty_fd = -1;
@@ -325,6 +326,15 @@ int child_start(child *c, char *const *argv, char *const *env, const sigset_t *d
     setpgid(g, g); /* also here, so the group exists before we signal it */
     c->tty_fd = foreground_tty();
     if (c->tty_fd >= 0) give_tty(c->tty_fd, g);
+    /* Asked after the fork and the rest, which take time of their own, and
+     * right before the word that makes the guard exec: what the answer was
+     * about cannot have changed before COMMAND starts, unless we are
+     * paused in these few instructions. Without the word the guard reads
+     * EOF, takes it for our death and dies alone. */
+    if (cancel && cancel(arg)) {
+        child_finish(c);
+        return ECANCELED;
+    }
     ssize_t n = write(c->lifeline_fd, "g", 1);
     (void)n;
     return 0;

@@ -23,11 +23,15 @@ typedef struct child {
 /*
  * Start COMMAND (argv, with environment env) under a guard. `defaults`
  * are the signals whose handlers COMMAND gets back as SIG_DFL, `mask` its
- * signal mask. Returns 0, or an errno value when the guard could not be
- * started (COMMAND not being executable is reported later, by
- * child_wait(), as the shell would: after it was tried).
+ * signal mask. `cancel(arg)` (or NULL) is asked last, once the guard is
+ * ready and just before it is told to start COMMAND: nonzero, and COMMAND
+ * is not started. Returns 0; ECANCELED when cancel() said so (the guard
+ * is gone then); or an errno value when the guard could not be started
+ * (COMMAND not being executable is reported later, by child_wait(), as
+ * the shell would: after it was tried).
  */
-int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask);
+int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask,
+                int (*cancel)(void *), void *arg);
 
 /* Send `sig` to COMMAND's whole process group. */
 void child_signal(const child *c, int sig);

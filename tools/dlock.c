@@ -56,7 +56,7 @@ extern char **environ;
 #define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: Redis unreachable or AUTH refused */
 #define EXIT_SOFTWARE 70   /* EX_SOFTWARE: any other internal error */
 #define EXIT_BUSY 75       /* EX_TEMPFAIL: lock not acquired within WAIT */
-#define EXIT_LOST 76       /* the lease was lost while COMMAND ran */
+#define EXIT_LOST 76       /* the lease was lost before or while COMMAND ran */
 #define EXIT_NOEXEC 127    /* COMMAND could not be executed, as in sh(1) */
 
 #define DEFAULT_URL "redis://127.0.0.1:6379"
@@ -836,8 +836,18 @@ static int run_command(const char *name, uint64_t token, const char *permit, cha
     }
     mark_library_fds();
     child c;
-    int err = child_start(&c, command, env, &defaults, &old_mask);
+    /* A lease that ran out since the acquisition (dlock was paused, or the
+     * answer came late) must not start COMMAND, even for the moment
+     * before supervise() would kill it: that moment is already the next
+     * holder's. */
+    int err = child_start(&c, command, env, &defaults, &old_mask, lost, hold);
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (err == ECANCELED) {
+        lost_reported = 1;
+        errorf("lost lock '%s' before COMMAND started; COMMAND was not run", name);
+        rc = EXIT_LOST;
+        goto out;
+    }
     if (err != 0) {
         errorf("cannot run '%s': %s", command[0], strerror(err));
         goto out;
