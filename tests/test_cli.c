@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -1344,6 +1345,63 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
     print_message("COMMAND and its child gone %lld ms after dlock was killed\n", th_now_ms() - t0);
 }
 
+/* The children of `pid` (from /proc), at most `max`; how many. */
+static int children_of(pid_t pid, pid_t *out, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        slurp(path, buf, sizeof buf);
+        const char *close_paren = strrchr(buf, ')');
+        char st;
+        int ppid;
+        if (close_paren && sscanf(close_paren + 1, " %c %d", &st, &ppid) == 2 && ppid == pid)
+            out[n++] = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* COMMAND's guard is started before dlock waits for the lock (so that a
+ * hand-off costs no fork, tools/child.c). A waiting dlock that is killed
+ * must take that guard along without COMMAND ever starting: the lock was
+ * never held. */
+static void a_dlock_killed_while_it_waits_takes_its_guard_along(void **state)
+{
+    (void)state;
+    proc holder;
+    HOLD(&holder, "kw.ready", "exec sleep 30", "lock", "kw");
+    char ran[256], script[320];
+    scratch_file(ran, sizeof ran, "kw.ran");
+    snprintf(script, sizeof script, "touch %s", ran);
+    proc waiter;
+    START(&waiter, srv.url, "lock", "kw", "--", "sh", "-c", script);
+    pid_t guard[4];
+    int n = 0;
+    long long t0 = th_now_ms();
+    while ((n = children_of(waiter.pid, guard, 4)) == 0 && th_now_ms() - t0 < 5000) usleep(5000);
+    assert_int_equal(n, 1); /* the guard, waiting with dlock */
+    usleep(100000);
+    kill(waiter.pid, SIGKILL);
+    assert_int_equal(wait_dlock(&waiter, 5000), 128 + SIGKILL);
+    t0 = th_now_ms();
+    while (process_alive(guard[0]) && th_now_ms() - t0 < 3000) usleep(5000);
+    int alive = process_alive(guard[0]);
+    if (alive) kill(guard[0], SIGKILL);
+    assert_false(alive);
+    usleep(200000);
+    assert_false(file_exists(ran));
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    assert_false(file_exists(ran));
+    assert_free("kw");
+}
+
 /* `dlock SUBCOMMAND --help` (and -h) prints that subcommand's synopsis and
  * options on stdout and exits 0, for every subcommand, without a server. */
 static void every_subcommand_prints_its_help(void **state)
@@ -1739,6 +1797,7 @@ int main(void)
         cmocka_unit_test(cut_off_holder_stops_command_before_the_lease_ends),
         cmocka_unit_test(command_is_not_started_on_a_lease_no_longer_trusted),
         cmocka_unit_test(killed_dlock_takes_command_and_its_group_down),
+        cmocka_unit_test(a_dlock_killed_while_it_waits_takes_its_guard_along),
         cmocka_unit_test(every_subcommand_prints_its_help),
         cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),
         cmocka_unit_test(busy_lock_exits_with_the_conflict_exit_code),

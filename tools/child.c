@@ -10,8 +10,8 @@
  *
  *   dlock ── guard (leader of a new process group) ── COMMAND ── ...
  *
- *  - The guard holds the read end of a "lifeline" pipe whose only write
- *    end is dlock's. However dlock dies, the kernel closes that end; the
+ *  - The guard holds one end of a "lifeline" socket pair whose other end
+ *    only dlock has. However dlock dies, the kernel closes that end; the
  *    guard reads EOF and kills its whole group (SIGKILL to itself
  *    included). Unlike PR_SET_PDEATHSIG this has no window: a dlock that
  *    died before the guard started waiting is an EOF all the same.
@@ -23,6 +23,15 @@
  *    is released. A daemon meant to outlive COMMAND must leave the group
  *    (setsid), and is then on its own.
  *  - Signals for COMMAND go to the whole group; the guard ignores them.
+ *
+ * The guard is started before the lock is asked for (child_prepare()),
+ * and waits: the go message that makes it start COMMAND (child_go())
+ * brings the one variable not known until the lock is held (the fencing
+ * token). Why so early: forking dlock, reading its descriptor list and
+ * setting the guard's signals up took about a millisecond between a
+ * hand-off of the lock and COMMAND's start; now they happen while dlock
+ * waits. And the guard, forked before dlock has opened any connection,
+ * has none of dlock's sockets to hand on to COMMAND.
  *
  * A terminal: when dlock runs in the foreground of one, the group gets
  * the terminal for as long as COMMAND runs (so COMMAND may read it, and ^C
@@ -45,6 +54,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -166,9 +176,9 @@ typedef struct own_fds {
     int max;      /* the highest descriptor open */
 } own_fds;
 
-static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char *const *argv, char *const *env,
-                       const sigset_t *defaults, const sigset_t *mask, const struct sigaction *job_orig, char *stack,
-                       size_t stack_size)
+static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char *const *argv, char **env,
+                       size_t env_n, const sigset_t *defaults, const sigset_t *mask,
+                       const struct sigaction *job_orig, char *stack, size_t stack_size)
 {
     pid_t me = getpid();
     setpgid(0, 0);
@@ -202,9 +212,20 @@ static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char 
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_SETMASK, &chld, NULL);
     int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    char go;
-    /* dlock sets the group up (and the terminal) first; EOF: it died. */
-    if (sfd < 0 || read(lifeline_fd, &go, 1) != 1) kill(0, SIGKILL);
+    /* dlock holds the lock and has set the group up (and the terminal)
+     * when the go comes: "g", then the late variable and its NUL. EOF:
+     * dlock died, or gave up without the lock. */
+    char go[1 + CHILD_LATE_MAX];
+    ssize_t n = -1;
+    if (sfd >= 0) {
+        do n = read(lifeline_fd, go, sizeof go);
+        while (n < 0 && errno == EINTR);
+    }
+    if (n < 2 || go[0] != 'g' || go[n - 1] != '\0') kill(0, SIGKILL);
+    if (n > 2) {
+        env[env_n] = go + 1; /* env has this free slot, and one more for NULL */
+        env[env_n + 1] = NULL;
+    }
 
     exec_args ea = {me, report_fd, argv, env, defaults, mask, job_orig};
     pid_t cmd = spawn_command(&ea, stack, stack_size);
@@ -283,17 +304,29 @@ static void give_tty(int fd, pid_t pgid)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask,
-                int (*cancel)(void *), void *arg)
+int child_prepare(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask)
 {
     memset(c, 0, sizeof *c);
     c->report_fd = c->lifeline_fd = c->tty_fd = -1;
+    size_t env_n = 0;
+    while (env[env_n]) env_n++;
+    char **genv = malloc((env_n + 2) * sizeof *genv); /* the guard's copy gets the late variable */
+    if (!genv) return ENOMEM;
+    memcpy(genv, env, (env_n + 1) * sizeof *genv);
     int rep[2], life[2];
-    if (pipe2(rep, O_CLOEXEC) != 0) return errno;
-    if (pipe2(life, O_CLOEXEC) != 0) {
+    if (pipe2(rep, O_CLOEXEC) != 0) {
+        int e = errno;
+        free(genv);
+        return e;
+    }
+    /* A socket, not a pipe: the go is sent with MSG_NOSIGNAL, so a guard
+     * that died meanwhile is an error here rather than SIGPIPE; and one
+     * packet, read whole. */
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, life) != 0) {
         int e = errno;
         close(rep[0]);
         close(rep[1]);
+        free(genv);
         return e;
     }
     struct sigaction job_orig[N_JOB];
@@ -310,13 +343,15 @@ int child_start(child *c, char *const *argv, char *const *env, const sigset_t *d
         close(rep[1]);
         close(life[0]);
         close(life[1]);
+        free(genv);
         return e;
     }
     if (g == 0) {
         close(rep[0]);
         close(life[1]);
-        guard_main(rep[1], life[0], &own, argv, env, defaults, mask, job_orig, stack, stack_size);
+        guard_main(rep[1], life[0], &own, argv, genv, env_n, defaults, mask, job_orig, stack, stack_size);
     }
+    free(genv);
     close(rep[1]);
     close(life[0]);
     fcntl(rep[0], F_SETFL, O_NONBLOCK);
@@ -324,19 +359,35 @@ int child_start(child *c, char *const *argv, char *const *env, const sigset_t *d
     c->report_fd = rep[0];
     c->lifeline_fd = life[1];
     setpgid(g, g); /* also here, so the group exists before we signal it */
+    return 0;
+}
+
+int child_go(child *c, const char *late, int (*cancel)(void *), void *arg)
+{
+    char go[1 + CHILD_LATE_MAX];
+    size_t len = late ? strlen(late) : 0;
+    if (len >= CHILD_LATE_MAX) {
+        child_finish(c);
+        return E2BIG;
+    }
+    go[0] = 'g';
+    if (len) memcpy(go + 1, late, len);
+    go[1 + len] = '\0';
     c->tty_fd = foreground_tty();
-    if (c->tty_fd >= 0) give_tty(c->tty_fd, g);
-    /* Asked after the fork and the rest, which take time of their own, and
-     * right before the word that makes the guard exec: what the answer was
-     * about cannot have changed before COMMAND starts, unless we are
-     * paused in these few instructions. Without the word the guard reads
-     * EOF, takes it for our death and dies alone. */
+    if (c->tty_fd >= 0) give_tty(c->tty_fd, c->pgid);
+    /* Asked last, right before the word that makes the guard start
+     * COMMAND: what the answer was about cannot have changed before
+     * COMMAND starts, unless we are paused in these few instructions.
+     * Without the word the guard reads EOF and dies alone. */
     if (cancel && cancel(arg)) {
         child_finish(c);
         return ECANCELED;
     }
-    ssize_t n = write(c->lifeline_fd, "g", 1);
-    (void)n;
+    if (send(c->lifeline_fd, go, len + 2, MSG_NOSIGNAL) != (ssize_t)(len + 2)) {
+        int e = errno ? errno : EPIPE;
+        child_finish(c);
+        return e;
+    }
     return 0;
 }
 
@@ -404,4 +455,5 @@ void child_finish(child *c)
     if (c->report_fd >= 0) close(c->report_fd);
     if (c->lifeline_fd >= 0) close(c->lifeline_fd);
     c->report_fd = c->lifeline_fd = -1;
+    c->pgid = 0; /* gone: a second call must not signal a reused number */
 }

@@ -20,18 +20,31 @@ typedef struct child {
     int exec_errno;  /* why COMMAND could not be executed */
 } child;
 
+/* The longest late variable child_go() can pass, its NUL included. */
+#define CHILD_LATE_MAX 256
+
 /*
- * Start COMMAND (argv, with environment env) under a guard. `defaults`
- * are the signals whose handlers COMMAND gets back as SIG_DFL, `mask` its
- * signal mask. `cancel(arg)` (or NULL) is asked last, once the guard is
- * ready and just before it is told to start COMMAND: nonzero, and COMMAND
- * is not started. Returns 0; ECANCELED when cancel() said so (the guard
- * is gone then); or an errno value when the guard could not be started
- * (COMMAND not being executable is reported later, by child_wait(), as
- * the shell would: after it was tried).
+ * Start COMMAND's guard, which waits for child_go() before it starts
+ * COMMAND (argv, with environment env plus the late variable child_go()
+ * passes). `defaults` are the signals whose handlers COMMAND gets back as
+ * SIG_DFL, `mask` its signal mask. Call it before opening connections:
+ * the guard is a copy of this process and keeps the descriptors it has
+ * now that are not close-on-exec (those are COMMAND's). Returns 0, or an
+ * errno value when the guard could not be started. Until child_go(),
+ * child_finish() makes the guard go away without COMMAND.
  */
-int child_start(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask,
-                int (*cancel)(void *), void *arg);
+int child_prepare(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask);
+
+/*
+ * Hand the terminal to COMMAND's group, then tell the guard to start
+ * COMMAND with `late` ("NAME=value", or NULL) added to its environment.
+ * `cancel(arg)` (or NULL) is asked last, just before the word is sent:
+ * nonzero, and COMMAND is not started. Returns 0; ECANCELED when cancel()
+ * said so; or an errno value when the guard is gone. On any error the
+ * guard is finished (child_finish()). COMMAND not being executable is
+ * reported later, by child_poll(), as the shell would: after it was tried.
+ */
+int child_go(child *c, const char *late, int (*cancel)(void *), void *arg);
 
 /* Send `sig` to COMMAND's whole process group. */
 void child_signal(const child *c, int sig);

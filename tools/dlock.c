@@ -24,7 +24,6 @@
  *
  * Exit statuses follow sysexits(3) where one fits, see docs/dlock.1.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -111,10 +110,6 @@ static char *password;
 /* --timeout: connect and command timeout of every client, 0 for the
  * library's defaults (2 s to connect, 5 s a command). */
 static long timeout_ms;
-
-/* File descriptors open when dlock started; see mark_library_fds(). */
-#define FD_TRACK_MAX 1024
-static unsigned char inherited_fd[FD_TRACK_MAX / 8];
 
 /* ------------------------------------------------------------------------ */
 /* Messages and small helpers                                                */
@@ -494,53 +489,6 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Remember which descriptors the caller handed us (e.g. `3>file`): those
- * are COMMAND's too. Everything opened later belongs to the library. */
-/* The descriptors open now (3 and up, below FD_TRACK_MAX), from
- * /proc/self/fd: a few entries to read instead of a thousand fcntl calls
- * on numbers that are not open. Returns how many are in fds[]. */
-static int open_fds(int *fds, int max)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) {
-        for (int fd = 3; fd < FD_TRACK_MAX && n < max; fd++)
-            if (fcntl(fd, F_GETFD) != -1) fds[n++] = fd;
-        return n;
-    }
-    int dfd = dirfd(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < max) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        int fd = atoi(e->d_name);
-        if (fd >= 3 && fd < FD_TRACK_MAX && fd != dfd) fds[n++] = fd;
-    }
-    closedir(d);
-    return n;
-}
-
-static void note_inherited_fds(void)
-{
-    int fds[FD_TRACK_MAX];
-    int n = open_fds(fds, FD_TRACK_MAX);
-    for (int i = 0; i < n; i++) inherited_fd[fds[i] / 8] |= (unsigned char)(1u << (fds[i] % 8));
-}
-
-/* hiredis does not open its sockets close-on-exec. Without this COMMAND
- * would inherit our Redis connections and keep them open after dlock has
- * gone, which a daemonizing COMMAND would do for days. */
-static void mark_library_fds(void)
-{
-    int fds[FD_TRACK_MAX];
-    int n = open_fds(fds, FD_TRACK_MAX);
-    for (int i = 0; i < n; i++) {
-        int fd = fds[i];
-        if (inherited_fd[fd / 8] & (1u << (fd % 8))) continue;
-        int flags = fcntl(fd, F_GETFD);
-        if (flags != -1 && !(flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-    }
-}
-
 /* Wake the main loop with one byte. Called from signal handlers and the
  * watchdog thread, so only write(2), and errno is preserved for whatever
  * the interrupted code was doing. A full pipe already guarantees a wakeup,
@@ -575,32 +523,42 @@ static void on_lost(dlock_lock *lock, uint64_t token, void *arg)
     wake(PIPE_LOST);
 }
 
-/* Catch SIGCHLD and the forwarded signals. A signal the caller set to be
- * ignored (nohup, `cmd &` in a script) stays ignored, for us and COMMAND,
- * exactly as a shell would leave it. Returns -1 on failure. */
-static int install_handlers(sigset_t *defaults)
+/* SIGCHLD and the forwarded signals that dlock was not started with
+ * ignored: the ones it catches while COMMAND runs, and COMMAND gets back
+ * at their defaults. A signal the caller set to be ignored (nohup, `cmd &`
+ * in a script) stays ignored, for us and COMMAND, exactly as a shell
+ * would leave it. Returns -1 on failure. */
+static int handled_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGCHLD);
+    for (size_t i = 0; i < N_FORWARDED; i++) {
+        struct sigaction old;
+        if (sigaction(forwarded_signals[i], NULL, &old) != 0) return -1;
+        if (old.sa_handler != SIG_IGN) sigaddset(set, forwarded_signals[i]);
+    }
+    return 0;
+}
+
+/* Catch the signals of handled_signals(). Not before the lock is held:
+ * while dlock waits, ^C and SIGTERM end it as they would any command.
+ * Returns -1 on failure. */
+static int install_handlers(const sigset_t *set)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NOCLDSTOP;
     sigfillset(&sa.sa_mask);
-    sigemptyset(defaults);
-    if (sigaction(SIGCHLD, &sa, NULL) != 0) return -1;
-    sigaddset(defaults, SIGCHLD);
-    for (size_t i = 0; i < N_FORWARDED; i++) {
-        struct sigaction old;
-        if (sigaction(forwarded_signals[i], NULL, &old) != 0) return -1;
-        if (old.sa_handler == SIG_IGN) continue;
-        if (sigaction(forwarded_signals[i], &sa, NULL) != 0) return -1;
-        sigaddset(defaults, forwarded_signals[i]);
-    }
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(set, s) == 1 && sigaction(s, &sa, NULL) != 0) return -1;
     return 0;
 }
 
 /* COMMAND's environment: ours without stale DLOCK_NAME, DLOCK_TOKEN and
  * DLOCK_PERMIT (a nested dlock must not leak its values), plus those of
- * this hold; `vars` ends with NULL and its strings belong to the caller. */
+ * this hold known before it is taken (its token comes with child_go());
+ * `vars` ends with NULL and its strings belong to the caller. */
 static char **child_environment(char *const *vars)
 {
     size_t n = 0, extra = 0;
@@ -799,73 +757,71 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     return parse_command(synopsis, argc, argv, optind, h);
 }
 
-/* Run COMMAND under the hold just acquired and return the status dlock
- * should exit with, before the release is considered. Kept apart from
- * cmd_lock so that every path out of here leads back to one release. */
-static int run_command(const char *name, uint64_t token, const char *permit, char **command, long margin_ms,
-                       int (*lost)(void *), void *hold)
+/* Start COMMAND, through the guard child_prepare() started, under the
+ * hold just acquired: its token (or permit) goes in COMMAND's
+ * environment. Returns 0 when COMMAND was started, else the status dlock
+ * exits with (the guard is gone then). */
+static int start_command(child *c, const char *name, uint64_t token, const char *permit, const char *command0,
+                         const sigset_t *handled, int (*lost)(void *), void *hold)
 {
-    char *name_var = NULL, *token_var = NULL;
-    char **env = NULL;
-    int rc = EXIT_SOFTWARE;
-    if (asprintf(&name_var, "DLOCK_NAME=%s", name) < 0) name_var = NULL;
+    char late[CHILD_LATE_MAX];
     /* A permit has no fencing token; it is named by its id instead. */
-    if (permit ? asprintf(&token_var, "DLOCK_PERMIT=%s", permit) < 0
-               : asprintf(&token_var, "DLOCK_TOKEN=%llu", (unsigned long long)token) < 0)
-        token_var = NULL;
-    char *vars[3] = {name_var, token_var, NULL};
-    if (!name_var || !token_var || !(env = child_environment(vars))) {
-        errorf("out of memory");
-        goto out;
+    int n = permit ? snprintf(late, sizeof late, "DLOCK_PERMIT=%s", permit)
+                   : snprintf(late, sizeof late, "DLOCK_TOKEN=%llu", (unsigned long long)token);
+    if (n < 0 || (size_t)n >= sizeof late) {
+        errorf("permit id too long");
+        child_finish(c);
+        return EXIT_SOFTWARE;
     }
     if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         errorf("pipe: %s", strerror(errno));
-        goto out;
+        child_finish(c);
+        return EXIT_SOFTWARE;
     }
-    /* Block our signals until the child's pid is known, so that a SIGTERM
+    /* Block our signals until the guard has its word, so that a SIGTERM
      * arriving now is passed on once it can be, rather than lost. */
-    sigset_t block, old_mask, defaults;
+    sigset_t block, old_mask;
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
     for (size_t i = 0; i < N_FORWARDED; i++) sigaddset(&block, forwarded_signals[i]);
     pthread_sigmask(SIG_BLOCK, &block, &old_mask);
-    if (install_handlers(&defaults) != 0) {
+    if (install_handlers(handled) != 0) {
         errorf("sigaction: %s", strerror(errno));
         pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
-        goto out;
+        child_finish(c);
+        return EXIT_SOFTWARE;
     }
-    mark_library_fds();
-    child c;
     /* A lease that ran out since the acquisition (dlock was paused, or the
      * answer came late) must not start COMMAND, even for the moment
      * before supervise() would kill it: that moment is already the next
      * holder's. */
-    int err = child_start(&c, command, env, &defaults, &old_mask, lost, hold);
+    int err = child_go(c, late, lost, hold);
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (err == ECANCELED) {
         lost_reported = 1;
         errorf("lost lock '%s' before COMMAND started; COMMAND was not run", name);
-        rc = EXIT_LOST;
-        goto out;
+        return EXIT_LOST;
     }
     if (err != 0) {
-        errorf("cannot run '%s': %s", command[0], strerror(err));
-        goto out;
+        errorf("cannot run '%s': %s", command0, strerror(err));
+        return EXIT_SOFTWARE;
     }
-    int wstatus = supervise(&c, name, margin_ms, lost, hold);
+    return 0;
+}
+
+/* Wait for COMMAND that start_command() started, and return the status
+ * dlock should exit with, before the release is considered. */
+static int wait_command(child *c, const char *name, const char *command0, long margin_ms, int (*lost)(void *),
+                        void *hold)
+{
+    int wstatus = supervise(c, name, margin_ms, lost, hold);
     /* Whatever COMMAND left in its group dies before the lock is released. */
-    child_finish(&c);
+    child_finish(c);
     if (wstatus < 0) {
-        errorf("cannot run '%s': %s", command[0], strerror(c.exec_errno));
-        rc = EXIT_NOEXEC;
-    } else {
-        rc = shell_status(wstatus);
+        errorf("cannot run '%s': %s", command0, strerror(c->exec_errno));
+        return EXIT_NOEXEC;
     }
-out:
-    free(env);
-    free(name_var);
-    free(token_var);
-    return rc;
+    return shell_status(wstatus);
 }
 
 /* The objects behind one hold, whatever its kind. */
@@ -1012,7 +968,29 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
         a.kind = HOLD_REDLOCK;
     }
 
-    note_inherited_fds();
+    /* COMMAND's guard first, before any connection is open (see
+     * tools/child.c): it waits while we do, so a hand-off of the lock
+     * costs no fork. */
+    child c;
+    sigset_t handled, mask;
+    char *name_var = NULL, **env = NULL;
+    if (asprintf(&name_var, "DLOCK_NAME=%s", a.name) < 0) name_var = NULL;
+    char *vars[2] = {name_var, NULL};
+    if (!name_var || !(env = child_environment(vars))) {
+        free(name_var);
+        errorf("out of memory");
+        return EXIT_SOFTWARE;
+    }
+    int err = handled_signals(&handled) != 0 ? errno : 0;
+    pthread_sigmask(SIG_SETMASK, NULL, &mask);
+    if (err == 0) err = child_prepare(&c, a.command, env, &handled, &mask);
+    free(env);
+    free(name_var);
+    if (err != 0) {
+        errorf("cannot run '%s': %s", a.command[0], strerror(err));
+        return EXIT_SOFTWARE;
+    }
+
     holder h = {.kind = a.kind, .name = a.name, .n = n_urls};
     /* RedLock: a master that is down must not stop us, and a stalled one
      * must not eat the lease, so its commands time out at a tenth of it. */
@@ -1029,6 +1007,7 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
         if ((rc = open_client(urls[i], &o, &h.clients[i])) != 0) {
             h.n = i;
             holder_close(&h);
+            child_finish(&c);
             return rc;
         }
     }
@@ -1051,16 +1030,17 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
         goto out;
     }
 
-    /* Who holds it, for `dlock status`: the kinds it can show. */
+    rc = start_command(&c, a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command[0], &handled,
+                       holder_lost, &h);
+    /* Who holds it, for `dlock status`: the kinds it can show. Started
+     * after COMMAND, which need not wait for it. */
     holdinfo *info = NULL;
-    if (a.kind == HOLD_PLAIN || a.kind == HOLD_FAIR || a.kind == HOLD_WRITE) {
+    if (rc == 0 && (a.kind == HOLD_PLAIN || a.kind == HOLD_FAIR || a.kind == HOLD_WRITE)) {
         dlock_options ko = client_options(NULL);
         info = holdinfo_start(h.clients[0], urls[0], &ko, a.kind == HOLD_WRITE ? HOLDINFO_WRITE : HOLDINFO_LOCK,
                               a.name, token, a.ttl, a.command, &lease_lost);
     }
-
-    rc = run_command(a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command,
-                     a.ttl * a.margin_pct / 100, holder_lost, &h);
+    if (rc == 0) rc = wait_command(&c, a.name, a.command[0], a.ttl * a.margin_pct / 100, holder_lost, &h);
 
     st = holder_release(&h);
     /* After the release, so waiters are not kept waiting for it; a record
@@ -1079,6 +1059,7 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
         errorf("cannot release '%s' (it expires within %ld ms): %s", a.name, a.ttl, dlock_last_error());
     }
 out:
+    child_finish(&c); /* without the lock: the guard goes without COMMAND */
     holder_close(&h);
     return rc;
 }
