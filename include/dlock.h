@@ -242,7 +242,8 @@ typedef struct dlock_options {
  * up again after a failover; with redis-cluster:// every command goes to
  * the node serving its key's slot, following MOVED and ASK redirections.
  * Every lock's keys share one slot, so each primitive works unchanged on
- * all of them. `opts` may be NULL for all defaults.
+ * all of them. Its connections are close-on-exec: a program that runs
+ * another does not hand them on. `opts` may be NULL for all defaults.
  */
 DLOCK_API dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_client **out);
 

@@ -336,6 +336,12 @@ dlock_status dlock__link_open(const dlock__endpoint *ep, dlock__link **out)
         dlock__link_free(l);
         return st;
     }
+    /* hiredis opens its socket without SOCK_CLOEXEC: a program that runs
+     * another (fork and exec) would hand it our connection, which the
+     * other program could then keep open for as long as it runs (the
+     * CLI's COMMAND, a daemon it starts). Marked as soon as it exists. */
+    int fdfl = fcntl(l->c->fd, F_GETFD);
+    if (fdfl >= 0 && !(fdfl & FD_CLOEXEC)) fcntl(l->c->fd, F_SETFD, fdfl | FD_CLOEXEC);
     if (!path) redisEnableKeepAlive(l->c);
     dlock_status st = DLOCK_OK;
     if (cfg->tls) {

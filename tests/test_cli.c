@@ -797,21 +797,27 @@ static void sigterm_and_sigint_are_passed_to_command(void **state)
     }
 }
 
-/* COMMAND does not inherit dlock's Redis connections. */
+/* COMMAND does not inherit dlock's Redis connections, whether its guard
+ * was forked before the connections were opened (a dlock that may wait)
+ * or after (-n: tools/child.c). */
 static void command_inherits_no_redis_socket(void **state)
 {
     (void)state;
-    char file[256], script[512], buf[OUT_MAX];
-    scratch_file(file, sizeof file, "fds.txt");
-    snprintf(script, sizeof script, "ls -l /proc/self/fd/ > %s", file);
-    run r;
-    RUN(&r, srv.kind == TH_TARGET_SINGLE ? srv.single.tcp_url : srv.url, "lock", "fds", "--", "sh", "-c", script);
-    expect_status(&r, 0);
-    slurp(file, buf, sizeof buf);
-    assert_non_null(strstr(buf, "total"));
-    if (strstr(buf, "socket:")) {
-        print_error("COMMAND inherited a socket:\n%s\n", buf);
-        fail();
+    const char *url = srv.kind == TH_TARGET_SINGLE ? srv.single.tcp_url : srv.url;
+    for (int nonblock = 0; nonblock < 2; nonblock++) {
+        char file[256], script[512], buf[OUT_MAX];
+        scratch_file(file, sizeof file, nonblock ? "fds-n.txt" : "fds.txt");
+        snprintf(script, sizeof script, "ls -l /proc/self/fd/ > %s", file);
+        run r;
+        if (nonblock) RUN(&r, url, "lock", "-n", "fds", "--", "sh", "-c", script);
+        else RUN(&r, url, "lock", "fds", "--", "sh", "-c", script);
+        expect_status(&r, 0);
+        slurp(file, buf, sizeof buf);
+        assert_non_null(strstr(buf, "total"));
+        if (strstr(buf, "socket:")) {
+            print_error("COMMAND inherited a socket%s:\n%s\n", nonblock ? " (-n)" : "", buf);
+            fail();
+        }
     }
 }
 

@@ -12,9 +12,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +80,58 @@ static void server_restart_does_not_kill_the_process_with_sigpipe(void **state)
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_int_equal(n3, sizeof got);
     assert_int_equal(got, DLOCK_OK);
+}
+
+/* The sockets open now, as a bitmap of descriptor numbers below 1024;
+ * how many. */
+static int open_sockets(unsigned char *map)
+{
+    memset(map, 0, 1024 / 8);
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        struct stat st;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd >= 1024 || fd == dirfd(d)) continue;
+        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+        map[fd / 8] |= (unsigned char)(1u << (fd % 8));
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* hiredis opens its sockets without SOCK_CLOEXEC; the library marks them,
+ * so a program that runs another (fork and exec) hands it none of its
+ * Redis connections: not the commands' connection, not the subscriber's
+ * that a wait opens. */
+static void the_clients_connections_are_close_on_exec(void **state)
+{
+    (void)state;
+    unsigned char before[1024 / 8], after[1024 / 8];
+    open_sockets(before);
+    dlock_client *hc = th_lock_client(server.url, 0), *wc = th_lock_client(server.url, 0);
+    assert_non_null(hc);
+    assert_non_null(wc);
+    dlock_lock *held = th_lock_new(hc, "cloexec"), *waiting = th_lock_new(wc, "cloexec");
+    assert_int_equal(dlock_lock_acquire(held, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(waiting, 200, 5000, NULL), DLOCK_ERR_TIMEOUT); /* waited: subscribed */
+    open_sockets(after);
+    int opened = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        if (!(after[fd / 8] & (1u << (fd % 8))) || (before[fd / 8] & (1u << (fd % 8)))) continue;
+        opened++;
+        int flags = fcntl(fd, F_GETFD);
+        if (flags < 0 || !(flags & FD_CLOEXEC)) fail_msg("socket %d of the library is not close-on-exec", fd);
+    }
+    assert_true(opened >= 3); /* two clients' commands, one subscriber */
+    assert_int_equal(dlock_lock_release(held), DLOCK_OK);
+    dlock_lock_free(waiting);
+    dlock_lock_free(held);
+    dlock_client_free(wc);
+    dlock_client_free(hc);
 }
 
 /* Take and release a lock through a client of `url` made with options
@@ -314,6 +370,7 @@ int main(void)
         cmocka_unit_test(a_user_who_may_not_run_PUBSUB_is_woken_by_a_release_of_another_process),
         cmocka_unit_test(credentials_from_options_replace_the_urls),
         cmocka_unit_test(database_from_url_is_selected),
+        cmocka_unit_test(the_clients_connections_are_close_on_exec),
     };
     /* SIGPIPE keeps its default action on purpose: the restart test
      * writes to connections whose server was just killed, and the library

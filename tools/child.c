@@ -30,8 +30,7 @@
  * token). Why so early: forking dlock, reading its descriptor list and
  * setting the guard's signals up took about a millisecond between a
  * hand-off of the lock and COMMAND's start; now they happen while dlock
- * waits. And the guard, forked before dlock has opened any connection,
- * has none of dlock's sockets to hand on to COMMAND.
+ * waits. (A dlock that will not wait starts it once it holds the lock.)
  *
  * A terminal: when dlock runs in the foreground of one, the group gets
  * the terminal for as long as COMMAND runs (so COMMAND may read it, and ^C

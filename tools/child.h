@@ -20,6 +20,9 @@ typedef struct child {
     int exec_errno;  /* why COMMAND could not be executed */
 } child;
 
+/* A child not started yet: child_finish() on it does nothing. */
+#define CHILD_NONE {.report_fd = -1, .lifeline_fd = -1, .tty_fd = -1}
+
 /* The longest late variable child_go() can pass, its NUL included. */
 #define CHILD_LATE_MAX 256
 
@@ -27,11 +30,12 @@ typedef struct child {
  * Start COMMAND's guard, which waits for child_go() before it starts
  * COMMAND (argv, with environment env plus the late variable child_go()
  * passes). `defaults` are the signals whose handlers COMMAND gets back as
- * SIG_DFL, `mask` its signal mask. Call it before opening connections:
- * the guard is a copy of this process and keeps the descriptors it has
- * now that are not close-on-exec (those are COMMAND's). Returns 0, or an
- * errno value when the guard could not be started. Until child_go(),
- * child_finish() makes the guard go away without COMMAND.
+ * SIG_DFL, `mask` its signal mask. The guard is a copy of this process: it
+ * closes the descriptors that are close-on-exec and keeps the others for
+ * COMMAND, so every descriptor of our own must be close-on-exec by now
+ * (the library's are). Returns 0, or an errno value when the guard could
+ * not be started. Until child_go(), child_finish() makes the guard go
+ * away without COMMAND.
  */
 int child_prepare(child *c, char *const *argv, char *const *env, const sigset_t *defaults, const sigset_t *mask);
 

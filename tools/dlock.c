@@ -824,6 +824,27 @@ static int wait_command(child *c, const char *name, const char *command0, long m
     return shell_status(wstatus);
 }
 
+/* Start COMMAND's guard (tools/child.c) with the part of COMMAND's
+ * environment known before the hold; *handled gets the signals dlock
+ * will catch while COMMAND runs. Returns 0, or the status dlock exits
+ * with. */
+static int prepare_guard(child *c, const hold_args *a, sigset_t *handled)
+{
+    char *name_var = NULL, **env = NULL;
+    if (asprintf(&name_var, "DLOCK_NAME=%s", a->name) < 0) name_var = NULL;
+    char *vars[2] = {name_var, NULL};
+    int err = !name_var || !(env = child_environment(vars)) ? ENOMEM : 0;
+    if (err == 0 && handled_signals(handled) != 0) err = errno;
+    sigset_t mask;
+    pthread_sigmask(SIG_SETMASK, NULL, &mask);
+    if (err == 0) err = child_prepare(c, a->command, env, handled, &mask);
+    free(env);
+    free(name_var);
+    if (err == 0) return 0;
+    errorf("cannot run '%s': %s", a->command[0], strerror(err));
+    return EXIT_SOFTWARE;
+}
+
 /* The objects behind one hold, whatever its kind. */
 typedef struct holder {
     enum hold_kind kind;
@@ -970,26 +991,14 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
 
     /* COMMAND's guard first, before any connection is open (see
      * tools/child.c): it waits while we do, so a hand-off of the lock
-     * costs no fork. */
-    child c;
-    sigset_t handled, mask;
-    char *name_var = NULL, **env = NULL;
-    if (asprintf(&name_var, "DLOCK_NAME=%s", a.name) < 0) name_var = NULL;
-    char *vars[2] = {name_var, NULL};
-    if (!name_var || !(env = child_environment(vars))) {
-        free(name_var);
-        errorf("out of memory");
-        return EXIT_SOFTWARE;
-    }
-    int err = handled_signals(&handled) != 0 ? errno : 0;
-    pthread_sigmask(SIG_SETMASK, NULL, &mask);
-    if (err == 0) err = child_prepare(&c, a.command, env, &handled, &mask);
-    free(env);
-    free(name_var);
-    if (err != 0) {
-        errorf("cannot run '%s': %s", a.command[0], strerror(err));
-        return EXIT_SOFTWARE;
-    }
+     * costs no fork. Not when we will not wait (-n, -w 0): there is no
+     * hand-off to shorten then, and a busy lock, what a cron job's -n
+     * usually finds, should cost no fork; the guard is forked once the
+     * lock is held. */
+    child c = CHILD_NONE;
+    sigset_t handled;
+    int early = a.wait_ms != 0;
+    if (early && (rc = prepare_guard(&c, &a, &handled)) != 0) return rc;
 
     holder h = {.kind = a.kind, .name = a.name, .n = n_urls};
     /* RedLock: a master that is down must not stop us, and a stalled one
@@ -1030,8 +1039,10 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
         goto out;
     }
 
-    rc = start_command(&c, a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command[0], &handled,
-                       holder_lost, &h);
+    rc = early ? 0 : prepare_guard(&c, &a, &handled);
+    if (rc == 0)
+        rc = start_command(&c, a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command[0], &handled,
+                           holder_lost, &h);
     /* Who holds it, for `dlock status`: the kinds it can show. Started
      * after COMMAND, which need not wait for it. */
     holdinfo *info = NULL;
