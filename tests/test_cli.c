@@ -1235,16 +1235,6 @@ static long long max_stamp(const char *path)
     return max;
 }
 
-/* 1 while a process runs (a zombie waiting for its reaper counts as gone). */
-static int process_alive(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    slurp(path, buf, sizeof buf);
-    const char *close_paren = strrchr(buf, ')');
-    return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z';
-}
-
 /* The pid a COMMAND wrote to `path`, or 0. */
 static pid_t read_pid(const char *path)
 {
@@ -1285,7 +1275,7 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
     int first = wait_dlock(&holder, 15000);
     long long told = th_now_ms() - cut;
     pid_t left = read_pid(pidf);
-    if (left > 0 && process_alive(left)) kill(left, SIGKILL); /* whatever the outcome */
+    if (left > 0 && th_pid_alive(left)) kill(left, SIGKILL); /* whatever the outcome */
     th_proxy_partition(px, 0);
     th_proxy_stop(px);
     expect_status(&r, 0);
@@ -1342,8 +1332,8 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
     kill(holder.pid, SIGKILL);
     assert_int_equal(wait_dlock(&holder, 5000), 128 + SIGKILL);
     long long t0 = th_now_ms();
-    while ((process_alive(sh) || process_alive(bg)) && th_now_ms() - t0 < 3000) usleep(5000);
-    int sh_alive = process_alive(sh), bg_alive = process_alive(bg);
+    while ((th_pid_alive(sh) || th_pid_alive(bg)) && th_now_ms() - t0 < 3000) usleep(5000);
+    int sh_alive = th_pid_alive(sh), bg_alive = th_pid_alive(bg);
     if (sh_alive) kill(sh, SIGKILL);
     if (bg_alive) kill(bg, SIGKILL);
     assert_false(sh_alive);
@@ -1359,15 +1349,8 @@ static int children_of(pid_t pid, pid_t *out, int max)
     assert_non_null(d);
     struct dirent *e;
     while ((e = readdir(d)) != NULL && n < max) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        slurp(path, buf, sizeof buf);
-        const char *close_paren = strrchr(buf, ')');
-        char st;
-        int ppid;
-        if (close_paren && sscanf(close_paren + 1, " %c %d", &st, &ppid) == 2 && ppid == pid)
-            out[n++] = (pid_t)atoi(e->d_name);
+        pid_t p = (pid_t)atoi(e->d_name);
+        if (p > 0 && th_pid_parent(p) == pid) out[n++] = p;
     }
     closedir(d);
     return n;
@@ -1396,8 +1379,8 @@ static void a_dlock_killed_while_it_waits_takes_its_guard_along(void **state)
     kill(waiter.pid, SIGKILL);
     assert_int_equal(wait_dlock(&waiter, 5000), 128 + SIGKILL);
     t0 = th_now_ms();
-    while (process_alive(guard[0]) && th_now_ms() - t0 < 3000) usleep(5000);
-    int alive = process_alive(guard[0]);
+    while (th_pid_alive(guard[0]) && th_now_ms() - t0 < 3000) usleep(5000);
+    int alive = th_pid_alive(guard[0]);
     if (alive) kill(guard[0], SIGKILL);
     assert_false(alive);
     usleep(200000);

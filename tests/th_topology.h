@@ -89,6 +89,9 @@ int th_topology_masters(th_topology *t, int *ports, int max);
  * daemons, not the test's children, so this reads /proc. */
 int th_pid_alive(pid_t pid);
 
+/* The parent of a process, from /proc; 0 when it cannot be read. */
+pid_t th_pid_parent(pid_t pid);
+
 /* The port of a live replica of `master_port` (per the table), or -1. */
 int th_topology_replica_of(th_topology *t, int master_port);
 

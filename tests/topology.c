@@ -264,9 +264,10 @@ th_node *th_topology_node(th_topology *t, int port)
     return NULL;
 }
 
-/* /proc state of `pid`: the node processes are daemons, not our children,
- * so waitpid cannot tell us they died; a zombie counts as dead. */
-static char proc_state(pid_t pid)
+/* /proc state of `pid` (0 when it cannot be read) and, in *ppid, its
+ * parent: the node processes are daemons, not our children, so waitpid
+ * cannot tell us they died; a zombie counts as dead. */
+static char proc_state(pid_t pid, pid_t *ppid)
 {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -275,14 +276,23 @@ static char proc_state(pid_t pid)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' ? p[2] : 0;
+    char *p = strrchr(buf, ')'), s;
+    int parent;
+    if (!p || sscanf(p + 1, " %c %d", &s, &parent) != 2) return 0;
+    if (ppid) *ppid = (pid_t)parent;
+    return s;
 }
 
 int th_pid_alive(pid_t pid)
 {
-    char s = pid > 0 ? proc_state(pid) : 0;
+    char s = pid > 0 ? proc_state(pid, NULL) : 0;
     return s && s != 'Z' && s != 'X';
+}
+
+pid_t th_pid_parent(pid_t pid)
+{
+    pid_t parent = 0;
+    return pid > 0 && proc_state(pid, &parent) ? parent : 0;
 }
 
 redisContext *th_node_connect(const th_topology *t, int port)
@@ -432,9 +442,9 @@ int th_node_pause(th_topology *t, int port)
     if (!nd || nd->pid <= 0 || nd->paused) return -1;
     th_topology_refresh(t);
     if (kill(nd->pid, SIGSTOP) != 0) return -1;
-    for (int i = 0; i < 100 && proc_state(nd->pid) != 'T'; i++) usleep(10000);
+    for (int i = 0; i < 100 && proc_state(nd->pid, NULL) != 'T'; i++) usleep(10000);
     nd->paused = 1;
-    return proc_state(nd->pid) == 'T' ? 0 : -1;
+    return proc_state(nd->pid, NULL) == 'T' ? 0 : -1;
 }
 
 int th_node_resume(th_topology *t, int port)
