@@ -343,6 +343,7 @@ static void failover_sale(event how, int replica_acks)
     phase("successor serves", successor > 0);
     long long served_ms = th_now_ms();
     long long replica_back_ms = -1;
+    int failed_back = 0;
     if (replica_acks) {
         /* Taken before the restart: by the time th_node_restart returns the
          * old master may be a replica that is online already. */
@@ -351,10 +352,11 @@ static void failover_sale(event how, int replica_acks)
         /* Under Sentinel, or the successor when the Sentinels fail back
          * (see th_sentinel_wait_replica_back): the master has a replica
          * again either way, which is what the sale needs. */
-        phase("old master (or, failed back, the successor) is a replica",
-              srv.kind == TH_TARGET_CLUSTER
-                  ? th_node_wait_role(&srv.topo, victim, TH_REPLICA, FAILOVER_BOUND_MS) == 0
-                  : th_sentinel_wait_replica_back(&srv.topo, victim, successor, FAILOVER_BOUND_MS) > 0);
+        int back = srv.kind == TH_TARGET_CLUSTER
+                       ? (th_node_wait_role(&srv.topo, victim, TH_REPLICA, FAILOVER_BOUND_MS) == 0 ? victim : 0)
+                       : th_sentinel_wait_replica_back(&srv.topo, victim, successor, FAILOVER_BOUND_MS);
+        phase("old master (or, failed back, the successor) is a replica", back > 0);
+        failed_back = back == successor;
     }
     long long t0 = th_now_ms();
     while (!atomic_load(&s.sold_out) && atomic_load(&s.other) == 0 && th_now_ms() - t0 < SALE_BOUND_MS)
@@ -408,6 +410,19 @@ static void failover_sale(event how, int replica_acks)
          * was taken, not even one answered 429 (the script's check). */
         assert_int_equal(ok_while_cut, 0);
         assert_true(how == PLAIN_KILL || busy_while_cut > 0);
+        /* Unless the Sentinels failed back onto the restarted old master
+         * (docs/TOPOLOGIES.md: a starved machine), which kept its old data
+         * and made the successor, which held the acknowledged orders, its
+         * replica: a second failover, to a node that lacks them, the limit
+         * docs/design/seckill.md states. The sale still must not oversell
+         * (above); this run proves nothing more. */
+        if (failed_back) {
+            printf("the Sentinels failed back: acknowledged orders are not checked in this run\n");
+            free(s.ans);
+            assert_int_equal(skt_serve_stop(&sv), 0);
+            skt_dir_remove(&dir);
+            return;
+        }
         assert_int_equal(f.lost, 0);
         assert_int_equal(f.rejected, 0);
         assert_int_equal(redis_agrees, 0);
