@@ -298,9 +298,11 @@ static void back_up_replication(int master, long long voucher)
 /*
  * One sale through one event. With replica_acks a killed node is
  * restarted once its successor serves, so the successor has a replica
- * again (without one, no order is taken: safety first).
+ * again (without one, no order is taken: safety first). Returns 1 when
+ * the Sentinels failed back (below), a run that cannot judge
+ * acknowledged orders; 0 when every check ran.
  */
-static void failover_sale(event how, int replica_acks)
+static int failover_sale(event how, int replica_acks)
 {
     if (srv.kind == TH_TARGET_SINGLE) {
         print_message("skipped on single: a failover needs a Sentinel setup or a Cluster\n");
@@ -415,13 +417,14 @@ static void failover_sale(event how, int replica_acks)
          * and made the successor, which held the acknowledged orders, its
          * replica: a second failover, to a node that lacks them, the limit
          * docs/design/seckill.md states. The sale still must not oversell
-         * (above); this run proves nothing more. */
+         * (above); the case runs again on a fresh topology. */
         if (failed_back) {
-            printf("the Sentinels failed back: acknowledged orders are not checked in this run\n");
+            printf("the Sentinels failed back: this run cannot judge acknowledged orders\n");
+            fflush(stdout);
             free(s.ans);
             assert_int_equal(skt_serve_stop(&sv), 0);
             skt_dir_remove(&dir);
-            return;
+            return 1;
         }
         assert_int_equal(f.lost, 0);
         assert_int_equal(f.rejected, 0);
@@ -440,6 +443,7 @@ static void failover_sale(event how, int replica_acks)
     free(s.ans);
     assert_int_equal(skt_serve_stop(&sv), 0);
     skt_dir_remove(&dir);
+    return 0;
 }
 
 static void sale_completes_without_oversell_when_the_master_is_killed(void **state)
@@ -454,10 +458,19 @@ static void master_killed_with_its_replica_behind_loses_acknowledged_orders(void
     failover_sale(BACKLOG_THEN_KILL, 0);
 }
 
+/* A run whose Sentinels failed back is sold out and checked for
+ * oversell, but says nothing of acknowledged orders: it is run again on
+ * a fresh topology, up to three runs in all, so the case passes only on
+ * a run that judged them. */
 static void replica_acks_lose_no_acknowledged_order_when_the_master_is_killed(void **state)
 {
     (void)state;
-    failover_sale(BACKLOG_THEN_KILL, 1);
+    for (int run = 1; failover_sale(BACKLOG_THEN_KILL, 1); run++) {
+        if (run == 3) fail_msg("the Sentinels failed back in %d runs out of %d", run, run);
+        skt_kill_all();
+        th_target_stop(&srv);
+        assert_int_equal(th_target_start(&srv, NULL), 0);
+    }
 }
 
 /* Each case kills a node: a fresh topology for each. */
