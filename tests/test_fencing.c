@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "dlock_redis.h"
 #include "harness.h"
 
 static int teardown(void **state)
@@ -204,6 +205,124 @@ static void with_aof_the_counter_survives_a_restart(void **state)
     th_redis_stop(&r);
 }
 
+/* acquire.lua as built (tools/../lua: cmake/embed_lua.cmake writes the
+ * expanded scripts there), with `from` replaced by `to` when given; NULL
+ * when the file or `from` is missing. */
+static char *acquire_text(const char *from, const char *to)
+{
+    FILE *f = fopen(th_bin("../lua/acquire.lua"), "r");
+    if (!f) return NULL;
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *out = malloc(n + 64);
+    if (!out) return NULL;
+    if (!from) {
+        memcpy(out, buf, n + 1);
+        return out;
+    }
+    char *at = strstr(buf, from);
+    if (!at || strstr(at + 1, from) || strlen(to) > strlen(from) + 63) {
+        free(out);
+        return NULL;
+    }
+    snprintf(out, n + 64, "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
+    return out;
+}
+
+static long long integer_of(dlock_client *c, const char *key, int argc, const char *const *argv)
+{
+    redisReply *r = NULL;
+    assert_int_equal(dlock_redis_command(c, key, 0, argc, argv, NULL, &r), DLOCK_OK);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* One grant through `s` with `floor` ("" for none), checked against the
+ * counter it leaves behind (its text is the token's), then dropped so
+ * that the next grant is a first one again. */
+static uint64_t grant_with(dlock_client *c, dlock_script *s, const char *floor)
+{
+    const char *keys[3] = {"dlock:{branches}", "dlock:{branches}:fence", "dlock:{branches}:r"};
+    const char *args[5] = {"0123456789abcdef0123456789abcdef:1:1", "5000", "0", floor,
+                           "0123456789abcdef0123456789abcdef"};
+    redisReply *r = NULL;
+    assert_int_equal(dlock_script_eval(s, 0, 3, keys, 5, args, &r), DLOCK_OK);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    assert_int_equal(r->element[0]->integer, 1);
+    uint64_t token = (uint64_t)r->element[1]->integer;
+    freeReplyObject(r);
+    const char *get[2] = {"GET", keys[1]};
+    assert_int_equal(dlock_redis_command(c, keys[1], 0, 2, get, NULL, &r), DLOCK_OK);
+    char text[32];
+    snprintf(text, sizeof text, "%llu", (unsigned long long)token);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, text);
+    freeReplyObject(r);
+    const char *del[2] = {"DEL", keys[0]};
+    assert_int_equal(integer_of(c, keys[0], 2, del), 1);
+    return token;
+}
+
+/* The rules, through one of the two branches of lib/fence.lua: the clock
+ * when the counter is behind it, the counter plus one when it is ahead,
+ * the floor plus one when that is higher still, rising by one when
+ * grants come faster than the clock. */
+static void check_fence_rules(dlock_client *c, dlock_script *s)
+{
+    const char *del[2] = {"DEL", "dlock:{branches}:fence"};
+    integer_of(c, del[1], 2, del);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    uint64_t t1 = grant_with(c, s, "");
+    if (t1 + 60000000u < now_us || t1 > now_us + 60000000u)
+        fail_msg("a first token %llu is not the server's clock (~%llu)", (unsigned long long)t1,
+                 (unsigned long long)now_us);
+    expect_above(grant_with(c, s, "0"), t1, "the next grant");
+    const char *set[3] = {"SET", "dlock:{branches}:fence", "9000000000000000"};
+    redisReply *r = NULL;
+    assert_int_equal(dlock_redis_command(c, set[1], 0, 3, set, NULL, &r), DLOCK_OK);
+    freeReplyObject(r);
+    assert_true(grant_with(c, s, "") == 9000000000000001ULL);
+    assert_true(grant_with(c, s, "8000000000000000") == 9000000000000002ULL);
+    assert_true(grant_with(c, s, "9000000000000005") == 9000000000000006ULL);
+    assert_true(grant_with(c, s, "9000000000000006") == 9000000000000007ULL);
+    uint64_t prev = 0;
+    for (int i = 0; i < 50; i++) {
+        uint64_t t = grant_with(c, s, "");
+        if (i > 0) expect_above(t, prev, "back-to-back grants");
+        prev = t;
+    }
+}
+
+/* lib/fence.lua takes the counter with SET ... GET where the server has
+ * it (7.0 and later) and with GET and SET on older servers. No older
+ * server is at hand, so the other branch runs here by loading
+ * acquire.lua with it forced; both must follow the same rules. */
+static void both_ways_of_taking_the_counter_follow_the_same_rules(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c = client_of(r.url);
+    const char *branch = "redis.REDIS_VERSION_NUM ~= nil";
+    char *texts[2] = {acquire_text(NULL, NULL), acquire_text(branch, "false")};
+    if (!texts[0] || !texts[1]) fail_msg("acquire.lua or its '%s' not found by the test", branch);
+    for (int i = 0; i < 2; i++) {
+        dlock_script *s = NULL;
+        assert_int_equal(dlock_script_new(c, texts[i], &s), DLOCK_OK);
+        check_fence_rules(c, s);
+        dlock_script_free(s);
+        free(texts[i]);
+    }
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +331,7 @@ int main(void)
         cmocka_unit_test_teardown(a_new_process_needs_the_resources_floor, teardown),
         cmocka_unit_test_teardown(a_floor_beyond_double_precision_is_held_where_tokens_still_rise, teardown),
         cmocka_unit_test_teardown(with_aof_the_counter_survives_a_restart, teardown),
+        cmocka_unit_test_teardown(both_ways_of_taking_the_counter_follow_the_same_rules, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,22 +6,26 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  holds the caller believes it has (0 for a first acquisition)
 -- ARGV[4]  fencing floor: a new token is above it (optional, see lib/fence.lua)
--- KEYS[3]  (optional, with ARGV[5..7]) waiting processes "dlock:{name}:w":
---          sorted set, client id -> the time (ms) it counts as gone
+-- KEYS[3]  (optional, with ARGV[5]) "dlock:{name}:r": the process a
+--          release woke, for a few milliseconds (release.lua)
 -- ARGV[5]  the caller's client id
+-- KEYS[4]  (optional, with ARGV[6..7]) waiting processes "dlock:{name}:w":
+--          sorted set, client id -> the time (ms) it counts as gone
 -- ARGV[6]  how long a registered process counts as waiting (ms)
--- ARGV[7]  "0": the caller is not waiting (a first attempt); "1": it is
---          its process's only waiter; "2": other threads or acquisitions
---          of its process wait too, so taking the lock keeps the process
---          registered
--- KEYS[4]  (optional) "dlock:{name}:r": the process a release woke, for a
---          few milliseconds (release.lua)
--- KEYS[5]  (optional, with KEYS[3]) "dlock:{name}:o": offers of waiting
+-- ARGV[7]  "0" or absent: the caller is not waiting (a first attempt);
+--          "1": it is its process's only waiter; "2": other threads or
+--          acquisitions of its process wait too, so taking the lock keeps
+--          the process registered
+-- KEYS[5]  (optional, with KEYS[4]) "dlock:{name}:o": offers of waiting
 --          processes, client id -> "<lease> <floor> <sent> <wait id> <owner>"
 -- ARGV[8]  (optional, with KEYS[5] and ARGV[7] "1") the caller's offer: a
 --          release may hand it the lock without an attempt of its own
 --          (release.lua); <sent> is when the caller sent this attempt, by
 --          its own clock
+--
+-- The keys and arguments a call does not need are left off (a first
+-- attempt sends three keys and five arguments, RedLock two and four):
+-- each one costs the server a little on every call.
 --
 -- Returns {1, token} when newly granted, {2, token, count} on re-entry,
 -- {0, pttl} when another owner holds it (pttl bounds the caller's sleep).
@@ -36,7 +40,7 @@
 -- their next timed retry (the holder's lease, 2 s at most).
 --
 -- The woken process has the free lock to itself for a few milliseconds
--- (KEYS[4]): a newcomer of another process, which would otherwise take it
+-- (KEYS[3]): a newcomer of another process, which would otherwise take it
 -- first (its attempt is sent at once, the woken waiter's only after the
 -- message reaches it), is answered busy for that long and registers.
 -- This bounds barging across processes; a woken process that does not
@@ -74,51 +78,44 @@ if owner == ARGV[1] and mine > 0 then
     return {2, tonumber(redis.call('HGET', KEYS[1], 'token')), count}
 end
 
-local function now_ms()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Busy: another owner holds it, or it is kept for the process a release
+-- woke. No local functions below: each would be made anew on every call,
+-- and this is the path every acquisition takes.
+local busy
+if owner and owner ~= ARGV[1] then
+    busy = KEYS[1]
+elseif KEYS[3] then
+    local woken = redis.call('GET', KEYS[3])
+    if woken and woken ~= ARGV[5] then
+        busy = KEYS[3]
+    elseif woken then
+        redis.call('DEL', KEYS[3])
+    end
 end
 
-local waiting = KEYS[3] and ARGV[7] and ARGV[7] ~= '0'
-
-local function register()
-    if waiting then
-        redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[6]), ARGV[5])
-        redis.call('PEXPIRE', KEYS[3], ARGV[6])
-        if KEYS[5] and ARGV[8] and ARGV[7] == '1' then
+local mode = KEYS[4] and ARGV[7] or '0'
+if mode ~= '0' then
+    if busy or mode == '2' then
+        -- register the process (and its offer, or drop a stale one)
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[5])
+        redis.call('PEXPIRE', KEYS[4], ARGV[6])
+        if KEYS[5] and ARGV[8] and mode == '1' then
             redis.call('HSET', KEYS[5], ARGV[5], ARGV[8])
             redis.call('PEXPIRE', KEYS[5], ARGV[6])
         elseif KEYS[5] then
             redis.call('HDEL', KEYS[5], ARGV[5])
         end
-    end
-end
-
-if owner and owner ~= ARGV[1] then
-    register()
-    return {0, redis.call('PTTL', KEYS[1])}
-end
-
-if KEYS[4] then
-    local woken = redis.call('GET', KEYS[4])
-    if woken and woken ~= ARGV[5] then
-        register()
-        return {0, redis.call('PTTL', KEYS[4])}
-    end
-    if woken then
-        redis.call('DEL', KEYS[4])
-    end
-end
-
-if waiting then
-    if ARGV[7] == '2' then
-        register()
     else
-        redis.call('ZREM', KEYS[3], ARGV[5])
+        redis.call('ZREM', KEYS[4], ARGV[5])
         if KEYS[5] then
             redis.call('HDEL', KEYS[5], ARGV[5])
         end
     end
+end
+if busy then
+    return {0, redis.call('PTTL', busy)}
 end
 
 local token, text = fence_next(KEYS[2], redis.call('TIME'), ARGV[4])

@@ -95,9 +95,6 @@
 -- here (it died, or listens elsewhere) is woken like one without: a
 -- wake-up heard anywhere costs only an attempt.
 
---@include fence
---@include handoff
-
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
 end
@@ -113,6 +110,11 @@ redis.call('DEL', KEYS[1])
 -- much as a small command of its own).
 local own = tonumber(ARGV[7] or '0')
 if KEYS[3] and (own > 0 or redis.call('EXISTS', KEYS[3]) == 1) then
+    -- The shared functions are pasted here, not at the top: a local
+    -- function is made anew on each call that reaches it, and a release
+    -- nobody waits for never needs them.
+--@include fence
+--@include handoff
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
