@@ -1053,10 +1053,11 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
     }
     if (rc == 0) rc = wait_command(&c, a.name, a.command[0], a.ttl * a.margin_pct / 100, holder_lost, &h);
 
+    /* The record's delete goes out from the keeper's thread beside the
+     * release: one round trip for both (holdinfo.c, keeper()). */
+    holdinfo_end(info, 1);
     st = holder_release(&h);
-    /* After the release, so waiters are not kept waiting for it; a record
-     * the release could not be sent for expires by itself. */
-    holdinfo_stop(info, st == DLOCK_OK);
+    holdinfo_free(info);
     if (atomic_load(&lease_lost) || lost_reported) {
         /* Reported when it happened, unless COMMAND had just ended. */
         if (!lost_reported) errorf("lost '%s' while COMMAND ran", a.name);

@@ -87,6 +87,7 @@ struct holdinfo {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    int remove; /* holdinfo_end(): delete the record on the way out */
 };
 
 /* EVAL through the raw API: the tool links no script of its own into the
@@ -172,13 +173,21 @@ void holdinfo_command_line(char *const *command, char *out, size_t size)
 
 /*
  * Renew the record every third of the lease, as the watchdog renews the
- * lease itself, until holdinfo_stop(). The keeper has a client of its own
- * whose timeouts are a fraction of that period (at most 1 s): holdinfo_stop()
- * must wait for a refresh in flight, and one stuck on a server that
- * stopped answering would otherwise hold dlock's exit for the holder's
- * whole command timeout after COMMAND was stopped. A failed refresh is not
- * retried early: the record outlives the lease by a third, which covers
- * two.
+ * lease itself, until holdinfo_end(), then delete it if asked to. The
+ * keeper has a client of its own whose timeouts are a fraction of that
+ * period (at most 1 s): holdinfo_free() must wait for a refresh in flight,
+ * and one stuck on a server that stopped answering would otherwise hold
+ * dlock's exit for the holder's whole command timeout after COMMAND was
+ * stopped. A failed refresh is not retried early: the record outlives the
+ * lease by a third, which covers two.
+ *
+ * Why the delete is made here and not by the caller after its release:
+ * sent from this thread while the caller sends the release, both share
+ * the holder's pipelined connection and cost one round trip instead of
+ * two, on the path from COMMAND's end to dlock's exit that every cron run
+ * and every waiter behind us pays. The release does not wait for it: the
+ * two scripts touch different keys, and the delete, which checks the
+ * token, is right before or after the release alike.
  */
 static void *keeper(void *arg)
 {
@@ -187,12 +196,18 @@ static void *keeper(void *arg)
     const char *first_keys[2] = {h->lock, h->key};
     const char *first_args[9] = {h->token, h->ttl, h->owner_field, "host", h->host, "pid", h->pid,
                                  "command", h->command};
-    /* Not written (the hold is gone already, the server refused or did
-     * not answer): the hold goes on without a record. Sent once, so that
-     * holdinfo_stop() waits for one command's timeout at most. */
-    if (eval_int(h->client, DLOCK_REDIS_ONCE, record_script, 2, first_keys, 9, first_args) != 1) return NULL;
     const char *keys[1] = {h->key};
     const char *args[2] = {h->token, h->ttl};
+    /* A COMMAND that ended before we got here (`true`) needs no record. */
+    pthread_mutex_lock(&h->mu);
+    int stop = h->stop;
+    pthread_mutex_unlock(&h->mu);
+    if (stop) return NULL;
+    /* Not written (the hold is gone already, the server refused or did
+     * not answer): the hold goes on without a record, and a write whose
+     * answer was lost expires by itself. Sent once, so that
+     * holdinfo_free() waits for one command's timeout at most. */
+    if (eval_int(h->client, DLOCK_REDIS_ONCE, record_script, 2, first_keys, 9, first_args) != 1) return NULL;
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         struct timespec at;
@@ -211,7 +226,14 @@ static void *keeper(void *arg)
             eval_int(h->keeper_client, DLOCK_REDIS_ONCE, touch_script, 1, keys, 2, args);
         pthread_mutex_lock(&h->mu);
     }
+    /* A hold found lost stops the refreshes; the record goes at the end. */
+    while (!h->stop) pthread_cond_wait(&h->cv, &h->mu);
+    int remove = h->remove;
     pthread_mutex_unlock(&h->mu);
+    if (remove) {
+        const char *del_args[2] = {h->token, "0"};
+        eval_int(h->client, DLOCK_REDIS_ONCE, touch_script, 1, keys, 2, del_args);
+    }
     return NULL;
 }
 
@@ -257,7 +279,7 @@ holdinfo *holdinfo_start(dlock_client *client, const char *url, const dlock_opti
     if (asprintf(&h->key, "dlock:{%s}%s:info", name, suffix) < 0) h->key = NULL; /* else undefined */
     if (asprintf(&h->lock, "dlock:{%s}%s", name, suffix) < 0) h->lock = NULL;
     if (!h->url || !h->key || !h->lock) {
-        holdinfo_stop(h, 0);
+        holdinfo_free(h);
         return NULL;
     }
     if (gethostname(h->host, sizeof h->host) != 0) snprintf(h->host, sizeof h->host, "?");
@@ -276,13 +298,23 @@ holdinfo *holdinfo_start(dlock_client *client, const char *url, const dlock_opti
     if (!h->opts.connect_timeout_ms || h->opts.connect_timeout_ms > t) h->opts.connect_timeout_ms = (int)t;
     h->opts.offline_ok = 1;
     if (start_keeper(h) != 0) {
-        holdinfo_stop(h, 0);
+        holdinfo_free(h);
         return NULL;
     }
     return h;
 }
 
-void holdinfo_stop(holdinfo *h, int remove)
+void holdinfo_end(holdinfo *h, int remove)
+{
+    if (!h || !h->running) return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    h->remove = remove;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void holdinfo_free(holdinfo *h)
 {
     if (!h) return;
     if (h->running) {
@@ -295,11 +327,6 @@ void holdinfo_stop(holdinfo *h, int remove)
         pthread_mutex_destroy(&h->mu);
     }
     dlock_client_free(h->keeper_client);
-    if (remove) {
-        const char *keys[1] = {h->key};
-        const char *args[2] = {h->token, "0"};
-        eval_int(h->client, 0, touch_script, 1, keys, 2, args);
-    }
     free(h->url);
     free(h->key);
     free(h->lock);

@@ -39,8 +39,8 @@ typedef struct holdinfo holdinfo;
 /*
  * Record that this process holds `name` (acquired through `client` with
  * `token` and a lease of `lease_ms`) while running `command`, and keep the
- * record alive until holdinfo_stop(), or until *lost (may be NULL) becomes
- * nonzero: a hold known lost needs no record. Returns at once: a thread
+ * record alive until holdinfo_end(), or until *lost (may be NULL) becomes
+ * nonzero: a hold known lost needs no refresh. Returns at once: a thread
  * of its own writes the record (through `client`) and then refreshes it
  * through a client of its own, made from `url` and `opts` with short
  * timeouts (see keeper() in holdinfo.c). Best effort: when the record
@@ -51,12 +51,17 @@ holdinfo *holdinfo_start(dlock_client *client, const char *url, const dlock_opti
                          const char *name, uint64_t token, long lease_ms, char *const *command, atomic_int *lost);
 
 /*
- * Stop refreshing the record and free `h` (NULL is fine). With `remove`
- * the record is deleted if it is still this hold's: call it so once the
- * release went through, and without when Redis may be unreachable (the
- * record then expires by itself).
+ * Stop refreshing the record and, with `remove`, have it deleted if it is
+ * still this hold's. Returns at once (NULL is fine): the keeper's thread
+ * sends the delete, so call it just before the release, which then shares
+ * the round trip. Once a hold ends the record is of no use to anyone, and
+ * one that cannot be deleted (Redis unreachable) expires by itself.
  */
-void holdinfo_stop(holdinfo *h, int remove);
+void holdinfo_end(holdinfo *h, int remove);
+
+/* Wait for the keeper (its delete included; each of its calls ends within
+ * the client's command timeout) and free `h` (NULL is fine). */
+void holdinfo_free(holdinfo *h);
 
 /* What a holder recorded about itself. */
 typedef struct holdinfo_meta {
