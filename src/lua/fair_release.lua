@@ -53,8 +53,7 @@
 -- Resend safety: as in release.lua, the count is set from ARGV[3]; a
 -- resend of the last release finds another owner (or none) and returns -1,
 -- which the caller that knows it resent reads as done.
---@include fence
---@include handoff
+
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
 end
@@ -69,6 +68,11 @@ local head = redis.call('LINDEX', KEYS[2], 0)
 if not head then
     return 0
 end
+
+-- The shared functions only now: a local function is made anew on each
+-- call that reaches it, and a release with nobody queued needs none.
+--@include fence
+--@include handoff
 
 -- The head out of the queue and granted the lock, as fair_acquire.lua
 -- would grant it; the new token and its text.
