@@ -1054,8 +1054,11 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
     if (rc == 0) rc = wait_command(&c, a.name, a.command[0], a.ttl * a.margin_pct / 100, holder_lost, &h);
 
     /* The record's delete goes out from the keeper's thread beside the
-     * release: one round trip for both (holdinfo.c, keeper()). */
-    holdinfo_end(info, 1);
+     * release: one round trip for both (holdinfo.c, keeper()). Not for a
+     * hold known lost: the server may be out of reach (a partition), the
+     * release then returns without asking it, and a delete would hold our
+     * exit for a whole command timeout; the record expires by itself. */
+    holdinfo_end(info, !lost_reported && !holder_lost(&h));
     st = holder_release(&h);
     holdinfo_free(info);
     if (atomic_load(&lease_lost) || lost_reported) {
