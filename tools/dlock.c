@@ -1058,7 +1058,7 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
      * hold known lost: the server may be out of reach (a partition), the
      * release then returns without asking it, and a delete would hold our
      * exit for a whole command timeout; the record expires by itself. */
-    holdinfo_end(info, !lost_reported && !holder_lost(&h));
+    if (info) holdinfo_end(info, !lost_reported && !holder_lost(&h));
     st = holder_release(&h);
     holdinfo_free(info);
     if (atomic_load(&lease_lost) || lost_reported) {
