@@ -318,10 +318,7 @@ void holdinfo_free(holdinfo *h)
 {
     if (!h) return;
     if (h->running) {
-        pthread_mutex_lock(&h->mu);
-        h->stop = 1;
-        pthread_cond_signal(&h->cv);
-        pthread_mutex_unlock(&h->mu);
+        holdinfo_end(h, h->remove); /* as holdinfo_end() said; without it, no delete */
         pthread_join(h->thread, NULL);
         pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);
