@@ -216,34 +216,28 @@ static char *acquire_text(const char *from, const char *to)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
-    char *out = malloc(n + 64);
-    if (!out) return NULL;
-    if (!from) {
-        memcpy(out, buf, n + 1);
-        return out;
-    }
+    if (!from) return strdup(buf);
     char *at = strstr(buf, from);
-    if (!at || strstr(at + 1, from) || strlen(to) > strlen(from) + 63) {
-        free(out);
-        return NULL;
-    }
-    snprintf(out, n + 64, "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
+    if (!at || strstr(at + 1, from)) return NULL;
+    size_t size = n - strlen(from) + strlen(to) + 1;
+    char *out = malloc(size);
+    if (out) snprintf(out, size, "%.*s%s%s", (int)(at - buf), buf, to, at + strlen(from));
     return out;
 }
 
-static long long integer_of(dlock_client *c, const char *key, int argc, const char *const *argv)
+/* One command of the test's own on `r`, whose reply must be `type`; the
+ * reply, to free. */
+static redisReply *expect_reply(const th_redis *r, int type, const char *cmd, const char *key, const char *arg)
 {
-    redisReply *r = NULL;
-    assert_int_equal(dlock_redis_command(c, key, 0, argc, argv, NULL, &r), DLOCK_OK);
-    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    freeReplyObject(r);
-    return v;
+    redisReply *rep = arg ? th_redis_cmd(r, "%s %s %s", cmd, key, arg) : th_redis_cmd(r, "%s %s", cmd, key);
+    if (!rep || rep->type != type) fail_msg("%s %s: unexpected reply", cmd, key);
+    return rep;
 }
 
 /* One grant through `s` with `floor` ("" for none), checked against the
  * counter it leaves behind (its text is the token's), then dropped so
  * that the next grant is a first one again. */
-static uint64_t grant_with(dlock_client *c, dlock_script *s, const char *floor)
+static uint64_t grant_with(const th_redis *rs, dlock_script *s, const char *floor)
 {
     const char *keys[3] = {"dlock:{branches}", "dlock:{branches}:fence", "dlock:{branches}:r"};
     const char *args[5] = {"0123456789abcdef0123456789abcdef:1:1", "5000", "0", floor,
@@ -255,15 +249,14 @@ static uint64_t grant_with(dlock_client *c, dlock_script *s, const char *floor)
     assert_int_equal(r->element[0]->integer, 1);
     uint64_t token = (uint64_t)r->element[1]->integer;
     freeReplyObject(r);
-    const char *get[2] = {"GET", keys[1]};
-    assert_int_equal(dlock_redis_command(c, keys[1], 0, 2, get, NULL, &r), DLOCK_OK);
     char text[32];
     snprintf(text, sizeof text, "%llu", (unsigned long long)token);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    r = expect_reply(rs, REDIS_REPLY_STRING, "GET", keys[1], NULL);
     assert_string_equal(r->str, text);
     freeReplyObject(r);
-    const char *del[2] = {"DEL", keys[0]};
-    assert_int_equal(integer_of(c, keys[0], 2, del), 1);
+    r = expect_reply(rs, REDIS_REPLY_INTEGER, "DEL", keys[0], NULL);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
     return token;
 }
 
@@ -271,29 +264,25 @@ static uint64_t grant_with(dlock_client *c, dlock_script *s, const char *floor)
  * when the counter is behind it, the counter plus one when it is ahead,
  * the floor plus one when that is higher still, rising by one when
  * grants come faster than the clock. */
-static void check_fence_rules(dlock_client *c, dlock_script *s)
+static void check_fence_rules(const th_redis *rs, dlock_script *s)
 {
-    const char *del[2] = {"DEL", "dlock:{branches}:fence"};
-    integer_of(c, del[1], 2, del);
+    freeReplyObject(expect_reply(rs, REDIS_REPLY_INTEGER, "DEL", "dlock:{branches}:fence", NULL));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-    uint64_t t1 = grant_with(c, s, "");
+    uint64_t t1 = grant_with(rs, s, "");
     if (t1 + 60000000u < now_us || t1 > now_us + 60000000u)
         fail_msg("a first token %llu is not the server's clock (~%llu)", (unsigned long long)t1,
                  (unsigned long long)now_us);
-    expect_above(grant_with(c, s, "0"), t1, "the next grant");
-    const char *set[3] = {"SET", "dlock:{branches}:fence", "9000000000000000"};
-    redisReply *r = NULL;
-    assert_int_equal(dlock_redis_command(c, set[1], 0, 3, set, NULL, &r), DLOCK_OK);
-    freeReplyObject(r);
-    assert_true(grant_with(c, s, "") == 9000000000000001ULL);
-    assert_true(grant_with(c, s, "8000000000000000") == 9000000000000002ULL);
-    assert_true(grant_with(c, s, "9000000000000005") == 9000000000000006ULL);
-    assert_true(grant_with(c, s, "9000000000000006") == 9000000000000007ULL);
+    expect_above(grant_with(rs, s, "0"), t1, "the next grant");
+    freeReplyObject(expect_reply(rs, REDIS_REPLY_STATUS, "SET", "dlock:{branches}:fence", "9000000000000000"));
+    assert_true(grant_with(rs, s, "") == 9000000000000001ULL);
+    assert_true(grant_with(rs, s, "8000000000000000") == 9000000000000002ULL);
+    assert_true(grant_with(rs, s, "9000000000000005") == 9000000000000006ULL);
+    assert_true(grant_with(rs, s, "9000000000000006") == 9000000000000007ULL);
     uint64_t prev = 0;
     for (int i = 0; i < 50; i++) {
-        uint64_t t = grant_with(c, s, "");
+        uint64_t t = grant_with(rs, s, "");
         if (i > 0) expect_above(t, prev, "back-to-back grants");
         prev = t;
     }
@@ -315,7 +304,7 @@ static void both_ways_of_taking_the_counter_follow_the_same_rules(void **state)
     for (int i = 0; i < 2; i++) {
         dlock_script *s = NULL;
         assert_int_equal(dlock_script_new(c, texts[i], &s), DLOCK_OK);
-        check_fence_rules(c, s);
+        check_fence_rules(&r, s);
         dlock_script_free(s);
         free(texts[i]);
     }
