@@ -285,10 +285,32 @@ static void enqueue(dlock__mux *m, mux_req *r)
     flush(m);
 }
 
+static __thread int handing_back;
+static __thread void (*deferred)(void);
+
+int dlock__mux_in_completion(void)
+{
+    return handing_back;
+}
+
+void dlock__mux_defer(void (*fn)(void))
+{
+    deferred = fn;
+}
+
+/* What a completion deferred, now: called with no mutex held. */
+static void run_deferred(void)
+{
+    void (*fn)(void) = deferred;
+    deferred = NULL;
+    if (fn) fn();
+}
+
 dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n, const int *argcs,
                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
                                 int *fresh, dlock__io_fail *why)
 {
+    run_deferred(); /* a completion's earlier requests go first */
     mux_req me;
     memset(&me, 0, sizeof me);
     me.n = n;
@@ -340,12 +362,15 @@ static void hand_back(dlock__mux *m)
      * the call) would never get its reply. */
     if (!m->reading && m->head) wake_sync_reader(m);
     pthread_mutex_unlock(&m->mu);
+    handing_back = 1;
     for (mux_req *next; r; r = next) {
         next = r->next;
         dlock__io_fail fail = r->fail;
         r->cb(r->arg, r->done > 0 ? r->one : NULL, &fail, r->why);
         free(r);
     }
+    handing_back = 0;
+    run_deferred();
     pthread_mutex_lock(&m->mu);
 }
 

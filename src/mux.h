@@ -62,6 +62,20 @@ dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n
 dlock_status dlock__mux_submit(dlock__mux *m, const dlock__endpoint *ep, int argc, const char *const *argv,
                               const size_t *lens, dlock__mux_done *done, void *arg);
 
+/* 1 while this thread runs completions of dlock__mux_submit(): what
+ * they start can wait for the end of the hand-back (dlock__mux_defer). */
+int dlock__mux_in_completion(void);
+
+/*
+ * Inside a completion: run fn() on this thread once the completions being
+ * handed back have all run, or before this thread's next synchronous
+ * request, whichever comes first (once; a second call replaces the
+ * first). Why: requests that completions start can be sent together at
+ * the end (async.c makes one script call of them), while a synchronous
+ * request still finds everything the thread started before it sent.
+ */
+void dlock__mux_defer(void (*fn)(void));
+
 /* Close the connection if nothing is in flight on it (else the next
  * failure or the server closes it): its server is no longer the one we
  * want, or is suspect. */
