@@ -13,11 +13,8 @@
 # waits; the server's core is full), so the server's time per pair is
 # what a change to the scripts buys or costs, and the server's own
 # counters (INFO cpu, INFO commandstats) read it with far less noise than
-# a rate timed from outside. The pairs counted are the server's: its HSET
-# calls (each grant writes the lock's hash once; the scripts' HSETs are
-# counted too), warm-up included, like the CPU they are set against. Not
-# EVALSHA calls: the asynchronous API sends many calls in one (batch.lua),
-# and "evalsha_per_pair" shows how many.
+# a rate timed from outside. The pairs counted are the server's: EVALSHA
+# calls over two, warm-up included, like the CPU they are set against.
 #
 # Prints one JSON line per build and round on stdout (progress on stderr)
 # and the median of each build's rounds.
@@ -59,11 +56,10 @@ server_cpu() {
         awk -F: '$1 == "used_cpu_sys" || $1 == "used_cpu_user" { s += $2 } END { printf "%.6f", s }'
 }
 
-# "calls usec" of EVALSHA, then the calls of HSET, on socket $1
+# "calls usec" of EVALSHA on socket $1
 evalsha_stats() {
-    redis-cli -s "$1" INFO commandstats | tr -d '\r' | awk -F'[:=,]' '
-        $1 == "cmdstat_evalsha" { e = $3 " " $5 } $1 == "cmdstat_hset" { h = $3 }
-        END { print e, h + 0 }'
+    redis-cli -s "$1" INFO commandstats | tr -d '\r' |
+        sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2/p'
 }
 
 results="$dir/results"
@@ -83,9 +79,9 @@ while [ $r -lt "$rounds" ]; do
         c1=$(server_cpu "$s")
         st=$(evalsha_stats "$s")
         out=$(echo "$c0 $c1 $st $(field "$line" ops_per_s)" | awk -v b="$b" -v r="$r" '{
-            pairs = $5
+            pairs = $3 / 2
             printf "{\"build\":\"%s\",\"round\":%d,\"pairs\":%d,\"server_cpu_us_per_pair\":%.2f,", b, r, pairs, ($2 - $1) * 1e6 / pairs
-            printf "\"in_commands_us_per_pair\":%.2f,\"evalsha_per_pair\":%.2f,\"ops_per_s\":%s}\n", $4 / pairs, $3 / pairs, $6 }')
+            printf "\"in_commands_us_per_pair\":%.2f,\"ops_per_s\":%s}\n", $4 / pairs, $5 }')
         echo "$out"
         echo "$out" >>"$results"
     done
@@ -94,7 +90,7 @@ done
 echo "summary (median of $rounds rounds, us per pair; JSON lines above, grep '^{'):"
 for b in "$@"; do
     grep -F "\"build\":\"$b\"" "$results" | awk -v b="$b" '
-        { split($0, a, /"server_cpu_us_per_pair":|,"in_commands_us_per_pair":|,"evalsha_per_pair":[0-9.]*,"ops_per_s":|}/)
+        { split($0, a, /"server_cpu_us_per_pair":|,"in_commands_us_per_pair":|,"ops_per_s":|}/)
           cpu[NR] = a[2]; cmd[NR] = a[3]; ops[NR] = a[4] }
         function med(x, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
               if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }

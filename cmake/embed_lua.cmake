@@ -15,15 +15,7 @@
 # script's SHA1 (PREFIXNAME_sha) is computed here too. A missing
 # fragment, a malformed or indented include, or an include inside a
 # fragment stops the build rather than leaving a script that fails only
-# when Redis runs it. A fragment is pasted once per script: a later
-# include of it (from a wrapped script, below) becomes a comment, as the
-# functions it defines are in scope already.
-#
-# A line "--@wrap NAME" is replaced by the script NAME.lua of the same
-# folder (before its includes are pasted) as the body of
-# "local function NAME(KEYS, ARGV) ... end": one script can then run
-# another's code on keys and arguments of its own (batch.lua), with the
-# other's text written once.
+# when Redis runs it.
 # With EXPANDED, each expanded script is also written there as NAME.lua,
 # for tools that load the scripts themselves (bench/run.sh).
 if(NOT HEADER OR NOT MAP OR NOT PREFIX)
@@ -39,71 +31,39 @@ set(map "")
 if(EXPANDED)
   file(MAKE_DIRECTORY "${EXPANDED}")
 endif()
-# The file a "--@DIRECTIVE NAME" line names, in `folder`, read for
-# pasting: sets `out_name` and `out_text` (without its last newline).
-# Stops the build on a malformed line, a missing file, or a file with
-# lines of the same directive itself (`what` names it in the message).
-function(read_piece path line directive folder what out_name out_text)
-  if(NOT line MATCHES "^--@${directive} ([A-Za-z0-9_]+)$")
-    message(FATAL_ERROR "${path}: malformed ${directive} line '${line}' (want '--@${directive} NAME')")
-  endif()
-  set(name "${CMAKE_MATCH_1}")
-  set(file "${folder}/${name}.lua")
-  if(NOT EXISTS "${file}")
-    message(FATAL_ERROR "${path}: '${line}': no ${what} ${file}")
-  endif()
-  file(READ "${file}" piece)
-  if("\n${piece}" MATCHES "\n--@${directive}")
-    message(FATAL_ERROR "${file}: a ${what} cannot ${directive} others")
-  endif()
-  string(REGEX REPLACE "\n$" "" piece "${piece}")
-  set(${out_name} "${name}" PARENT_SCOPE)
-  set(${out_text} "${piece}" PARENT_SCOPE)
-endfunction()
-
-# The "--@DIRECTIVE ..." lines of `text` (wrapped in newlines), into
-# `out`. One that does not start its line stops the build: indented, say,
-# it is a mere comment to Lua, and what it should have brought would be
-# missing when Redis runs the script.
-function(directive_lines path text directive out)
-  string(REGEX MATCHALL "--@${directive}" anywhere "${text}")
-  string(REGEX MATCHALL "\n--@${directive}[^\n]*" lines "${text}")
-  list(LENGTH anywhere n_anywhere)
-  list(LENGTH lines n_lines)
-  if(NOT n_anywhere EQUAL n_lines)
-    message(FATAL_ERROR "${path}: '--@${directive}' must start a line of its own")
-  endif()
-  list(TRANSFORM lines REPLACE "^\n" "")
-  set(${out} "${lines}" PARENT_SCOPE)
-endfunction()
-
 foreach(path IN LISTS SCRIPTS)
   get_filename_component(name "${path}" NAME_WE)
   file(READ "${path}" text)
   # Only whole lines are includes; "\n" around the text lets the first and
   # last lines match like the others.
   set(text "\n${text}\n")
-  get_filename_component(dir "${path}" DIRECTORY)
-  directive_lines("${path}" "${text}" wrap wraps)
-  foreach(line IN LISTS wraps)
-    read_piece("${path}" "${line}" wrap "${dir}" script wrapped_name wrapped_text)
-    string(REPLACE "\n${line}\n" "\nlocal function ${wrapped_name}(KEYS, ARGV)\n${wrapped_text}\nend\n" text "${text}")
-  endforeach()
-  directive_lines("${path}" "${text}" include includes)
-  list(REMOVE_DUPLICATES includes)
+  string(REGEX MATCHALL "--@include" anywhere "${text}")
+  string(REGEX MATCHALL "\n--@include[^\n]*" includes "${text}")
+  list(LENGTH anywhere n_anywhere)
+  list(LENGTH includes n_includes)
+  if(NOT n_anywhere EQUAL n_includes)
+    # Indented, say: a mere comment to Lua, and the functions it should
+    # have brought missing when Redis runs the script.
+    message(FATAL_ERROR "${path}: '--@include' must start a line of its own")
+  endif()
   foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^\n" "" line "${line}")
+    if(NOT line MATCHES "^--@include ([A-Za-z0-9_]+)$")
+      message(FATAL_ERROR "${path}: malformed include line '${line}' (want '--@include NAME')")
+    endif()
     if(NOT LIB)
       message(FATAL_ERROR "${path}: '${line}': no fragment folder given (-DLIB=dir)")
     endif()
-    read_piece("${path}" "${line}" include "${LIB}" fragment fragment_name fragment_text)
-    # The first include pastes the fragment, later ones only say so.
-    string(FIND "${text}" "\n${line}\n" at)
-    string(LENGTH "\n${line}\n" line_len)
-    string(SUBSTRING "${text}" 0 ${at} before)
-    math(EXPR after_at "${at} + ${line_len}")
-    string(SUBSTRING "${text}" ${after_at} -1 after)
-    string(REPLACE "\n${line}\n" "\n-- (${fragment_name}: pasted above)\n" after "\n${after}")
-    set(text "${before}\n${fragment_text}${after}")
+    set(fragment "${LIB}/${CMAKE_MATCH_1}.lua")
+    if(NOT EXISTS "${fragment}")
+      message(FATAL_ERROR "${path}: '${line}': no fragment ${fragment}")
+    endif()
+    file(READ "${fragment}" fragment_text)
+    if("\n${fragment_text}" MATCHES "\n--@include")
+      message(FATAL_ERROR "${fragment}: a fragment cannot include others")
+    endif()
+    string(REGEX REPLACE "\n$" "" fragment_text "${fragment_text}")
+    string(REPLACE "\n${line}\n" "\n${fragment_text}\n" text "${text}")
   endforeach()
   string(REGEX REPLACE "^\n" "" text "${text}")
   string(REGEX REPLACE "\n$" "" text "${text}")

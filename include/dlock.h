@@ -434,7 +434,9 @@ typedef void (*dlock_released_fn)(dlock_lock *lock, dlock_status status, void *a
  *
  * Callbacks run on the threads that read every caller's replies: keep them
  * short and never call the synchronous API from one (hand the result to
- * your own loop; examples/async_libuv.c shows how). A status other than
+ * your own loop; examples/async_libuv.c shows how). Calls started inside
+ * a callback leave when the callbacks of that burst of replies have run,
+ * together in one write (docs/ARCHITECTURE.md). A status other than
  * DLOCK_OK means nothing was started and cb will not run. Do not free the
  * handle while a call is in flight: to stop with acquisitions still
  * waiting, dlock_client_drain() ends them and waits for every callback.

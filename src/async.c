@@ -25,21 +25,6 @@
  * whose reply was lost is never sent again: DLOCK_ERR_CONNECT, as for a
  * synchronous call. A command that timed out is not sent again either.
  *
- * Calls of acquire.lua and release.lua that completions start (a chain of
- * acquire, release, acquire ... driven from callbacks) are held back until
- * the completions of that read have all run, and then go out as one call
- * of batch.lua, which runs each as its script would alone (not on a
- * cluster, whose keys of one call must share a slot). Why: most of what
- * such a short script costs the server is the call itself, and the server
- * is what bounds a busy client; one call for a burst costs it about a
- * third less (docs/BENCHMARKS.md, stop 40). A batch goes through the fast
- * path and the slow lane as one call; its reply is then handed out, each
- * call's part as if it had been its own reply. Calls started anywhere else
- * (an application's thread, a slow-lane thread) are sent at once, as
- * before, and a completion's synchronous call first sends what that
- * completion held back (mux.c, dlock__mux_defer), so no thread sees its
- * own calls reordered.
- *
  * Callbacks run on the mux's reader thread or a slow-lane thread, never
  * inside the submitting call and never with a library mutex held; the
  * thread-local last error is set on that thread before the callback runs.
@@ -51,13 +36,13 @@
 
 #include "async.h"
 #include "client.h"
+#include "mux.h"
 #include "util.h"
 
 struct async_call {
     dlock_client *client;
     const char *sha, *body;  /* the script's: it outlives its calls */
     int io_flags;
-    char batch;              /* 'a' acquire.lua, 'r' release.lua: may go in a batch; else 0 */
     int argc, nkeys;         /* argv: EVALSHA sha nkeys keys... args... */
     int node;                /* fast path: the node it went to */
     int resent;              /* the slow lane sends it again */
@@ -72,7 +57,6 @@ struct async_call {
 };
 
 static void *worker(void *arg);
-static void stage_flush(void);
 
 void dlock__async_init(dlock__async *a)
 {
@@ -94,7 +78,7 @@ void dlock__async_close(dlock__async *a)
 
 void dlock__async_wait_drained(dlock__async *a)
 {
-    stage_flush(); /* a completion that frees a client sends what it held back first */
+    dlock__mux_uncork(); /* a completion that frees a client: its own requests go first */
     pthread_mutex_lock(&a->mu);
     while (a->inflight > 0) pthread_cond_wait(&a->drained, &a->mu);
     pthread_mutex_unlock(&a->mu);
@@ -102,7 +86,7 @@ void dlock__async_wait_drained(dlock__async *a)
 
 void dlock__async_shutdown(dlock__async *a)
 {
-    stage_flush();
+    dlock__mux_uncork();
     pthread_mutex_lock(&a->mu);
     a->closing = 1;
     while (a->inflight > 0) pthread_cond_wait(&a->drained, &a->mu);
@@ -281,167 +265,30 @@ static void on_reply(void *arg, redisReply *reply, const dlock__io_fail *fail, c
     if (slow(c) != DLOCK_OK) finish(c, DLOCK_ERR_SYS, NULL); /* slow() set the message */
 }
 
-/* Send a call on the fast path to c->node, or to the slow lane when it
- * cannot be appended there; a call that can go nowhere fails through its
- * callback. */
-static void send_fast(async_call *c)
-{
-    dlock__topo *t = c->client->topo;
-    dlock__pool *pool = dlock__topo_pool(t, c->node);
-    dlock_status st = dlock__mux_submit(&pool->mux, &pool->ep, c->argc, c->argv, NULL, on_reply, c);
-    if (st == DLOCK_OK) return;
-    if (st == DLOCK_ERR_CONNECT) dlock__topo_node_failed(t, c->node);
-    if (slow(c) != DLOCK_OK) finish(c, DLOCK_ERR_SYS, NULL);
-}
-
-/* ------------------------------------------------------------------------
- * Batches (batch.lua)
- * ------------------------------------------------------------------------ */
-
-#define BATCH_MAX 32       /* calls in one batch: a full stage is sent at once */
-#define BATCH_CALL_KEYS 8  /* a call with more keys or arguments goes alone */
-#define BATCH_CALL_ARGS 13
-
-/* The calls this thread's completions have held back: one client's, to
- * one node. Thread-local, so it needs no lock: only the thread that
- * fills it sends it. */
-static __thread struct {
-    dlock_client *client;
-    int node, n;
-    async_call *calls[BATCH_MAX];
-} stage;
-
-typedef struct async_batch {
-    int n;
-    async_call *calls[BATCH_MAX];
-} async_batch;
-
-static async_call *make_call(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
-                             int nkeys, const char *const *keys, int nargs, const char *const *args,
-                             dlock_redis_callback *cb, void *arg);
-
-/* The batch's reply, or its failure, handed out to its calls in order:
- * each one's part goes where its own reply would have gone (on_reply's
- * choices: its callback, or the slow lane for a redirection or a "not
- * now" error, which means that call did not run). A failure of the batch
- * as a whole is every call's failure; one that was sent more than once
- * says so to each (dlock__async_resent). */
-static void batch_done(dlock_status st, redisReply *reply, void *arg)
-{
-    async_batch *b = arg;
-    int resent = resent_now;
-    char why[512];
-    snprintf(why, sizeof why, "%s", dlock_last_error());
-    int parts = st == DLOCK_OK && reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)b->n;
-    if (st == DLOCK_OK && !parts) {
-        st = DLOCK_ERR_REDIS;
-        snprintf(why, sizeof why, "batch: unexpected reply");
-    }
-    for (int i = 0; i < b->n; i++) {
-        async_call *c = b->calls[i];
-        c->resent = resent;
-        if (!parts) {
-            dlock__fail(st, "%s", why);
-            finish(c, st, NULL);
-            continue;
-        }
-        redisReply *part = reply->element[i];
-        reply->element[i] = NULL; /* the call owns it now */
-        if (part->type == REDIS_REPLY_ERROR && routed_error(part->str)) {
-            freeReplyObject(part);
-            if (slow(c) != DLOCK_OK) finish(c, DLOCK_ERR_SYS, NULL);
-        } else {
-            finish(c, settle(part), part);
-        }
-    }
-    if (reply) freeReplyObject(reply);
-    free(b);
-}
-
-/* Send what this thread's completions held back: one call alone, more as
- * one call of batch.lua. Its own in-flight count keeps the client until
- * the batch's reply has been handed out. */
-static void stage_flush(void)
-{
-    int n = stage.n;
-    if (n == 0) return;
-    /* Taken out first: a call that fails at once runs its callback,
-     * which may fill the stage again. */
-    async_call *calls[BATCH_MAX];
-    memcpy(calls, stage.calls, (size_t)n * sizeof *calls);
-    stage.n = 0;
-    dlock_client *client = stage.client;
-    int node = stage.node;
-    async_batch *b = n > 1 ? malloc(sizeof *b) : NULL;
-    if (!b) { /* one call, or no memory for a batch: each alone */
-        for (int i = 0; i < n; i++) send_fast(calls[i]);
-        return;
-    }
-    b->n = n;
-    memcpy(b->calls, calls, (size_t)n * sizeof *b->calls);
-    const char *keys[BATCH_MAX * BATCH_CALL_KEYS], *args[BATCH_MAX * (3 + BATCH_CALL_ARGS)];
-    char counts[BATCH_MAX][2][12];
-    int nkeys = 0, nargs = 0;
-    for (int i = 0; i < n; i++) {
-        async_call *c = b->calls[i];
-        int na = c->argc - 3 - c->nkeys;
-        snprintf(counts[i][0], sizeof counts[i][0], "%d", c->nkeys);
-        snprintf(counts[i][1], sizeof counts[i][1], "%d", na);
-        memcpy(keys + nkeys, c->argv + 3, (size_t)c->nkeys * sizeof *keys);
-        nkeys += c->nkeys;
-        args[nargs++] = c->batch == 'a' ? "a" : "r";
-        args[nargs++] = counts[i][0];
-        args[nargs++] = counts[i][1];
-        memcpy(args + nargs, c->argv + 3 + c->nkeys, (size_t)na * sizeof *args);
-        nargs += na;
-    }
-    async_call *bc = make_call(client, client->sha[DLOCK__SCRIPT_BATCH], dlock__script_body(DLOCK__SCRIPT_BATCH), 0,
-                               0, nkeys, keys, nargs, args, batch_done, b);
-    if (!bc) {
-        for (int i = 0; i < n; i++) send_fast(b->calls[i]);
-        free(b);
-        return;
-    }
-    bc->node = node;
-    pthread_mutex_lock(&client->async.mu);
-    client->async.inflight++; /* not refused while closing: its calls are in flight already */
-    pthread_mutex_unlock(&client->async.mu);
-    send_fast(bc);
-}
-
-/* Hold a call back for the end of the completions (see the top). */
-static void stage_add(async_call *c)
-{
-    if (stage.n > 0 && (stage.client != c->client || stage.node != c->node)) stage_flush();
-    stage.client = c->client;
-    stage.node = c->node;
-    stage.calls[stage.n++] = c;
-    if (stage.n == BATCH_MAX) stage_flush();
-    else dlock__mux_defer(stage_flush);
-}
-
 static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
-                           char batch, int nkeys, const char *const *keys, int nargs, const char *const *args,
+                           int nkeys, const char *const *keys, int nargs, const char *const *args,
                            dlock_redis_callback *cb, void *arg);
 
 dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char *body, int io_flags, int nkeys,
                               const char *const *keys, int nargs, const char *const *args,
                               dlock_redis_callback *cb, void *arg)
 {
-    return submit(client, sha, body, io_flags, 0, 0, nkeys, keys, nargs, args, cb, arg);
+    return submit(client, sha, body, io_flags, 0, nkeys, keys, nargs, args, cb, arg);
 }
 
-/* A call with its own copy of the command's strings (NULL: no memory). */
-static async_call *make_call(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
-                             int nkeys, const char *const *keys, int nargs, const char *const *args,
-                             dlock_redis_callback *cb, void *arg)
+/* Appended to the shared connection (the fast path) or handed to the
+ * slow lane; `acked` calls always take the slow lane (WAIT blocks a
+ * connection). */
+static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
+                           int nkeys, const char *const *keys, int nargs, const char *const *args,
+                           dlock_redis_callback *cb, void *arg)
 {
     int argc = 3 + nkeys + nargs;
     size_t strings = 0;
     for (int i = 0; i < nkeys; i++) strings += strlen(keys[i]) + 1;
     for (int i = 0; i < nargs; i++) strings += strlen(args[i]) + 1;
     async_call *c = malloc(sizeof *c + (size_t)argc * sizeof(char *) + strings);
-    if (!c) return NULL;
+    if (!c) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     memset(c, 0, sizeof *c);
     c->client = client;
     c->sha = sha;
@@ -468,19 +315,7 @@ static async_call *make_call(dlock_client *client, const char *sha, const char *
     }
     const dlock__conn_cfg *cfg = &client->topo->cfg;
     c->deadline = dlock__mono_ms() + cfg->connect_timeout_ms + 2L * cfg->command_timeout_ms;
-    return c;
-}
 
-/* Appended to the shared connection (the fast path), held back for a
- * batch, or handed to the slow lane; `acked` calls always take the slow
- * lane (WAIT blocks a connection). */
-static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
-                           char batch, int nkeys, const char *const *keys, int nargs, const char *const *args,
-                           dlock_redis_callback *cb, void *arg)
-{
-    async_call *c = make_call(client, sha, body, io_flags, acked, nkeys, keys, nargs, args, cb, arg);
-    if (!c) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    c->batch = batch;
     dlock__async *a = &client->async;
     pthread_mutex_lock(&a->mu);
     if (a->closing) {
@@ -495,17 +330,10 @@ static dlock_status submit(dlock_client *client, const char *sha, const char *bo
     int node = -1;
     if (!acked && !(io_flags & DLOCK__IO_EXCLUSIVE) && !atomic_load(&t->stale))
         node = dlock__topo_node_known(t, keys[0], strlen(keys[0]));
-    if (node >= 0 && batch && io_flags == 0 && nkeys <= BATCH_CALL_KEYS && nargs <= BATCH_CALL_ARGS &&
-        dlock__mux_in_completion() && !dlock__topo_is_cluster(t)) {
-        c->node = node;
-        stage_add(c);
-        return DLOCK_OK;
-    }
-    stage_flush(); /* what this thread held back goes first */
     if (node >= 0) {
         c->node = node;
         dlock__pool *pool = dlock__topo_pool(t, node);
-        dlock_status st = dlock__mux_submit(&pool->mux, &pool->ep, c->argc, c->argv, NULL, on_reply, c);
+        dlock_status st = dlock__mux_submit(&pool->mux, &pool->ep, argc, c->argv, NULL, on_reply, c);
         if (st == DLOCK_OK) return DLOCK_OK;
         if (st == DLOCK_ERR_CONNECT) dlock__topo_node_failed(t, node);
     }
@@ -518,25 +346,18 @@ static dlock_status submit(dlock_client *client, const char *sha, const char *bo
     return st;
 }
 
-/* The scripts batch.lua can run. */
-static char batch_kind(dlock__script_id id)
-{
-    return id == DLOCK__SCRIPT_ACQUIRE ? 'a' : id == DLOCK__SCRIPT_RELEASE ? 'r' : 0;
-}
-
 dlock_status dlock__async_script(dlock_client *client, dlock__script_id id, int nkeys, const char *const *keys,
                                 int nargs, const char *const *args, dlock_redis_callback *cb, void *arg)
 {
-    return submit(client, client->sha[id], dlock__script_body(id), 0, 0, batch_kind(id), nkeys, keys, nargs, args,
-                  cb, arg);
+    return dlock__async_eval(client, client->sha[id], dlock__script_body(id), 0, nkeys, keys, nargs, args, cb, arg);
 }
 
 dlock_status dlock__async_script_acked(dlock_client *client, dlock__script_id id, int nkeys,
                                       const char *const *keys, int nargs, const char *const *args,
                                       dlock_redis_callback *cb, void *arg)
 {
-    return submit(client, client->sha[id], dlock__script_body(id), 0, client->replica_acks > 0, batch_kind(id), nkeys,
-                  keys, nargs, args, cb, arg);
+    return submit(client, client->sha[id], dlock__script_body(id), 0, client->replica_acks > 0, nkeys, keys, nargs,
+                  args, cb, arg);
 }
 
 void dlock__async_ignore(dlock_status st, redisReply *reply, void *arg)

@@ -33,6 +33,7 @@ typedef struct dlock__mux {
     mux_req *done_head, *done_tail; /* finished asynchronous requests, to hand back */
     int reader_started, reader_stop;
     int sync_waiting;        /* synchronous requests in flight (they can read) */
+    int queued;              /* requests in flight (head..tail) */
     pthread_t reader;
 } dlock__mux;
 
@@ -62,19 +63,11 @@ dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n
 dlock_status dlock__mux_submit(dlock__mux *m, const dlock__endpoint *ep, int argc, const char *const *argv,
                               const size_t *lens, dlock__mux_done *done, void *arg);
 
-/* 1 while this thread runs completions of dlock__mux_submit(): what
- * they start can wait for the end of the hand-back (dlock__mux_defer). */
-int dlock__mux_in_completion(void);
-
-/*
- * Inside a completion: run fn() on this thread once the completions being
- * handed back have all run, or before this thread's next synchronous
- * request, whichever comes first (once; a second call replaces the
- * first). Why: requests that completions start can be sent together at
- * the end (async.c makes one script call of them), while a synchronous
- * request still finds everything the thread started before it sent.
- */
-void dlock__mux_defer(void (*fn)(void));
+/* Send the requests this thread's completions submitted and held back
+ * (mux.c says when they are): for a completion that is about to wait for
+ * calls in flight (dlock_client_free()), which would otherwise wait for
+ * its own. */
+void dlock__mux_uncork(void);
 
 /* Close the connection if nothing is in flight on it (else the next
  * failure or the server closes it): its server is no longer the one we
