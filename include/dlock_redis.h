@@ -141,7 +141,9 @@ typedef void dlock_redis_callback(dlock_status status, redisReply *reply, void *
  * dlock_client_free() waits for every call in flight (each ends within
  * the client's timeouts, as a synchronous call does); do not call it from a
  * callback, and calls submitted once it has begun are refused. Callbacks
- * should be short: they run on the threads that read every caller's replies.
+ * should be short: they run on the threads that read every caller's
+ * replies, and calls made inside one leave when the callbacks of that
+ * burst of replies have run, together in one write.
  */
 DLOCK_API dlock_status dlock_script_eval_async(dlock_script *script, int flags, int nkeys, const char *const *keys,
                                                int nargs, const char *const *args, dlock_redis_callback *cb,
