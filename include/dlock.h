@@ -435,11 +435,12 @@ typedef void (*dlock_released_fn)(dlock_lock *lock, dlock_status status, void *a
  * Callbacks run on the threads that read every caller's replies: keep them
  * short and never call the synchronous API from one (hand the result to
  * your own loop; examples/async_libuv.c shows how). Calls started inside
- * a callback leave when the callbacks of that burst of replies have run,
- * together in one write (docs/ARCHITECTURE.md). A status other than
- * DLOCK_OK means nothing was started and cb will not run. Do not free the
- * handle while a call is in flight: to stop with acquisitions still
- * waiting, dlock_client_drain() ends them and waits for every callback.
+ * a callback leave together, in one write, once the callbacks of that
+ * burst of replies have run, or sooner (docs/ARCHITECTURE.md). A status
+ * other than DLOCK_OK means nothing was started and cb will not run. Do
+ * not free the handle while a call is in flight: to stop with
+ * acquisitions still waiting, dlock_client_drain() ends them and waits for
+ * every callback.
  */
 DLOCK_API dlock_status dlock_lock_acquire_async(dlock_lock *lock, long wait_ms, long lease_ms, dlock_acquired_fn cb,
                                                 void *arg);

@@ -142,8 +142,8 @@ typedef void dlock_redis_callback(dlock_status status, redisReply *reply, void *
  * the client's timeouts, as a synchronous call does); do not call it from a
  * callback, and calls submitted once it has begun are refused. Callbacks
  * should be short: they run on the threads that read every caller's
- * replies, and calls made inside one leave when the callbacks of that
- * burst of replies have run, together in one write.
+ * replies, and calls made inside one leave together, in one write, once
+ * the callbacks of that burst of replies have run (or sooner).
  */
 DLOCK_API dlock_status dlock_script_eval_async(dlock_script *script, int flags, int nkeys, const char *const *keys,
                                                int nargs, const char *const *args, dlock_redis_callback *cb,
