@@ -799,15 +799,18 @@ static void sigterm_and_sigint_are_passed_to_command(void **state)
 
 /* COMMAND does not inherit dlock's Redis connections, whether its guard
  * was forked before the connections were opened (a dlock that may wait)
- * or after (-n: tools/child.c). */
+ * or after (-n: tools/child.c); nor does the guard (COMMAND's parent) keep
+ * a copy of any, which would hold the connection open on the server after
+ * dlock closed it: its one socket is its lifeline to dlock. */
 static void command_inherits_no_redis_socket(void **state)
 {
     (void)state;
     const char *url = srv.kind == TH_TARGET_SINGLE ? srv.single.tcp_url : srv.url;
     for (int nonblock = 0; nonblock < 2; nonblock++) {
-        char file[256], script[512], buf[OUT_MAX];
+        char file[256], guard_file[256], script[1024], buf[OUT_MAX];
         scratch_file(file, sizeof file, nonblock ? "fds-n.txt" : "fds.txt");
-        snprintf(script, sizeof script, "ls -l /proc/self/fd/ > %s", file);
+        scratch_file(guard_file, sizeof guard_file, nonblock ? "guard-fds-n.txt" : "guard-fds.txt");
+        snprintf(script, sizeof script, "ls -l /proc/self/fd/ > %s; ls -l /proc/$PPID/fd/ > %s", file, guard_file);
         run r;
         if (nonblock) RUN(&r, url, "lock", "-n", "fds", "--", "sh", "-c", script);
         else RUN(&r, url, "lock", "fds", "--", "sh", "-c", script);
@@ -816,6 +819,15 @@ static void command_inherits_no_redis_socket(void **state)
         assert_non_null(strstr(buf, "total"));
         if (strstr(buf, "socket:")) {
             print_error("COMMAND inherited a socket%s:\n%s\n", nonblock ? " (-n)" : "", buf);
+            fail();
+        }
+        slurp(guard_file, buf, sizeof buf);
+        assert_non_null(strstr(buf, "total"));
+        int sockets = 0;
+        for (const char *p = buf; (p = strstr(p, "socket:")) != NULL; p++) sockets++;
+        if (sockets != 1) {
+            print_error("the guard has %d sockets%s, not its lifeline alone:\n%s\n", sockets, nonblock ? " (-n)" : "",
+                        buf);
             fail();
         }
     }
