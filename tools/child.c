@@ -162,66 +162,38 @@ static pid_t spawn_command(const exec_args *a, char *stack, size_t size)
     return clone(exec_entry, stack + size, CLONE_VM | CLONE_VFORK | SIGCHLD, (void *)a);
 }
 
-/* In the guard: close its copies of dlock's own descriptors, the
- * close-on-exec ones (Redis connections, the wake-up pipe), all but the
- * two it keeps. The guard does not exec, so they would stay open in here
- * (a connection dlock closes would stay half open); those dlock inherited
- * are COMMAND's. Between fork and exec nothing may allocate, so the list
- * is read with getdents64() into the stack. Why here and not in dlock
- * before the fork: the guard does it while dlock connects and asks for the
- * lock, where dlock's own listing (opendir) was about 0.1 ms of every run
- * (docs/BENCHMARKS.md, stop 41). Without /proc, or with more descriptors
- * than the list holds, every number up to the highest seen (1024 at
- * least) is tried. */
-#define MAX_LISTED_FDS 1024
-static void close_if_own(int fd, int keep1, int keep2)
-{
-    if (fd < 3 || fd == keep1 || fd == keep2) return;
-    int flags = fcntl(fd, F_GETFD); /* the listing's own descriptor, closed by now: EBADF */
-    if (flags >= 0 && (flags & FD_CLOEXEC)) close(fd);
-}
-
-static void close_own_fds(int keep1, int keep2)
-{
-    int fds[MAX_LISTED_FDS], n = 0, max = 1024, listed = 0;
-    int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        char buf[4096] __attribute__((aligned(8)));
-        ssize_t got;
-        listed = 1;
-        while ((got = getdents64(dfd, buf, sizeof buf)) > 0) {
-            for (ssize_t off = 0; off < got;) {
-                const struct dirent64 *e = (const struct dirent64 *)(buf + off);
-                off += e->d_reclen;
-                int fd = 0;
-                const char *d = e->d_name;
-                if (*d < '0' || *d > '9') continue; /* "." and ".." */
-                while (*d >= '0' && *d <= '9' && fd < (1 << 26)) fd = fd * 10 + (*d++ - '0');
-                if (fd > max) max = fd;
-                if (n < MAX_LISTED_FDS) fds[n++] = fd;
-                else listed = 0;
-            }
-        }
-        if (got < 0) listed = 0;
-        close(dfd);
-    }
-    if (listed) {
-        for (int i = 0; i < n; i++) close_if_own(fds[i], keep1, keep2);
-    } else {
-        for (int fd = 3; fd <= max; fd++) close_if_own(fd, keep1, keep2);
-    }
-}
-
 /* The guard: wait for dlock's go, start COMMAND, then report what becomes
  * of it, and kill the group when COMMAND ends or dlock dies. Never
  * returns. */
-static void guard_main(int report_fd, int lifeline_fd, char *const *argv, char **env,
+/* dlock's own descriptors, listed before fork (the guard may not read a
+ * directory: opendir allocates). */
+#define MAX_OWN_FDS 256
+typedef struct own_fds {
+    int fd[MAX_OWN_FDS];
+    int n;
+    int overflow; /* more than MAX_OWN_FDS: the guard tries every number */
+    int max;      /* the highest descriptor open */
+} own_fds;
+
+static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char *const *argv, char **env,
                        size_t env_n, const sigset_t *defaults, const sigset_t *mask,
                        const struct sigaction *job_orig, char *stack, size_t stack_size)
 {
     pid_t me = getpid();
     setpgid(0, 0);
-    close_own_fds(report_fd, lifeline_fd);
+    /* dlock's own descriptors (Redis connections, its wake-up pipe) are
+     * close-on-exec: COMMAND never gets them, and the guard, which does
+     * not exec, must not keep them open (a connection dlock closes would
+     * stay half open in here). Those dlock inherited are COMMAND's. */
+    if (own->overflow) {
+        for (int fd = 3; fd <= own->max; fd++) {
+            int flags = fcntl(fd, F_GETFD);
+            if (flags >= 0 && (flags & FD_CLOEXEC) && fd != report_fd && fd != lifeline_fd) close(fd);
+        }
+    } else {
+        for (int i = 0; i < own->n; i++)
+            if (own->fd[i] != report_fd && own->fd[i] != lifeline_fd) close(own->fd[i]);
+    }
     struct sigaction ign;
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
@@ -286,6 +258,32 @@ static void guard_main(int report_fd, int lifeline_fd, char *const *argv, char *
     }
 }
 
+/* dlock's own descriptors (close-on-exec: COMMAND's are not) and the
+ * highest one open, read before fork. */
+static void list_own_fds(own_fds *own)
+{
+    own->n = own->overflow = 0;
+    own->max = 1024;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) {
+        own->overflow = 1;
+        return;
+    }
+    int dfd = dirfd(d);
+    own->max = 2;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int fd = atoi(e->d_name);
+        if (fd > own->max) own->max = fd;
+        int flags = fcntl(fd, F_GETFD);
+        if (fd < 3 || fd == dfd || flags < 0 || !(flags & FD_CLOEXEC)) continue;
+        if (own->n < MAX_OWN_FDS) own->fd[own->n++] = fd;
+        else own->overflow = 1;
+    }
+    closedir(d);
+}
+
 /* The terminal dlock runs in the foreground of, or -1. */
 static int foreground_tty(void)
 {
@@ -332,6 +330,8 @@ int child_prepare(child *c, char *const *argv, char *const *env, const sigset_t 
     }
     struct sigaction job_orig[N_JOB];
     for (size_t i = 0; i < N_JOB; i++) sigaction(job_signals[i], NULL, &job_orig[i]);
+    own_fds own;
+    list_own_fds(&own);
     size_t stack_size = 0, stack_total = 0;
     char *stack = exec_stack(argv, &stack_size, &stack_total);
     pid_t g = fork();
@@ -348,7 +348,7 @@ int child_prepare(child *c, char *const *argv, char *const *env, const sigset_t 
     if (g == 0) {
         close(rep[0]);
         close(life[1]);
-        guard_main(rep[1], life[0], argv, genv, env_n, defaults, mask, job_orig, stack, stack_size);
+        guard_main(rep[1], life[0], &own, argv, genv, env_n, defaults, mask, job_orig, stack, stack_size);
     }
     free(genv);
     close(rep[1]);
