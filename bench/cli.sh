@@ -109,6 +109,7 @@ measure() {
 }
 
 export TMPDIR_BENCH="$dir"
+steal_mark
 echo "bench: $n serial runs, $n timed starts and $handoffs hand-offs per tool" >&2
 d_line=$(measure dlock other "$dlock" -u "unix://$sock" lock --wait 10s)
 echo "$d_line"
@@ -125,7 +126,8 @@ hand=$(field "$d_line" handoff_p50_ms)
 {
     echo "summary: dlock $serial runs/s serial (flock $(field "$f_line" serial_per_s)${e_line:+, etcdctl $(field "$e_line" serial_per_s)})," \
         "start p50 $(field "$d_line" start_p50_ms) ms (flock $(field "$f_line" start_p50_ms)${e_line:+, etcdctl $(field "$e_line" start_p50_ms)})," \
-        "hand-off p50 $hand ms (flock $(field "$f_line" handoff_p50_ms)${e_line:+, etcdctl $(field "$e_line" handoff_p50_ms)})"
+        "hand-off p50 $hand ms (flock $(field "$f_line" handoff_p50_ms)${e_line:+, etcdctl $(field "$e_line" handoff_p50_ms)});" \
+        "steal $(steal_since) % of a core over the run"
     awk -v s="$serial" 'BEGIN { printf "target: serial >= 300 runs/s: %s\n", (s >= 300 ? "PASS" : "MISS") }'
     awk -v h="$hand" 'BEGIN { printf "target: median hand-off <= 2.5 ms: %s\n", (h <= 2.5 ? "PASS" : "MISS") }'
 } >&2

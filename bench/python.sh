@@ -71,6 +71,7 @@ echo "bench-python: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\)
     "load average $(cut -d' ' -f1-3 /proc/loadavg), $(machine_notes)" >&2
 
 results=""
+steal_mark
 for kind in $kinds; do
     flag=""
     [ "$kind" = threads ] && flag=--threads
@@ -132,7 +133,8 @@ ratio() {
         printf "%.1fx (target >= %dx): %s\n", r, t, (r >= t ? "PASS" : "MISS") }'
 }
 verdicts=""
-echo "summary (BENCH_SECONDS=$secs, BENCH_PY_ROUNDS=$rounds (medians), $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg);" \
+echo "summary (BENCH_SECONDS=$secs, BENCH_PY_ROUNDS=$rounds (medians), $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)," \
+    "steal $(steal_since) % of a core over the run;" \
     "JSON lines above, grep '^{'):"
 for kind in $kinds; do
     for workers in $workers_list; do

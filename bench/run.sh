@@ -47,13 +47,14 @@
 #    stderr), each with "outside_cpu_pct": the CPU time used during that
 #    case by everything except this script's children and redis-server, in
 #    % of one core (other users of this shared machine; includes kernel
-#    time not charged to a process, and steal), and "steal_pct": the part
-#    of it the hypervisor took from this VM's CPUs (/proc/stat's steal). Then a summary, also on stdout, with
-#    the targets: uncontended@8 >= 80% of the floor, contended@64 >= 50% of
-#    contended@8, median handoff < 1 ms; and issue 14's: sync
-#    uncontended@8 >= 100% of the floor, async uncontended@64 >= 150%,
-#    contended@64 wait p99 <= 20 ms (and 10x node-redlock's pairs/s, printed
-#    only: see docs/BENCHMARKS.md). The contended@64 lines also show each
+#    time not charged to a process), and "steal_pct": the time the
+#    hypervisor took from this VM's CPUs meanwhile (scripts/servers.sh).
+#    Then a summary, also on stdout, with the targets: uncontended@8 >= 80%
+#    of the floor, contended@64 >= 50% of contended@8, median handoff < 1
+#    ms; and issue 14's: sync uncontended@8 >= 100% of the floor, async
+#    uncontended@64 >= 150%, contended@64 wait p99 <= 20 ms, shown with the
+#    case's steal (and 10x node-redlock's pairs/s, printed only: see
+#    docs/BENCHMARKS.md). The contended@64 lines also show each
 #    library's wait tail and the pairs of its least and most served worker.
 #    Status is 0 even on MISS unless BENCH_STRICT=1.
 #
@@ -106,12 +107,11 @@ our_cpu() {
     awk '{ s += $14 + $15 } END { print s }' "/proc/$rpid/stat"
 }
 kids_cpu() { awk '{ print $16 + $17 }' "/proc/$$/stat"; }
-cpu_steal() { awk '/^cpu / { print $9 }' /proc/stat; }
 load_begin() {
     l_busy=$(cpu_busy)
-    l_steal=$(cpu_steal)
     l_ours=$(( $(our_cpu) + $(kids_cpu) ))
     l_t=$(date +%s%N)
+    steal_mark
 }
 # Outside CPU since load_begin, in % of one core.
 load_end() {
@@ -119,14 +119,6 @@ load_end() {
         -v t0="$l_t" -v t1="$(date +%s%N)" -v hz="$hz" 'BEGIN {
         x = ((b1 - b0) - (o1 - o0)) / hz / ((t1 - t0) / 1e9) * 100
         printf "%.0f", (x < 0 ? 0 : x) }'
-}
-# Steal since load_begin (time this VM's CPUs were runnable but the
-# hypervisor ran something else), in % of one core. It comes in bursts of
-# tens of milliseconds, and a lock hand-off that falls in one waits it out
-# (docs/BENCHMARKS.md, stop 41).
-steal_end() {
-    awk -v s0="$l_steal" -v s1="$(cpu_steal)" -v t0="$l_t" -v t1="$(date +%s%N)" -v hz="$hz" 'BEGIN {
-        printf "%.1f", (s1 - s0) / hz / ((t1 - t0) / 1e9) * 100 }'
 }
 # Append the outside load and the steal to a JSON line.
 with_load() { printf '%s\n' "$1" | sed "s/}\$/,\"outside_cpu_pct\":$2,\"steal_pct\":$3}/"; }
@@ -164,7 +156,7 @@ floor_round() {
         "$owner" 10000 1 publish)
     o=$(load_end)
     echo "bench: floor round $floor_rounds: acquire $a, release $l (rps p50_ms p99_ms), outside load $o %" \
-        "(steal $(steal_end) %)" >&2
+        "(steal $(steal_since) %)" >&2
     # Each best keeps the outside load of its round as a 4th field.
     best_acq=$(echo "$best_acq $a $o" | awk '{ if ($5 > $1) print $5, $6, $7, $8; else print $1, $2, $3, $4 }')
     best_rel=$(echo "$best_rel $l $o" | awk '{ if ($5 > $1) print $5, $6, $7, $8; else print $1, $2, $3, $4 }')
@@ -199,7 +191,7 @@ run_case() {
         echo "bench: failed: $*" >&2
         return 1
     fi
-    line=$(with_load "$line" "$(load_end)" "$(steal_end)")
+    line=$(with_load "$line" "$(load_end)" "$(steal_since)")
     echo "$line"
     results="$results$line
 "

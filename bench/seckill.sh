@@ -157,6 +157,7 @@ with_cpu() {
 }
 
 summary=""
+steal_mark
 for sc in $scenarios; do
     case "$sc" in
         flash) s=$stock; n=$users ;;
@@ -217,7 +218,8 @@ for sc in $scenarios; do
             printf "  %-6s issue 14: redis strategy / floor = %.2f (target >= 0.65): %s\n", s, r / f, (r >= 0.65 * f ? "PASS" : "MISS") }')
 "
 done
-echo "summary: best of $rounds rounds ($(nproc) cores, concurrency $conc, serve threads $threads, max-connections $maxconn; JSON lines above, grep '^{'):"
+echo "summary: best of $rounds rounds ($(nproc) cores, concurrency $conc, serve threads $threads, max-connections $maxconn," \
+    "steal $(steal_since) % of a core over the run; JSON lines above, grep '^{'):"
 printf '%s' "$summary"
 [ -e "$dir/bad" ] && exit 1
 if [ "$strict" = 1 ]; then

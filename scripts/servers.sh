@@ -27,6 +27,21 @@ machine_notes() {
     echo "${_notes:-no DAMON kdamond running}"
 }
 
+# steal_mark, then steal_since: the time the hypervisor took from this
+# VM's CPUs in between (/proc/stat's steal: the CPUs were ready to run,
+# the host ran something else), in % of one core. On the 2-vCPU VM of stop
+# 41 it came in bursts of tens of milliseconds that stretched every lock
+# hand-off falling in them (docs/BENCHMARKS.md).
+steal_mark() {
+    _steal0=$(awk '/^cpu / { print $9 }' /proc/stat)
+    _steal_t0=$(date +%s%N)
+}
+steal_since() {
+    awk -v s0="$_steal0" -v s1="$(awk '/^cpu / { print $9 }' /proc/stat)" -v t0="$_steal_t0" \
+        -v t1="$(date +%s%N)" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        printf "%.1f", (s1 - s0) / hz / ((t1 - t0) / 1e9) * 100 }'
+}
+
 # start_redis DIR [WRAPPER...]: a redis-server on the unix socket
 # DIR/redis.sock (no TCP port, no persistence), run under WRAPPER if given
 # (e.g. taskset -c 0). Sets rpid and sock; waits until it answers PING.
