@@ -1357,6 +1357,48 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
     print_message("COMMAND and its child gone %lld ms after dlock was killed\n", th_now_ms() - t0);
 }
 
+/* When COMMAND ends, whatever it left running in its process group is
+ * killed before the lock is released (tools/child.c), so that nothing of
+ * it runs on under the next holder. COMMAND leaves a loop behind that
+ * stamps the clock into a file as fast as it can, and ends while the next
+ * holder waits; the next holder's COMMAND stamps the clock once. Every
+ * stamp of the loop must come before that one. (A process with SIGKILL
+ * pending writes no more to a file, so a stamp taken late cannot land
+ * either.) */
+static void what_command_left_running_stops_before_the_next_holder_starts(void **state)
+{
+    (void)state;
+    char a[256], b[256], pidf[256], ready[256], script[1536], second[512];
+    scratch_file(a, sizeof a, "left.a");
+    scratch_file(b, sizeof b, "left.b");
+    scratch_file(pidf, sizeof pidf, "left.pid");
+    scratch_file(ready, sizeof ready, "left.ready");
+    snprintf(script, sizeof script,
+             "(while :; do date +%%s%%N >> %s; done) & echo $! > %s;"
+             " while [ ! -s %s ]; do sleep 0.01; done; touch %s; sleep 0.3",
+             a, pidf, a, ready);
+    snprintf(second, sizeof second, "date +%%s%%N > %s", b);
+    proc holder;
+    START(&holder, srv.url, "lock", "left", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "15000", "left", "--", "sh", "-c", second);
+    int first = wait_dlock(&holder, 15000);
+    pid_t loop = read_pid(pidf);
+    long long t0 = th_now_ms();
+    while (loop > 0 && th_pid_alive(loop) && th_now_ms() - t0 < 3000) usleep(5000);
+    int alive = loop > 0 && th_pid_alive(loop);
+    if (alive) kill(loop, SIGKILL);
+    assert_int_equal(first, 0);
+    expect_status(&r, 0);
+    long long last_a = max_stamp(a), start_b = max_stamp(b);
+    print_message("the loop COMMAND left stamped last %lld us before the next holder's COMMAND\n",
+                  (start_b - last_a) / 1000);
+    assert_true(last_a > 0 && start_b > 0);
+    assert_true(last_a < start_b);
+    assert_false(alive);
+}
+
 /* The children of `pid` (from /proc), at most `max`; how many. */
 static int children_of(pid_t pid, pid_t *out, int max)
 {
@@ -1802,6 +1844,7 @@ int main(void)
         cmocka_unit_test(cut_off_holder_stops_command_before_the_lease_ends),
         cmocka_unit_test(command_is_not_started_on_a_lease_no_longer_trusted),
         cmocka_unit_test(killed_dlock_takes_command_and_its_group_down),
+        cmocka_unit_test(what_command_left_running_stops_before_the_next_holder_starts),
         cmocka_unit_test(a_dlock_killed_while_it_waits_takes_its_guard_along),
         cmocka_unit_test(every_subcommand_prints_its_help),
         cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),
