@@ -1247,6 +1247,37 @@ static long long max_stamp(const char *path)
     return max;
 }
 
+/* The files of a check that one COMMAND stopped before the next holder's
+ * started: `a` gets the first COMMAND's clock stamps, `b` the second's,
+ * `pid` and `ready` what the first COMMAND tells about itself; named
+ * PREFIX.a and so on in the scratch dir. */
+typedef struct stamp_files {
+    char a[256], b[256], pid[256], ready[256];
+} stamp_files;
+
+static void stamp_files_name(stamp_files *f, const char *prefix)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.a", prefix);
+    scratch_file(f->a, sizeof f->a, name);
+    snprintf(name, sizeof name, "%s.b", prefix);
+    scratch_file(f->b, sizeof f->b, name);
+    snprintf(name, sizeof name, "%s.pid", prefix);
+    scratch_file(f->pid, sizeof f->pid, name);
+    snprintf(name, sizeof name, "%s.ready", prefix);
+    scratch_file(f->ready, sizeof f->ready, name);
+}
+
+/* The check itself: every stamp of the first COMMAND comes before the
+ * second's first. */
+static void expect_first_stopped_before_second(const stamp_files *f)
+{
+    long long last_a = max_stamp(f->a), start_b = max_stamp(f->b);
+    print_message("the first COMMAND's last stamp: %lld us before the second's first\n", (start_b - last_a) / 1000);
+    assert_true(last_a > 0 && start_b > 0);
+    assert_true(last_a < start_b);
+}
+
 /* The pid a COMMAND wrote to `path`, or 0. */
 static pid_t read_pid(const char *path)
 {
@@ -1267,18 +1298,16 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
     th_target_require_single(&srv);
     th_proxy *px = th_proxy_start(&srv.single);
     assert_non_null(px);
-    char a[256], b[256], pidf[256], ready[256], script[1024], second[512];
-    scratch_file(a, sizeof a, "cut.a");
-    scratch_file(b, sizeof b, "cut.b");
-    scratch_file(pidf, sizeof pidf, "cut.pid");
-    scratch_file(ready, sizeof ready, "cut.ready");
+    stamp_files f;
+    stamp_files_name(&f, "cut");
+    char script[1536], second[512];
     snprintf(script, sizeof script,
-             "trap '' TERM; echo $$ > %s; touch %s; while :; do date +%%s%%N >> %s; sleep 0.01; done", pidf, ready,
-             a);
-    snprintf(second, sizeof second, "date +%%s%%N > %s", b);
+             "trap '' TERM; echo $$ > %s; touch %s; while :; do date +%%s%%N >> %s; sleep 0.01; done", f.pid,
+             f.ready, f.a);
+    snprintf(second, sizeof second, "date +%%s%%N > %s", f.b);
     proc holder;
     START(&holder, th_proxy_url(px), "lock", "-t", "2000", "cut", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready, 10000));
+    assert_true(wait_for_file(f.ready, 10000));
     usleep(300000);
     long long cut = th_now_ms();
     th_proxy_partition(px, 1);
@@ -1286,17 +1315,14 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
     RUN(&r, srv.url, "lock", "-w", "15000", "cut", "--", "sh", "-c", second);
     int first = wait_dlock(&holder, 15000);
     long long told = th_now_ms() - cut;
-    pid_t left = read_pid(pidf);
+    pid_t left = read_pid(f.pid);
     if (left > 0 && th_pid_alive(left)) kill(left, SIGKILL); /* whatever the outcome */
     th_proxy_partition(px, 0);
     th_proxy_stop(px);
     expect_status(&r, 0);
     assert_int_equal(first, 76);
-    long long last_a = max_stamp(a), start_b = max_stamp(b);
-    print_message("dlock exited %lld ms after the cut; first COMMAND's last stamp %lld ms before the second's first\n",
-                  told, (start_b - last_a) / 1000000);
-    assert_true(last_a > 0 && start_b > 0);
-    assert_true(last_a < start_b);
+    print_message("dlock exited %lld ms after the cut\n", told);
+    expect_first_stopped_before_second(&f);
     /* And it exits soon after: nothing it sends at the end may wait out
      * the 5 s command timeout on the dead connection (the status
      * record's delete did, once: 5.4 s instead of 1.7). */
@@ -1368,34 +1394,28 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
 static void what_command_left_running_stops_before_the_next_holder_starts(void **state)
 {
     (void)state;
-    char a[256], b[256], pidf[256], ready[256], script[1536], second[512];
-    scratch_file(a, sizeof a, "left.a");
-    scratch_file(b, sizeof b, "left.b");
-    scratch_file(pidf, sizeof pidf, "left.pid");
-    scratch_file(ready, sizeof ready, "left.ready");
+    stamp_files f;
+    stamp_files_name(&f, "left");
+    char script[1536], second[512];
     snprintf(script, sizeof script,
              "(while :; do date +%%s%%N >> %s; done) & echo $! > %s;"
              " while [ ! -s %s ]; do sleep 0.01; done; touch %s; sleep 0.3",
-             a, pidf, a, ready);
-    snprintf(second, sizeof second, "date +%%s%%N > %s", b);
+             f.a, f.pid, f.a, f.ready);
+    snprintf(second, sizeof second, "date +%%s%%N > %s", f.b);
     proc holder;
     START(&holder, srv.url, "lock", "left", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready, 10000));
+    assert_true(wait_for_file(f.ready, 10000));
     run r;
     RUN(&r, srv.url, "lock", "-w", "15000", "left", "--", "sh", "-c", second);
     int first = wait_dlock(&holder, 15000);
-    pid_t loop = read_pid(pidf);
+    pid_t loop = read_pid(f.pid);
     long long t0 = th_now_ms();
     while (loop > 0 && th_pid_alive(loop) && th_now_ms() - t0 < 3000) usleep(5000);
     int alive = loop > 0 && th_pid_alive(loop);
     if (alive) kill(loop, SIGKILL);
     assert_int_equal(first, 0);
     expect_status(&r, 0);
-    long long last_a = max_stamp(a), start_b = max_stamp(b);
-    print_message("the loop COMMAND left stamped last %lld us before the next holder's COMMAND\n",
-                  (start_b - last_a) / 1000);
-    assert_true(last_a > 0 && start_b > 0);
-    assert_true(last_a < start_b);
+    expect_first_stopped_before_second(&f);
     assert_false(alive);
 }
 
