@@ -69,6 +69,14 @@ static const char *scratch_file(char *buf, size_t size, const char *name)
     return buf;
 }
 
+/* PREFIX.EXT in the scratch dir: the files of one test's COMMANDs. */
+static const char *scratch_file_of(char *buf, size_t size, const char *prefix, const char *ext)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s", prefix, ext);
+    return scratch_file(buf, size, name);
+}
+
 /* Read a whole (small) file into buf; "" when it does not exist. */
 static void slurp(const char *path, char *buf, size_t size)
 {
@@ -1247,30 +1255,27 @@ static long long max_stamp(const char *path)
     return max;
 }
 
-/* The files of a check that one COMMAND stopped before the next holder's
- * started: `a` gets the first COMMAND's clock stamps, `b` the second's,
- * `pid` and `ready` what the first COMMAND tells about itself; named
- * PREFIX.a and so on in the scratch dir. */
-typedef struct stamp_files {
-    char a[256], b[256], pid[256], ready[256];
-} stamp_files;
+/* The files through which a test's COMMANDs tell what they do, PREFIX.a
+ * and so on in the scratch dir: `pid` a COMMAND's pid, `bg` its child's,
+ * `ready` that it runs; `a` the first COMMAND's clock stamps and `b` the
+ * next holder's, for the check that one stopped before the other
+ * started. */
+typedef struct cmd_files {
+    char a[256], b[256], pid[256], bg[256], ready[256];
+} cmd_files;
 
-static void stamp_files_name(stamp_files *f, const char *prefix)
+static void cmd_files_name(cmd_files *f, const char *prefix)
 {
-    char name[64];
-    snprintf(name, sizeof name, "%s.a", prefix);
-    scratch_file(f->a, sizeof f->a, name);
-    snprintf(name, sizeof name, "%s.b", prefix);
-    scratch_file(f->b, sizeof f->b, name);
-    snprintf(name, sizeof name, "%s.pid", prefix);
-    scratch_file(f->pid, sizeof f->pid, name);
-    snprintf(name, sizeof name, "%s.ready", prefix);
-    scratch_file(f->ready, sizeof f->ready, name);
+    scratch_file_of(f->a, sizeof f->a, prefix, "a");
+    scratch_file_of(f->b, sizeof f->b, prefix, "b");
+    scratch_file_of(f->pid, sizeof f->pid, prefix, "pid");
+    scratch_file_of(f->bg, sizeof f->bg, prefix, "bg");
+    scratch_file_of(f->ready, sizeof f->ready, prefix, "ready");
 }
 
-/* The check itself: every stamp of the first COMMAND comes before the
- * second's first. */
-static void expect_first_stopped_before_second(const stamp_files *f)
+/* Every stamp of the first COMMAND comes before the next holder's
+ * first. */
+static void expect_first_stopped_before_second(const cmd_files *f)
 {
     long long last_a = max_stamp(f->a), start_b = max_stamp(f->b);
     print_message("the first COMMAND's last stamp: %lld us before the second's first\n", (start_b - last_a) / 1000);
@@ -1298,8 +1303,8 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
     th_target_require_single(&srv);
     th_proxy *px = th_proxy_start(&srv.single);
     assert_non_null(px);
-    stamp_files f;
-    stamp_files_name(&f, "cut");
+    cmd_files f;
+    cmd_files_name(&f, "cut");
     char script[1536], second[512];
     snprintf(script, sizeof script,
              "trap '' TERM; echo $$ > %s; touch %s; while :; do date +%%s%%N >> %s; sleep 0.01; done", f.pid,
@@ -1355,24 +1360,26 @@ static void command_is_not_started_on_a_lease_no_longer_trusted(void **state)
     assert_false(file_exists(ran));
 }
 
-/* kill -9 of dlock takes COMMAND down with it, and everything COMMAND
- * started in its process group: nothing may run on unprotected once the
- * lease runs out and the next holder starts. */
-static void killed_dlock_takes_command_and_its_group_down(void **state)
+/* COMMAND for the tests that kill dlock or its guard: sh, with a child
+ * (sleep 60) in its group, telling both pids through `f`. */
+static void sh_with_child(const cmd_files *f, char *script, size_t size)
 {
-    (void)state;
-    char pidf[256], bgf[256], ready[256], script[1024];
-    scratch_file(pidf, sizeof pidf, "k9.pid");
-    scratch_file(bgf, sizeof bgf, "k9.bg");
-    scratch_file(ready, sizeof ready, "k9.ready");
-    snprintf(script, sizeof script, "sleep 60 & echo $! > %s; echo $$ > %s; touch %s; wait", bgf, pidf, ready);
-    proc holder;
-    START(&holder, srv.url, "lock", "-t", "1000", "k9", "--", "sh", "-c", script);
-    assert_true(wait_for_file(ready, 10000));
-    pid_t sh = read_pid(pidf), bg = read_pid(bgf);
-    assert_true(sh > 0 && bg > 0);
-    kill(holder.pid, SIGKILL);
-    assert_int_equal(wait_dlock(&holder, 5000), 128 + SIGKILL);
+    snprintf(script, size, "sleep 60 & echo $! > %s; echo $$ > %s; touch %s; wait", f->bg, f->pid, f->ready);
+}
+
+/* Once that COMMAND runs: sh's pid and its child's. */
+static void group_pids(const cmd_files *f, pid_t *sh, pid_t *bg)
+{
+    assert_true(wait_for_file(f->ready, 10000));
+    *sh = read_pid(f->pid);
+    *bg = read_pid(f->bg);
+    assert_true(*sh > 0 && *bg > 0);
+}
+
+/* Both gone within 3 s of `after` happening (those that are not are
+ * killed here, then the test fails). */
+static void expect_group_gone(pid_t sh, pid_t bg, const char *after)
+{
     long long t0 = th_now_ms();
     while ((th_pid_alive(sh) || th_pid_alive(bg)) && th_now_ms() - t0 < 3000) usleep(5000);
     int sh_alive = th_pid_alive(sh), bg_alive = th_pid_alive(bg);
@@ -1380,7 +1387,26 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
     if (bg_alive) kill(bg, SIGKILL);
     assert_false(sh_alive);
     assert_false(bg_alive);
-    print_message("COMMAND and its child gone %lld ms after dlock was killed\n", th_now_ms() - t0);
+    print_message("COMMAND and its child gone %lld ms after %s\n", th_now_ms() - t0, after);
+}
+
+/* kill -9 of dlock takes COMMAND down with it, and everything COMMAND
+ * started in its process group: nothing may run on unprotected once the
+ * lease runs out and the next holder starts. */
+static void killed_dlock_takes_command_and_its_group_down(void **state)
+{
+    (void)state;
+    cmd_files f;
+    cmd_files_name(&f, "k9");
+    char script[1536];
+    sh_with_child(&f, script, sizeof script);
+    proc holder;
+    START(&holder, srv.url, "lock", "-t", "1000", "k9", "--", "sh", "-c", script);
+    pid_t sh, bg;
+    group_pids(&f, &sh, &bg);
+    kill(holder.pid, SIGKILL);
+    assert_int_equal(wait_dlock(&holder, 5000), 128 + SIGKILL);
+    expect_group_gone(sh, bg, "dlock was killed");
 }
 
 /* When COMMAND ends, whatever it left running in its process group is
@@ -1394,8 +1420,8 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
 static void what_command_left_running_stops_before_the_next_holder_starts(void **state)
 {
     (void)state;
-    stamp_files f;
-    stamp_files_name(&f, "left");
+    cmd_files f;
+    cmd_files_name(&f, "left");
     char script[1536], second[512];
     snprintf(script, sizeof script,
              "(while :; do date +%%s%%N >> %s; done) & echo $! > %s;"
@@ -1417,6 +1443,34 @@ static void what_command_left_running_stops_before_the_next_holder_starts(void *
     expect_status(&r, 0);
     expect_first_stopped_before_second(&f);
     assert_false(alive);
+}
+
+/* COMMAND's guard killed on its own (kill -9 of the guard, not of dlock)
+ * takes COMMAND along (its parent-death signal) and dlock kills the rest
+ * of the group when it reaps the guard (tools/child.c): nothing of
+ * COMMAND runs on once dlock has released the lock, which it then does
+ * (the next `-n` gets it). dlock exits as a shell would for a COMMAND
+ * killed by SIGKILL. */
+static void a_guard_killed_alone_takes_command_and_its_group_along(void **state)
+{
+    (void)state;
+    cmd_files f;
+    cmd_files_name(&f, "g9");
+    char script[1536];
+    sh_with_child(&f, script, sizeof script);
+    proc holder;
+    START(&holder, srv.url, "lock", "g9", "--", "sh", "-c", script);
+    pid_t sh, bg;
+    group_pids(&f, &sh, &bg);
+    pid_t guard = th_pid_parent(sh);
+    assert_true(guard > 0 && guard != holder.pid && th_pid_parent(guard) == holder.pid);
+    kill(guard, SIGKILL);
+    int st = wait_dlock(&holder, 10000);
+    expect_group_gone(sh, bg, "the guard was killed");
+    assert_int_equal(st, 128 + SIGKILL);
+    run r;
+    RUN(&r, srv.url, "lock", "-n", "g9", "--", "true");
+    expect_status(&r, 0);
 }
 
 /* The children of `pid` (from /proc), at most `max`; how many. */
@@ -1865,6 +1919,7 @@ int main(void)
         cmocka_unit_test(command_is_not_started_on_a_lease_no_longer_trusted),
         cmocka_unit_test(killed_dlock_takes_command_and_its_group_down),
         cmocka_unit_test(what_command_left_running_stops_before_the_next_holder_starts),
+        cmocka_unit_test(a_guard_killed_alone_takes_command_and_its_group_along),
         cmocka_unit_test(a_dlock_killed_while_it_waits_takes_its_guard_along),
         cmocka_unit_test(every_subcommand_prints_its_help),
         cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),
