@@ -1360,19 +1360,22 @@ static void command_is_not_started_on_a_lease_no_longer_trusted(void **state)
     assert_false(file_exists(ran));
 }
 
-/* COMMAND for the tests that kill dlock or its guard: sh, with a child
- * (sleep 60) in its group, telling both pids through `f`. */
-static void sh_with_child(const cmd_files *f, char *script, size_t size)
+/* For the tests that kill dlock or its guard: start `dlock lock NAME`
+ * (with `-t TTL` unless ttl is NULL) whose COMMAND is sh with a child
+ * (sleep 60) in its group, and once both run, their pids, told through
+ * the files PREFIX.pid, .bg and .ready (prefix: NAME). */
+static void start_sh_with_child(proc *holder, const char *name, const char *ttl, pid_t *sh, pid_t *bg)
 {
-    snprintf(script, size, "sleep 60 & echo $! > %s; echo $$ > %s; touch %s; wait", f->bg, f->pid, f->ready);
-}
-
-/* Once that COMMAND runs: sh's pid and its child's. */
-static void group_pids(const cmd_files *f, pid_t *sh, pid_t *bg)
-{
-    assert_true(wait_for_file(f->ready, 10000));
-    *sh = read_pid(f->pid);
-    *bg = read_pid(f->bg);
+    cmd_files f;
+    cmd_files_name(&f, name);
+    char script[1536];
+    snprintf(script, sizeof script, "sleep 60 & echo $! > %s; echo $$ > %s; touch %s; wait", f.bg, f.pid, f.ready);
+    const char *with_ttl[] = {"lock", "-t", ttl, name, "--", "sh", "-c", script, NULL};
+    const char *without[] = {"lock", name, "--", "sh", "-c", script, NULL};
+    start_dlock(holder, srv.url, NULL, ttl ? with_ttl : without);
+    assert_true(wait_for_file(f.ready, 10000));
+    *sh = read_pid(f.pid);
+    *bg = read_pid(f.bg);
     assert_true(*sh > 0 && *bg > 0);
 }
 
@@ -1396,14 +1399,9 @@ static void expect_group_gone(pid_t sh, pid_t bg, const char *after)
 static void killed_dlock_takes_command_and_its_group_down(void **state)
 {
     (void)state;
-    cmd_files f;
-    cmd_files_name(&f, "k9");
-    char script[1536];
-    sh_with_child(&f, script, sizeof script);
     proc holder;
-    START(&holder, srv.url, "lock", "-t", "1000", "k9", "--", "sh", "-c", script);
     pid_t sh, bg;
-    group_pids(&f, &sh, &bg);
+    start_sh_with_child(&holder, "k9", "1000", &sh, &bg);
     kill(holder.pid, SIGKILL);
     assert_int_equal(wait_dlock(&holder, 5000), 128 + SIGKILL);
     expect_group_gone(sh, bg, "dlock was killed");
@@ -1454,14 +1452,9 @@ static void what_command_left_running_stops_before_the_next_holder_starts(void *
 static void a_guard_killed_alone_takes_command_and_its_group_along(void **state)
 {
     (void)state;
-    cmd_files f;
-    cmd_files_name(&f, "g9");
-    char script[1536];
-    sh_with_child(&f, script, sizeof script);
     proc holder;
-    START(&holder, srv.url, "lock", "g9", "--", "sh", "-c", script);
     pid_t sh, bg;
-    group_pids(&f, &sh, &bg);
+    start_sh_with_child(&holder, "g9", NULL, &sh, &bg);
     pid_t guard = th_pid_parent(sh);
     assert_true(guard > 0 && guard != holder.pid && th_pid_parent(guard) == holder.pid);
     kill(guard, SIGKILL);
