@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fence.h"
+#include "util.h"
 
 void dlock__fence_cache_init(dlock__fence_cache *fc)
 {
@@ -67,5 +68,5 @@ void dlock__fence_floor_arg(dlock__fence_cache *fc, const char *fence_key, uint6
 {
     uint64_t seen = dlock__fence_seen(fc, fence_key);
     uint64_t floor = seen > explicit_floor ? seen : explicit_floor;
-    snprintf(out, 24, "%llu", (unsigned long long)(floor > FLOOR_MAX ? FLOOR_MAX : floor));
+    dlock__fmt_ull(floor > FLOOR_MAX ? FLOOR_MAX : floor, out);
 }

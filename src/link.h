@@ -79,9 +79,14 @@ int dlock__link_append(dlock__link *l, int argc, const char *const *argv, const 
 /* Bytes appended and not taken yet. */
 size_t dlock__link_pending(const dlock__link *l);
 
-/* Take the output buffer (the caller sends it and frees it with sdsfree);
- * the link starts a new one. */
+/* Take the output buffer (the caller sends it, then hands it back with
+ * dlock__link_give_back or frees it with sdsfree); the link starts a new
+ * one. NULL when out of memory (the buffer stays). */
 sds dlock__link_take(dlock__link *l);
+
+/* A buffer taken and sent, kept for the next take. Same locking as
+ * dlock__link_take. */
+void dlock__link_give_back(dlock__link *l, sds buf);
 
 /* Send len bytes (all of them, or fail); *sent tells how many left. -1
  * with errno on failure (EAGAIN: the command timeout passed). */

@@ -58,9 +58,6 @@
  * the releaser named, with that token. */
 #define HANDED_OVER (-3)
 
-/* Room for "dlock:{NAME}:ch:" with the longest name. */
-#define NAME_PREFIX_MAX 600
-
 static const dlock__handle_keys lock_keys = {"", ":fence", ":ch"};
 
 /* A thread's view of its hold of one handle. */
@@ -80,6 +77,7 @@ struct dlock_lock {
     char *queue, *queue_deadlines, *queue_offers; /* fair locks only */
     char *waiters, *woken, *offers; /* plain locks: the waiting processes, the one woken, their offers */
     char *wait_channel;            /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
+    char *prefix;                  /* "dlock:{NAME}:ch:", where the scripts name a waiter's channel */
     uint64_t queued;               /* fair locks: waits begun on this handle (fair_queued); under base.mu */
 };
 
@@ -129,7 +127,8 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     if (st != DLOCK_OK) return st;
     dlock_lock *l = (dlock_lock *)h;
     l->fair = fair;
-    if ((fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")) ||
+    if (asprintf(&l->prefix, "%s:", l->base.channel) < 0) l->prefix = NULL;
+    if (!l->prefix || (fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")) ||
                   !(l->queue_offers = dlock__key(name, ":qo")))) ||
         (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
                    !(l->offers = dlock__key(name, ":o")) ||
@@ -163,6 +162,7 @@ void dlock_lock_free(dlock_lock *l)
     free(l->woken);
     free(l->offers);
     free(l->wait_channel);
+    free(l->prefix);
     free(l);
 }
 
@@ -196,11 +196,10 @@ static void hold_lost(dlock__wd_entry *e)
  * second owner. Best effort: if this fails, the lease still ends it. */
 static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
 {
-    char lease_s[24], prefix[NAME_PREFIX_MAX];
+    char lease_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", lease);
-    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
     const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
-    const char *args[5] = {h->rec.owner, lease_s, "1", l->base.client->publish, prefix};
+    const char *args[5] = {h->rec.owner, lease_s, "1", l->base.client->publish, l->prefix};
     long long left;
     dlock__eval_int(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
                     l->fair ? 5 : 4, args, &left);
@@ -212,7 +211,7 @@ typedef struct acquire_call {
     dlock__script_id script;
     int nkeys, nargs;
     const char *keys[5], *args[9];
-    char lease_s[24], count_s[24], timeout_s[24], prefix[NAME_PREFIX_MAX], floor_s[24];
+    char lease_s[24], count_s[24], timeout_s[24], floor_s[24];
     char offer[180]; /* "<lease> <floor> <sent> <wait id> <owner>" */
     int offered;     /* the offer goes with this call */
 } acquire_call;
@@ -236,16 +235,15 @@ static int acquire_call_offer(lock_thread *h, long lease, int64_t sent, acquire_
 static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int queue, int enlisted, int64_t offer_sent,
                               acquire_call *c)
 {
-    snprintf(c->lease_s, sizeof c->lease_s, "%ld", lease);
+    dlock__fmt_ll(lease, c->lease_s);
     dlock__fence_floor_arg(&l->base.client->fences, l->base.fence, atomic_load(&l->base.floor), c->floor_s);
-    snprintf(c->count_s, sizeof c->count_s, "%ld", h->held.count);
-    snprintf(c->timeout_s, sizeof c->timeout_s, "%ld", l->base.client->fair_waiter_timeout_ms);
-    snprintf(c->prefix, sizeof c->prefix, "%s:", l->base.channel);
+    dlock__fmt_ll(h->held.count, c->count_s);
+    dlock__fmt_ll(l->base.client->fair_waiter_timeout_ms, c->timeout_s);
     const char *keys[4] = {l->base.key, l->base.fence, l->queue, l->queue_deadlines};
     memcpy(c->keys, keys, sizeof keys);
     c->offered = 0;
     if (l->fair) {
-        const char *args[8] = {h->rec.owner, c->lease_s, c->count_s, c->timeout_s, queue ? "1" : "0", c->prefix,
+        const char *args[8] = {h->rec.owner, c->lease_s, c->count_s, c->timeout_s, queue ? "1" : "0", l->prefix,
                                l->base.client->publish, c->floor_s};
         memcpy(c->args, args, sizeof args);
         c->script = DLOCK__SCRIPT_FAIR_ACQUIRE;
@@ -401,14 +399,12 @@ static int try_again(void *ctx, long *retry_ms)
  * the deadline still ends it. */
 static void fair_leave(dlock_lock *l, lock_thread *h)
 {
-    char prefix[NAME_PREFIX_MAX];
-    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
     const char *keys[4] = {l->base.key, l->queue, l->queue_deadlines, l->queue_offers};
     /* "1": this thread holds nothing, so a lock that names it was handed
      * over (by a release of this client whose answer was lost, or of
      * another process whose message came too late): give it back in the
      * same script that takes the offer back (fair_leave.lua). */
-    const char *args[4] = {h->rec.owner, l->base.client->publish, prefix, "1"};
+    const char *args[4] = {h->rec.owner, l->base.client->publish, l->prefix, "1"};
     long long n;
     dlock__eval_int(l->base.client, DLOCK__SCRIPT_FAIR_LEAVE, 4, keys, h->held.count == 0 ? 4 : 3, args, &n);
 }
@@ -581,7 +577,7 @@ typedef struct release_call {
     dlock__script_id script;
     int nkeys, nargs;
     const char *keys[6], *args[11];
-    char lease_s[24], count_s[24], prefix[NAME_PREFIX_MAX];
+    char lease_s[24], count_s[24];
     char next_lease_s[24], next_floor_s[24], timeout_s[24];
     int waiters; /* of this client on a plain lock, when the call was made */
 } release_call;
@@ -665,9 +661,8 @@ static void release_unanswered(dlock_lock *l, lock_thread *h, lock_offer *o, dlo
 
 static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
 {
-    snprintf(c->lease_s, sizeof c->lease_s, "%ld", h->held.lease_ms);
-    snprintf(c->count_s, sizeof c->count_s, "%ld", h->held.count);
-    snprintf(c->prefix, sizeof c->prefix, "%s:", l->base.channel);
+    dlock__fmt_ll(h->held.lease_ms, c->lease_s);
+    dlock__fmt_ll(h->held.count, c->count_s);
     c->keys[0] = l->base.key;
     c->keys[1] = l->fair ? l->queue : l->base.channel;
     c->keys[2] = l->waiters;
@@ -678,7 +673,7 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
      * (so that it can tell when the next in line is this client's own
      * waiter); fair_release.lua's ARGV[5] is the prefix */
     const char *args[6] = {h->rec.owner, c->lease_s, c->count_s, l->base.client->publish,
-                           l->fair ? c->prefix : RESERVE_MS, l->base.client->id};
+                           l->fair ? l->prefix : RESERVE_MS, l->base.client->id};
     memcpy(c->args, args, sizeof args);
     c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
     if (l->fair) { /* the queue's deadlines, the fence and the offers, for a hand-off (fair_release.lua) */
@@ -694,7 +689,7 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
          * attempt that registered it (release.lua says why it matters). */
         dlock_client *client = l->base.client;
         c->waiters = dlock__wait_count(client, l->wait_channel);
-        snprintf(c->timeout_s, sizeof c->timeout_s, "%ld", c->waiters > 0 ? client->fair_waiter_timeout_ms : 0L);
+        dlock__fmt_ll(c->waiters > 0 ? client->fair_waiter_timeout_ms : 0L, c->timeout_s);
         c->args[6] = c->timeout_s;
     }
 }
@@ -949,10 +944,8 @@ static void acquire_done(dlock__await *aw, int result)
     if (last || (st != DLOCK_OK && op->offered)) { /* as lock_acquire() */
         char why[512];
         snprintf(why, sizeof why, "%s", dlock_last_error());
-        char prefix[NAME_PREFIX_MAX];
-        snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
         const char *keys[4] = {l->base.key, l->queue, l->queue_deadlines, l->queue_offers};
-        const char *args[4] = {h->rec.owner, c->publish, prefix, "1"}; /* "1": as fair_leave() */
+        const char *args[4] = {h->rec.owner, c->publish, l->prefix, "1"}; /* "1": as fair_leave() */
         const char *wkeys[2] = {l->waiters, l->offers};
         const char *wargs[3] = {c->id, last ? "1" : "0", h->rec.owner};
         if (!l->fair && last && dlock__test_before_leave) dlock__test_before_leave();
@@ -997,11 +990,10 @@ static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
     int result = acquire_reply(l, op->h, r, dlock__async_acks(), retry_ms);
     op->replica_short = result == REPLICA_SHORT;
     if (!op->replica_short) return result;
-    char lease_s[24], prefix[NAME_PREFIX_MAX];
+    char lease_s[24];
     snprintf(lease_s, sizeof lease_s, "%ld", op->lease);
-    snprintf(prefix, sizeof prefix, "%s:", l->base.channel);
     const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
-    const char *args[5] = {op->h->rec.owner, lease_s, "1", l->base.client->publish, prefix};
+    const char *args[5] = {op->h->rec.owner, lease_s, "1", l->base.client->publish, l->prefix};
     dlock__async_script(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
                         l->fair ? 5 : 4, args, dlock__async_ignore, NULL);
     return DLOCK__BUSY;

@@ -193,11 +193,14 @@ static void flush(dlock__mux *m)
         m->sending = m->appended;
         dlock__link *link = m->c; /* not freed while flushing is set */
         sds out = dlock__link_take(m->c);
-        pthread_mutex_unlock(&m->mu);
-        size_t len = sdslen(out), off = 0;
-        int err = dlock__link_send(link, out, len, &off) == 0 ? 0 : errno;
-        sdsfree(out);
-        pthread_mutex_lock(&m->mu);
+        size_t off = 0;
+        int err = ENOMEM;
+        if (out) {
+            pthread_mutex_unlock(&m->mu);
+            err = dlock__link_send(link, out, sdslen(out), &off) == 0 ? 0 : errno;
+            pthread_mutex_lock(&m->mu);
+            dlock__link_give_back(link, out);
+        }
         m->flushing = 0;
         if (m->broken) {
             close_if_quiet(m); /* failed meanwhile, by a reader */
@@ -342,7 +345,9 @@ dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n
             return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         }
     }
-    dlock__cond_init(&me.cv);
+    /* Waited on with no deadline (the link's timeout bounds the read), so
+     * the clock attribute dlock__cond_init sets would buy nothing here. */
+    pthread_cond_init(&me.cv, NULL);
     m->sync_waiting++;
     enqueue(m, &me);
     flush(m);

@@ -68,10 +68,10 @@ dlock_status dlock__eval_raw(dlock_client *client, const char *sha, const char *
     const char *stack[40];
     int argc = 3 + nkeys + nargs;
     const char **argv = argc <= 40 ? stack : malloc((size_t)argc * sizeof *argv);
-    char nk[16];
+    char nk[24];
     int again = 0;
     if (!argv) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    snprintf(nk, sizeof nk, "%d", nkeys);
+    dlock__fmt_ll(nkeys, nk);
     argv[0] = "EVALSHA";
     argv[1] = sha;
     argv[2] = nk;
@@ -80,9 +80,9 @@ dlock_status dlock__eval_raw(dlock_client *client, const char *sha, const char *
 
     /* Every key of one call shares a hash tag: the first routes it. */
     const char *route = nkeys ? keys[0] : NULL;
-    char nrep[16], tmo[16];
-    snprintf(nrep, sizeof nrep, "%d", acks ? acks->replicas : 0);
-    snprintf(tmo, sizeof tmo, "%d", acks ? acks->timeout_ms : 0);
+    char nrep[24], tmo[24];
+    dlock__fmt_ll(acks ? acks->replicas : 0, nrep);
+    dlock__fmt_ll(acks ? acks->timeout_ms : 0, tmo);
     const char *wait_argv[3] = {"WAIT", nrep, tmo};
     const int argcs[2] = {argc, 3};
     const char *const *argvs[2] = {argv, wait_argv};

@@ -175,6 +175,28 @@ char *dlock__key(const char *name, const char *suffix)
     return asprintf(&k, "dlock:{%s}%s", name, suffix) < 0 ? NULL : k;
 }
 
+char *dlock__fmt_ull(unsigned long long v, char *out)
+{
+    char tmp[21];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+    return out;
+}
+
+char *dlock__fmt_ll(long long v, char *out)
+{
+    if (v >= 0) return dlock__fmt_ull((unsigned long long)v, out);
+    out[0] = '-';
+    /* -(v + 1) + 1: no overflow at LLONG_MIN */
+    dlock__fmt_ull((unsigned long long)-(v + 1) + 1, out + 1);
+    return out;
+}
+
 void dlock__atomic_max(atomic_ullong *a, uint64_t v)
 {
     unsigned long long old = atomic_load(a);

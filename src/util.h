@@ -64,6 +64,14 @@ char *dlock__key(const char *name, const char *suffix);
  * DLOCK_LEASE_WATCHDOG when `watchdog_ok`. */
 dlock_status dlock__check_lease(long lease_ms, long min_ms, int watchdog_ok);
 
+/* The decimal text of v in out (room for 21 bytes with the NUL); returns
+ * out. Why not snprintf: a lock call prints five or six numbers, and
+ * printf's machinery took about 6 000 of the 77 000 user-space
+ * instructions of a Python lock+release pair (callgrind,
+ * docs/BENCHMARKS.md, stop 42). */
+char *dlock__fmt_ll(long long v, char *out);
+char *dlock__fmt_ull(unsigned long long v, char *out);
+
 /* Raise *a to v unless it is larger already. */
 void dlock__atomic_max(atomic_ullong *a, uint64_t v);
 
