@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import itertools
 import logging
@@ -11,7 +12,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from . import _errors, _native
 from ._errors import ClientClosed, ForkedClient, InvalidArgument, fail
@@ -182,7 +183,9 @@ class _State:
         self.pid = _pid
         self.mu = threading.Lock()
         self.idle = threading.Condition(self.mu)
-        self.busy = 0  # library calls under way on the client or its handles
+        # One item per library call under way on the client or its
+        # handles (enter, leave).
+        self.calls: Deque[None] = collections.deque()
         self.closed = False
         # Live C handles: key -> (free function, pointer).
         self.ptrs: Dict[int, Tuple[Any, int]] = {}
@@ -195,21 +198,30 @@ class _State:
         # the caller dropped every object that refers to them.
         self.pinned: Set["_Handle"] = set()
 
+    # The count of calls under way is kept without the lock: every pair of
+    # lock and release passes here four times, and the lock's two
+    # sections a call were a seventh of a pair's user-space instructions
+    # (docs/BENCHMARKS.md, stop 42). deque.append and pop are atomic, and
+    # each side writes its mark before it reads the other's: a call
+    # appends, then reads `closed`; close() sets `closed`, then counts. So
+    # either close() counts the call and waits for it, or the call sees
+    # `closed` and backs out. A call that leaves after close() began
+    # takes the lock to wake it.
     def enter(self) -> None:
         if _pid != self.pid:
             raise ForkedClient(
                 "this dlock Client was made in process %d and used in process %d, a child made "
                 "by fork(); libdlock's threads and connections do not survive fork(): make a new "
                 "Client in the child" % (self.pid, os.getpid()))
-        with self.mu:
-            if self.closed:
-                raise ClientClosed("the dlock Client was closed")
-            self.busy += 1
+        self.calls.append(None)
+        if self.closed:
+            self.leave()
+            raise ClientClosed("the dlock Client was closed")
 
     def leave(self) -> None:
-        with self.mu:
-            self.busy -= 1
-            if self.busy == 0 and self.closed:
+        self.calls.pop()
+        if self.closed:
+            with self.mu:
                 self.idle.notify_all()
 
     def free_handle(self, key: int) -> None:
@@ -220,7 +232,7 @@ class _State:
             entry = self.ptrs.pop(key, None)
             if entry is None or self.closed:
                 return
-            self.busy += 1
+            self.calls.append(None)
         try:
             entry[0](entry[1])
         finally:
@@ -235,9 +247,9 @@ class _State:
             if self.ptr is None:
                 return True
             self.closed = True
-            if self.busy and not wait:
+            if self.calls and not wait:
                 return False
-            while self.busy:
+            while self.calls:
                 self.idle.wait()
             if self.ptr is None:  # closed by another thread meanwhile
                 return True
@@ -343,17 +355,21 @@ class _Handle:
             stack = self.stacks.get(key)
             if not stack:
                 return None
-            gone = stack[:] if ended else [stack[-1]]
-            del stack[len(stack) - len(gone):]
-            if not stack:
+            last = stack.pop()
+            gone = stack if ended else None
+            if ended or not stack:
                 del self.stacks[key]
-            if not self.stacks:
-                self.state.pinned.discard(self)
-        for h in gone:
-            h._open = False
-            if lost:
-                h._flag = True
-        return gone[-1]
+                if not self.stacks:
+                    self.state.pinned.discard(self)
+        last._open = False
+        if lost:
+            last._flag = True
+        if gone:
+            for h in gone:
+                h._open = False
+                if lost:
+                    h._flag = True
+        return last
 
     def mark_lost(self, mode: Optional[int], token: int) -> List["Hold"]:
         """The library found a hold gone: flag the holds it names. A read
@@ -1038,12 +1054,17 @@ class _Exclusive(_OnHandle):
         self._release(self._mode)
 
     def _release(self, mode: Optional[int]) -> None:
-        rc = self._rc(lambda _ptr: self._c_release())
-        if rc == _errors.ERR_LOST:
-            self._h.pop(mode, ended=True, lost=True)
-        elif rc == 0:
-            self._h.pop(mode, ended=False, lost=False)
-        if rc:
+        st = self._h.state
+        st.enter()
+        try:
+            rc = self._c_release()
+        finally:
+            st.leave()
+        if rc == 0:
+            self._h.pop(mode, False, False)
+        else:
+            if rc == _errors.ERR_LOST:
+                self._h.pop(mode, True, True)
             fail(rc)
 
     def _query_lost(self, mode: Optional[int]) -> bool:
@@ -1161,7 +1182,7 @@ class Lock(_Exclusive):
     """
 
     def _c_acquire(self, wait_ms: int, lease_ms: int, token: ctypes.c_uint64) -> int:
-        return _lib.dlock_lock_acquire(self._h.ptr, wait_ms, lease_ms, ctypes.byref(token))
+        return _lib.dlock_lock_acquire(self._h.ptr, wait_ms, lease_ms, token)
 
     def _c_release(self) -> int:
         return _lib.dlock_lock_release(self._h.ptr)
@@ -1209,8 +1230,7 @@ class RWLockMode(_Exclusive):
             self._rw.on_lost = fn
 
     def _c_acquire(self, wait_ms: int, lease_ms: int, token: ctypes.c_uint64) -> int:
-        return _lib.dlock_rwlock_acquire(self._h.ptr, self._mode, wait_ms, lease_ms,
-                                         ctypes.byref(token))
+        return _lib.dlock_rwlock_acquire(self._h.ptr, self._mode, wait_ms, lease_ms, token)
 
     def _c_release(self) -> int:
         return _lib.dlock_rwlock_release(self._h.ptr, self._mode)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import builtins
 import os
+import threading
+import time
 
 import pytest
 
@@ -126,6 +128,69 @@ def test_closed_client(redis, name):
     for call in (lock.acquire, lambda: c.lock(name), lambda: c.ids("x"), lambda: hold.lost):
         with pytest.raises(dlock.ClientClosed):
             call()
+
+
+def test_close_waits_for_the_call_under_way(redis, name):
+    """close() from one thread while another waits inside the library:
+    close returns only after that call has come back (with its own
+    outcome, not a crash of a freed client), and calls after it are
+    refused."""
+    holder = dlock.Client(redis.url)
+    c = dlock.Client(redis.url)
+    try:
+        with holder.lock(name):
+            outcome = []
+
+            def wait():
+                try:
+                    c.lock(name).acquire(wait=1.5)
+                    outcome.append("acquired")
+                except dlock.DlockError as e:
+                    outcome.append(type(e).__name__)
+                outcome.append(time.monotonic())
+
+            t = threading.Thread(target=wait)
+            t.start()
+            time.sleep(0.3)
+            c.close()
+            closed_at = time.monotonic()
+            t.join()
+        assert outcome[0] == "NotAcquired"
+        assert outcome[1] <= closed_at
+        with pytest.raises(dlock.ClientClosed):
+            c.lock(name).acquire(wait=0)
+    finally:
+        holder.close()
+
+
+def test_close_while_threads_lock_and_release(redis, name):
+    """Eight threads locking and releasing as fast as they can while the
+    client is closed: each one stops on ClientClosed (or LockLost for a
+    hold the close ended), none on anything else, and the process lives."""
+    c = dlock.Client(redis.url)
+    errors = []
+
+    def work(i):
+        lock = c.lock("%s:%d" % (name, i))
+        while True:
+            try:
+                with lock:
+                    pass
+            except (dlock.ClientClosed, dlock.LockLost):
+                return
+            except Exception as e:  # reported by the test
+                errors.append(e)
+                return
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    c.close()
+    for t in ts:
+        t.join(timeout=10)
+        assert not t.is_alive()
+    assert errors == []
 
 
 @pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
