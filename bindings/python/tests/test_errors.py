@@ -132,7 +132,7 @@ def test_closed_client(redis, name):
 
 def test_close_waits_for_the_call_under_way(redis, name):
     """close() from one thread while another waits inside the library:
-    close returns only after that call has come back (with its own
+    close returns only after that call has run its course (its own
     outcome, not a crash of a freed client), and calls after it are
     refused."""
     holder = dlock.Client(redis.url)
@@ -142,21 +142,27 @@ def test_close_waits_for_the_call_under_way(redis, name):
             outcome = []
 
             def wait():
+                lock = c.lock(name)
+                outcome.append(time.monotonic())
                 try:
-                    c.lock(name).acquire(wait=1.5)
+                    lock.acquire(wait=2.0)
                     outcome.append("acquired")
                 except dlock.DlockError as e:
                     outcome.append(type(e).__name__)
-                outcome.append(time.monotonic())
 
             t = threading.Thread(target=wait)
             t.start()
-            time.sleep(0.3)
+            # Inside the library: its process has registered as a waiter.
+            deadline = time.monotonic() + 10
+            while redis.command("EXISTS", "dlock:{%s}:w" % name) != ":1":
+                assert time.monotonic() < deadline, "the waiter never registered"
+                time.sleep(0.01)
             c.close()
             closed_at = time.monotonic()
             t.join()
-        assert outcome[0] == "NotAcquired"
-        assert outcome[1] <= closed_at
+        # close() returned only once the wait had run its course.
+        assert outcome[1] == "NotAcquired"
+        assert closed_at >= outcome[0] + 1.9
         with pytest.raises(dlock.ClientClosed):
             c.lock(name).acquire(wait=0)
     finally:
@@ -169,23 +175,29 @@ def test_close_while_threads_lock_and_release(redis, name):
     hold the close ended), none on anything else, and the process lives."""
     c = dlock.Client(redis.url)
     errors = []
+    started = threading.Semaphore(0)
 
     def work(i):
-        lock = c.lock("%s:%d" % (name, i))
-        while True:
-            try:
+        try:
+            lock = c.lock("%s:%d" % (name, i))
+            with lock:
+                pass
+            started.release()
+            while True:
                 with lock:
                     pass
-            except (dlock.ClientClosed, dlock.LockLost):
-                return
-            except Exception as e:  # reported by the test
-                errors.append(e)
-                return
+        except (dlock.ClientClosed, dlock.LockLost):
+            return
+        except Exception as e:  # reported by the test
+            errors.append(e)
+            started.release()
 
     ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
     for t in ts:
         t.start()
-    time.sleep(0.3)
+    for _ in ts:  # every thread is in its loop
+        assert started.acquire(timeout=30)
+    time.sleep(0.1)
     c.close()
     for t in ts:
         t.join(timeout=10)
