@@ -158,26 +158,11 @@ ssize_t dlock__link_recv(dlock__link *l, char *buf, size_t cap)
     return n;
 }
 
-/* Digits of v in decimal. */
-static size_t dec_len(size_t v)
-{
-    size_t n = 1;
-    while (v >= 10) {
-        v /= 10;
-        n++;
-    }
-    return n;
-}
-
 /* "<c><v>\r\n" at p; returns the end. */
-static char *put_line(char *p, char c, size_t v, size_t digits)
+static char *put_line(char *p, char c, size_t v)
 {
     *p++ = c;
-    for (size_t i = digits; i > 0; i--) {
-        p[i - 1] = (char)('0' + v % 10);
-        v /= 10;
-    }
-    p += digits;
+    p = dlock__put_dec(p, v, dlock__dec_len(v));
     *p++ = '\r';
     *p++ = '\n';
     return p;
@@ -195,17 +180,17 @@ int dlock__link_append(dlock__link *l, int argc, const char *const *argv, const 
 {
     size_t stack[64], *len = argc <= 64 ? stack : malloc((size_t)argc * sizeof *len);
     if (!len) return -1;
-    size_t total = 3 + dec_len((size_t)argc);
+    size_t total = 3 + dlock__dec_len((size_t)argc);
     for (int i = 0; i < argc; i++) {
         len[i] = lens ? lens[i] : strlen(argv[i]);
-        total += 5 + dec_len(len[i]) + len[i];
+        total += 5 + dlock__dec_len(len[i]) + len[i];
     }
     sds o = total > INT_MAX ? NULL : sdsMakeRoomFor(l->c->obuf, total);
     if (o) {
         l->c->obuf = o;
-        char *p = put_line(o + sdslen(o), '*', (size_t)argc, dec_len((size_t)argc));
+        char *p = put_line(o + sdslen(o), '*', (size_t)argc);
         for (int i = 0; i < argc; i++) {
-            p = put_line(p, '$', len[i], dec_len(len[i]));
+            p = put_line(p, '$', len[i]);
             memcpy(p, argv[i], len[i]);
             p += len[i];
             *p++ = '\r';

@@ -175,16 +175,28 @@ char *dlock__key(const char *name, const char *suffix)
     return asprintf(&k, "dlock:{%s}%s", name, suffix) < 0 ? NULL : k;
 }
 
+size_t dlock__dec_len(unsigned long long v)
+{
+    size_t n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+char *dlock__put_dec(char *p, unsigned long long v, size_t digits)
+{
+    for (size_t i = digits; i > 0; i--) {
+        p[i - 1] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return p + digits;
+}
+
 char *dlock__fmt_ull(unsigned long long v, char *out)
 {
-    char tmp[21];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
-    out[n] = '\0';
+    *dlock__put_dec(out, v, dlock__dec_len(v)) = '\0';
     return out;
 }
 

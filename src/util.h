@@ -72,6 +72,11 @@ dlock_status dlock__check_lease(long lease_ms, long min_ms, int watchdog_ok);
 char *dlock__fmt_ll(long long v, char *out);
 char *dlock__fmt_ull(unsigned long long v, char *out);
 
+/* The same without the NUL, for a writer that sized its buffer first:
+ * dlock__dec_len(v) digits of v at p; returns the end. */
+size_t dlock__dec_len(unsigned long long v);
+char *dlock__put_dec(char *p, unsigned long long v, size_t digits);
+
 /* Raise *a to v unless it is larger already. */
 void dlock__atomic_max(atomic_ullong *a, uint64_t v);
 

@@ -1,7 +1,8 @@
 /*
  * The link's own command formatter (src/link.c, dlock__link_append): the
  * bytes it writes are hiredis's for every shape of command, and a real
- * server reads them back as sent, binary arguments included.
+ * server reads them back as sent, binary arguments included. Also the
+ * number printing the lock calls use in place of snprintf (util.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,11 +10,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
 #include "link.h"
+#include "util.h"
 
 static th_redis server;
 
@@ -129,9 +133,34 @@ static void server_reads_back_what_was_appended(void **state)
     dlock__endpoint_destroy(&ep);
 }
 
+/* dlock__fmt_ll and dlock__fmt_ull print what printf prints, at the ends
+ * of their ranges and at every change in the number of digits. */
+static void numbers_print_as_printf_prints_them(void **state)
+{
+    (void)state;
+    char got[24], want[24];
+    const long long signed_cases[] = {0, 1, -1, 9, -9, 10, -10, 99, 100, LLONG_MAX, LLONG_MIN, LLONG_MIN + 1};
+    for (size_t i = 0; i < sizeof signed_cases / sizeof *signed_cases; i++) {
+        snprintf(want, sizeof want, "%lld", signed_cases[i]);
+        assert_string_equal(dlock__fmt_ll(signed_cases[i], got), want);
+    }
+    unsigned long long v = 1;
+    for (int digits = 1; digits <= 20; digits++, v *= 10) {
+        const unsigned long long around[3] = {v - 1, v, v + 1};
+        for (int k = 0; k < 3; k++) {
+            snprintf(want, sizeof want, "%llu", around[k]);
+            assert_string_equal(dlock__fmt_ull(around[k], got), want);
+        }
+        if (digits == 19) break; /* 10^20 does not fit */
+    }
+    snprintf(want, sizeof want, "%llu", ULLONG_MAX);
+    assert_string_equal(dlock__fmt_ull(ULLONG_MAX, got), want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(numbers_print_as_printf_prints_them),
         cmocka_unit_test(formatter_writes_the_bytes_hiredis_writes),
         cmocka_unit_test(server_reads_back_what_was_appended),
     };

@@ -1054,6 +1054,8 @@ class _Exclusive(_OnHandle):
         self._release(self._mode)
 
     def _release(self, mode: Optional[int]) -> None:
+        # _rc's guard, written out: every release passes here, and _rc
+        # would cost a closure and two calls more (stop 42).
         st = self._h.state
         st.enter()
         try:
