@@ -9,7 +9,6 @@
  * seen by this process keep rising whatever the server forgot; a caller
  * can add what its fenced resource knows (dlock_lock_set_fence_floor()).
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "fence.h"

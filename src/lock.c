@@ -128,11 +128,12 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     dlock_lock *l = (dlock_lock *)h;
     l->fair = fair;
     if (asprintf(&l->prefix, "%s:", l->base.channel) < 0) l->prefix = NULL;
-    if (!l->prefix || (fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")) ||
+    if (!l->prefix ||
+        (fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")) ||
                   !(l->queue_offers = dlock__key(name, ":qo")))) ||
         (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
                    !(l->offers = dlock__key(name, ":o")) ||
-                   asprintf(&l->wait_channel, "%s:%s", l->base.channel, client->id) < 0))) {
+                   asprintf(&l->wait_channel, "%s%s", l->prefix, client->id) < 0))) {
         l->wait_channel = NULL;
         dlock_lock_free(l);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");

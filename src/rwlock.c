@@ -109,8 +109,8 @@ typedef struct rw_call {
 
 static void rw_call_make(dlock_rwlock *rw, rw_thread *t, dlock_rw_mode mode, long lease, rw_call *c)
 {
-    snprintf(c->lease, sizeof c->lease, "%ld", lease);
-    snprintf(c->count, sizeof c->count, "%ld", t->hold[mode].held.count);
+    dlock__fmt_ll(lease, c->lease);
+    dlock__fmt_ll(t->hold[mode].held.count, c->count);
     dlock__fence_floor_arg(&rw->base.client->fences, rw->base.fence, atomic_load(&rw->base.floor), c->floor);
     c->keys[0] = rw->base.key;
     c->keys[1] = rw->base.fence;
@@ -233,8 +233,8 @@ typedef struct rel_call {
 static void rel_call_make(dlock_rwlock *rw, rw_thread *t, dlock_rw_mode mode, rel_call *c)
 {
     rw_hold *h = &t->hold[mode];
-    snprintf(c->lease, sizeof c->lease, "%ld", h->held.lease_ms);
-    snprintf(c->count, sizeof c->count, "%ld", h->held.count);
+    dlock__fmt_ll(h->held.lease_ms, c->lease);
+    dlock__fmt_ll(h->held.count, c->count);
     c->keys[0] = rw->base.key;
     c->keys[1] = rw->base.channel;
     const char *args[5] = {t->rec.owner, c->lease, c->count, mode_name[mode], rw->base.client->publish};
