@@ -1626,6 +1626,33 @@ static void a_hand_off_in_the_old_form_only_wakes_the_waiter(void **state)
     dlock_client_free(hc);
 }
 
+/* The few milliseconds a release keeps the free lock for the process it
+ * woke (release.lua's dlock:{NAME}:r): a first attempt of another
+ * process is answered busy, the woken process's is granted and ends the
+ * reservation, and a lock with neither a holder nor a reservation is
+ * granted at once. acquire.lua finds the free lock with one EXISTS over
+ * the lock and the reservation (stop 43); counting the lock alone would
+ * let the newcomer take it here. The reservation is made by hand, 5 s
+ * long, so that nothing but the script decides. */
+static void a_lock_kept_for_a_woken_process_is_busy_to_others_and_free_to_it(void **state)
+{
+    (void)state;
+    dlock_client *ca = new_client(0), *cb = new_client(0);
+    dlock_lock *a = th_lock_new(ca, "kept"), *b = th_lock_new(cb, "kept");
+    freeReplyObject(th_target_cmd(&server, "{kept}", "SET dlock:{kept}:r %s PX 5000", dlock_client_id(cb)));
+    assert_int_equal(dlock_lock_acquire(a, 0, 10000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{kept}"), 0);
+    assert_int_equal(dlock_lock_acquire(b, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{kept}:r"), 0);
+    assert_int_equal(dlock_lock_release(b), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(a, 0, 10000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(a), DLOCK_OK);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_free(ca);
+    dlock_client_free(cb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1647,6 +1674,7 @@ int main(void)
         cmocka_unit_test(a_release_wakes_its_own_waiters_when_none_of_them_is_registered),
         cmocka_unit_test(a_newcomer_that_registers_as_the_last_waiter_leaves_is_woken_by_the_next_release),
         cmocka_unit_test(a_hand_off_in_the_old_form_only_wakes_the_waiter),
+        cmocka_unit_test(a_lock_kept_for_a_woken_process_is_busy_to_others_and_free_to_it),
         cmocka_unit_test(a_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(a_fair_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(a_hand_off_that_comes_too_late_is_not_taken),

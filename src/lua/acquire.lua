@@ -68,8 +68,20 @@
 
 --@include fence
 
-local owner = redis.call('HGET', KEYS[1], 'owner')
+-- One EXISTS over the lock and the reservation first: when neither is
+-- there (every uncontended acquisition) it answers for both, where HGET
+-- and GET took two calls, and each redis.call costs the server about as
+-- much as a small command of its own (docs/BENCHMARKS.md, stop 43). A
+-- caller that knows it holds the lock (ARGV[3] > 0) skips it: the lock is
+-- there. A busy lock costs one call more than before, an attempt that
+-- finds it busy being rarer than one that finds it free.
 local mine = tonumber(ARGV[3])
+local owner
+if mine > 0 or redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1]) > 0 then
+    owner = redis.call('HGET', KEYS[1], 'owner')
+else
+    KEYS[3] = nil -- not there: nothing to read below
+end
 
 if owner == ARGV[1] and mine > 0 then
     local count = mine + 1

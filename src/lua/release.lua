@@ -32,8 +32,9 @@
 -- again). When that process is the caller's own (ARGV[6]), nothing is
 -- published and -2 is returned instead: the caller wakes its waiter
 -- itself, without the trip through the server's pub/sub and its
--- subscriber thread. With none registered, one waiter per process subscribed to the
--- lock's channel (RedLock, older clients) is woken ("1").
+-- subscriber thread. A release without the waiting set (RedLock's, two
+-- keys) wakes one waiter per process subscribed to the lock's channel
+-- ("1"); one with the set and none registered publishes nothing.
 -- A resend of that last release returns -1, which the caller that knows
 -- it resent (src/lock.c) reads as done.
 --
@@ -173,5 +174,14 @@ if KEYS[3] and (own > 0 or redis.call('EXISTS', KEYS[3]) == 1) then
         end
     end
 end
-redis.call(ARGV[4], KEYS[2], '1')
+-- With none registered, wake those subscribed to the lock's channel:
+-- RedLock's waiters, whose release (two keys) has no waiting set. A plain
+-- lock's waiters listen on their process's channel only and are
+-- registered by their attempts, so a release that names the set skips
+-- this publish, which every uncontended release used to pay for nobody
+-- (a waiter of a version older than the per-process channels, if one is
+-- still running, finds the lock by its timed retry instead).
+if not KEYS[3] then
+    redis.call(ARGV[4], KEYS[2], '1')
+end
 return 0
