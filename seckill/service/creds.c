@@ -30,10 +30,12 @@ void sk_passwords_free(sk_passwords *p)
     *p = (sk_passwords){NULL, NULL};
 }
 
-int sk_redis_connect(const char *url, const char *password, dlock_client **out, char *err, size_t errlen)
+int sk_redis_connect(const char *url, const char *password, int command_timeout_ms, dlock_client **out, char *err,
+                     size_t errlen)
 {
     dlock_options o = {0};
     o.password = password;
+    o.command_timeout_ms = command_timeout_ms;
     if (dlock_client_new(url, &o, out) == DLOCK_OK) return 0;
     char masked[512];
     sk_mask_url(url, masked, sizeof masked);

@@ -31,8 +31,10 @@ int sk_passwords_load(const char *redis_file, const char *db_file, sk_passwords 
 /* Wipe and free them. */
 void sk_passwords_free(sk_passwords *p);
 
-/* dlock_client_new(url) logging in with `password` (NULL: the URL's).
+/* dlock_client_new(url) logging in with `password` (NULL: the URL's),
+ * with the library's command timeout in ms (0: its default).
  * 0, or -1 with "redis URL: why" in err, the URL's password masked. */
-int sk_redis_connect(const char *url, const char *password, dlock_client **out, char *err, size_t errlen);
+int sk_redis_connect(const char *url, const char *password, int command_timeout_ms, dlock_client **out, char *err,
+                     size_t errlen);
 
 #endif

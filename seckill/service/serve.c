@@ -39,7 +39,7 @@
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
  * SECKILL_WRITER_LINGER_MS, SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS,
- * SECKILL_SOLD_OUT_MS;
+ * SECKILL_SOLD_OUT_MS, SECKILL_REDIS_TIMEOUT_MS;
  * see seckill(1)). */
 static long env_long(const char *name, long dflt)
 {
@@ -48,6 +48,21 @@ static long env_long(const char *name, long dflt)
     char *end;
     long x = strtol(v, &end, 10);
     return *end || x < 0 ? dflt : x;
+}
+
+/* SECKILL_REDIS_TIMEOUT_MS: how long a Redis command may wait for its
+ * answer before its connection is given up (the library's command
+ * timeout). At least the library's default, 5000: a WAIT for the replicas
+ * (at most 4000, skredis.c) must end well inside it. Why raise it: a Redis
+ * that stalls for longer than this (a slow fork, a paused VM) then
+ * answers late instead of failing every order in flight with 429; and
+ * tests that stop Redis with orders in flight raise it so that buyers
+ * slow to arrive cannot see the first orders time out before the last
+ * are sent. */
+static int redis_timeout_ms(void)
+{
+    long v = env_long("SECKILL_REDIS_TIMEOUT_MS", 5000);
+    return v < 5000 ? 5000 : v > 600000 ? 600000 : (int)v;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -292,7 +307,8 @@ int sk_cmd_serve(int argc, char **argv)
     /* The private redis-server has no password: a Redis password is for
      * the Redis of --redis. */
     int connected = sk_db_open(o.db, pw.db, 0, &s.db, err, sizeof err) == 0 &&
-                    sk_redis_connect(redis_url, o.redis ? pw.redis : NULL, &s.client, err, sizeof err) == 0;
+                    sk_redis_connect(redis_url, o.redis ? pw.redis : NULL, redis_timeout_ms(), &s.client, err,
+                                     sizeof err) == 0;
     sk_passwords_free(&pw);
     if (!connected) goto fail;
     s.ids = sk_orderids_new(s.client, 128);

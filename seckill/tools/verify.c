@@ -317,7 +317,7 @@ int sk_cmd_verify(int argc, char **argv)
     dlock_client *client = NULL;
     sk_redis rd, *redis = NULL;
     int opened = sk_db_open(db_url, pw.db, SK_DB_EXISTING, &db, err, sizeof err) == 0 &&
-                 (!redis_url || (sk_redis_connect(redis_url, pw.redis, &client, err, sizeof err) == 0 &&
+                 (!redis_url || (sk_redis_connect(redis_url, pw.redis, 0, &client, err, sizeof err) == 0 &&
                                  sk_redis_init(&rd, client, redis_url, 0, 0, err, sizeof err) == 0));
     sk_passwords_free(&pw);
     if (!opened) {
