@@ -1443,6 +1443,51 @@ static void what_command_left_running_stops_before_the_next_holder_starts(void *
     assert_false(alive);
 }
 
+/* The order of the two steps above, pinned down: COMMAND's group is
+ * killed before the release, and the guard reaped only after it (a
+ * hand-off no longer waits for the guard's exit). The test before cannot
+ * tell the two apart: the next holder starts milliseconds after the
+ * release, the late kill microseconds after it. Here dlock stops itself
+ * right after its release (DLOCK_TEST_STOP_AFTER_RELEASE), and what
+ * COMMAND left behind, a loop appending clock stamps to a file, must have
+ * stopped by then: the file must not grow while dlock sits stopped. With
+ * the group killed only when the guard is reaped, the loop runs on
+ * (checked by hand, with the guard's own kill taken out too). */
+static void command_left_running_is_killed_before_the_release_not_after(void **state)
+{
+    (void)state;
+    cmd_files f;
+    cmd_files_name(&f, "kill-first");
+    char script[1536];
+    snprintf(script, sizeof script,
+             "(while :; do date +%%s%%N >> %s; done) & echo $! > %s;"
+             " while [ ! -s %s ]; do sleep 0.01; done; touch %s; sleep 0.2",
+             f.a, f.pid, f.a, f.ready);
+    const char *args[] = {"lock", "kill-first", "--", "sh", "-c", script, NULL};
+    proc holder;
+    start_dlock(&holder, srv.url, "DLOCK_TEST_STOP_AFTER_RELEASE=1", args);
+    assert_true(wait_for_file(f.ready, 10000));
+    long long t0 = th_now_ms();
+    while (!th_pid_stopped(holder.pid) && th_now_ms() - t0 < 10000) usleep(2000);
+    int stopped = th_pid_stopped(holder.pid);
+    struct stat s1, s2;
+    int have1 = stat(f.a, &s1) == 0;
+    usleep(300000);
+    int have2 = stat(f.a, &s2) == 0;
+    pid_t loop = read_pid(f.pid);
+    int alive = loop > 0 && th_pid_alive(loop);
+    if (alive) kill(loop, SIGKILL);
+    kill(holder.pid, SIGCONT);
+    int st = wait_dlock(&holder, 10000);
+    assert_true(stopped);
+    assert_int_equal(st, 0);
+    assert_true(have1 && have2);
+    if (s2.st_size != s1.st_size)
+        fail_msg("COMMAND's loop wrote %lld bytes after dlock had released the lock",
+                 (long long)(s2.st_size - s1.st_size));
+    assert_false(alive);
+}
+
 /* COMMAND's guard killed on its own (kill -9 of the guard, not of dlock)
  * takes COMMAND along (its parent-death signal) and dlock kills the rest
  * of the group when it reaps the guard (tools/child.c): nothing of
@@ -1912,6 +1957,7 @@ int main(void)
         cmocka_unit_test(command_is_not_started_on_a_lease_no_longer_trusted),
         cmocka_unit_test(killed_dlock_takes_command_and_its_group_down),
         cmocka_unit_test(what_command_left_running_stops_before_the_next_holder_starts),
+        cmocka_unit_test(command_left_running_is_killed_before_the_release_not_after),
         cmocka_unit_test(a_guard_killed_alone_takes_command_and_its_group_along),
         cmocka_unit_test(a_dlock_killed_while_it_waits_takes_its_guard_along),
         cmocka_unit_test(every_subcommand_prints_its_help),

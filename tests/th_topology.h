@@ -92,6 +92,9 @@ int th_pid_alive(pid_t pid);
 /* The parent of a process, from /proc; 0 when it cannot be read. */
 pid_t th_pid_parent(pid_t pid);
 
+/* Whether a process is stopped (SIGSTOP, or traced), from /proc. */
+int th_pid_stopped(pid_t pid);
+
 /* The port of a live replica of `master_port` (per the table), or -1. */
 int th_topology_replica_of(th_topology *t, int master_port);
 

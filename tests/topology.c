@@ -289,6 +289,12 @@ int th_pid_alive(pid_t pid)
     return s && s != 'Z' && s != 'X';
 }
 
+int th_pid_stopped(pid_t pid)
+{
+    char s = pid > 0 ? proc_state(pid, NULL) : 0;
+    return s == 'T' || s == 't';
+}
+
 pid_t th_pid_parent(pid_t pid)
 {
     pid_t parent = 0;

@@ -19,9 +19,11 @@
  *    already gone, so a guard killed on its own takes COMMAND along; dlock
  *    then kills the rest of the group when it reaps the guard.
  *  - When COMMAND ends, the guard reports its wait status and kills the
- *    group: nothing COMMAND left behind runs on unprotected once the lock
- *    is released. A daemon meant to outlive COMMAND must leave the group
- *    (setsid), and is then on its own.
+ *    group, and dlock, on the report, kills the group too before it
+ *    releases the lock (child_stop()), reaping the guard only after the
+ *    release: nothing COMMAND left behind runs on unprotected once the
+ *    lock is released. A daemon meant to outlive COMMAND must leave the
+ *    group (setsid), and is then on its own.
  *  - Signals for COMMAND go to the whole group; the guard ignores them.
  *
  * The guard is started before the lock is asked for (child_prepare()),
@@ -422,9 +424,18 @@ static void read_reports(child *c)
     }
 }
 
+/* Why COMMAND's end is taken from the report, before the guard has died:
+ * the guard's exit (a copy of dlock, its mappings torn down) came between
+ * COMMAND's end and the release, on every hand-off of the lock. What
+ * makes the release safe is that the group is killed first, which
+ * child_stop() does without waiting for the guard. */
 int child_poll(child *c, int *wstatus)
 {
     read_reports(c);
+    if (c->reported != 0 && c->guard > 0) {
+        *wstatus = c->reported < 0 ? -1 : c->status;
+        return 1;
+    }
     if (c->guard <= 0) return 1;
     int gst;
     pid_t w = waitpid(c->guard, &gst, WNOHANG);
@@ -440,6 +451,8 @@ int child_poll(child *c, int *wstatus)
     }
     return 1;
 }
+
+void child_stop(child *c) { child_signal(c, SIGKILL); }
 
 void child_finish(child *c)
 {

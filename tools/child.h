@@ -55,14 +55,21 @@ void child_signal(const child *c, int sig);
 
 /*
  * Handle what the guard reported (call when report_fd is readable, or
- * SIGCHLD came): returns 1 once COMMAND has ended and the guard is reaped
- * (*wstatus: COMMAND's wait status, or -1 with c->exec_errno when it could
- * not be executed), 0 while it runs. A stopped COMMAND (^Z at a terminal)
+ * SIGCHLD came): returns 1 once COMMAND has ended, as the guard reported
+ * it or as its own death says (*wstatus: COMMAND's wait status, or -1 with
+ * c->exec_errno when it could not be executed), 0 while it runs; the
+ * guard may not be reaped yet. A stopped COMMAND (^Z at a terminal)
  * stops us too, and both go on together.
  */
 int child_poll(child *c, int *wstatus);
 
-/* Kill whatever is left of the group, give the terminal back, close. */
+/* Kill whatever is left of COMMAND's group: when this returns, every
+ * process still in it has SIGKILL pending. The guard is reaped later, by
+ * child_finish(). */
+void child_stop(child *c);
+
+/* Kill whatever is left of the group, reap the guard, give the terminal
+ * back, close. */
 void child_finish(child *c);
 
 #endif

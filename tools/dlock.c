@@ -809,14 +809,25 @@ static int start_command(child *c, const char *name, uint64_t token, const char 
     return 0;
 }
 
+/* Test hook (dlock(1), ENVIRONMENT): DLOCK_TEST_STOP_AFTER_RELEASE=1
+ * stops us right after the release, before the guard is reaped, so that
+ * test_cli can prove nothing of COMMAND's group runs on by then: what
+ * child_stop() killed before the release, and not child_finish() after. */
+static void test_stop_after_release(void)
+{
+    const char *v = getenv("DLOCK_TEST_STOP_AFTER_RELEASE");
+    if (v && strcmp(v, "1") == 0) raise(SIGSTOP);
+}
+
 /* Wait for COMMAND that start_command() started, and return the status
  * dlock should exit with, before the release is considered. */
 static int wait_command(child *c, const char *name, const char *command0, long margin_ms, int (*lost)(void *),
                         void *hold)
 {
     int wstatus = supervise(c, name, margin_ms, lost, hold);
-    /* Whatever COMMAND left in its group dies before the lock is released. */
-    child_finish(c);
+    /* Whatever COMMAND left in its group dies before the lock is released;
+     * the guard is reaped after the release (child_finish()). */
+    child_stop(c);
     if (wstatus < 0) {
         errorf("cannot run '%s': %s", command0, strerror(c->exec_errno));
         return EXIT_NOEXEC;
@@ -1060,6 +1071,7 @@ static int cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc
      * exit for a whole command timeout; the record expires by itself. */
     if (info) holdinfo_end(info, !lost_reported && !holder_lost(&h));
     st = holder_release(&h);
+    test_stop_after_release();
     holdinfo_free(info);
     if (atomic_load(&lease_lost) || lost_reported) {
         /* Reported when it happened, unless COMMAND had just ended. */
