@@ -452,7 +452,15 @@ int child_poll(child *c, int *wstatus)
     return 1;
 }
 
-void child_stop(child *c) { child_signal(c, SIGKILL); }
+/* The terminal comes back here, not in child_finish(): what dlock says
+ * about the release (a lost lock, a failed release) is written while it
+ * is in the foreground again. */
+void child_stop(child *c)
+{
+    child_signal(c, SIGKILL);
+    if (c->tty_fd >= 0) give_tty(c->tty_fd, getpgrp());
+    c->tty_fd = -1;
+}
 
 void child_finish(child *c)
 {

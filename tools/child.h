@@ -63,9 +63,9 @@ void child_signal(const child *c, int sig);
  */
 int child_poll(child *c, int *wstatus);
 
-/* Kill whatever is left of COMMAND's group: when this returns, every
- * process still in it has SIGKILL pending. The guard is reaped later, by
- * child_finish(). */
+/* Kill whatever is left of COMMAND's group (when this returns, every
+ * process still in it has SIGKILL pending) and give the terminal back.
+ * The guard is reaped later, by child_finish(). */
 void child_stop(child *c);
 
 /* Kill whatever is left of the group, reap the guard, give the terminal
