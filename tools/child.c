@@ -464,14 +464,12 @@ void child_stop(child *c)
 
 void child_finish(child *c)
 {
-    child_signal(c, SIGKILL);
+    child_stop(c);
     if (c->guard > 0) {
         while (waitpid(c->guard, NULL, 0) < 0 && errno == EINTR) {
         }
         c->guard = 0;
     }
-    if (c->tty_fd >= 0) give_tty(c->tty_fd, getpgrp());
-    c->tty_fd = -1;
     if (c->report_fd >= 0) close(c->report_fd);
     if (c->lifeline_fd >= 0) close(c->lifeline_fd);
     c->report_fd = c->lifeline_fd = -1;
