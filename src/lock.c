@@ -192,18 +192,18 @@ static void hold_lost(dlock__wd_entry *e)
  * acknowledged it within the replica timeout, so it was undone. */
 #define REPLICA_SHORT 2
 
+static void give_back(dlock_lock *l, lock_thread *h);
+
 /* Replica-safe acquire: take back an acquisition that too few replicas
  * have, so that a failover to one of the others cannot hand the lock to a
- * second owner. Best effort: if this fails, the lease still ends it. */
-static void undo_acquire(dlock_lock *l, lock_thread *h, long lease)
+ * second owner. It is released as any last hold is (give_back), not with
+ * the lock's two keys: a plain lock's waiters of other processes sleep on
+ * their own channels and are woken only by a release that reads the
+ * waiting set, and without it they would find the lock free at their
+ * timed retry (seconds). Best effort: if this fails, the lease ends it. */
+static void undo_acquire(dlock_lock *l, lock_thread *h)
 {
-    char lease_s[24];
-    snprintf(lease_s, sizeof lease_s, "%ld", lease);
-    const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
-    const char *args[5] = {h->rec.owner, lease_s, "1", l->base.client->publish, l->prefix};
-    long long left;
-    dlock__eval_int(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
-                    l->fair ? 5 : 4, args, &left);
+    give_back(l, h);
 }
 
 /* The keys and arguments of one run of acquire.lua (fair_acquire.lua),
@@ -324,7 +324,7 @@ static int try_acquire(dlock_lock *l, lock_thread *h, long lease, int queue, int
     if (result == REPLICA_SHORT) {
         char why[512];
         snprintf(why, sizeof why, "%s", dlock_last_error());
-        undo_acquire(l, h, lease);
+        undo_acquire(l, h);
         dlock__fail(DLOCK_ERR_REPLICA, "%s", why);
     }
     return result;
@@ -369,8 +369,6 @@ static int hand_begin(dlock_lock *l, lock_thread *h, long wait_ms, long before, 
     hand->fresh_ms = dlock__lease_trust_ms(lease, c->safety_margin_pct) / 2;
     return 1;
 }
-
-static void give_back(dlock_lock *l, lock_thread *h);
 
 /* Arguments of one acquire attempt, for dlock__wait_for(). */
 struct attempt {
@@ -982,8 +980,21 @@ static dlock_status async_attempt(dlock__await *aw)
                                      dlock__await_reply, op);
 }
 
-/* A replica-short acquisition is undone (sent, not waited for: this is a
- * library thread) and counts as busy, as in try_again(). */
+/* The answer to an asynchronous acquisition's undo: a plain lock's
+ * release may name this client's own waiters as next (WAKE_OWN). */
+static void undone_reply(dlock_status st, redisReply *r, void *arg)
+{
+    leave_call *g = arg;
+    if (st == DLOCK_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer == WAKE_OWN)
+        dlock__wait_wake(g->c, g->channel);
+    if (r) freeReplyObject(r);
+    free(g);
+}
+
+/* A replica-short acquisition is undone as undo_acquire() does (sent, not
+ * waited for: this is a library thread; the wake-up channel is copied, as
+ * the handle may be freed before the answer comes) and counts as busy, as
+ * in try_again(). */
 static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
 {
     lock_async *op = (lock_async *)aw;
@@ -991,12 +1002,19 @@ static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
     int result = acquire_reply(l, op->h, r, dlock__async_acks(), retry_ms);
     op->replica_short = result == REPLICA_SHORT;
     if (!op->replica_short) return result;
-    char lease_s[24];
-    snprintf(lease_s, sizeof lease_s, "%ld", op->lease);
-    const char *keys[2] = {l->base.key, l->fair ? l->queue : l->base.channel};
-    const char *args[5] = {op->h->rec.owner, lease_s, "1", l->base.client->publish, l->prefix};
-    dlock__async_script(l->base.client, l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE, 2, keys,
-                        l->fair ? 5 : 4, args, dlock__async_ignore, NULL);
+    dlock_client *c = l->base.client;
+    release_call rc;
+    release_call_make(l, op->h, &rc);
+    snprintf(rc.count_s, sizeof rc.count_s, "1"); /* the one hold just granted */
+    size_t len = l->wait_channel ? strlen(l->wait_channel) + 1 : 0;
+    leave_call *g = len ? malloc(sizeof *g + len) : NULL;
+    if (g) {
+        g->c = c;
+        memcpy(g->channel, l->wait_channel, len);
+    }
+    if (dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args,
+                            g ? undone_reply : dlock__async_ignore, g) != DLOCK_OK)
+        free(g);
     return DLOCK__BUSY;
 }
 
