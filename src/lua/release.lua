@@ -99,7 +99,8 @@
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
 end
-local left = tonumber(ARGV[3]) - 1
+-- ARGV[3] and ARGV[7] compared as text, not converted: see acquire.lua.
+local left = ARGV[3] == '1' and 0 or tonumber(ARGV[3]) - 1
 if left > 0 then
     redis.call('HSET', KEYS[1], 'count', left)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -109,8 +110,9 @@ redis.call('DEL', KEYS[1])
 -- EXISTS first: an uncontended lock has no waiting set, and one call is
 -- cheaper than the three below (each redis.call costs the server about as
 -- much as a small command of its own).
-local own = tonumber(ARGV[7] or '0')
-if KEYS[3] and (own > 0 or redis.call('EXISTS', KEYS[3]) == 1) then
+local own = ARGV[7] or '0'
+if KEYS[3] and (own ~= '0' or redis.call('EXISTS', KEYS[3]) == 1) then
+    own = tonumber(own)
     -- The shared functions are pasted here, not at the top: a local
     -- function is made anew on each call that reaches it, and a release
     -- nobody waits for never needs them.
