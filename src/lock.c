@@ -58,6 +58,12 @@
  * the releaser named, with that token. */
 #define HANDED_OVER (-3)
 
+/* release_quick.lua's answer when processes are registered as waiting:
+ * nothing was done, and release.lua must be sent. The handle's next
+ * CROWDED_RELEASES releases then go as release.lua straight away. */
+#define CROWDED (-4)
+#define CROWDED_RELEASES 16
+
 static const dlock__handle_keys lock_keys = {"", ":fence", ":ch"};
 
 /* A thread's view of its hold of one handle. */
@@ -79,6 +85,7 @@ struct dlock_lock {
     char *wait_channel;            /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
     char *prefix;                  /* "dlock:{NAME}:ch:", where the scripts name a waiter's channel */
     uint64_t queued;               /* fair locks: waits begun on this handle (fair_queued); under base.mu */
+    atomic_int crowded;            /* plain locks: releases to send in full before a quick one (CROWDED) */
 };
 
 /* The metrics count the two kinds apart: their waits differ by design. */
@@ -293,6 +300,10 @@ static int acquire_reply(dlock_lock *l, lock_thread *h, const redisReply *r, lon
     if (r->element[0]->integer == 0) {
         long ttl = (long)r->element[1]->integer;
         *pttl = dlock__retry_after(ttl);
+        /* A lock this handle finds busy is likely waited for by others
+         * when this handle releases it: its next releases go in full
+         * (release_quick.lua), not quick and then sent back. */
+        if (!l->fair) atomic_store(&l->crowded, CROWDED_RELEASES);
         return DLOCK__BUSY;
     }
     if (r->element[0]->integer == 1 && l->base.client->replica_acks > 0 && acks < l->base.client->replica_acks) {
@@ -693,6 +704,35 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
     }
 }
 
+/* release_quick.lua in place of the full call `c` (release_call_make),
+ * when it will do: a plain lock, no thread or acquisition of this client
+ * waiting for it (release.lua must know of them, and may hand one the
+ * lock), and no release of this handle sent back lately (l->crowded).
+ * Whether it did. */
+static int release_call_quicken(dlock_lock *l, release_call *c)
+{
+    if (l->fair || c->waiters > 0) return 0;
+    int n = atomic_load(&l->crowded);
+    if (n > 0) {
+        atomic_compare_exchange_strong(&l->crowded, &n, n - 1);
+        return 0;
+    }
+    c->script = DLOCK__SCRIPT_RELEASE_QUICK;
+    c->keys[1] = l->waiters; /* args[0..2] are owner, lease and count already */
+    c->nkeys = 2;
+    c->nargs = 3;
+    return 1;
+}
+
+/* Whether `r` is release_quick.lua's CROWDED; if so the handle's next
+ * releases go in full. */
+static int release_crowded(dlock_lock *l, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_INTEGER || r->integer != CROWDED) return 0;
+    atomic_store(&l->crowded, CROWDED_RELEASES);
+    return 1;
+}
+
 /* Why: a waiter that offered may have been handed the lock by another
  * process just before it took its offer back (waiter_leave), the message
  * still on its way. Having given up, it holds no hold, so a lock that
@@ -760,15 +800,25 @@ dlock_status dlock_lock_release(dlock_lock *l)
         return dlock__fail(DLOCK_ERR_LOST, "lock '%s' was lost while held", l->base.name);
     release_call rc;
     release_call_make(l, h, &rc);
-    dlock__sub_watch *claimed;
-    lock_offer *o = release_claim(l, h, &rc, &claimed);
+    dlock__sub_watch *claimed = NULL;
+    lock_offer *o = NULL;
+    int quick = release_call_quicken(l, &rc);
     redisReply *r;
     int retried;
-    int64_t sent = dlock__mono_ms();
-    dlock_status st = dlock__eval(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, &retried);
-    if (st != DLOCK_OK) {
-        release_unanswered(l, h, o, claimed);
-        return st;
+    int64_t sent;
+    dlock_status st;
+    for (;;) {
+        if (!quick) o = release_claim(l, h, &rc, &claimed);
+        sent = dlock__mono_ms();
+        st = dlock__eval(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, &retried);
+        if (st != DLOCK_OK) {
+            release_unanswered(l, h, o, claimed);
+            return st;
+        }
+        if (!quick || !release_crowded(l, r)) break;
+        freeReplyObject(r); /* sent back, nothing done: the full release */
+        release_call_make(l, h, &rc);
+        quick = 0;
     }
     st = release_reply(l, h, r, retried, o, claimed, sent);
     freeReplyObject(r);
@@ -805,6 +855,7 @@ typedef struct lock_async {
     int offers;        /* its attempts offer the hand-off between processes (as lock_acquire's a.offer) */
     int offered;       /* one was sent with an offer */
     lock_offer *next;  /* a release's: the waiter it claimed, if any */
+    int quick;         /* a release's: sent as release_quick.lua */
     dlock__sub_watch *claimed;
     dlock_acquired_fn acquired;
     dlock_released_fn released;
@@ -1066,12 +1117,40 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
     return st;
 }
 
+static void on_release_reply(dlock_status st, redisReply *r, void *arg);
+
+/* An asynchronous release's call: quick when it will do (as
+ * dlock_lock_release), else in full with a waiter of this client claimed
+ * for a hand-off. */
+static dlock_status release_send_async(lock_async *op, int may_be_quick)
+{
+    dlock_lock *l = op->l;
+    release_call rc;
+    release_call_make(l, op->h, &rc);
+    op->quick = may_be_quick && release_call_quicken(l, &rc);
+    op->next = op->quick ? NULL : release_claim(l, op->h, &rc, &op->claimed);
+    op->sent = dlock__mono_ms();
+    dlock_status st =
+        dlock__async_script(l->base.client, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, on_release_reply, op);
+    if (st != DLOCK_OK) {
+        dlock__wait_settle(l->base.client, op->claimed, 0); /* not sent: nothing was handed over, nobody to wake */
+        op->claimed = NULL;
+        op->next = NULL;
+    }
+    return st;
+}
+
 static void on_release_reply(dlock_status st, redisReply *r, void *arg)
 {
     lock_async *op = arg;
     dlock_lock *l = op->l;
     lock_thread *h = op->h;
     dlock_client *c = l->base.client;
+    if (st == DLOCK_OK && op->quick && release_crowded(l, r)) {
+        freeReplyObject(r); /* sent back, nothing done: the full release */
+        if ((st = release_send_async(op, 0)) == DLOCK_OK) return;
+        r = NULL;
+    }
     if (st != DLOCK_OK) {
         release_unanswered(l, h, op->next, op->claimed);
     } else {
@@ -1106,13 +1185,8 @@ dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void 
         op->h = h;
         op->released = cb;
         op->arg = arg;
-        release_call rc;
-        release_call_make(l, h, &rc);
-        op->next = release_claim(l, h, &rc, &op->claimed);
-        op->sent = dlock__mono_ms();
-        st = dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, on_release_reply, op);
+        st = release_send_async(op, 1);
         if (st == DLOCK_OK) return DLOCK_OK;
-        dlock__wait_settle(c, op->claimed, 0); /* not sent: nothing was handed over, nobody to wake */
         dlock__held_release_failed(c, &h->held);
     }
     free(op);

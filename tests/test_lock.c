@@ -683,13 +683,18 @@ static void a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client(void
  * moment the release returns (before the waiter even wakes), the script
  * calls from the release to the waiter's hold are the release alone, the
  * waiter's token is above the releaser's, and the hold is the waiter's,
- * with its own 7 s lease and count 1. */
+ * with its own 7 s lease and count 1. The first round's release is sent
+ * quick (release_quick.lua: the holder never found the lock busy) and
+ * sent back, so it makes two calls; it then marks the handle crowded,
+ * and the later rounds' releases go in full at once. */
 static void a_release_hands_the_lock_to_a_waiting_thread_of_another_process(void **state)
 {
     (void)state;
     enum { REPS = 5 };
     dlock_client *c = new_client(0), *other = new_client(0), *look = new_client(0);
     dlock_lock *l = th_lock_new(c, "handover-x"), *theirs = th_lock_new(other, "handover-x");
+    assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK); /* the quick release's script loaded */
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     for (int i = 0; i < REPS; i++) {
         uint64_t mine;
         assert_int_equal(dlock_lock_acquire(l, 0, 30000, &mine), DLOCK_OK);
@@ -707,7 +712,8 @@ static void a_release_hands_the_lock_to_a_waiting_thread_of_another_process(void
         pthread_join(th, NULL);
         assert_int_equal(w.status, DLOCK_OK);
         if (!at_release.held) fail_msg("round %d: the lock was free after the release, not handed over", i);
-        if (calls != 1) fail_msg("round %d: %lld script calls from the release to the waiter's hold", i, calls);
+        if (calls != (i == 0 ? 2 : 1))
+            fail_msg("round %d: %lld script calls from the release to the waiter's hold", i, calls);
         assert_true(w.token > mine);
         assert_int_equal((long long)at_release.last_token, (long long)w.token);
         assert_int_equal(w.info.held, 1);
