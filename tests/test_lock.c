@@ -731,6 +731,44 @@ static void a_release_hands_the_lock_to_a_waiting_thread_of_another_process(void
     dlock_client_free(c);
 }
 
+/* A handle that found the lock busy expects others to wait for it too:
+ * its release goes in full at once (release.lua), so the hand-off to a
+ * waiting process is its one call, not a quick release sent back and then
+ * the full one (release_quick.lua). Fails with two calls when finding the
+ * lock busy leaves the handle's releases quick. */
+static void a_handle_that_found_the_lock_busy_releases_in_full_at_once(void **state)
+{
+    (void)state;
+    dlock_client *a = new_client(0), *b = new_client(0), *other = new_client(0), *look = new_client(0);
+    dlock_lock *la = th_lock_new(a, "busy-full"), *lb = th_lock_new(b, "busy-full");
+    dlock_lock *theirs = th_lock_new(other, "busy-full");
+    assert_int_equal(dlock_lock_acquire(la, 0, 30000, NULL), DLOCK_OK); /* the quick release's script loaded */
+    assert_int_equal(dlock_lock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(la, 0, 30000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(lb, 0, 30000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_lock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(lb, 0, 30000, NULL), DLOCK_OK);
+    struct handed w = {.l = theirs, .look = look};
+    pthread_t th;
+    pthread_create(&th, NULL, handed_main, &w);
+    usleep(100000); /* the waiter sleeps on its channel, registered with its offer */
+    long long before = th_target_calls(&server, "evalsha");
+    assert_int_equal(dlock_lock_release(lb), DLOCK_OK);
+    while (!atomic_load(&w.got)) usleep(1000);
+    long long calls = th_target_calls(&server, "evalsha") - before;
+    atomic_store(&w.go, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, DLOCK_OK);
+    if (calls != 1) fail_msg("%lld script calls from the release to the waiter's hold", calls);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(theirs);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    dlock_client_free(other);
+    dlock_client_free(look);
+}
+
 /* A release hands the lock only to a process that is there to take it:
  * a process that registered with an offer and then died (here, one made
  * up in the set and the offers, whose channel nobody listens on) is
@@ -1778,6 +1816,7 @@ int main(void)
         cmocka_unit_test(a_release_wakes_a_waiter_of_its_own_client_without_publishing),
         cmocka_unit_test(a_release_hands_the_lock_to_a_sleeping_thread_of_its_own_client),
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiting_thread_of_another_process),
+        cmocka_unit_test(a_handle_that_found_the_lock_busy_releases_in_full_at_once),
         cmocka_unit_test(a_release_skips_a_waiting_process_that_is_gone),
         cmocka_unit_test(a_release_wakes_its_own_waiters_when_none_of_them_is_registered),
         cmocka_unit_test(a_newcomer_that_registers_as_the_last_waiter_leaves_is_woken_by_the_next_release),
