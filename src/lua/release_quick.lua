@@ -16,11 +16,13 @@
 -- the server about 1 100 instructions to take in (parsing it, its
 -- object, its Lua string: a key of a lock's size, by callgrind; an
 -- uncontended pair costs about 124 000, docs/BENCHMARKS.md, stop 44). An
--- uncontended release needs two keys and three arguments. The caller sends this one
--- only when no thread or acquisition of its own process waits for the
--- lock (those release.lua must know of) and no release of the handle has
--- lately been sent back, so that under contention across processes the
--- detour costs one short call now and then, not one a release.
+-- uncontended release needs two keys and three arguments. The caller
+-- (src/lock.c, release_call_quicken) sends this one only for a hold
+-- shorter than a millisecond, where the saving counts, and only when no
+-- thread or acquisition of its own process waits for the lock (those
+-- release.lua must know of) and the handle has not lately found the lock
+-- busy nor had a release sent back: under contention the detour costs
+-- one short call now and then, not one a release.
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
     return -1
 end
