@@ -734,18 +734,15 @@ static void a_release_hands_the_lock_to_a_waiting_thread_of_another_process(void
 static long long short_release_calls(dlock_client *c, dlock_client *other, dlock_client *look, const char *name,
                                      int busy_first)
 {
-    char key[64], waiting[64];
+    char key[64];
     snprintf(key, sizeof key, "dlock:{%s}", name);
-    snprintf(waiting, sizeof waiting, "dlock:{%s}:w", name);
     dlock_client *first = new_client(0);
     dlock_lock *holder = th_lock_new(first, name), *releaser = th_lock_new(c, name), *theirs = th_lock_new(other, name);
     assert_int_equal(dlock_lock_acquire(holder, 0, 30000, NULL), DLOCK_OK);
     struct handed w = {.l = theirs, .look = look};
     pthread_t th;
     pthread_create(&th, NULL, handed_main, &w);
-    long long registered = 0;
-    for (int i = 0; i < 1000 && (registered = redis_int("ZCARD %s", waiting)) != 1; i++) usleep(2000);
-    assert_int_equal(registered, 1);
+    th_lock_wait_registered(&server, NULL, name, 1);
     if (busy_first) assert_int_equal(dlock_lock_acquire(releaser, 0, 30000, NULL), DLOCK_ERR_TIMEOUT);
     freeReplyObject(th_target_cmd(&server, key, "DEL %s", key));
     /* Counted from before the acquire, which is one call: the hold must
@@ -1727,18 +1724,15 @@ static void a_lock_kept_for_a_woken_process_is_busy_to_others_and_free_to_it(voi
 static long long waiter_granted_after_release(int registered_first)
 {
     const char *name = registered_first ? "woken-grant" : "woken-wait";
-    char key[64], waiting[64];
+    char key[64];
     snprintf(key, sizeof key, "dlock:{%s}", name);
-    snprintf(waiting, sizeof waiting, "dlock:{%s}:w", name);
     dlock_client *ca = new_client(0), *cw = new_client(0), *cn = new_client(0);
     dlock_lock *a = th_lock_new(ca, name), *w = th_lock_new(cw, name), *n = th_lock_new(cn, name);
     dlock_lock *first = registered_first ? a : n;
     assert_int_equal(dlock_lock_acquire(first, 0, 30000, NULL), DLOCK_OK);
     th_waiter waiter;
     th_waiter_start(&waiter, w, 20000, 10000);
-    long long registered = 0;
-    for (int i = 0; i < 1000 && (registered = redis_int("ZCARD %s", waiting)) != 1; i++) usleep(2000);
-    assert_int_equal(registered, 1);
+    th_lock_wait_registered(&server, NULL, name, 1);
     if (registered_first) {
         /* the lock goes without a release (an operator's DEL, a lease run
          * out): nobody is woken, and a newcomer's first attempt takes it */
@@ -1766,17 +1760,15 @@ static long long waiter_granted_after_release(int registered_first)
  * the time from its release to the second's grant. */
 static long long second_waiter_granted_after_a_hand_off(void)
 {
-    const char *name = "woken-hand", *waiting = "dlock:{woken-hand}:w";
+    const char *name = "woken-hand";
     dlock_client *ca = new_client(0), *c1 = new_client(0), *c2 = new_client(0);
     dlock_lock *a = th_lock_new(ca, name), *w1 = th_lock_new(c1, name), *w2 = th_lock_new(c2, name);
     assert_int_equal(dlock_lock_acquire(a, 0, 30000, NULL), DLOCK_OK);
     th_waiter first, second;
     th_waiter_start(&first, w1, 20000, 10000);
-    long long registered = 0;
-    for (int i = 0; i < 1000 && (registered = redis_int("ZCARD %s", waiting)) != 1; i++) usleep(2000);
+    th_lock_wait_registered(&server, NULL, name, 1);
     th_waiter_start(&second, w2, 20000, 10000);
-    for (int i = 0; i < 1000 && (registered = redis_int("ZCARD %s", waiting)) != 2; i++) usleep(2000);
-    assert_int_equal(registered, 2);
+    th_lock_wait_registered(&server, NULL, name, 2);
     assert_int_equal(dlock_lock_release(a), DLOCK_OK);
     th_waiter_wait(&first);
     assert_int_equal(first.st, DLOCK_OK);

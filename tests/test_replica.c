@@ -197,18 +197,15 @@ static void on_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *ar
 static long long waiter_woken_after_undo(int async)
 {
     const char *name = async ? "rs-wake-async" : "rs-wake";
-    char key[64], waiting[64];
+    char key[64];
     snprintf(key, sizeof key, "dlock:{%s}", name);
-    snprintf(waiting, sizeof waiting, "dlock:{%s}:w", name);
     dlock_client *holder = th_lock_client_or_fail(master.url, 0), *other = th_lock_client_or_fail(master.url, 0);
     dlock_client *safe = safe_client(1);
     dlock_lock *h = th_lock_new(holder, name), *w = th_lock_new(other, name), *s = th_lock_new(safe, name);
     assert_int_equal(dlock_lock_acquire(h, 0, 30000, NULL), DLOCK_OK);
     th_waiter waiter;
     th_waiter_start(&waiter, w, 20000, 10000);
-    long long registered = 0;
-    for (int i = 0; i < 500 && !(registered = th_lock_int(NULL, &master, "ZCARD %s", waiting)); i++) usleep(2000);
-    assert_int_equal(registered, 1);
+    th_lock_wait_registered(NULL, &master, name, 1);
     /* the lock goes without a release (an operator's DEL, a lease run
      * out): nobody is woken, and the waiter sleeps to its timed retry */
     redisReply *r = th_redis_cmd(&master, "DEL %s", key);

@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,6 +47,15 @@ long long th_lock_int(th_target *t, const th_redis *r, const char *cmd, const ch
     else if (rep->type == REDIS_REPLY_NIL) v = -2;
     freeReplyObject(rep);
     return v;
+}
+
+void th_lock_wait_registered(th_target *t, const th_redis *r, const char *name, long long n)
+{
+    char waiting[256];
+    snprintf(waiting, sizeof waiting, "dlock:{%s}:w", name);
+    long long registered = 0;
+    for (int i = 0; i < 1000 && (registered = th_lock_int(t, r, "ZCARD %s", waiting)) != n; i++) usleep(2000);
+    assert_int_equal(registered, n);
 }
 
 int th_lock_held_by(const dlock_lock_info *info, const dlock_client *c)

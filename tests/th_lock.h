@@ -32,6 +32,12 @@ dlock_lock *th_lock_new(dlock_client *c, const char *name);
  * number-string) reply; -2 for nil. */
 long long th_lock_int(th_target *t, const th_redis *r, const char *cmd, const char *key);
 
+/* Wait (up to 2 s) until `n` processes are registered as waiting for
+ * plain lock `name` (its set "dlock:{NAME}:w", acquire.lua), on `r` or
+ * the target's master for the name when `r` is NULL; fails the test
+ * otherwise. */
+void th_lock_wait_registered(th_target *t, const th_redis *r, const char *name, long long n);
+
 /* The holder recorded in Redis belongs to client `c`:
  * "<id>:<thread digits>:<handle digits>". */
 int th_lock_held_by(const dlock_lock_info *info, const dlock_client *c);
