@@ -79,7 +79,7 @@
 -- Numbers are read and written as text where the text is known (the
 -- client writes ARGV[3] in decimal, "0" for none): tonumber() is C's
 -- strtod and a Lua number passed to redis.call is formatted by printf:
--- the three conversions this saves on an uncontended pair were 4 % of the
+-- the four conversions this saves on an uncontended pair were 4 % of the
 -- server's instructions for it (callgrind, docs/BENCHMARKS.md, stop 44).
 local mine = ARGV[3] ~= '0'
 local owner
