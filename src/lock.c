@@ -741,6 +741,23 @@ static int release_crowded(dlock_lock *l, const redisReply *r)
     return 1;
 }
 
+/* release.lua for the one hold a lock that names `h` as owner holds,
+ * whatever `h`'s count says: a hand-off it gave up on, or a grant being
+ * undone (give_back, and the asynchronous leave and undo). */
+static void release_call_last(dlock_lock *l, lock_thread *h, release_call *c)
+{
+    release_call_make(l, h, c);
+    snprintf(c->count_s, sizeof c->count_s, "1");
+}
+
+/* Such a release's answer, taken (`r` freed): WAKE_OWN names one of this
+ * client's waiters (on `channel`) as next, which it wakes. */
+static void released_wake_own(dlock_client *c, const char *channel, dlock_status st, redisReply *r)
+{
+    if (st == DLOCK_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer == WAKE_OWN) dlock__wait_wake(c, channel);
+    if (r) freeReplyObject(r);
+}
+
 /* Why: a waiter that offered may have been handed the lock by another
  * process just before it took its offer back (waiter_leave), the message
  * still on its way. Having given up, it holds no hold, so a lock that
@@ -751,12 +768,10 @@ static int release_crowded(dlock_lock *l, const redisReply *r)
 static void give_back(dlock_lock *l, lock_thread *h)
 {
     release_call rc;
-    release_call_make(l, h, &rc);
-    snprintf(rc.count_s, sizeof rc.count_s, "1"); /* one hold, ours if the lock names us */
+    release_call_last(l, h, &rc);
     redisReply *r;
     if (dlock__eval(l->base.client, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, &r, NULL) != DLOCK_OK) return;
-    if (r->type == REDIS_REPLY_INTEGER && r->integer == WAKE_OWN) dlock__wait_wake(l->base.client, l->wait_channel);
-    freeReplyObject(r);
+    released_wake_own(l->base.client, l->wait_channel, DLOCK_OK, r);
 }
 
 /* What release.lua answered, from a send that was `retried`: the hold's
@@ -891,9 +906,7 @@ typedef struct give_back_call {
 static void give_back_reply(dlock_status st, redisReply *r, void *arg)
 {
     give_back_call *g = arg;
-    if (st == DLOCK_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer == WAKE_OWN)
-        dlock__wait_wake(g->c, g->wake);
-    if (r) freeReplyObject(r);
+    released_wake_own(g->c, g->wake, st, r);
     free(g);
 }
 
@@ -917,6 +930,20 @@ typedef struct leave_call {
     char channel[];
 } leave_call;
 
+/* A leave_call for `l`'s channel, or NULL (out of memory, or a fair lock,
+ * which has no such channel). */
+static leave_call *leave_call_new(dlock_lock *l)
+{
+    if (!l->wait_channel) return NULL;
+    size_t len = strlen(l->wait_channel) + 1;
+    leave_call *g = malloc(sizeof *g + len);
+    if (g) {
+        g->c = l->base.client;
+        memcpy(g->channel, l->wait_channel, len);
+    }
+    return g;
+}
+
 static void last_leave_reply(dlock_status st, redisReply *r, void *arg)
 {
     (void)st;
@@ -928,14 +955,11 @@ static void last_leave_reply(dlock_status st, redisReply *r, void *arg)
 
 static void async_leave_last(dlock_lock *l, const char *const *wkeys, const char *const *wargs)
 {
-    size_t len = strlen(l->wait_channel) + 1;
-    leave_call *g = malloc(sizeof *g + len);
+    leave_call *g = leave_call_new(l);
     if (!g) { /* the registration runs out by itself */
         dlock__async_script(l->base.client, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 2, wargs, dlock__async_ignore, NULL);
         return;
     }
-    g->c = l->base.client;
-    memcpy(g->channel, l->wait_channel, len);
     if (dlock__async_script(g->c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 2, wargs, last_leave_reply, g) != DLOCK_OK)
         free(g);
 }
@@ -945,8 +969,7 @@ static void async_leave_offered(dlock_lock *l, lock_thread *h, int last, const c
 {
     dlock_client *c = l->base.client;
     release_call rc;
-    release_call_make(l, h, &rc);
-    snprintf(rc.count_s, sizeof rc.count_s, "1"); /* one hold, ours if the lock names us */
+    release_call_last(l, h, &rc);
     const char *from[6 + 7 + 1]; /* what the call needs, each copied into g->text */
     int n = rc.nkeys + rc.nargs;
     memcpy(from, rc.keys, (size_t)rc.nkeys * sizeof *from);
@@ -1044,9 +1067,7 @@ static dlock_status async_attempt(dlock__await *aw)
 static void undone_reply(dlock_status st, redisReply *r, void *arg)
 {
     leave_call *g = arg;
-    if (st == DLOCK_OK && r && r->type == REDIS_REPLY_INTEGER && r->integer == WAKE_OWN)
-        dlock__wait_wake(g->c, g->channel);
-    if (r) freeReplyObject(r);
+    released_wake_own(g->c, g->channel, st, r);
     free(g);
 }
 
@@ -1061,17 +1082,10 @@ static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
     int result = acquire_reply(l, op->h, r, dlock__async_acks(), retry_ms);
     op->replica_short = result == REPLICA_SHORT;
     if (!op->replica_short) return result;
-    dlock_client *c = l->base.client;
     release_call rc;
-    release_call_make(l, op->h, &rc);
-    snprintf(rc.count_s, sizeof rc.count_s, "1"); /* the one hold just granted */
-    size_t len = l->wait_channel ? strlen(l->wait_channel) + 1 : 0;
-    leave_call *g = len ? malloc(sizeof *g + len) : NULL;
-    if (g) {
-        g->c = c;
-        memcpy(g->channel, l->wait_channel, len);
-    }
-    if (dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args,
+    release_call_last(l, op->h, &rc);
+    leave_call *g = leave_call_new(l);
+    if (dlock__async_script(l->base.client, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args,
                             g ? undone_reply : dlock__async_ignore, g) != DLOCK_OK)
         free(g);
     return DLOCK__BUSY;
