@@ -1741,11 +1741,7 @@ static long long waiter_granted_after_release(int registered_first)
     }
     long long released = th_now_ms();
     assert_int_equal(dlock_lock_release(n), DLOCK_OK);
-    th_waiter_wait(&waiter);
-    assert_int_equal(waiter.st, DLOCK_OK);
-    long long after = waiter.at - released;
-    th_waiter_finish(&waiter);
-    assert_int_equal(waiter.released, DLOCK_OK);
+    long long after = th_waiter_granted_after(&waiter, released);
     dlock_lock_free(a);
     dlock_lock_free(w);
     dlock_lock_free(n);
@@ -1776,11 +1772,7 @@ static long long second_waiter_granted_after_a_hand_off(void)
     long long released = th_now_ms();
     th_waiter_finish(&first);
     assert_int_equal(first.released, DLOCK_OK);
-    th_waiter_wait(&second);
-    assert_int_equal(second.st, DLOCK_OK);
-    long long after = second.at - released;
-    th_waiter_finish(&second);
-    assert_int_equal(second.released, DLOCK_OK);
+    long long after = th_waiter_granted_after(&second, released);
     dlock_lock_free(a);
     dlock_lock_free(w1);
     dlock_lock_free(w2);

@@ -224,11 +224,7 @@ static long long waiter_woken_after_undo(int async)
     long long undone = th_now_ms();
     th_redis_resume(&replica);
     assert_int_equal(st, DLOCK_ERR_REPLICA);
-    th_waiter_wait(&waiter);
-    assert_int_equal(waiter.st, DLOCK_OK);
-    long long after = waiter.at - undone;
-    th_waiter_finish(&waiter);
-    assert_int_equal(waiter.released, DLOCK_OK);
+    long long after = th_waiter_granted_after(&waiter, undone);
     dlock_lock_free(h);
     dlock_lock_free(w);
     dlock_lock_free(s);

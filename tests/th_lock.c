@@ -164,3 +164,13 @@ void th_waiter_finish(th_waiter *w)
     atomic_store(&w->release_now, 1);
     pthread_join(w->thread, NULL);
 }
+
+long long th_waiter_granted_after(th_waiter *w, long long since)
+{
+    th_waiter_wait(w);
+    assert_int_equal(w->st, DLOCK_OK);
+    long long after = w->at - since;
+    th_waiter_finish(w);
+    assert_int_equal(w->released, DLOCK_OK);
+    return after;
+}

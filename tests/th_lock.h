@@ -81,5 +81,9 @@ int th_waiter_returned(th_waiter *w);
 /* Wait until it has returned from its acquire. */
 void th_waiter_wait(th_waiter *w);
 void th_waiter_finish(th_waiter *w);
+/* Wait until it has returned from its acquire, which must have succeeded,
+ * then release and join it (the release must succeed too); how long after
+ * `since` (th_now_ms()) the acquire returned. */
+long long th_waiter_granted_after(th_waiter *w, long long since);
 
 #endif
