@@ -7,7 +7,9 @@
         if hold.lost: ...          # the watchdog lost it (also c.lock(..., on_lost=fn))
 
 Reentrant locks with fencing tokens, renewed by a watchdog and told when
-lost; fair locks, read-write locks, semaphores, latches and global IDs.
+lost; fair locks, read-write locks, semaphores (also with permits that
+expire), latches, multi-locks, RedLock over independent masters and
+global IDs.
 Waiting sleeps until a release is announced (no polling) and releases the
 GIL. Every failure raises a DlockError subclass carrying the library's
 explanation. The C library is found through $DLOCK_LIBRARY or the dynamic
@@ -18,6 +20,8 @@ from ._errors import (AuthenticationError, ClientClosed, ConnectionError, Deadlo
                       NotOwner, NotReplicated, OutOfMemory, RedisError, SystemFailure)
 from ._client import (Client, Hold, Latch, Lock, LockInfo, RWLock, RWLockInfo, RWLockMode,
                       Semaphore, check_id_prefix, check_name)
+from ._expirable import ExpirableSemaphore, Permit
+from ._multi import MultiLock, RedLock, RedLockHold
 from . import _native
 
 # The package's own version, kept equal to the C library's VERSION file of
@@ -37,6 +41,7 @@ def library_version() -> str:
 
 __all__ = [
     "Client", "Lock", "RWLock", "RWLockMode", "Semaphore", "Latch", "Hold", "LockInfo",
+    "ExpirableSemaphore", "Permit", "MultiLock", "RedLock", "RedLockHold",
     "RWLockInfo", "check_name", "check_id_prefix", "library_version", "library_path",
     "DlockError", "InvalidArgument", "InvalidURL", "ConnectionError", "AuthenticationError",
     "NotAcquired", "NotOwner", "LockLost", "RedisError", "OutOfMemory", "IdOverflow",

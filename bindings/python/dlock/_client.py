@@ -12,10 +12,14 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Set, Tuple,
+                    Union)
 
 from . import _errors, _native
 from ._errors import ClientClosed, ForkedClient, InvalidArgument, fail
+
+if TYPE_CHECKING:
+    from ._expirable import ExpirableSemaphore
 
 _lib = _native.lib
 _log = logging.getLogger("dlock")
@@ -289,11 +293,17 @@ _keys = itertools.count(1)
 # key -> the handle, for the loss callbacks (arg = key).
 _by_key: Dict[int, "weakref.ref[_Handle]"] = {}
 
+def _free_psem(ptr: int) -> None:
+    from . import _expirable  # (it imports this module)
+    _expirable.free_psem(ptr)
+
+
 _FREE = {
     "lock": _lib.dlock_lock_free,
     "fair": _lib.dlock_lock_free,
     "rw": _lib.dlock_rwlock_free,
     "sem": _lib.dlock_semaphore_free,
+    "psem": _free_psem,
     "latch": _lib.dlock_latch_free,
 }
 _NEW = {
@@ -301,6 +311,7 @@ _NEW = {
     "fair": _lib.dlock_lock_new_fair,
     "rw": _lib.dlock_rwlock_new,
     "sem": _lib.dlock_semaphore_new,
+    "psem": _lib.dlock_psem_new,
     "latch": _lib.dlock_latch_new,
 }
 
@@ -339,6 +350,9 @@ class _Handle:
             _lib.dlock_lock_on_lost(ptr, _on_lost, self.key)
         elif kind == "rw":
             _lib.dlock_rwlock_on_lost(ptr, _on_rw_lost, self.key)
+        elif kind == "psem":
+            from . import _expirable  # (it imports this module)
+            _lib.dlock_psem_on_lost(ptr, _expirable._on_permit_lost, ptr)
 
     def push(self, hold: "Hold") -> None:
         with self.mu:
@@ -940,13 +954,14 @@ class Hold:
             "" if self._open else " released")
 
 
-def _exit_release(lock: "_Exclusive", mode: Optional[int], raising: bool) -> None:
-    """Release at the end of a with block. A failed release (the hold was
-    lost: the block may have run without the lock) is raised, unless the
-    block is raising already: its exception goes on and the release's is
-    only logged."""
+def _exit_release(lock: Any, what: Any, raising: bool) -> None:
+    """Release at the end of a with block: lock._release(what), ``what``
+    being a hold's mode or (an expirable semaphore's) the permit. A failed
+    release (the hold was lost: the block may have run without the lock) is
+    raised, unless the block is raising already: its exception goes on and
+    the release's is only logged."""
     try:
-        lock._release(mode)
+        lock._release(what)
     except _errors.DlockError:
         if not raising:
             raise
@@ -1027,10 +1042,7 @@ class _Exclusive(_OnHandle):
                     or not self._sliced()):
                 rc = self._c_acquire(wait_ms, lease_ms, token)
             else:
-                deadline = None if wait_ms == _FOREVER else _now_ms() + wait_ms
-                rc = self._c_acquire(_SLICE_MS, lease_ms, token)
-                if rc == _errors.ERR_TIMEOUT:
-                    rc = self._acquire_in_slices(deadline, lease_ms, token)
+                rc = _wait_in_slices(lambda ms: self._c_acquire(ms, lease_ms, token), wait_ms)
         finally:
             st.leave()
         if rc:
@@ -1038,14 +1050,6 @@ class _Exclusive(_OnHandle):
         hold = Hold(self, token.value, self._mode)
         self._h.push(hold)
         return hold
-
-    def _acquire_in_slices(self, deadline: Optional[int], lease_ms: int,
-                           token: ctypes.c_uint64) -> int:
-        while True:
-            left = _SLICE_MS if deadline is None else max(0, min(_SLICE_MS, deadline - _now_ms()))
-            rc = self._c_acquire(left, lease_ms, token)
-            if rc != _errors.ERR_TIMEOUT or (deadline is not None and _now_ms() >= deadline):
-                return rc
 
     def release(self) -> None:
         """Release the calling thread's latest hold (one level of re-entry).
@@ -1174,6 +1178,20 @@ class _Exclusive(_OnHandle):
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def _wait_in_slices(call: Callable[[int], int], wait_ms: int, sliced: bool = True) -> int:
+    """call(ms) for a wait of wait_ms, which in the main thread is cut into
+    calls of at most _SLICE_MS (see there) unless ``sliced`` is False;
+    returns the status of the last call."""
+    if 0 <= wait_ms <= _SLICE_MS or not sliced or threading.get_ident() != _main_ident:
+        return call(wait_ms)
+    deadline = None if wait_ms == _FOREVER else _now_ms() + wait_ms
+    while True:
+        left = _SLICE_MS if deadline is None else max(0, min(_SLICE_MS, deadline - _now_ms()))
+        rc = call(left)
+        if rc != _errors.ERR_TIMEOUT or (deadline is not None and _now_ms() >= deadline):
+            return rc
 
 
 class Lock(_Exclusive):
@@ -1576,6 +1594,18 @@ class Client:
         if permits is not None:
             sem.set_permits(permits)
         return sem
+
+    def expirable_semaphore(self, name: Name, permits: Optional[int] = None, wait: Seconds = None,
+                            lease: Seconds = None,
+                            on_lost: "Optional[Callable[[Any], Any]]" = None) -> "ExpirableSemaphore":
+        """The permit-expirable semaphore ``name``, created with ``permits``
+        if it does not exist yet: each permit has an id and a lease, and
+        returns by itself when its holder dies. ``wait`` and ``lease`` are
+        the defaults of its acquisitions (lease None: renewed by the
+        watchdog until release); ``on_lost(permit)`` is called when a
+        permit is found lost."""
+        from ._expirable import expirable_semaphore
+        return expirable_semaphore(self, name, permits, wait, lease, on_lost)
 
     def latch(self, name: Name) -> Latch:
         """The count-down latch ``name``."""

@@ -85,6 +85,9 @@ RW_ACQUIRED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_uint64, c_void
 RW_RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
 SEM_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 LATCH_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
+# void (*)(dlock_permit *, void *arg) and void (*)(dlock_redlock *, void *arg)
+PERMIT_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
+REDLOCK_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 
 
 
@@ -152,6 +155,27 @@ _PROTOTYPES = {
     "dlock_rwlock_release_async": (c_int, [c_void_p, c_int, RW_RELEASED_FN, c_void_p]),
     "dlock_rwlock_inspect": (c_int, [c_void_p, c_char_p, _P(RWLockInfo)]),
     "dlock_rwlock_force_unlock": (c_int, [c_void_p, c_char_p, _P(c_int)]),
+    "dlock_psem_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
+    "dlock_psem_free": (None, [c_void_p]),
+    "dlock_psem_set_permits": (c_int, [c_void_p, c_long, _P(c_int)]),
+    "dlock_psem_acquire": (c_int, [c_void_p, c_long, c_long, _P(c_void_p)]),
+    "dlock_permit_id": (c_char_p, [c_void_p]),
+    "dlock_permit_lost": (c_int, [c_void_p]),
+    "dlock_permit_free": (None, [c_void_p]),
+    "dlock_psem_on_lost": (None, [c_void_p, PERMIT_LOST_FN, c_void_p]),
+    "dlock_psem_release": (c_int, [c_void_p, c_void_p]),
+    "dlock_psem_release_id": (c_int, [c_void_p, c_char_p]),
+    "dlock_psem_renew": (c_int, [c_void_p, c_char_p, c_long]),
+    "dlock_psem_available": (c_int, [c_void_p, _P(c_long)]),
+    "dlock_multilock_acquire": (c_int, [_P(c_void_p), ctypes.c_size_t, c_long, c_long, _P(c_uint64)]),
+    "dlock_redlock_new": (c_int, [_P(c_void_p), ctypes.c_size_t, c_char_p, _P(c_void_p)]),
+    "dlock_redlock_free": (None, [c_void_p]),
+    "dlock_redlock_acquire": (c_int, [c_void_p, c_long, c_long, _P(c_long), _P(c_uint64)]),
+    "dlock_redlock_extend": (c_int, [c_void_p, c_long, _P(c_long)]),
+    "dlock_redlock_release": (c_int, [c_void_p]),
+    "dlock_redlock_set_fence_floor": (None, [c_void_p, c_uint64]),
+    "dlock_redlock_lost": (c_int, [c_void_p]),
+    "dlock_redlock_on_lost": (None, [c_void_p, REDLOCK_LOST_FN, c_void_p]),
     "dlock_queue_new": (c_int, [_P(c_void_p)]),
     "dlock_queue_fd": (c_int, [c_void_p]),
     "dlock_queue_free": (None, [c_void_p]),

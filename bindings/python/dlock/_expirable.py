@@ -1,0 +1,262 @@
+"""The permit-expirable semaphore (dlock_psem): permits with ids and leases.
+
+A permit is not a thread's, as a lock's hold is: the C library gives each
+one a record of its own (dlock_permit) that whoever has it may release,
+renew or ask about. Here each is a Permit object over that record. The
+record is freed by its release (in every outcome) or, for permits still
+out, just before their semaphore's handle is freed (Client.close()); a
+Permit keeps its pointer under a lock of its own, so a release in one
+thread and a `lost` question in another never meet a freed record.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+from . import _client, _errors, _native
+from ._client import _DEFAULT, Name, Seconds, _cname, _lease_ms, _OnHandle, _wait_in_slices, _wait_ms
+
+_lib = _native.lib
+
+PermitLostCallback = Callable[["Permit"], Any]
+
+# psem handle pointer -> {permit pointer: Permit}: the permits still out,
+# for the loss callback (which names the C record) and for freeing them
+# before their handle.
+_out: Dict[int, Dict[int, "Permit"]] = {}
+_out_mu = threading.Lock()
+
+
+class Permit:
+    """One permit of an ExpirableSemaphore: its ``id``, and whether it was
+    ``lost``. ``with sem.acquire() as permit:`` releases it at the end.
+    Unlike a lock's hold, any thread may release or renew it."""
+
+    __slots__ = ("sem", "id", "_ptr", "_psem", "_mu", "_flag", "__weakref__")
+
+    def __init__(self, sem: "ExpirableSemaphore", ptr: int) -> None:
+        self.sem = sem
+        #: 32 hex digits: what release_id() and renew() take, from anywhere.
+        self.id: str = _lib.dlock_permit_id(ptr).decode()
+        self._ptr: Optional[int] = ptr
+        self._psem = sem._h.ptr
+        self._mu = threading.Lock()
+        self._flag = False
+
+    def _take(self) -> Optional[int]:
+        """The C record, now this caller's alone (None if gone already)."""
+        with self._mu:
+            ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            with _out_mu:
+                _out.get(self._psem, {}).pop(ptr, None)
+        return ptr
+
+    @property
+    def held(self) -> bool:
+        """True until released (a lost permit counts as held until then)."""
+        return self._ptr is not None
+
+    @property
+    def lost(self) -> bool:
+        """True once the permit can no longer be trusted: its lease ran out
+        (a lease of its own, or the watchdog's renewals failed or came too
+        late), or it was released by id elsewhere and found gone."""
+        if self._flag:
+            return True
+        st = self.sem._h.state
+        st.enter()
+        try:
+            with self._mu:
+                if self._ptr is not None and _lib.dlock_permit_lost(self._ptr):
+                    self._flag = True
+        finally:
+            st.leave()
+        return self._flag
+
+    def release(self) -> None:
+        """Give the permit back. LockLost when it had expired already
+        (another process may have had its place meanwhile); the permit is
+        gone either way."""
+        self.sem._release(self)
+
+    def renew(self, lease: float) -> None:
+        """Extend the permit's lease to ``lease`` seconds from now."""
+        self.sem.renew(self.id, lease)
+
+    def __enter__(self) -> "Permit":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.held:
+            _client._exit_release(self.sem, self, exc[0] is not None)
+
+    def __repr__(self) -> str:
+        return "<dlock.Permit %r of %r%s%s>" % (self.id, self.sem.name, " lost" if self._flag else "",
+                                               "" if self.held else " released")
+
+
+def free_psem(ptr: int) -> None:
+    """Free a handle and the records of its permits still out (their
+    places stay taken until their leases end): the library frees the handle
+    only after its permits. Runs from Client.close() or the collector's
+    reaping, while no call is under way on the client."""
+    with _out_mu:
+        permits = list(_out.pop(ptr, {}).values())
+    for p in permits:
+        with p._mu:
+            rec, p._ptr = p._ptr, None
+        if rec is not None:
+            _lib.dlock_permit_free(rec)
+    _lib.dlock_psem_free(ptr)
+
+
+def _lost(psem: int, permit: int) -> None:
+    with _out_mu:
+        p = _out.get(psem, {}).get(permit)
+    if p is None:
+        return
+    p._flag = True
+    fn = p.sem.on_lost
+    if fn is not None:
+        _client._service.put(_report, fn, p)
+
+
+def _report(fn: PermitLostCallback, p: Permit) -> None:
+    try:
+        fn(p)
+    except Exception:
+        _client._log.exception("dlock: exception in the on_lost callback of %r", p.sem)
+
+
+# Called on the library's watchdog thread (ctypes takes the GIL); only
+# flags and queues: the user's callback runs on the service thread.
+@_native.PERMIT_LOST_FN
+def _on_permit_lost(permit: Optional[int], arg: Optional[int]) -> None:
+    try:
+        if permit is not None and arg is not None:
+            _lost(arg, permit)
+    except Exception:
+        _client._log.exception("dlock: loss report failed")
+
+
+class ExpirableSemaphore(_OnHandle):
+    """A semaphore whose every permit has an id and a lease, made by
+    Client.expirable_semaphore(). A permit whose holder died returns to the
+    pool when its lease ends, with nobody's help. ``acquire()`` returns the
+    Permit; ``with sem as permit:`` takes one and gives it back."""
+
+    def __init__(self, handle: _client._Handle, wait: Seconds, lease: Seconds,
+                 on_lost: Optional[PermitLostCallback]) -> None:
+        self._h = handle
+        self._wait = _wait_ms(wait)
+        self._lease = _lease_ms(lease)
+        #: Called with the Permit when the library finds it lost, on a
+        #: thread of this package (as Lock.on_lost).
+        self.on_lost: Optional[PermitLostCallback] = on_lost
+        # The permits `with sem` took, per thread, for its exit.
+        self._with = threading.local()
+
+    def set_permits(self, permits: int) -> bool:
+        """Set the number of permits if the semaphore does not exist yet;
+        True when this call set it."""
+        was = ctypes.c_int()
+        self._call(_lib.dlock_psem_set_permits, permits, ctypes.byref(was))
+        return bool(was.value)
+
+    def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> Permit:
+        """Take one permit: NotAcquired when none became free within
+        ``wait`` seconds (None: forever). ``lease``: seconds after which the
+        permit returns by itself, or None to have the client's watchdog renew
+        it until release. Both default to what the semaphore was made with."""
+        wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        out = ctypes.c_void_p()
+        st = self._h.state
+        st.enter()
+        try:
+            rc = _wait_in_slices(lambda ms: _lib.dlock_psem_acquire(self._h.ptr, ms, lease_ms,
+                                                                    ctypes.byref(out)), wait_ms)
+            if rc == 0:
+                # Recorded before close() can run (it waits for this call),
+                # so that it frees the record with the handle.
+                p = Permit(self, out.value)
+                with _out_mu:
+                    _out.setdefault(self._h.ptr, {})[out.value] = p
+        finally:
+            st.leave()
+        if rc:
+            _errors.fail(rc)
+        return p
+
+    def _release(self, permit: Permit) -> None:
+        if permit.sem._h is not self._h:
+            raise _errors.InvalidArgument("the permit %s is not of semaphore %r" % (permit.id, self.name))
+        st = self._h.state
+        st.enter()
+        try:
+            ptr = permit._take()
+            if ptr is None:
+                raise _errors.NotOwner("the permit %s was released already" % permit.id)
+            rc = _lib.dlock_psem_release(self._h.ptr, ptr)
+        finally:
+            st.leave()
+        if rc == _errors.ERR_LOST:
+            permit._flag = True
+        _client._check(rc)
+
+    def release(self, permit: Optional[Permit] = None) -> None:
+        """Give back ``permit``, or the latest permit ``with sem`` took in
+        this thread (see Permit.release)."""
+        if permit is None:
+            stack: List[Permit] = getattr(self._with, "stack", [])
+            if not stack:
+                raise _errors.NotOwner("this thread took no permit of %r with `with`" % self.name)
+            permit = stack.pop()
+        self._release(permit)
+
+    def release_id(self, permit_id: str) -> None:
+        """Give back the permit with this id, from any process (say, after
+        its holder crashed); NotOwner when no live permit has it."""
+        self._call(_lib.dlock_psem_release_id, _cname(permit_id, "permit id"))
+
+    def renew(self, permit_id: str, lease: float) -> None:
+        """Extend the lease of the permit with this id to ``lease`` seconds
+        from now; LockLost when it had expired already."""
+        ms = _lease_ms(lease)
+        if ms == _client._WATCHDOG:
+            raise _errors.InvalidArgument("renew needs a lease in seconds")
+        self._call(_lib.dlock_psem_renew, _cname(permit_id, "permit id"), ms)
+
+    @property
+    def available(self) -> int:
+        """Permits not held by a live permit."""
+        n = ctypes.c_long()
+        self._call(_lib.dlock_psem_available, ctypes.byref(n))
+        return n.value
+
+    def __enter__(self) -> Permit:
+        p = self.acquire()
+        if not hasattr(self._with, "stack"):
+            self._with.stack = []
+        self._with.stack.append(p)
+        return p
+
+    def __exit__(self, *exc: Any) -> None:
+        stack: List[Permit] = self._with.stack
+        p = stack.pop()
+        if p.held:
+            _client._exit_release(self, p, exc[0] is not None)
+
+    def __repr__(self) -> str:
+        return "<dlock.ExpirableSemaphore %r>" % self.name
+
+
+def expirable_semaphore(client: "_client.Client", name: Name, permits: Optional[int], wait: Seconds,
+                        lease: Seconds, on_lost: Optional[PermitLostCallback]) -> ExpirableSemaphore:
+    h = client._handle("psem", name)
+    sem = ExpirableSemaphore(h, wait, lease, on_lost)
+    if permits is not None:
+        sem.set_permits(permits)
+    return sem

@@ -1,0 +1,359 @@
+"""Locks over several locks or servers: MultiLock (dlock_multilock_*) and
+RedLock (dlock_redlock_*).
+
+Both may span clients, so every call enters each client it touches (a
+close() of any of them waits for the call, or the call raises
+ClientClosed). A RedLock's C handle refers to all its masters' clients:
+it is freed once, by the first of them to close or by the collector,
+before any of those clients is freed.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import _client, _errors, _native
+from ._client import (_DEFAULT, Client, Hold, Lock, Name, Seconds, _cname, _lease_ms, _State,
+                      _wait_in_slices, _wait_ms)
+
+_lib = _native.lib
+
+
+def _enter_all(states: List[_State]) -> None:
+    """Enter every state, or none (raising what the first refusal raised)."""
+    done: List[_State] = []
+    try:
+        for st in states:
+            st.enter()
+            done.append(st)
+    except BaseException:
+        for st in done:
+            st.leave()
+        raise
+
+
+def _leave_all(states: List[_State]) -> None:
+    for st in states:
+        st.leave()
+
+
+def _states(clients: Sequence[_State]) -> List[_State]:
+    """Distinct states, in first-seen order."""
+    out: List[_State] = []
+    for st in clients:
+        if not any(st is o for o in out):
+            out.append(st)
+    return out
+
+
+class MultiLock:
+    """Several locks (plain or fair, of one client or several) taken
+    together by the calling thread, or none of them: ``with
+    dlock.MultiLock([a, b]) as holds:``. They are taken in one global
+    order whatever order they are given in, so two multi-locks over
+    overlapping sets cannot deadlock. Each lock's hold is an ordinary Hold
+    of that lock (its token, its loss, its re-entry)."""
+
+    def __init__(self, locks: Sequence[Lock], wait: Seconds = None, lease: Seconds = None) -> None:
+        self.locks = list(locks)
+        if not self.locks:
+            raise _errors.InvalidArgument("a multi-lock needs at least one lock")
+        for lk in self.locks:
+            if type(lk) is not Lock:
+                raise TypeError("a multi-lock takes Lock objects (Client.lock or fair_lock), not %s"
+                                % type(lk).__name__)
+        self._wait = _wait_ms(wait)
+        self._lease = _lease_ms(lease)
+        self._states = _states([lk._h.state for lk in self.locks])
+        # A fair lock's wait is not cut in the main thread (see Lock).
+        self._sliced = all(lk._sliced() for lk in self.locks)
+
+    def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> List[Hold]:
+        """Take every lock, or none: NotAcquired when they were not all
+        free together within ``wait`` seconds (for the whole call). Returns
+        one Hold per lock, in the order given."""
+        wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        n = len(self.locks)
+        tokens = (ctypes.c_uint64 * n)()
+        _enter_all(self._states)
+        try:
+            ptrs = (ctypes.c_void_p * n)(*[lk._h.ptr for lk in self.locks])
+            rc = _wait_in_slices(lambda ms: _lib.dlock_multilock_acquire(ptrs, n, ms, lease_ms, tokens),
+                                 wait_ms, self._sliced)
+        finally:
+            _leave_all(self._states)
+        if rc:
+            _errors.fail(rc)
+        holds = []
+        for i, lk in enumerate(self.locks):
+            h = Hold(lk, tokens[i], None)
+            lk._h.push(h)
+            holds.append(h)
+        return holds
+
+    def release(self) -> None:
+        """Release one hold of each lock, the last taken first; every lock
+        is tried, and the first failure is raised (LockLost: that hold had
+        been lost)."""
+        first: Optional[_errors.DlockError] = None
+        for lk in reversed(self.locks):
+            try:
+                lk._release(None)
+            except _errors.DlockError as e:
+                if first is None:
+                    first = e
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> List[Hold]:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        _client._exit_release(self, None, exc[0] is not None)
+
+    def _release(self, _what: Any) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return "<dlock.MultiLock %s>" % ", ".join(repr(lk.name) for lk in self.locks)
+
+
+class _Shared:
+    """A C handle over several clients, freed once. The mutex is held
+    through the free, so that a client closing meanwhile frees itself only
+    after the handle that uses it."""
+
+    def __init__(self, ptr: int, states: List[_State], key: int) -> None:
+        self.ptr: Optional[int] = ptr
+        self.states = states
+        self.key = key
+        self.mu = threading.Lock()
+        for st in states:
+            with st.mu:
+                st.ptrs[key] = (self.free, ptr)
+
+    def free(self, _ptr: Optional[int] = None) -> None:
+        with self.mu:
+            if self.ptr is None:
+                return
+            _lib.dlock_redlock_free(self.ptr)
+            self.ptr = None
+        for st in self.states:
+            with st.mu:
+                st.ptrs.pop(self.key, None)
+
+    def reap(self) -> None:
+        """The collector's free (on the service thread): not in a child
+        made by fork(), whose copies of the clients are not its own."""
+        if all(st.pid == _client._pid for st in self.states):
+            self.free()
+
+
+# key -> the RedLock, for the loss callback (arg = key).
+_redlocks: Dict[int, "weakref.ref[RedLock]"] = {}
+
+RedLockLostCallback = Callable[["RedLockHold"], Any]
+
+
+@_native.REDLOCK_LOST_FN
+def _on_redlock_lost(_rl: Optional[int], arg: Optional[int]) -> None:
+    # On a library watchdog thread (ctypes takes the GIL): flag and queue.
+    try:
+        ref = _redlocks.get(arg) if arg is not None else None
+        rl = ref() if ref is not None else None
+        hold = rl._hold if rl is not None else None
+        if hold is None:
+            return
+        hold._flag = True
+        fn = rl.on_lost
+        if fn is not None:
+            _client._service.put(_report, fn, hold)
+    except Exception:
+        _client._log.exception("dlock: loss report failed")
+
+
+def _report(fn: RedLockLostCallback, hold: "RedLockHold") -> None:
+    try:
+        fn(hold)
+    except Exception:
+        _client._log.exception("dlock: exception in the on_lost callback of %r", hold.lock)
+
+
+class RedLockHold:
+    """One RedLock acquisition: ``token`` (the highest fencing token of the
+    granting masters), ``validity`` (seconds the lock was surely held for,
+    counted from before the acquisition was sent) and ``lost``."""
+
+    __slots__ = ("lock", "token", "validity", "_flag", "_open")
+
+    def __init__(self, lock: "RedLock", token: int, validity: float) -> None:
+        self.lock = lock
+        self.token = token
+        self.validity = validity
+        self._flag = False
+        self._open = True
+
+    @property
+    def lost(self) -> bool:
+        """True once fewer than a majority of masters are known or trusted
+        (by this process's clock) to still hold it."""
+        if not self._flag and self._open and self.lock._lost_now():
+            self._flag = True
+        return self._flag
+
+    @property
+    def held(self) -> bool:
+        return self._open
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> "RedLockHold":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._open:
+            _client._exit_release(self.lock, None, exc[0] is not None)
+
+    def __repr__(self) -> str:
+        return "<dlock.RedLockHold %r token=%d%s%s>" % (
+            self.lock.name, self.token, " lost" if self._flag else "", "" if self._open else " released")
+
+
+class RedLock:
+    """A lock over independent masters (each a Client of its own server,
+    not replicas of one another), held when a majority granted it:
+    ``with dlock.RedLock([c1, c2, c3], "name") as hold:``. Not reentrant;
+    one hold at a time. Any thread may release it; calls on one RedLock
+    run one at a time (a release waits for an acquire under way). Give the
+    masters' clients a command timeout well under the lease: a stalled
+    master delays a round by up to that long."""
+
+    def __init__(self, masters: Sequence[Client], name: Name, wait: Seconds = None,
+                 lease: Seconds = None, on_lost: Optional[RedLockLostCallback] = None) -> None:
+        masters = list(masters)
+        for m in masters:
+            if not isinstance(m, Client):
+                raise TypeError("RedLock's masters are dlock.Client objects, not %s" % type(m).__name__)
+        if not masters:
+            raise _errors.InvalidArgument("a RedLock needs at least one master")
+        self._name = _cname(name)
+        self._wait = _wait_ms(wait)
+        self._lease = _lease_ms(lease)
+        #: Called with the RedLockHold when the library finds it lost, on a
+        #: thread of this package (as Lock.on_lost).
+        self.on_lost = on_lost
+        self._hold: Optional[RedLockHold] = None
+        self._mu = threading.Lock()
+        self._states = _states([m._state for m in masters])
+        out = ctypes.c_void_p()
+        _enter_all(self._states)
+        try:
+            ptrs = (ctypes.c_void_p * len(masters))(*[m._state.ptr for m in masters])
+            _client._check(_lib.dlock_redlock_new(ptrs, len(masters), self._name, ctypes.byref(out)))
+            key = next(_client._keys)
+            self._shared = _Shared(out.value, self._states, key)
+        finally:
+            _leave_all(self._states)
+        _redlocks[key] = weakref.ref(self)
+        _lib.dlock_redlock_on_lost(out.value, _on_redlock_lost, key)
+        weakref.finalize(self, _queue_reap, self._shared)
+
+    @property
+    def name(self) -> str:
+        return self._name.decode("utf-8", "replace")
+
+    def _run(self, fn: Callable[[int], int]) -> int:
+        """fn(handle) with every master's client entered, one call at a time."""
+        with self._mu:
+            _enter_all(self._states)
+            try:
+                ptr = self._shared.ptr
+                if ptr is None:
+                    raise _errors.ClientClosed("a client of this RedLock was closed")
+                return fn(ptr)
+            finally:
+                _leave_all(self._states)
+
+    def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> RedLockHold:
+        """Acquire on all masters at once; held when a majority granted it
+        within a positive validity. Failed rounds retry after 20-200 ms until
+        ``wait`` ends (NotAcquired; ConnectionError when no master answered).
+        ``lease`` None: each master's share is renewed by its client's
+        watchdog, and the hold is lost when fewer than a majority remain."""
+        wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        validity = ctypes.c_long()
+        token = ctypes.c_uint64()
+        rc = self._run(lambda ptr: _wait_in_slices(
+            lambda ms: _lib.dlock_redlock_acquire(ptr, ms, lease_ms, ctypes.byref(validity),
+                                                  ctypes.byref(token)), wait_ms))
+        if rc:
+            _errors.fail(rc)
+        self._hold = RedLockHold(self, token.value, validity.value / 1000.0)
+        return self._hold
+
+    def extend(self, lease: float) -> float:
+        """Extend an explicit lease on all masters to ``lease`` seconds;
+        returns the new validity in seconds. LockLost when fewer than a
+        majority renewed in time."""
+        ms = _lease_ms(lease)
+        if ms == _client._WATCHDOG:
+            raise _errors.InvalidArgument("extend needs a lease in seconds")
+        validity = ctypes.c_long()
+        _client._check(self._run(lambda ptr: _lib.dlock_redlock_extend(ptr, ms, ctypes.byref(validity))))
+        if self._hold is not None:
+            self._hold.validity = validity.value / 1000.0
+        return validity.value / 1000.0
+
+    def release(self) -> None:
+        """Release on every master. LockLost when fewer than a majority
+        still held it (another may have held it meanwhile); the hold ends
+        either way."""
+        rc = self._run(_lib.dlock_redlock_release)
+        hold, self._hold = self._hold, None
+        if hold is not None and rc in (0, _errors.ERR_LOST):
+            hold._open = False
+            if rc:
+                hold._flag = True
+        elif hold is not None:
+            self._hold = hold
+        _client._check(rc)
+
+    def _release(self, _what: Any) -> None:
+        self.release()
+
+    def _lost_now(self) -> bool:
+        return bool(self._run(_lib.dlock_redlock_lost))
+
+    @property
+    def lost(self) -> bool:
+        """The current (or latest) hold's ``lost``."""
+        return self._hold.lost if self._hold is not None else False
+
+    def set_fence_floor(self, floor: int) -> None:
+        """As Lock.set_fence_floor, passed to every master."""
+        self._run(lambda ptr: _lib.dlock_redlock_set_fence_floor(ptr, floor) or 0)
+
+    def __enter__(self) -> RedLockHold:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._hold is not None:
+            _client._exit_release(self, None, exc[0] is not None)
+
+    def __repr__(self) -> str:
+        return "<dlock.RedLock %r over %d masters>" % (self.name, len(self._states))
+
+
+def _reap(shared: _Shared) -> None:
+    _redlocks.pop(shared.key, None)
+    shared.reap()
+
+
+def _queue_reap(shared: _Shared) -> None:
+    # Never inside the collector (see _client's service thread).
+    _client._service.put(_reap, shared)

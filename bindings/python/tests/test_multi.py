@@ -1,0 +1,191 @@
+"""MultiLock and RedLock."""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+
+import dlock
+from conftest import Redis
+
+
+def test_a_multi_lock_takes_every_lock_or_none(redis, client, name):
+    a, b = client.lock(name + ":a"), client.lock(name + ":b")
+    other = dlock.Client(redis.url)
+    try:
+        blocker = other.lock(name + ":b").acquire()
+        with pytest.raises(dlock.NotAcquired):
+            dlock.MultiLock([a, b]).acquire(wait=0)
+        assert not client.inspect(name + ":a").held  # a was given back
+        blocker.release()
+        with dlock.MultiLock([a, b], lease=10.0) as holds:
+            assert [h.lock for h in holds] == [a, b]
+            assert all(h.token > 0 and h.held for h in holds)
+            for n in (name + ":a", name + ":b"):
+                assert client.inspect(n).holder.startswith(client.client_id)
+                with pytest.raises(dlock.NotAcquired):
+                    other.lock(n).acquire(wait=0)
+        assert not client.inspect(name + ":a").held and not client.inspect(name + ":b").held
+        assert not any(h.held for h in holds)
+    finally:
+        other.close()
+
+
+def test_a_multi_lock_spans_servers_and_its_tokens_rise(redis, own_redis, client, name):
+    c2 = dlock.Client(own_redis.url)
+    try:
+        m = dlock.MultiLock([client.lock(name), c2.fair_lock(name)])
+        first = [h.token for h in m.acquire()]
+        m.release()
+        second = [h.token for h in m.acquire()]
+        m.release()
+        assert all(s > f for f, s in zip(first, second))
+    finally:
+        c2.close()
+
+
+def test_overlapping_multi_locks_in_opposite_orders_neither_deadlock_nor_overlap(redis, name):
+    clients = [dlock.Client(redis.url) for _ in range(2)]
+    inside = [0]
+    overlaps = []
+    done = []
+
+    def work(c, names):
+        m = dlock.MultiLock([c.lock(n) for n in names], wait=20.0)
+        for _ in range(40):
+            with m:
+                inside[0] += 1
+                if inside[0] != 1:
+                    overlaps.append(inside[0])
+                time.sleep(0.001)
+                inside[0] -= 1
+        done.append(names)
+
+    try:
+        ts = [threading.Thread(target=work, args=(clients[0], [name + ":x", name + ":y"])),
+              threading.Thread(target=work, args=(clients[1], [name + ":y", name + ":x"]))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        assert len(done) == 2 and not overlaps
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_a_multi_lock_refuses_bad_input(client, name):
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.MultiLock([])
+    with pytest.raises(TypeError):
+        dlock.MultiLock([client.semaphore(name)])
+    with pytest.raises(TypeError):
+        dlock.MultiLock([client.rw_lock(name).write()])
+    lk = client.lock(name)
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.MultiLock([lk, client.lock(name)]).acquire(wait=0)  # one lock twice
+    assert not client.inspect(name).held
+
+
+@pytest.fixture
+def masters():
+    servers = [Redis() for _ in range(3)]
+    clients = [dlock.Client(r.url, command_timeout=0.3) for r in servers]
+    yield servers, clients
+    for c in clients:
+        c.close()
+    for r in servers:
+        r.stop()
+
+
+def test_a_redlock_excludes_and_survives_a_paused_minority(masters, name):
+    servers, clients = masters
+    others = [dlock.Client(r.url, command_timeout=0.3) for r in servers]
+    try:
+        one, two = dlock.RedLock(clients, name, lease=10.0), dlock.RedLock(others, name, lease=10.0)
+        with one as hold:
+            assert hold.token > 0 and 9.0 < hold.validity <= 10.0 and not hold.lost
+            with pytest.raises(dlock.NotAcquired):
+                two.acquire(wait=0)
+        assert not hold.held
+        servers[0].pause()
+        try:
+            with two as hold2:  # 2 of 3 grant
+                assert hold2.token > hold.token
+        finally:
+            servers[0].resume()
+        servers[0].pause()
+        servers[1].pause()
+        try:
+            with pytest.raises(dlock.NotAcquired):  # 1 of 3 is no majority
+                two.acquire(wait=0.5)
+        finally:
+            servers[0].resume()
+            servers[1].resume()
+        hold3 = two.acquire(wait=5.0, lease=2.0)
+        assert two.extend(5.0) > 4.0
+        hold3.release()
+    finally:
+        for c in others:
+            c.close()
+
+
+def test_a_redlock_reports_its_loss_when_a_majority_lost_it(masters, name):
+    servers, _ = masters
+    watched = [dlock.Client(r.url, command_timeout=0.3, watchdog_lease=0.6) for r in servers]
+    try:
+        reported = threading.Event()
+        rl = dlock.RedLock(watched, name, on_lost=lambda h: reported.set())
+        hold = rl.acquire()
+        time.sleep(1.2)  # renewed past its lease
+        assert not hold.lost
+        for r in servers[:2]:
+            assert r.command("DEL", "dlock:{%s}" % name) == ":1"
+        assert reported.wait(5), "the loss was not reported"
+        assert hold.lost and rl.lost
+        with pytest.raises(dlock.LockLost):
+            rl.release()
+        assert not hold.held
+    finally:
+        for c in watched:
+            c.close()
+
+
+def test_a_redlock_ends_with_the_first_master_closed(masters, name):
+    servers, _ = masters
+    cs = [dlock.Client(r.url) for r in servers]
+    rl = dlock.RedLock(cs, name, lease=5.0)
+    rl.acquire()
+    cs[1].close()
+    # The C handle refers to every master's client: it went first.
+    assert rl._shared.ptr is None
+    with pytest.raises(dlock.ClientClosed):
+        rl.release()
+    for c in cs:
+        c.close()
+    del rl  # the collector's free of a handle freed already does nothing
+    gc.collect()
+    time.sleep(0.2)
+    # A RedLock dropped while its clients live is freed by the collector.
+    cs = [dlock.Client(r.url) for r in servers]
+    rl = dlock.RedLock(cs, name, lease=5.0)
+    del rl
+    gc.collect()
+    time.sleep(0.2)
+    for c in cs:
+        c.close()
+
+
+def test_a_redlock_refuses_bad_input(masters, name):
+    _, clients = masters
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.RedLock([], name)
+    with pytest.raises(TypeError):
+        dlock.RedLock(["redis://127.0.0.1"], name)
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.RedLock(clients, "bad{name}")
+    rl = dlock.RedLock(clients, name)
+    with pytest.raises(dlock.InvalidArgument):
+        rl.extend(None)
