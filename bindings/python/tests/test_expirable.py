@@ -64,7 +64,7 @@ def test_a_dead_holders_permit_returns_when_its_lease_ends(redis, client, name):
 
 
 def test_a_watchdog_permit_outlives_its_lease_and_its_loss_is_reported(redis, name):
-    c = dlock.Client(redis.url, watchdog_lease=0.6)
+    c = dlock.Client(redis.url, watchdog_lease=1.0)
     try:
         reported = threading.Event()
         seen = []
@@ -75,7 +75,7 @@ def test_a_watchdog_permit_outlives_its_lease_and_its_loss_is_reported(redis, na
 
         sem = c.expirable_semaphore(name, 2, on_lost=on_lost)
         p = sem.acquire()  # lease None: renewed by the watchdog
-        time.sleep(1.5)
+        time.sleep(2.0)  # twice the lease
         assert not p.lost and sem.available == 1
         # Someone removes the permit behind the holder's back.
         assert redis.command("DEL", "dlock:{%s}:psem:held" % name) == ":1"
