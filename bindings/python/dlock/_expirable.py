@@ -206,14 +206,8 @@ class ExpirableSemaphore(_OnHandle):
             permit._flag = True
         _client._check(rc)
 
-    def release(self, permit: Optional[Permit] = None) -> None:
-        """Give back ``permit``, or the latest permit ``with sem`` took in
-        this thread (see Permit.release)."""
-        if permit is None:
-            stack: List[Permit] = getattr(self._with, "stack", [])
-            if not stack:
-                raise _errors.NotOwner("this thread took no permit of %r with `with`" % self.name)
-            permit = stack.pop()
+    def release(self, permit: Permit) -> None:
+        """Give back ``permit`` (as permit.release())."""
         self._release(permit)
 
     def release_id(self, permit_id: str) -> None:
