@@ -148,3 +148,12 @@ def test_close_with_permits_out_frees_them_and_later_calls_raise(redis, name):
         assert admin.expirable_semaphore(name).available == 0
     finally:
         admin.close()
+
+
+def test_the_exports_example_runs(redis):
+    import os
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "exports.py")
+    r = run_python(open(example).read(), redis.url, "2")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 6 and all(ln.startswith("export ") for ln in lines), r.stdout
