@@ -1223,6 +1223,25 @@ class Lock(_Exclusive):
     def fair(self) -> bool:
         return self._h.kind == "fair"
 
+    def owned(self) -> bool:
+        """True when the calling thread holds this lock (any Lock object of
+        this client and name; holds of ``async with`` belong to their task
+        and do not count)."""
+        return bool(self._h.stacks.get((threading.get_ident(), None)))
+
+    def locked(self) -> bool:
+        """True when anybody holds the lock now, as the server says (one
+        round trip; the answer may be old by the time it is read)."""
+        i = _native.LockInfo()
+        st = self._h.state
+        st.enter()
+        try:
+            rc = _lib.dlock_lock_inspect(st.ptr, self._h.name, ctypes.byref(i))
+        finally:
+            st.leave()
+        _check(rc)
+        return bool(i.held)
+
     def set_fence_floor(self, floor: int) -> None:
         """Every later acquisition gets a token greater than ``floor`` (the
         highest token your fenced resource has accepted)."""

@@ -93,6 +93,28 @@ def test_reentrant_in_one_thread_across_lock_objects(client, name):
     assert not client.inspect(name).held
 
 
+def test_owned_is_the_calling_threads_and_locked_anybodys(redis, client, name):
+    lk = client.lock(name, lease=10.0)
+    assert not lk.owned() and not lk.locked()
+    with lk:
+        assert lk.owned() and client.lock(name).owned() and lk.locked()
+        seen = []
+        t = threading.Thread(target=lambda: seen.append((lk.owned(), lk.locked())))
+        t.start()
+        t.join()
+        assert seen == [(False, True)]
+        with lk:
+            assert lk.owned()
+        assert lk.owned()  # one level left
+    assert not lk.owned() and not lk.locked()
+    other = dlock.Client(redis.url)
+    try:
+        with other.lock(name):
+            assert lk.locked() and not lk.owned()
+    finally:
+        other.close()
+
+
 def test_fencing_tokens_rise_across_clients(redis, client, name):
     other = dlock.Client(redis.url)
     try:
