@@ -339,7 +339,7 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * 200 ms; a fair waiter also retries every half fair_waiter_timeout_ms to
  * keep its place. Order, for the plain lock: a release wakes one waiting
  * process (the one that retried least recently, which then has the free
- * lock to itself for 20 ms) and in it the thread that has waited longest;
+ * lock to itself for 100 ms) and in it the thread that has waited longest;
  * a thread that starts to acquire while a thread of its process has waited
  * more than 2 ms queues behind it instead of trying first. Waits are
  * therefore served about in order, not strictly (the fair lock is
