@@ -1042,7 +1042,10 @@ class _Exclusive(_OnHandle):
                     or not self._sliced()):
                 rc = self._c_acquire(wait_ms, lease_ms, token)
             else:
-                rc = _wait_in_slices(lambda ms: self._c_acquire(ms, lease_ms, token), wait_ms)
+                deadline = None if wait_ms == _FOREVER else _now_ms() + wait_ms
+                rc = self._c_acquire(_SLICE_MS, lease_ms, token)
+                if rc == _errors.ERR_TIMEOUT:
+                    rc = _slices_after(lambda ms: self._c_acquire(ms, lease_ms, token), deadline)
         finally:
             st.leave()
         if rc:
@@ -1187,6 +1190,14 @@ def _wait_in_slices(call: Callable[[int], int], wait_ms: int, sliced: bool = Tru
     if 0 <= wait_ms <= _SLICE_MS or not sliced or threading.get_ident() != _main_ident:
         return call(wait_ms)
     deadline = None if wait_ms == _FOREVER else _now_ms() + wait_ms
+    rc = call(_SLICE_MS)
+    return _slices_after(call, deadline) if rc == _errors.ERR_TIMEOUT else rc
+
+
+def _slices_after(call: Callable[[int], int], deadline: Optional[int]) -> int:
+    """The slices after a first one that timed out, until ``deadline``
+    (None: none). Lock.acquire makes its first call itself: most waits end
+    in it, and an acquisition without a lambda is cheaper."""
     while True:
         left = _SLICE_MS if deadline is None else max(0, min(_SLICE_MS, deadline - _now_ms()))
         rc = call(left)
