@@ -649,6 +649,25 @@ DLOCK_API dlock_status dlock_psem_renew(dlock_psem *psem, const char *id, long l
 /* Permits not held by a live permit. */
 DLOCK_API dlock_status dlock_psem_available(dlock_psem *psem, long *available);
 
+/* What an asynchronous permit call ends with: for an acquire, the permit
+ * when status is DLOCK_OK (else NULL); for a release, NULL (the permit was
+ * freed, as dlock_psem_release() frees it). */
+typedef void (*dlock_permit_fn)(dlock_psem *psem, dlock_status status, dlock_permit *permit, void *arg);
+
+/*
+ * dlock_psem_acquire() and dlock_psem_release() without a thread that
+ * waits, under the rules of dlock_lock_acquire_async(): cb runs once later
+ * on a library thread, one asynchronous call runs on a handle at a time
+ * (use a handle per call in flight; a permit may be released through any
+ * handle of its semaphore), and a status other than DLOCK_OK means nothing
+ * was started and cb will not run (a release not started leaves the
+ * permit as it was).
+ */
+DLOCK_API dlock_status dlock_psem_acquire_async(dlock_psem *psem, long wait_ms, long lease_ms, dlock_permit_fn cb,
+                                                void *arg);
+DLOCK_API dlock_status dlock_psem_release_async(dlock_psem *psem, dlock_permit *permit, dlock_permit_fn cb,
+                                                void *arg);
+
 /* ------------------------------------------------------------------------ */
 /* Count-down latch                                                          */
 /* ------------------------------------------------------------------------ */
@@ -848,6 +867,9 @@ DLOCK_API void dlock_queue_on_rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, 
 DLOCK_API void dlock_queue_on_rw_released(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status,
                                           void *ticket);
 DLOCK_API void dlock_queue_on_semaphore(dlock_semaphore *sem, dlock_status status, void *ticket);
+/* For the permit calls: the completion's token is the permit's address
+ * ((uint64_t)(uintptr_t)permit; 0 for none). */
+DLOCK_API void dlock_queue_on_permit(dlock_psem *psem, dlock_status status, dlock_permit *permit, void *ticket);
 DLOCK_API void dlock_queue_on_latch(dlock_latch *latch, dlock_status status, void *ticket);
 
 /* What dlock_rwlock_inspect() reports. */

@@ -89,40 +89,59 @@ static void permit_lost(dlock__wd_entry *e)
     if (fn) fn(pm, arg);
 }
 
+/* One attempt's keys and arguments (`lease` is the caller's buffer), and
+ * its send time: a lease the attempt sets starts no earlier. */
+typedef struct psem_call {
+    const char *keys[3];
+    const char *args[3];
+    char lease[24];
+} psem_call;
+
+static void psem_call_make(dlock_permit *pm, psem_call *c)
+{
+    dlock_psem *p = pm->psem;
+    snprintf(c->lease, sizeof c->lease, "%ld", pm->held.lease_ms);
+    c->keys[0] = p->base.key;
+    c->keys[1] = p->held;
+    c->keys[2] = p->base.channel;
+    c->args[0] = pm->id;
+    c->args[1] = c->lease;
+    c->args[2] = p->base.client->publish;
+    pm->sent = dlock__mono_ms();
+}
+
+/* An attempt's answer: {1} taken, or {0, ms until the next permit is due
+ * to expire}. */
+static int psem_parse(const redisReply *r, long *retry_ms)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER)
+        return dlock__fail(DLOCK_ERR_REDIS, "permit acquire: unexpected reply");
+    if (r->element[0]->integer == 1) return DLOCK_OK;
+    *retry_ms = r->elements > 1 && r->element[1]->type == REDIS_REPLY_INTEGER
+                    ? dlock__retry_after((long)r->element[1]->integer)
+                    : -1;
+    return DLOCK__BUSY;
+}
+
 /* One try with the permit's id: a resend after a lost reply keeps the
  * same permit instead of taking a second. */
 static int psem_try(void *ctx, long *retry_ms)
 {
     dlock_permit *pm = ctx;
-    dlock_psem *p = pm->psem;
-    char lease[24];
-    snprintf(lease, sizeof lease, "%ld", pm->held.lease_ms);
-    const char *keys[3] = {p->base.key, p->held, p->base.channel};
-    const char *args[3] = {pm->id, lease, p->base.client->publish};
+    psem_call c;
+    psem_call_make(pm, &c);
     redisReply *r;
-    pm->sent = dlock__mono_ms(); /* a lease it sets starts no earlier */
-    dlock_status st = dlock__eval(p->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, keys, 3, args, &r, NULL);
+    dlock_status st = dlock__eval(pm->psem->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, 3, c.args, &r, NULL);
     if (st != DLOCK_OK) return st;
-    int result;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER) {
-        result = dlock__fail(DLOCK_ERR_REDIS, "permit acquire: unexpected reply");
-    } else if (r->element[0]->integer == 1) {
-        result = DLOCK_OK;
-    } else {
-        *retry_ms = r->elements > 1 && r->element[1]->type == REDIS_REPLY_INTEGER
-                        ? dlock__retry_after((long)r->element[1]->integer)
-                        : -1;
-        result = DLOCK__BUSY;
-    }
+    int result = psem_parse(r, retry_ms);
     freeReplyObject(r);
     return result;
 }
 
-static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit **out)
+/* A new permit record with a fresh random id, after the arguments of an
+ * acquire were checked. */
+static dlock_status permit_new(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit **out)
 {
-    if (!out) return dlock__fail(DLOCK_ERR_INVALID, "no output pointer");
-    *out = NULL;
-    if (!p) return dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock__check_lease(lease_ms, 3, 1);
@@ -141,6 +160,18 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
         free(pm);
         return st;
     }
+    *out = pm;
+    return DLOCK_OK;
+}
+
+static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit **out)
+{
+    if (!out) return dlock__fail(DLOCK_ERR_INVALID, "no output pointer");
+    *out = NULL;
+    if (!p) return dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+    dlock_permit *pm;
+    dlock_status st = permit_new(p, wait_ms, lease_ms, &pm);
+    if (st != DLOCK_OK) return st;
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     dlock__early early = {0};
@@ -197,17 +228,48 @@ void dlock_permit_free(dlock_permit *pm)
     free(pm);
 }
 
+/* A release's keys and arguments under operation id `op`. */
+typedef struct release_call {
+    const char *keys[3];
+    const char *args[4];
+} release_call;
+
+static void release_call_make(dlock_psem *p, const char *id, const dlock__op *op, release_call *c)
+{
+    c->keys[0] = p->held;
+    c->keys[1] = p->base.channel;
+    c->keys[2] = op->key;
+    c->args[0] = id;
+    c->args[1] = p->base.client->publish;
+    c->args[2] = op->seq;
+    c->args[3] = op->ttl;
+}
+
 /* Release by id; *released tells whether a live permit was removed. */
 static dlock_status release_id(dlock_psem *p, const char *id, int *released)
 {
     dlock__op op;
     dlock__op_new(p->base.client, p->held, &op);
-    const char *keys[3] = {p->held, p->base.channel, op.key};
-    const char *args[4] = {id, p->base.client->publish, op.seq, op.ttl};
+    release_call c;
+    release_call_make(p, id, &op, &c);
     long long n = 0;
-    dlock_status st = dlock__eval_int(p->base.client, DLOCK__SCRIPT_PSEM_RELEASE, 3, keys, 4, args, &n);
+    dlock_status st = dlock__eval_int(p->base.client, DLOCK__SCRIPT_PSEM_RELEASE, 3, c.keys, 4, c.args, &n);
     *released = n == 1;
     return st;
+}
+
+/* The end of a release, sent or not: stop renewing, count, free. A
+ * release that reached the server and removed nothing finds the permit
+ * lost (it had expired, or was released by id elsewhere). */
+static dlock_status release_end(dlock_psem *p, dlock_permit *pm, dlock_status st, int released)
+{
+    dlock_client *c = p->base.client;
+    dlock__held_end(c, &pm->held);
+    if (st == DLOCK_OK && !released) dlock__held_lose(c, &pm->held);
+    free(pm);
+    if (st != DLOCK_OK) return st;
+    if (!released) return dlock__fail(DLOCK_ERR_LOST, "the permit had expired before release");
+    return DLOCK_OK;
 }
 
 dlock_status dlock_psem_release(dlock_psem *p, dlock_permit *pm)
@@ -221,12 +283,7 @@ dlock_status dlock_psem_release(dlock_psem *p, dlock_permit *pm)
     /* Its entry is gone, so the watchdog can no longer set the flag. */
     int released = 0;
     dlock_status st = atomic_load(&pm->held.lost) ? DLOCK_OK : release_id(p, pm->id, &released);
-    dlock__held_end(c, &pm->held);
-    if (st == DLOCK_OK && !released) dlock__held_lose(c, &pm->held);
-    free(pm);
-    if (st != DLOCK_OK) return st;
-    if (!released) return dlock__fail(DLOCK_ERR_LOST, "the permit had expired before release");
-    return DLOCK_OK;
+    return release_end(p, pm, st, released);
 }
 
 dlock_status dlock_psem_release_id(dlock_psem *p, const char *id)
@@ -266,4 +323,164 @@ dlock_status dlock_psem_available(dlock_psem *p, long *available)
     dlock_status st = dlock__eval_int(p->base.client, DLOCK__SCRIPT_PSEM_AVAILABLE, 2, keys, 0, NULL, &n);
     if (st == DLOCK_OK) *available = (long)n;
     return st;
+}
+
+/* ------------------------------------------------------------------------
+ * The asynchronous acquire and release, as semaphore.c's: the wait is a
+ * dlock__await, the handle runs one asynchronous call at a time (its
+ * operation record, op.h, is the handle's), and the call counts as in
+ * flight until its callback has returned. The permit record is made
+ * before the first attempt, so every attempt and resend carries the same
+ * id, as the synchronous acquire's do.
+ * ------------------------------------------------------------------------ */
+
+typedef struct psem_async {
+    dlock__await aw; /* first: the wait's state */
+    dlock_psem *p;
+    dlock__thread_rec *rec; /* the handle's record 0: one call at a time */
+    dlock_permit *pm;
+    int watchdog;
+    int64_t since;
+    dlock_permit_fn cb;
+    void *arg;
+} psem_async;
+
+static dlock_status async_attempt(dlock__await *aw)
+{
+    psem_async *op = (psem_async *)aw;
+    psem_call c;
+    psem_call_make(op->pm, &c);
+    return dlock__async_script(op->p->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, 3, c.args,
+                               dlock__await_reply, op);
+}
+
+static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
+{
+    (void)aw;
+    return psem_parse(r, retry_ms);
+}
+
+/* The end of either call: the callback, with the thread's last error set. */
+static void async_done(psem_async *op, dlock_status st, dlock_permit *pm)
+{
+    dlock_psem *p = op->p;
+    dlock_client *c = p->base.client;
+    dlock__thread_rec *rec = op->rec;
+    dlock_permit_fn cb = op->cb;
+    void *arg = op->arg;
+    free(op);
+    dlock__handle_async_done(rec);
+    cb(p, st, pm, arg);
+    dlock__async_end(&c->async);
+}
+
+static void acquire_done(dlock__await *aw, int result)
+{
+    psem_async *op = (psem_async *)aw;
+    dlock_psem *p = op->p;
+    dlock_permit *pm = op->pm;
+    dlock_status st = (dlock_status)result;
+    if (result == DLOCK__BUSY) st = dlock__fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");
+    if (st == DLOCK_OK) {
+        pm->held.count = 1;
+        if (dlock__held_begin(p->base.client, &pm->held, 1, op->watchdog, pm->held.lease_ms, pm->sent) != DLOCK_OK) {
+            /* Given back without waiting for the answer: a lease of its
+             * own ends it anyway. */
+            dlock__op rop;
+            dlock__op_new(p->base.client, p->held, &rop);
+            release_call c;
+            release_call_make(p, pm->id, &rop, &c);
+            (void)dlock__async_script(p->base.client, DLOCK__SCRIPT_PSEM_RELEASE, 3, c.keys, 4, c.args,
+                                      dlock__async_ignore, NULL);
+            st = dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+        }
+    }
+    if (st != DLOCK_OK) {
+        free(pm);
+        pm = NULL;
+    }
+    dlock__stats_acquired(&p->base.client->stats, DLOCK_STATS_PERMIT, op->since, st);
+    async_done(op, st, pm);
+}
+
+static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire_done};
+
+static void on_release_reply(dlock_status st, redisReply *r, void *arg)
+{
+    psem_async *op = arg;
+    int released = 0;
+    if (st == DLOCK_OK) {
+        if (r->type == REDIS_REPLY_INTEGER) released = r->integer == 1;
+        else st = dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    }
+    if (r) freeReplyObject(r);
+    st = release_end(op->p, op->pm, st, released);
+    async_done(op, st, NULL);
+}
+
+/* Claim the handle for one asynchronous call and make its state. */
+static dlock_status async_begin(dlock_psem *p, dlock_permit_fn cb, void *arg, psem_async **out)
+{
+    dlock__thread_rec *rec;
+    dlock_status st;
+    psem_async *op = *out = dlock__handle_async_op(&p->base, sizeof *op, &rec, &st);
+    if (!op) return st;
+    op->p = p;
+    op->rec = rec;
+    op->cb = cb;
+    op->arg = arg;
+    return DLOCK_OK;
+}
+
+/* Undo async_begin() for a call that was not sent. */
+static dlock_status async_abandon(psem_async *op, dlock_status st)
+{
+    dlock__handle *h = &op->p->base;
+    dlock__thread_rec *rec = op->rec;
+    free(op);
+    dlock__handle_async_abandon(h, rec);
+    return st;
+}
+
+dlock_status dlock_psem_acquire_async(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit_fn cb, void *arg)
+{
+    if (!p || !cb) return dlock__fail(DLOCK_ERR_INVALID, "semaphore or callback is NULL");
+    dlock_permit *pm;
+    dlock_status st = permit_new(p, wait_ms, lease_ms, &pm);
+    if (st != DLOCK_OK) return st;
+    psem_async *op;
+    if ((st = async_begin(p, cb, arg, &op)) != DLOCK_OK) {
+        free(pm);
+        return st;
+    }
+    op->pm = pm;
+    op->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
+    op->since = dlock__stats_clock();
+    st = dlock__await_start(&op->aw, &acquire_ops, p->base.client, DLOCK_STATS_PERMIT, p->base.channel, wait_ms,
+                            DLOCK__AWAIT_IN_LINE, NULL);
+    if (st == DLOCK_OK) return st;
+    free(pm);
+    return async_abandon(op, st);
+}
+
+dlock_status dlock_psem_release_async(dlock_psem *p, dlock_permit *pm, dlock_permit_fn cb, void *arg)
+{
+    if (!p || !pm || !cb) return dlock__fail(DLOCK_ERR_INVALID, "semaphore, permit or callback is NULL");
+    psem_async *op;
+    dlock_status st = async_begin(p, cb, arg, &op);
+    if (st != DLOCK_OK) return st;
+    op->pm = pm;
+    dlock_client *c = p->base.client;
+    /* Renewals go on until the answer (a renewal that finds the permit
+     * just released is not a loss: dlock__wd_releasing), so a release
+     * that cannot be sent leaves the permit as it was. */
+    if (pm->held.renewed) dlock__wd_releasing(c->wd, &pm->held.wd, 1);
+    dlock__op rop;
+    dlock__op_new_async(c, p->held, p->base.number, &rop);
+    release_call rc;
+    release_call_make(p, pm->id, &rop, &rc);
+    st = dlock__async_script(c, DLOCK__SCRIPT_PSEM_RELEASE, 3, rc.keys, 4, rc.args, on_release_reply, op);
+    if (st == DLOCK_OK) return st;
+    if (pm->held.renewed) dlock__wd_releasing(c->wd, &pm->held.wd, 0);
+    return async_abandon(op, st);
 }

@@ -258,6 +258,12 @@ void dlock_queue_on_semaphore(dlock_semaphore *sem, dlock_status status, void *t
     post(ticket, status, 0);
 }
 
+void dlock_queue_on_permit(dlock_psem *psem, dlock_status status, dlock_permit *permit, void *ticket)
+{
+    (void)psem;
+    post(ticket, status, (uint64_t)(uintptr_t)permit);
+}
+
 void dlock_queue_on_latch(dlock_latch *latch, dlock_status status, void *ticket)
 {
     (void)latch;

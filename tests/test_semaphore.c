@@ -488,6 +488,149 @@ static void psem_watchdog_renews_and_reports_loss(void **state)
     dlock_client_free(c);
 }
 
+/* One asynchronous permit call's outcome, which the test waits for. */
+typedef struct permit_call {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    dlock_status st;
+    dlock_permit *pm;
+} permit_call;
+
+static void permit_call_init(permit_call *pc)
+{
+    memset(pc, 0, sizeof *pc);
+    pthread_mutex_init(&pc->mu, NULL);
+    pthread_cond_init(&pc->cv, NULL);
+}
+
+static void on_permit_call(dlock_psem *p, dlock_status st, dlock_permit *pm, void *arg)
+{
+    (void)p;
+    permit_call *pc = arg;
+    pthread_mutex_lock(&pc->mu);
+    pc->st = st;
+    pc->pm = pm;
+    pc->done = 1;
+    pthread_cond_signal(&pc->cv);
+    pthread_mutex_unlock(&pc->mu);
+}
+
+/* 1 when the call ended within `ms` (its outcome in pc, and pc made ready
+ * for the next call), else 0. */
+static int permit_call_ended(permit_call *pc, long ms)
+{
+    long long until = th_now_ms() + ms;
+    pthread_mutex_lock(&pc->mu);
+    while (!pc->done && th_now_ms() < until) {
+        pthread_mutex_unlock(&pc->mu);
+        usleep(2000);
+        pthread_mutex_lock(&pc->mu);
+    }
+    int done = pc->done;
+    pc->done = 0;
+    pthread_mutex_unlock(&pc->mu);
+    return done;
+}
+
+/* Asynchronous acquires get no more permits than there are, a waiting one
+ * is granted by a release, a release cannot start on a handle whose call
+ * is in flight (and leaves its permit held), and every permit comes back. */
+static void psem_async_calls_keep_to_the_permits(void **state)
+{
+    (void)state;
+    dlock_client *c = client_with_lease(0);
+    dlock_psem *h[3];
+    permit_call pc[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_psem_new(c, "psem-async", &h[i]), DLOCK_OK);
+        permit_call_init(&pc[i]);
+    }
+    assert_int_equal(dlock_psem_set_permits(h[0], 2, NULL), DLOCK_OK);
+    dlock_permit *pm[3];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(dlock_psem_acquire_async(h[i], 0, 10000, on_permit_call, &pc[i]), DLOCK_OK);
+        assert_true(permit_call_ended(&pc[i], 5000));
+        assert_int_equal(pc[i].st, DLOCK_OK);
+        assert_non_null(pm[i] = pc[i].pm);
+    }
+    assert_string_not_equal(dlock_permit_id(pm[0]), dlock_permit_id(pm[1]));
+    assert_int_equal(dlock_psem_acquire_async(h[2], 0, 10000, on_permit_call, &pc[2]), DLOCK_OK);
+    assert_true(permit_call_ended(&pc[2], 5000));
+    assert_int_equal(pc[2].st, DLOCK_ERR_TIMEOUT);
+    assert_null(pc[2].pm);
+    long av;
+    assert_int_equal(dlock_psem_available(h[2], &av), DLOCK_OK);
+    assert_int_equal(av, 0);
+
+    /* A waiting acquire, granted by an asynchronous release. */
+    assert_int_equal(dlock_psem_acquire_async(h[2], DLOCK_WAIT_FOREVER, 10000, on_permit_call, &pc[2]), DLOCK_OK);
+    assert_false(permit_call_ended(&pc[2], 300));
+    assert_int_equal(dlock_psem_release_async(h[0], pm[0], on_permit_call, &pc[0]), DLOCK_OK);
+    assert_true(permit_call_ended(&pc[0], 5000));
+    assert_int_equal(pc[0].st, DLOCK_OK);
+    assert_null(pc[0].pm);
+    long long t0 = th_now_ms();
+    assert_true(permit_call_ended(&pc[2], 5000));
+    assert_int_equal(pc[2].st, DLOCK_OK);
+    assert_true(th_now_ms() - t0 < 1000); /* woken by the release, not by a timer */
+    pm[2] = pc[2].pm;
+
+    /* h[0] busy with a waiting acquire: a release through it does not
+     * start, and the permit stays held, released through another handle. */
+    assert_int_equal(dlock_psem_acquire_async(h[0], DLOCK_WAIT_FOREVER, 10000, on_permit_call, &pc[0]), DLOCK_OK);
+    assert_int_equal(dlock_psem_release_async(h[0], pm[1], on_permit_call, &pc[1]), DLOCK_ERR_INVALID);
+    assert_false(permit_call_ended(&pc[1], 100));
+    assert_int_equal(dlock_psem_available(h[1], &av), DLOCK_OK);
+    assert_int_equal(av, 0);
+    assert_int_equal(dlock_psem_release_async(h[1], pm[1], on_permit_call, &pc[1]), DLOCK_OK);
+    assert_true(permit_call_ended(&pc[1], 5000));
+    assert_int_equal(pc[1].st, DLOCK_OK);
+    assert_true(permit_call_ended(&pc[0], 5000));
+    assert_int_equal(pc[0].st, DLOCK_OK);
+    assert_int_equal(dlock_psem_release(h[0], pc[0].pm), DLOCK_OK);
+    assert_int_equal(dlock_psem_release(h[1], pm[2]), DLOCK_OK); /* any handle of the semaphore */
+    assert_int_equal(dlock_psem_available(h[0], &av), DLOCK_OK);
+    assert_int_equal(av, 2);
+    for (int i = 0; i < 3; i++) dlock_psem_free(h[i]);
+    dlock_client_free(c);
+}
+
+/* A permit taken asynchronously with the watchdog is renewed past its
+ * lease, its loss is reported, and its asynchronous release says so. */
+static void psem_async_watchdog_permit_is_renewed_and_its_loss_reported(void **state)
+{
+    (void)state;
+    atomic_store(&lost_calls, 0);
+    dlock_client *c = client_with_lease(300);
+    dlock_psem *p;
+    permit_call pc;
+    permit_call_init(&pc);
+    assert_int_equal(dlock_psem_new(c, "psem-async-wd", &p), DLOCK_OK);
+    dlock_psem_on_lost(p, on_permit_lost, NULL);
+    assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire_async(p, 0, DLOCK_LEASE_WATCHDOG, on_permit_call, &pc), DLOCK_OK);
+    assert_true(permit_call_ended(&pc, 5000));
+    assert_int_equal(pc.st, DLOCK_OK);
+    dlock_permit *pm = pc.pm;
+    usleep(1200000);
+    assert_int_equal(dlock_permit_lost(pm), 0);
+    long av;
+    assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
+    assert_int_equal(av, 0);
+    freeReplyObject(th_target_cmd(&server, "dlock:{psem-async-wd}:psem:held",
+                                  "ZREM dlock:{psem-async-wd}:psem:held %s", dlock_permit_id(pm)));
+    long long t0 = th_now_ms();
+    while (!dlock_permit_lost(pm) && th_now_ms() - t0 < 3000) usleep(10000);
+    assert_int_equal(dlock_permit_lost(pm), 1);
+    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(dlock_psem_release_async(p, pm, on_permit_call, &pc), DLOCK_OK);
+    assert_true(permit_call_ended(&pc, 5000));
+    assert_int_equal(pc.st, DLOCK_ERR_LOST);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -504,6 +647,8 @@ int main(void)
         cmocka_unit_test(psem_expired_permit_returns_while_another_is_held),
         cmocka_unit_test(psem_expired_permit_is_not_revived_while_another_is_held),
         cmocka_unit_test(psem_watchdog_renews_and_reports_loss),
+        cmocka_unit_test(psem_async_calls_keep_to_the_permits),
+        cmocka_unit_test(psem_async_watchdog_permit_is_renewed_and_its_loss_reported),
     };
     return th_target_run_suite(tests, &server);
 }
