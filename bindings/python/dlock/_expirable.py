@@ -10,8 +10,10 @@ thread and a `lost` question in another never meet a freed record.
 """
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import threading
+import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _client, _errors, _native
@@ -85,6 +87,11 @@ class Permit:
         """Extend the permit's lease to ``lease`` seconds from now."""
         self.sem.renew(self.id, lease)
 
+    async def release_async(self) -> None:
+        """release() for a task, on the library's asynchronous release:
+        the loop goes on while the answer comes."""
+        await self.sem._release_async(self)
+
     def __enter__(self) -> "Permit":
         return self
 
@@ -130,6 +137,20 @@ def _report(fn: PermitLostCallback, p: Permit) -> None:
         _client._log.exception("dlock: exception in the on_lost callback of %r", p.sem)
 
 
+@_native.PERMIT_FN
+def _on_permit(_psem: Optional[int], status: int, permit: Optional[int], arg: Optional[int]) -> None:
+    # The asynchronous calls' callback when the loop has no completion
+    # queue (see _client._call_start); the permit travels as the token.
+    _client._call_end(arg, status, permit or 0)
+
+
+def _record(sem: "ExpirableSemaphore", ptr: int) -> Permit:
+    p = Permit(sem, ptr)
+    with _out_mu:
+        _out.setdefault(sem._h.ptr, {})[ptr] = p
+    return p
+
+
 # Called on the library's watchdog thread (ctypes takes the GIL); only
 # flags and queues: the user's callback runs on the service thread.
 @_native.PERMIT_LOST_FN
@@ -155,8 +176,11 @@ class ExpirableSemaphore(_OnHandle):
         #: Called with the Permit when the library finds it lost, on a
         #: thread of this package (as Lock.on_lost).
         self.on_lost: Optional[PermitLostCallback] = on_lost
-        # The permits `with sem` took, per thread, for its exit.
+        # The permits `with sem` took, per thread, and `async with sem`
+        # per task, for their exits.
         self._with = threading.local()
+        self._tasks: "weakref.WeakKeyDictionary[asyncio.Task[Any], List[Permit]]" = \
+            weakref.WeakKeyDictionary()
 
     def set_permits(self, permits: int) -> bool:
         """Set the number of permits if the semaphore does not exist yet;
@@ -181,9 +205,7 @@ class ExpirableSemaphore(_OnHandle):
             if rc == 0:
                 # Recorded before close() can run (it waits for this call),
                 # so that it frees the record with the handle.
-                p = Permit(self, out.value)
-                with _out_mu:
-                    _out.setdefault(self._h.ptr, {})[out.value] = p
+                p = _record(self, out.value)
         finally:
             st.leave()
         if rc:
@@ -229,6 +251,107 @@ class ExpirableSemaphore(_OnHandle):
         n = ctypes.c_long()
         self._call(_lib.dlock_psem_available, ctypes.byref(n))
         return n.value
+
+    # asyncio, on the library's asynchronous calls. A permit is nobody's
+    # (any handle may release it), so each call borrows an idle C handle of
+    # the name for its duration (the library runs one asynchronous call per
+    # handle), as a latch's await does.
+    async def acquire_async(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> Permit:
+        """acquire() for a task: the waiting task holds no thread, and is
+        woken by a release as a waiting thread is. A task cancelled while
+        waiting leaves no permit taken."""
+        wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        shared = self._h
+        h = _client._spare_handle(shared)
+
+        def hook(status: int, token: int, awaited: bool) -> None:
+            # The C handle is free again once the library called back.
+            _client._spare_done(shared, h)
+            if status == 0 and not awaited:
+                self._give_back(token)
+
+        key, fut = _client._call_start(asyncio.get_running_loop(), hook)
+        assert fut is not None
+        try:
+            rc = self._rc(lambda _p: _lib.dlock_psem_acquire_async(
+                h.ptr, wait_ms, lease_ms, *_client._via(key, "permit", _on_permit)))
+        except BaseException:
+            _client._call_drop(key)
+            _client._spare_done(shared, h)
+            raise
+        if rc:
+            _client._call_drop(key)
+            _client._spare_done(shared, h)
+            _errors.fail(rc)
+        try:
+            ptr = await fut
+        except asyncio.CancelledError:
+            _client._divert(key)
+            # Cancelled after the outcome arrived: the hook saw it awaited.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._give_back(fut.result())
+            raise
+        return _record(self, ptr)
+
+    def _give_back(self, ptr: int) -> None:
+        """Release a permit nobody awaits (its task was cancelled), without
+        waiting for the answer; nothing if the client closed meanwhile."""
+        try:
+            self._call(lambda sp: _lib.dlock_psem_release(sp, ptr))
+        except _errors.DlockError:
+            pass
+
+    async def _release_async(self, permit: Permit) -> None:
+        if permit.sem._h is not self._h:
+            raise _errors.InvalidArgument("the permit %s is not of semaphore %r" % (permit.id, self.name))
+        shared = self._h
+        st = shared.state
+        st.enter()
+        try:
+            ptr = permit._take()
+            if ptr is None:
+                raise _errors.NotOwner("the permit %s was released already" % permit.id)
+            h = _client._spare_handle(shared)
+
+            def hook(status: int, _token: int, _awaited: bool) -> None:
+                _client._spare_done(shared, h)
+                if status == _errors.ERR_LOST:
+                    permit._flag = True
+
+            key, fut = _client._call_start(asyncio.get_running_loop(), hook)
+            assert fut is not None
+            rc = _lib.dlock_psem_release_async(h.ptr, ptr, *_client._via(key, "permit", _on_permit))
+            if rc:
+                # Not started: the permit is as it was, still out.
+                _client._call_drop(key)
+                _client._spare_done(shared, h)
+                with permit._mu:
+                    permit._ptr = ptr
+                with _out_mu:
+                    _out.setdefault(shared.ptr, {})[ptr] = permit
+        finally:
+            st.leave()
+        if rc:
+            _errors.fail(rc)
+        await _client._await_call(key, fut)
+
+    async def __aenter__(self) -> Permit:
+        p = await self.acquire_async()
+        self._tasks.setdefault(_client._current_task(), []).append(p)
+        return p
+
+    async def __aexit__(self, *exc: Any) -> None:
+        p = self._tasks[_client._current_task()].pop()
+        if not p.held:
+            return
+        try:
+            await p.release_async()
+        except _errors.DlockError:
+            if exc[0] is None:
+                raise
+            _client._log.warning("dlock: release of %r failed while an exception was raised", p,
+                                 exc_info=True)
 
     def __enter__(self) -> Permit:
         p = self.acquire()

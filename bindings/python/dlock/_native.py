@@ -87,6 +87,8 @@ SEM_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 LATCH_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 # void (*)(dlock_permit *, void *arg) and void (*)(dlock_redlock *, void *arg)
 PERMIT_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
+# void (*)(dlock_psem *, dlock_status, dlock_permit *, void *arg)
+PERMIT_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_void_p)
 REDLOCK_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 
 
@@ -167,6 +169,8 @@ _PROTOTYPES = {
     "dlock_psem_release_id": (c_int, [c_void_p, c_char_p]),
     "dlock_psem_renew": (c_int, [c_void_p, c_char_p, c_long]),
     "dlock_psem_available": (c_int, [c_void_p, _P(c_long)]),
+    "dlock_psem_acquire_async": (c_int, [c_void_p, c_long, c_long, PERMIT_FN, c_void_p]),
+    "dlock_psem_release_async": (c_int, [c_void_p, c_void_p, PERMIT_FN, c_void_p]),
     "dlock_multilock_acquire": (c_int, [_P(c_void_p), ctypes.c_size_t, c_long, c_long, _P(c_uint64)]),
     "dlock_redlock_new": (c_int, [_P(c_void_p), ctypes.c_size_t, c_char_p, _P(c_void_p)]),
     "dlock_redlock_free": (None, [c_void_p]),
@@ -195,6 +199,7 @@ _QUEUE_CALLBACKS = {
     "rw_acquired": ("dlock_queue_on_rw_acquired", RW_ACQUIRED_FN),
     "rw_released": ("dlock_queue_on_rw_released", RW_RELEASED_FN),
     "semaphore": ("dlock_queue_on_semaphore", SEM_FN),
+    "permit": ("dlock_queue_on_permit", PERMIT_FN),
     "latch": ("dlock_queue_on_latch", LATCH_FN),
 }
 

@@ -157,3 +157,71 @@ def test_the_exports_example_runs(redis):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 6 and all(ln.startswith("export ") for ln in lines), r.stdout
+
+
+def test_tasks_share_the_permits_without_a_thread_each(client, name):
+    import asyncio
+    sem = client.expirable_semaphore(name, 2, lease=10.0)
+    inside, most, ids = [0], [0], set()
+
+    async def task():
+        async with sem as p:
+            ids.add(p.id)
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            await asyncio.sleep(0.05)
+            inside[0] -= 1
+        assert not p.held
+
+    async def main():
+        before = threading.active_count()
+        await asyncio.wait_for(asyncio.gather(*(task() for _ in range(10))), 20)
+        return threading.active_count() - before
+
+    more_threads = asyncio.run(main())
+    assert most[0] == 2 and len(ids) == 10
+    assert more_threads <= 3  # the library's own few, not one per waiting task
+    assert sem.available == 2
+
+
+def test_a_task_cancelled_while_waiting_leaves_no_permit_taken(client, name):
+    import asyncio
+    sem = client.expirable_semaphore(name, 1, lease=10.0)
+    held = sem.acquire()
+
+    async def main():
+        t = asyncio.ensure_future(sem.acquire_async())
+        await asyncio.sleep(0.3)
+        assert not t.done()
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        held.release()
+        # The library's wait goes on after the task's end and takes the
+        # permit the release freed; nobody awaits it, so it is given back
+        # in the background.
+        await asyncio.sleep(0.5)
+
+    asyncio.run(main())
+    p = sem.acquire(wait=2.0)
+    assert sem.available == 0
+    p.release()
+    assert sem.available == 1
+
+
+def test_an_expired_permits_asynchronous_release_raises_lock_lost(client, name):
+    import asyncio
+    sem = client.expirable_semaphore(name, 1)
+
+    async def main():
+        p = await sem.acquire_async(lease=0.3)
+        await asyncio.sleep(0.6)
+        with pytest.raises(dlock.LockLost):
+            await p.release_async()
+        assert p.lost and not p.held
+        with pytest.raises(dlock.NotOwner):
+            await p.release_async()
+        with pytest.raises(dlock.NotAcquired):
+            await sem.acquire_async(wait=0, lease=5.0) and await sem.acquire_async(wait=0, lease=5.0)
+
+    asyncio.run(main())
