@@ -228,6 +228,14 @@ class _State:
             with self.mu:
                 self.idle.notify_all()
 
+    def call(self, fn: Any, *args: Any) -> int:
+        """fn(client, *args) while the client is known to be open."""
+        self.enter()
+        try:
+            return fn(self.ptr, *args)
+        finally:
+            self.leave()
+
     def free_handle(self, key: int) -> None:
         """Free one C handle unless close() already took it."""
         if os.getpid() != self.pid:
@@ -292,6 +300,7 @@ _exit_registered = False
 _keys = itertools.count(1)
 # key -> the handle, for the loss callbacks (arg = key).
 _by_key: Dict[int, "weakref.ref[_Handle]"] = {}
+
 
 def _free_psem(ptr: int) -> None:
     from . import _expirable  # (it imports this module)
@@ -1244,13 +1253,7 @@ class Lock(_Exclusive):
         """True when anybody holds the lock now, as the server says (one
         round trip; the answer may be old by the time it is read)."""
         i = _native.LockInfo()
-        st = self._h.state
-        st.enter()
-        try:
-            rc = _lib.dlock_lock_inspect(st.ptr, self._h.name, ctypes.byref(i))
-        finally:
-            st.leave()
-        _check(rc)
+        _check(self._h.state.call(_lib.dlock_lock_inspect, self._h.name, ctypes.byref(i)))
         return bool(i.held)
 
     def set_fence_floor(self, floor: int) -> None:
@@ -1642,13 +1645,7 @@ class Client:
         return Latch(self._handle("latch", name))
 
     def _call(self, fn: Any, *args: Any) -> None:
-        st = self._state
-        st.enter()
-        try:
-            rc = fn(st.ptr, *args)
-        finally:
-            st.leave()
-        _check(rc)
+        _check(self._state.call(fn, *args))
 
     def ids(self, prefix: Name, n: int = 1) -> List[int]:
         """``n`` (1 to 1,000,000) unique 64-bit IDs for ``prefix``:

@@ -15,7 +15,10 @@ def export(n: int, permit: dlock.Permit) -> None:
     time.sleep(0.05)  # the work the limit protects
     if permit.lost:  # the lease ran out: another worker may have the slot
         raise RuntimeError("export %d overran its permit" % n)
-    print("export %d done under permit %s" % (n, permit.id[:8]), flush=True)
+    # One write per line: print() writes the line and its end apart, and
+    # the workers are threads.
+    sys.stdout.write("export %d done under permit %s\n" % (n, permit.id[:8]))
+    sys.stdout.flush()
 
 
 def main() -> int:
