@@ -37,12 +37,12 @@ class Permit:
 
     __slots__ = ("sem", "id", "_ptr", "_psem", "_mu", "_flag", "__weakref__")
 
-    def __init__(self, sem: "ExpirableSemaphore", ptr: int) -> None:
+    def __init__(self, sem: "ExpirableSemaphore", ptr: int, psem: int) -> None:
         self.sem = sem
         #: 32 hex digits: what release_id() and renew() take, from anywhere.
         self.id: str = _lib.dlock_permit_id(ptr).decode()
         self._ptr: Optional[int] = ptr
-        self._psem = sem._h.ptr
+        self._psem = psem  # the C handle it was taken through
         self._mu = threading.Lock()
         self._flag = False
 
@@ -144,10 +144,12 @@ def _on_permit(_psem: Optional[int], status: int, permit: Optional[int], arg: Op
     _client._call_end(arg, status, permit or 0)
 
 
-def _record(sem: "ExpirableSemaphore", ptr: int) -> Permit:
-    p = Permit(sem, ptr)
+def _record(sem: "ExpirableSemaphore", ptr: int, psem: int) -> Permit:
+    """A permit taken through C handle `psem`: listed under that handle,
+    whose loss reports name it and which must outlive it."""
+    p = Permit(sem, ptr, psem)
     with _out_mu:
-        _out.setdefault(sem._h.ptr, {})[ptr] = p
+        _out.setdefault(psem, {})[ptr] = p
     return p
 
 
@@ -205,7 +207,7 @@ class ExpirableSemaphore(_OnHandle):
             if rc == 0:
                 # Recorded before close() can run (it waits for this call),
                 # so that it frees the record with the handle.
-                p = _record(self, out.value)
+                p = _record(self, out.value, self._h.ptr)
         finally:
             st.leave()
         if rc:
@@ -292,7 +294,7 @@ class ExpirableSemaphore(_OnHandle):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._give_back(fut.result())
             raise
-        return _record(self, ptr)
+        return _record(self, ptr, h.ptr)
 
     def _give_back(self, ptr: int) -> None:
         """Release a permit nobody awaits (its task was cancelled), without
@@ -329,7 +331,7 @@ class ExpirableSemaphore(_OnHandle):
                 with permit._mu:
                     permit._ptr = ptr
                 with _out_mu:
-                    _out.setdefault(shared.ptr, {})[ptr] = permit
+                    _out.setdefault(permit._psem, {})[ptr] = permit
         finally:
             st.leave()
         if rc:

@@ -225,3 +225,30 @@ def test_an_expired_permits_asynchronous_release_raises_lock_lost(client, name):
             await sem.acquire_async(wait=0, lease=5.0) and await sem.acquire_async(wait=0, lease=5.0)
 
     asyncio.run(main())
+
+
+def test_a_permit_taken_from_asyncio_has_its_loss_reported_and_outlives_no_handle(redis, name):
+    import asyncio
+    c = dlock.Client(redis.url, watchdog_lease=1.0)
+    reported = threading.Event()
+    seen = []
+
+    def on_lost(permit):
+        seen.append(permit)
+        reported.set()
+
+    sem = c.expirable_semaphore(name, 2, on_lost=on_lost)
+
+    async def take():
+        return await sem.acquire_async()  # lease None: the watchdog's
+
+    p = asyncio.run(take())
+    q = asyncio.run(take())
+    assert redis.command("ZREM", "dlock:{%s}:psem:held" % name, p.id) == ":1"
+    assert reported.wait(5), "the loss was not reported"
+    assert seen == [p] and p.lost and not q.lost
+    # Closed with q still out: its record is freed before the handle it
+    # was taken through.
+    c.close()
+    with pytest.raises(dlock.ClientClosed):
+        q.release()
