@@ -169,7 +169,7 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     if (!out) return dlock__fail(DLOCK_ERR_INVALID, "no output pointer");
     *out = NULL;
     if (!p) return dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
-    dlock_permit *pm;
+    dlock_permit *pm = NULL;
     dlock_status st = permit_new(p, wait_ms, lease_ms, &pm);
     if (st != DLOCK_OK) return st;
     int64_t deadline = dlock__deadline(wait_ms);
@@ -445,7 +445,7 @@ static dlock_status async_abandon(psem_async *op, dlock_status st)
 dlock_status dlock_psem_acquire_async(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit_fn cb, void *arg)
 {
     if (!p || !cb) return dlock__fail(DLOCK_ERR_INVALID, "semaphore or callback is NULL");
-    dlock_permit *pm;
+    dlock_permit *pm = NULL;
     dlock_status st = permit_new(p, wait_ms, lease_ms, &pm);
     if (st != DLOCK_OK) return st;
     psem_async *op;
