@@ -11,7 +11,8 @@
  * does; the time of a step is taken before that check.
  *
  * Kinds on libdlock: lock and fair (--threads N: N threads on one client),
- * rw, sem (plain semaphore), psem, multi (two of three locks at once),
+ * rw, sem (plain semaphore), psem (odd-numbered clients through the
+ * asynchronous calls), multi (two of three locks at once),
  * redlock, latch. `cli` runs `dlock lock` (or
  * `dlock semaphore`) in a loop with this program as COMMAND (`cs`), which
  * records its steps; the CLI kills it when the lease is lost.
@@ -311,6 +312,50 @@ static void close_handles(worker *w)
     if (w->raw) redisFree(w->raw);
 }
 
+/* Odd-numbered psem clients take and give back their permits through
+ * the asynchronous calls, waiting here for the callback, so that the
+ * history checks those calls too. */
+typedef struct permit_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    dlock_status st;
+    dlock_permit *pm;
+} permit_wait;
+
+static permit_wait permit_waiter = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, DLOCK_OK, NULL};
+
+static void permit_done(dlock_psem *p, dlock_status st, dlock_permit *pm, void *arg)
+{
+    (void)p;
+    permit_wait *pw = arg;
+    pthread_mutex_lock(&pw->mu);
+    pw->st = st;
+    pw->pm = pm;
+    pw->done = 1;
+    pthread_cond_signal(&pw->cv);
+    pthread_mutex_unlock(&pw->mu);
+}
+
+/* The outcome of a call started with `started`, its permit in *pm. */
+static dlock_status permit_wait_for(dlock_status started, dlock_permit **pm)
+{
+    permit_wait *pw = &permit_waiter;
+    if (started != DLOCK_OK) return started;
+    pthread_mutex_lock(&pw->mu);
+    while (!pw->done) pthread_cond_wait(&pw->cv, &pw->mu);
+    pw->done = 0;
+    dlock_status st = pw->st;
+    if (pm) *pm = pw->pm;
+    pthread_mutex_unlock(&pw->mu);
+    return st;
+}
+
+static int psem_async(const worker *w)
+{
+    return w->c->client % 2 == 1;
+}
+
 /* Take a hold of the worker's kind; which names it covers are in held[]. */
 static const char *acquire(worker *w, long wait_ms)
 {
@@ -356,7 +401,11 @@ static const char *acquire(worker *w, long wait_ms)
         w->held[0] = st == DLOCK_OK;
     } else if (!strcmp(k, "psem")) {
         w->mode = TT_PERMIT;
-        st = dlock_psem_acquire(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, &w->pm);
+        if (psem_async(w))
+            st = permit_wait_for(
+                dlock_psem_acquire_async(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, permit_done, &permit_waiter), &w->pm);
+        else
+            st = dlock_psem_acquire(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, &w->pm);
         w->held[0] = st == DLOCK_OK;
     } else if (!strcmp(k, "redlock")) {
         st = dlock_redlock_acquire(w->rl, wait_ms, DLOCK_LEASE_WATCHDOG, NULL, &w->token[0]);
@@ -398,7 +447,12 @@ static const char *release(worker *w)
     } else if (!strcmp(k, "sem")) {
         st = dlock_semaphore_release(w->sem, 1);
     } else if (!strcmp(k, "psem")) {
-        st = dlock_psem_release(w->ps, w->pm);
+        if (psem_async(w)) {
+            st = permit_wait_for(dlock_psem_release_async(w->ps, w->pm, permit_done, &permit_waiter), NULL);
+            if (st == DLOCK_ERR_INVALID) dlock_permit_free(w->pm); /* not started: still ours */
+        } else {
+            st = dlock_psem_release(w->ps, w->pm);
+        }
         w->pm = NULL;
     } else if (!strcmp(k, "redlock")) {
         st = dlock_redlock_release(w->rl);
