@@ -314,13 +314,12 @@ class RedLock:
         still held it (another may have held it meanwhile); the hold ends
         either way."""
         rc = self._run(_lib.dlock_redlock_release)
-        hold, self._hold = self._hold, None
+        hold = self._hold
         if hold is not None and rc in (0, _errors.ERR_LOST):
+            self._hold = None
             hold._open = False
             if rc:
                 hold._flag = True
-        elif hold is not None:
-            self._hold = hold
         _client._check(rc)
 
     def _release(self, _what: Any) -> None:
