@@ -871,6 +871,7 @@ DLOCK_API void dlock_queue_on_semaphore(dlock_semaphore *sem, dlock_status statu
  * ((uint64_t)(uintptr_t)permit; 0 for none). */
 DLOCK_API void dlock_queue_on_permit(dlock_psem *psem, dlock_status status, dlock_permit *permit, void *ticket);
 DLOCK_API void dlock_queue_on_latch(dlock_latch *latch, dlock_status status, void *ticket);
+DLOCK_API void dlock_queue_on_multilock(dlock_status status, void *ticket);
 
 /* What dlock_rwlock_inspect() reports. */
 typedef struct dlock_rwlock_info {
@@ -915,6 +916,40 @@ DLOCK_API dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t 
 /* Release one hold of each lock. Every lock is attempted; the first
  * failure is returned. */
 DLOCK_API dlock_status dlock_multilock_release(dlock_lock *const *locks, size_t n);
+
+/* What an asynchronous multi-lock call ends with: `status` as its
+ * synchronous twin would return it; dlock_last_error() inside the
+ * callback gives a failure's message. */
+typedef void (*dlock_multilock_fn)(dlock_status status, void *arg);
+
+/*
+ * dlock_multilock_acquire() without a thread that waits, under the rules
+ * of dlock_lock_acquire_async(): cb(status, arg) runs once later on a
+ * library thread, each lock's hold belongs to its handle (release them
+ * with dlock_multilock_release_async()), and no other asynchronous call
+ * may run on those handles until cb has begun. The locks are taken one
+ * after another in the global order, each asked for when the one before
+ * is granted; the array is copied, `tokens` (may be NULL) is written up
+ * to cb. Unlike the synchronous call it does not start over after a
+ * server error: it gives back what it took and ends with the error, and
+ * the caller decides when to try again. A member lost before the set was
+ * complete starts it over at once while wait time remains. A status other
+ * than DLOCK_OK means nothing was started and cb will not run.
+ */
+DLOCK_API dlock_status dlock_multilock_acquire_async(dlock_lock *const *locks, size_t n, long wait_ms,
+                                                     long lease_ms, uint64_t *tokens, dlock_multilock_fn cb,
+                                                     void *arg);
+
+/*
+ * Release one asynchronous hold of each lock, the last first, each
+ * release asked for when the one before has ended: cb(status, arg) later
+ * with the first failure, as dlock_multilock_release(). Releases that
+ * cannot start (a handle holding nothing, a hold already lost) count as
+ * failures; when none can start, that failure is returned at once and cb
+ * will not run.
+ */
+DLOCK_API dlock_status dlock_multilock_release_async(dlock_lock *const *locks, size_t n, dlock_multilock_fn cb,
+                                                     void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* RedLock                                                                   */

@@ -269,3 +269,8 @@ void dlock_queue_on_latch(dlock_latch *latch, dlock_status status, void *ticket)
     (void)latch;
     post(ticket, status, 0);
 }
+
+void dlock_queue_on_multilock(dlock_status status, void *ticket)
+{
+    post(ticket, status, 0);
+}

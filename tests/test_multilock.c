@@ -1,7 +1,10 @@
 /*
  * Multi-lock over locks on two real redis-servers: all or nothing when one
  * lock is busy or its server is down, no deadlock between multi-locks that
- * name the same locks in opposite orders, exclusion while held.
+ * name the same locks in opposite orders, exclusion while held. Every case
+ * runs twice: through the synchronous calls, and through the asynchronous
+ * ones (dlock_multilock_acquire_async, dlock_multilock_release_async)
+ * waited for by the test's thread.
  *
  * With DLOCK_TEST_TARGET=sentinel or cluster the same cases run on one
  * deployment instead of two servers: both "sides" are its URL, and on a
@@ -35,9 +38,14 @@ static th_target tgt;
 static int on_target; /* a Sentinel or Cluster deployment, shared by both sides */
 static char name_a[32] = "ml-a", name_b[32] = "ml-b";
 
+/* The calls the cases go through: 0 the synchronous ones, 1 the
+ * asynchronous ones (set by a case's twin, see ASYNC_TWIN). */
+static int use_async;
+
 static int setup(void **state)
 {
     (void)state;
+    use_async = 0;
     if (on_target) {
         s1.url = s2.url = tgt.url;
         return th_target_flush(&tgt);
@@ -87,6 +95,64 @@ static int held(const side *s, const char *name)
     return info.held;
 }
 
+/* One asynchronous multi-lock call's end, waited for by the test. */
+typedef struct ml_done {
+    pthread_mutex_t mu;
+    int n; /* callbacks so far: exactly one is allowed */
+    dlock_status st;
+} ml_done;
+
+static void ml_done_cb(dlock_status st, void *arg)
+{
+    ml_done *d = arg;
+    pthread_mutex_lock(&d->mu);
+    d->n++;
+    d->st = st;
+    pthread_mutex_unlock(&d->mu);
+}
+
+static int ml_done_count(ml_done *d, dlock_status *st)
+{
+    pthread_mutex_lock(&d->mu);
+    int n = d->n;
+    if (st) *st = d->st;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}
+
+/* What the call that started `d` ends with: its status when it did not
+ * start (then the callback must not run), else the callback's, which
+ * must run once. */
+static dlock_status ml_done_wait(ml_done *d, dlock_status started)
+{
+    dlock_status st = started;
+    if (started != DLOCK_OK) {
+        usleep(20000);
+        assert_int_equal(ml_done_count(d, NULL), 0);
+        return started;
+    }
+    long long until = th_now_ms() + 30000;
+    while (ml_done_count(d, &st) == 0 && th_now_ms() < until) usleep(1000);
+    assert_int_equal(ml_done_count(d, NULL), 1);
+    usleep(1000); /* a second callback would show here */
+    assert_int_equal(ml_done_count(d, NULL), 1);
+    return st;
+}
+
+static dlock_status ml_acquire(dlock_lock *const *set, size_t n, long wait_ms, long lease_ms, uint64_t *tokens)
+{
+    if (!use_async) return dlock_multilock_acquire(set, n, wait_ms, lease_ms, tokens);
+    ml_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK};
+    return ml_done_wait(&d, dlock_multilock_acquire_async(set, n, wait_ms, lease_ms, tokens, ml_done_cb, &d));
+}
+
+static dlock_status ml_release(dlock_lock *const *set, size_t n)
+{
+    if (!use_async) return dlock_multilock_release(set, n);
+    ml_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK};
+    return ml_done_wait(&d, dlock_multilock_release_async(set, n, ml_done_cb, &d));
+}
+
 /* ml-a on `other`, ml-b on `busy`, and a second client's handle on ml-b
  * that holds it for `hold_ms` from the start. */
 typedef struct pair {
@@ -124,16 +190,16 @@ static void assert_nothing_kept_when_busy(side *other, side *busy)
     pair_open(&p, other, busy, 10000);
     dlock_lock *set[2] = {p.b, p.a};
     long long t0 = th_now_ms();
-    assert_int_equal(dlock_multilock_acquire(set, 2, 300, 5000, NULL), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(ml_acquire(set, 2, 300, 5000, NULL), DLOCK_ERR_TIMEOUT);
     assert_true(th_now_ms() - t0 >= 290);
     assert_int_equal(held(other, name_a), 0);
     assert_int_equal(dlock_lock_release(p.hb), DLOCK_OK);
     uint64_t tokens[2] = {0, 0};
-    assert_int_equal(dlock_multilock_acquire(set, 2, 1000, 5000, tokens), DLOCK_OK);
+    assert_int_equal(ml_acquire(set, 2, 1000, 5000, tokens), DLOCK_OK);
     assert_true(tokens[0] > 0 && tokens[1] > 0);
     assert_int_equal(held(other, name_a), 1);
     assert_int_equal(held(busy, name_b), 1);
-    assert_int_equal(dlock_multilock_release(set, 2), DLOCK_OK);
+    assert_int_equal(ml_release(set, 2), DLOCK_OK);
     assert_int_equal(held(other, name_a), 0);
     assert_int_equal(held(busy, name_b), 0);
     pair_close(&p);
@@ -149,10 +215,10 @@ static void assert_no_lost_hold_returned(side *other, side *busy)
     pair_open(&p, other, busy, 1000);
     dlock_lock *set[2] = {p.a, p.b};
     uint64_t tokens[2] = {0, 0};
-    assert_int_equal(dlock_multilock_acquire(set, 2, 5000, 400, tokens), DLOCK_OK);
+    assert_int_equal(ml_acquire(set, 2, 5000, 400, tokens), DLOCK_OK);
     assert_false(dlock_lock_lost(p.a));
     assert_false(dlock_lock_lost(p.b));
-    assert_int_equal(dlock_multilock_release(set, 2), DLOCK_OK);
+    assert_int_equal(ml_release(set, 2), DLOCK_OK);
     pair_close(&p);
 }
 
@@ -185,7 +251,7 @@ static void assert_nothing_kept_when_down(side *up, side *down)
     assert_int_equal(dlock_lock_new(c2, name_b, &b), DLOCK_OK);
     side_pause(down, name_b, 1);
     dlock_lock *set[2] = {a, b};
-    dlock_status st = dlock_multilock_acquire(set, 2, 500, 5000, NULL);
+    dlock_status st = ml_acquire(set, 2, 500, 5000, NULL);
     side_pause(down, name_b, 0);
     assert_int_equal(st, DLOCK_ERR_CONNECT);
     assert_int_equal(held(up, name_a), 0);
@@ -226,7 +292,7 @@ static void *ordered_worker(void *arg)
     redisContext *rc = on_target ? th_target_connect(&tgt, "ml-inside") : th_redis_connect(&s1.r);
     dlock_lock *set[2] = {w->reverse ? y : x, w->reverse ? x : y};
     for (int i = 0; i < 40; i++) {
-        if (dlock_multilock_acquire(set, 2, 8000, 10000, NULL) != DLOCK_OK) {
+        if (ml_acquire(set, 2, 8000, 10000, NULL) != DLOCK_OK) {
             w->failed++;
             break;
         }
@@ -235,7 +301,7 @@ static void *ordered_worker(void *arg)
         freeReplyObject(r);
         usleep(500);
         freeReplyObject(redisCommand(rc, "DECR ml-inside"));
-        if (dlock_multilock_release(set, 2) != DLOCK_OK) w->failed++;
+        if (ml_release(set, 2) != DLOCK_OK) w->failed++;
         w->done++;
     }
     redisFree(rc);
@@ -272,13 +338,26 @@ static void multilock_refuses_duplicates_and_empty_sets(void **state)
     assert_int_equal(dlock_lock_new(c1, "ml-dup", &a), DLOCK_OK);
     assert_int_equal(dlock_lock_new(c1, "ml-dup", &a2), DLOCK_OK);
     dlock_lock *set[2] = {a, a2};
-    assert_int_equal(dlock_multilock_acquire(set, 2, 0, 1000, NULL), DLOCK_ERR_INVALID);
-    assert_int_equal(dlock_multilock_acquire(set, 0, 0, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(ml_acquire(set, 2, 0, 1000, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(ml_acquire(set, 0, 0, 1000, NULL), DLOCK_ERR_INVALID);
     assert_int_equal(held(&s1, "ml-dup"), 0);
     dlock_lock_free(a);
     dlock_lock_free(a2);
     dlock_client_free(c1);
 }
+
+/* A case again, through the asynchronous calls. */
+#define ASYNC_TWIN(name)                   \
+    static void async_##name(void **state) \
+    {                                      \
+        use_async = 1;                     \
+        name(state);                       \
+    }
+ASYNC_TWIN(multilock_takes_nothing_when_one_lock_is_busy)
+ASYNC_TWIN(multilock_takes_nothing_when_a_server_is_down)
+ASYNC_TWIN(multilocks_in_opposite_orders_do_not_deadlock)
+ASYNC_TWIN(multilock_refuses_duplicates_and_empty_sets)
+ASYNC_TWIN(multilock_never_returns_a_hold_lost_while_waiting)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(multilock_takes_nothing_when_one_lock_is_busy, setup, teardown),
@@ -286,6 +365,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(multilocks_in_opposite_orders_do_not_deadlock, setup, teardown),
     cmocka_unit_test_setup_teardown(multilock_refuses_duplicates_and_empty_sets, setup, teardown),
     cmocka_unit_test_setup_teardown(multilock_never_returns_a_hold_lost_while_waiting, setup, teardown),
+    cmocka_unit_test_setup_teardown(async_multilock_takes_nothing_when_one_lock_is_busy, setup, teardown),
+    cmocka_unit_test_setup_teardown(async_multilock_takes_nothing_when_a_server_is_down, setup, teardown),
+    cmocka_unit_test_setup_teardown(async_multilocks_in_opposite_orders_do_not_deadlock, setup, teardown),
+    cmocka_unit_test_setup_teardown(async_multilock_refuses_duplicates_and_empty_sets, setup, teardown),
+    cmocka_unit_test_setup_teardown(async_multilock_never_returns_a_hold_lost_while_waiting, setup, teardown),
 };
 
 /* On a cluster, names whose locks different masters serve: the
