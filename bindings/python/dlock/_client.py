@@ -745,6 +745,11 @@ def _on_acquired(_lock: Optional[int], status: int, token: int, arg: Optional[in
     _call_end(arg, status, token)
 
 
+@_native.MULTILOCK_FN
+def _on_multilock(status: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, 0)
+
+
 @_native.RELEASED_FN
 def _on_released(_lock: Optional[int], status: int, arg: Optional[int]) -> None:
     _call_end(arg, status, 0)
@@ -1152,7 +1157,22 @@ class _Exclusive(_OnHandle):
             then()
 
     async def __aexit__(self, *exc: Any) -> None:
-        task = _current_task()
+        key, fut, rc = self._release_start(_current_task())
+        try:
+            if rc:
+                fail(rc)
+            await _await_call(key, fut)
+        except _errors.DlockError:
+            if exc[0] is None:
+                raise
+            _log.warning("dlock: release of %r failed while an exception was raised", self,
+                         exc_info=True)
+
+    def _release_start(self, task: "asyncio.Task[Any]") -> "Tuple[int, asyncio.Future[int], int]":
+        """Start the release of `task`'s latest hold: the call's key and
+        future, and a status that is not 0 when it did not start. The
+        hold's bookkeeping is done when the release ends, whether anybody
+        awaits it or not (a cancelled exit still releases)."""
         shared_key = self._h.key
         th = _task_handle(self._h, task, enter=False)
         if th is None:
@@ -1161,9 +1181,8 @@ class _Exclusive(_OnHandle):
         view = self._view(th.handle)
 
         def hook(status: int, _token: int, _awaited: bool) -> None:
-            # The hold's bookkeeping, awaited or not (a cancelled exit
-            # still releases). A failure other than a loss leaves the hold
-            # as it was, as a synchronous release does.
+            # A failure other than a loss leaves the hold as it was, as a
+            # synchronous release does.
             if status in (0, _errors.ERR_LOST):
                 th.handle.pop(mode, ended=status != 0, lost=status != 0, thread=ident)
                 _task_handle_done(task, shared_key, th)
@@ -1175,17 +1194,10 @@ class _Exclusive(_OnHandle):
         except BaseException:
             _call_drop(key)
             raise
-        try:
-            if rc:
-                _call_drop(key)
-                hook(rc, 0, True)
-                fail(rc)
-            await _await_call(key, fut)
-        except _errors.DlockError:
-            if exc[0] is None:
-                raise
-            _log.warning("dlock: release of %r failed while an exception was raised", self,
-                         exc_info=True)
+        if rc:
+            _call_drop(key)
+            hook(rc, 0, True)
+        return key, fut, rc
 
 
 def _now_ms() -> int:

@@ -9,6 +9,7 @@ before any of those clients is freed.
 """
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import threading
 import weakref
@@ -50,8 +51,9 @@ def _states(clients: Sequence[_State]) -> List[_State]:
 
 class MultiLock:
     """Several locks (plain or fair, of one client or several) taken
-    together by the calling thread, or none of them: ``with
-    dlock.MultiLock([a, b]) as holds:``. They are taken in one global
+    together by the calling thread (or, with ``async with``, the running
+    task), or none of them: ``with dlock.MultiLock([a, b]) as holds:``.
+    They are taken in one global
     order whatever order they are given in, so two multi-locks over
     overlapping sets cannot deadlock. Each lock's hold is an ordinary Hold
     of that lock (its token, its loss, its re-entry)."""
@@ -113,6 +115,112 @@ class MultiLock:
 
     def __exit__(self, *exc: Any) -> None:
         _client._exit_release(self, None, exc[0] is not None)
+
+    async def __aenter__(self) -> List[Hold]:
+        """Take every lock for the running task, or none, without blocking
+        the loop (the library's asynchronous multi-lock, one lock after
+        another in the global order). The holds are the task's, as ``async
+        with lock`` makes them: an ``async with`` of one of the locks
+        inside re-enters. Unlike ``acquire()``, a server error is not
+        retried within the wait: it is raised, with nothing held."""
+        task = _client._current_task()
+        made: List[_client._TaskHandle] = []
+
+        def done_all() -> None:
+            for lk, th in zip(self.locks, made):
+                _client._task_handle_done(task, lk._h.key, th)
+
+        try:
+            for lk in self.locks:
+                th = _client._task_handle(lk._h, task, enter=True)
+                assert th is not None
+                made.append(th)
+        except BaseException:
+            done_all()
+            raise
+        views = [lk._view(th.handle) for lk, th in zip(self.locks, made)]
+        n = len(self.locks)
+        tokens = (ctypes.c_uint64 * n)()
+
+        def hook(status: int, _token: int, awaited: bool, _tokens: Any = tokens) -> None:
+            # `_tokens` keeps the array the library writes alive until the
+            # call ends, awaited or not. An outcome nobody awaits (the task
+            # was cancelled) is undone: every lock given back.
+            if awaited:
+                return
+            if status:
+                done_all()
+                return
+            for lk, th, v in zip(self.locks, made, views):
+                v._release_in_background(
+                    lambda k=lk._h.key, t=th: _client._task_handle_done(task, k, t))
+
+        key, fut = _client._call_start(task.get_loop(), hook)
+        assert fut is not None
+        try:
+            _enter_all(self._states)
+            try:
+                ptrs = (ctypes.c_void_p * n)(*[th.handle.ptr for th in made])
+                rc = _lib.dlock_multilock_acquire_async(
+                    ptrs, n, self._wait, self._lease, tokens,
+                    *_client._via(key, "multilock", _client._on_multilock))
+            finally:
+                _leave_all(self._states)
+        except BaseException:
+            _client._call_drop(key)
+            done_all()
+            raise
+        if rc:
+            _client._call_drop(key)
+            done_all()
+            _errors.fail(rc)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            _client._divert(key)
+            # Cancelled after the outcome arrived: the hook saw it awaited.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                hook(0, 0, False)
+            raise
+        except BaseException:
+            done_all()
+            raise
+        holds = []
+        for i, (v, th) in enumerate(zip(views, made)):
+            h = Hold(v, tokens[i], None)
+            th.handle.push(h)
+            holds.append(h)
+        return holds
+
+    async def __aexit__(self, *exc: Any) -> None:
+        """Release the task's hold of every lock, all at once (each lock
+        has a handle of its own for the task); every release ends even when
+        the exit is cancelled. The first failure is raised, unless the
+        block is raising already."""
+        task = _client._current_task()
+        first: Optional[_errors.DlockError] = None
+        started = []
+        for lk in reversed(self.locks):
+            key, fut, rc = lk._release_start(task)
+            if rc:
+                first = first or _errors.from_status(rc)
+            else:
+                started.append((key, fut))
+        for i, (key, fut) in enumerate(started):
+            try:
+                await fut
+            except asyncio.CancelledError:
+                for k, _f in started[i:]:
+                    _client._divert(k)
+                raise
+            except _errors.DlockError as e:
+                first = first or e
+        if first is None:
+            return
+        if exc[0] is None:
+            raise first
+        _client._log.warning("dlock: release of %r failed while an exception was raised", self,
+                             exc_info=first)
 
     def _release(self, _what: Any) -> None:
         self.release()

@@ -85,6 +85,7 @@ RW_ACQUIRED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_uint64, c_void
 RW_RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
 SEM_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 LATCH_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
+MULTILOCK_FN = ctypes.CFUNCTYPE(None, c_int, c_void_p)
 # void (*)(dlock_permit *, void *arg) and void (*)(dlock_redlock *, void *arg)
 PERMIT_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 # void (*)(dlock_psem *, dlock_status, dlock_permit *, void *arg)
@@ -172,6 +173,8 @@ _PROTOTYPES = {
     "dlock_psem_acquire_async": (c_int, [c_void_p, c_long, c_long, PERMIT_FN, c_void_p]),
     "dlock_psem_release_async": (c_int, [c_void_p, c_void_p, PERMIT_FN, c_void_p]),
     "dlock_multilock_acquire": (c_int, [_P(c_void_p), ctypes.c_size_t, c_long, c_long, _P(c_uint64)]),
+    "dlock_multilock_acquire_async": (c_int, [_P(c_void_p), ctypes.c_size_t, c_long, c_long, _P(c_uint64),
+                                              MULTILOCK_FN, c_void_p]),
     "dlock_redlock_new": (c_int, [_P(c_void_p), ctypes.c_size_t, c_char_p, _P(c_void_p)]),
     "dlock_redlock_free": (None, [c_void_p]),
     "dlock_redlock_acquire": (c_int, [c_void_p, c_long, c_long, _P(c_long), _P(c_uint64)]),
@@ -201,6 +204,7 @@ _QUEUE_CALLBACKS = {
     "semaphore": ("dlock_queue_on_semaphore", SEM_FN),
     "permit": ("dlock_queue_on_permit", PERMIT_FN),
     "latch": ("dlock_queue_on_latch", LATCH_FN),
+    "multilock": ("dlock_queue_on_multilock", MULTILOCK_FN),
 }
 
 

@@ -1,6 +1,7 @@
 """MultiLock and RedLock."""
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 import time
@@ -189,3 +190,85 @@ def test_a_redlock_refuses_bad_input(masters, name):
     rl = dlock.RedLock(clients, name)
     with pytest.raises(dlock.InvalidArgument):
         rl.extend(None)
+
+
+def test_async_multi_locks_take_all_or_none_and_their_tasks_exclude_each_other(redis, client, name):
+    a, b = client.lock(name + ":a"), client.lock(name + ":b")
+    other = dlock.Client(redis.url)
+    try:
+        async def main():
+            blocker = other.lock(name + ":b").acquire()
+            with pytest.raises(dlock.NotAcquired):
+                async with dlock.MultiLock([a, b], wait=0.3):
+                    pass
+            assert not client.inspect(name + ":a").held  # a was given back
+            blocker.release()
+            inside, overlaps, tokens = [0], [], []
+
+            async def work(locks):
+                m = dlock.MultiLock(locks, wait=20.0)
+                for _ in range(15):
+                    async with m as holds:
+                        inside[0] += 1
+                        if inside[0] != 1:
+                            overlaps.append(inside[0])
+                        tokens.append(max(h.token for h in holds))
+                        assert [h.lock.name for h in holds] == [lk.name for lk in locks]
+                        await asyncio.sleep(0.001)
+                        inside[0] -= 1
+
+            threads = threading.active_count()
+            # opposite orders: without the global order they would deadlock
+            tasks = [asyncio.ensure_future(work([a, b] if i % 2 else [b, a])) for i in range(4)]
+            await asyncio.sleep(0.05)
+            waiting_threads = threading.active_count()
+            await asyncio.gather(*tasks)
+            assert overlaps == []
+            assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens) == 60
+            assert waiting_threads <= threads + 1  # no thread per waiting task
+        asyncio.run(main())
+        assert not client.inspect(name + ":a").held and not client.inspect(name + ":b").held
+    finally:
+        other.close()
+
+
+def test_an_async_multi_lock_reenters_a_lock_its_task_holds(client, name):
+    a, b = client.lock(name + ":a"), client.lock(name + ":b")
+
+    async def main():
+        async with a as outer:
+            async with dlock.MultiLock([b, a]) as holds:
+                assert holds[1].token == outer.token
+                assert holds[0].token > 0
+            assert client.inspect(name + ":a").held
+            assert not client.inspect(name + ":b").held
+        assert not client.inspect(name + ":a").held
+    asyncio.run(main())
+
+
+def test_a_cancelled_async_multi_lock_gives_back_what_it_was_granted(redis, client, name):
+    a, b = client.lock(name + ":a"), client.lock(name + ":b")
+    other = dlock.Client(redis.url)
+    try:
+        async def main():
+            hold = other.lock(name + ":b").acquire()
+
+            async def waiter():
+                async with dlock.MultiLock([a, b]):
+                    await asyncio.sleep(10)
+
+            task = asyncio.ensure_future(waiter())
+            await asyncio.sleep(0.2)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            hold.release()  # the set may now be granted: it must be given back
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                ia, ib = client.inspect(name + ":a"), client.inspect(name + ":b")
+                if ib.last_token > hold.token and not ia.held and not ib.held:
+                    return True
+            return False
+
+        assert asyncio.run(main()), "a cancelled multi-lock kept its locks"
+    finally:
+        other.close()
