@@ -4,7 +4,7 @@
 # `make` and `make build` never install anything: `make deps` installs the
 # Debian packages, and the targets that set up a fresh machine (test,
 # test-plain, test-asan, test-valkey, demo, bench, bench-cli, bench-seckill, bench-cluster,
-# bench-tls, cluster, torture) run it first, then build. Only `make deps` and
+# bench-tls, bench-redlock, cluster, torture) run it first, then build. Only `make deps` and
 # the test targets install Valkey (from bookworm-backports on bookworm,
 # scripts/install-deps.sh --valkey): the demo, the benchmarks, the torture
 # run and `make cluster` need Redis alone (deps-core).
@@ -18,7 +18,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_JOBS  ?= $(shell echo $$(( 2 * $(JOBS) )))
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-core build build-asan test test-plain test-asan test-valkey demo bench bench-cli bench-cluster bench-seckill bench-tls cluster install clean torture
+.PHONY: all deps deps-core build build-asan test test-plain test-asan test-valkey demo bench bench-cli bench-cluster bench-seckill bench-tls bench-redlock cluster install clean torture
 
 all: build
 
@@ -98,6 +98,12 @@ bench-tls: deps-core
 	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
 	bench/tls.sh $(BUILD)
+
+# RedLock over three private masters next to node-redlock, same run.
+bench-redlock: deps-core
+	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target dlock-bench
+	bench/redlock.sh $(BUILD)
 
 # The torture harness's long run (docs/SAFETY.md): every scenario, the
 # faults of each, TORTURE_SECONDS in all (600 by default) shared among

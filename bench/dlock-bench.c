@@ -28,6 +28,11 @@
  *                pair.
  *   psem         the permit-expirable dlock_psem, P permits, each permit
  *                with a 10 s lease (random id, sorted set of expiries).
+ * With --redlock (uncontended, contended) the lock is a dlock_redlock over
+ * the masters that -u lists, comma-separated (a client for each, shared by
+ * the workers), every worker with a handle of its own: of its own name, or
+ * of one name for contended; the JSON line then adds "kind":"redlock" and
+ * "masters".
  * With --async (uncontended, contended, fair) there are no worker threads:
  * the main thread starts N chains of dlock_lock_acquire_async() ->
  * dlock_lock_release_async() -> the next acquire, each chain on a handle
@@ -141,6 +146,7 @@ typedef struct worker {
     pthread_t thread;
     int index;
     dlock_lock *lock; /* uncontended, contended, fair */
+    dlock_redlock *rl; /* --redlock: instead of lock */
     uint64_t *hist[N_CLS];
     uint64_t *wait_hist; /* the acquire call alone, every class */
     uint64_t ops[N_CLS];
@@ -167,6 +173,9 @@ static atomic_uint_fast64_t hold_gen; /* single lock: bumped inside the lock */
 static atomic_int inside;             /* exclusive holders (or permit holders) now */
 static atomic_int readers_inside;     /* rw: read holders now */
 static int use_async;                 /* --async */
+#define MAX_MASTERS 32
+static dlock_client *masters[MAX_MASTERS]; /* --redlock: a client per master */
+static size_t n_masters;
 static pthread_mutex_t chains_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t chains_cv = PTHREAD_COND_INITIALIZER;
 static int chains_ended;              /* --async: chains that stopped */
@@ -274,7 +283,9 @@ static dlock_status take(worker *w, int *cls, dlock_permit **permit)
                                     lease_ms, &token);
     case M_SEMAPHORE: return dlock_semaphore_acquire(sem, 1, DLOCK_WAIT_FOREVER);
     case M_PSEM: return dlock_psem_acquire(psem, DLOCK_WAIT_FOREVER, lease_ms, permit);
-    default: return dlock_lock_acquire(w->lock, DLOCK_WAIT_FOREVER, lease_ms, &token);
+    default:
+        if (w->rl) return dlock_redlock_acquire(w->rl, DLOCK_WAIT_FOREVER, lease_ms, NULL, &token);
+        return dlock_lock_acquire(w->lock, DLOCK_WAIT_FOREVER, lease_ms, &token);
     }
 }
 
@@ -285,7 +296,7 @@ static dlock_status give(worker *w, int cls, dlock_permit *permit)
     case M_RW: return dlock_rwlock_release(rw, cls == CLS_READ ? DLOCK_READ : DLOCK_WRITE);
     case M_SEMAPHORE: return dlock_semaphore_release(sem, 1);
     case M_PSEM: return dlock_psem_release(psem, permit);
-    default: return dlock_lock_release(w->lock);
+    default: return w->rl ? dlock_redlock_release(w->rl) : dlock_lock_release(w->lock);
     }
 }
 
@@ -505,8 +516,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench -u URL --mode MODE --workers N [--seconds S] [--permits P]\n"
-            "                   [--read-percent R] [--async] [--watchdog] [-v]\n"
-            "  -u URL             redis://host:port or unix:///path.sock (required)\n"
+            "                   [--read-percent R] [--async] [--redlock] [--watchdog] [-v]\n"
+            "  -u URL             redis://host:port or unix:///path.sock (required); with\n"
+            "                     --redlock, the masters' URLs, comma-separated\n"
             "  --mode MODE        uncontended: a lock per worker; contended: one lock for all;\n"
             "                     fair: one fair lock for all; rw: one read-write lock, R%% reads;\n"
             "                     semaphore: plain semaphore of P permits; psem: permit-expirable\n"
@@ -517,11 +529,12 @@ static void usage(FILE *f)
             "  --read-percent R   rw: percentage of read holds, 0..100 (default 90)\n"
             "  --async            uncontended, contended, fair: N acquisitions in flight from\n"
             "                     one thread through the asynchronous API, not N threads\n"
+            "  --redlock          uncontended, contended: RedLock over the masters of -u\n"
             "  --watchdog         holds renewed by the watchdog instead of a 10 s lease\n"
             "  -v, --verbose      contended, fair: how often the lock changed hands, on stderr\n"
             "Prints one JSON line: lib, api, lease, mode, workers, ops, seconds, ops_per_s, p50_us, p99_us,\n"
             "and handoff_p50_us (contended, fair), reads/writes and their rates and\n"
-            "percentiles (rw), kind and permits (semaphore, psem).\n",
+            "percentiles (rw), kind and permits (semaphore, psem), kind and masters (--redlock).\n",
             MAX_WORKERS);
 }
 
@@ -613,13 +626,14 @@ int main(int argc, char **argv)
     const char *url = NULL, *mode_arg = NULL;
     long workers = 0;
     double seconds = 5;
-    int verbose = 0;
+    int verbose = 0, use_redlock = 0;
     static const struct option longopts[] = {
         {"url", required_argument, NULL, 'u'},     {"mode", required_argument, NULL, 'm'},
         {"workers", required_argument, NULL, 'w'}, {"seconds", required_argument, NULL, 's'},
         {"permits", required_argument, NULL, 'p'}, {"read-percent", required_argument, NULL, 'r'},
         {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
         {"async", no_argument, NULL, 'a'},         {"watchdog", no_argument, NULL, 'W'},
+        {"redlock", no_argument, NULL, 'R'},
         {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
@@ -649,6 +663,7 @@ int main(int argc, char **argv)
         case 'v': verbose = 1; break;
         case 'a': use_async = 1; break;
         case 'W': lease_ms = DLOCK_LEASE_WATCHDOG; break;
+        case 'R': use_redlock = 1; break;
         case 'h': usage(stdout); return 0;
         case ':': return bad_usage("option needs a value", argv[optind - 1]);
         default: return bad_usage("unknown option", argv[optind - 1]);
@@ -663,18 +678,29 @@ int main(int argc, char **argv)
     if (!workers) return bad_usage("--workers is required", NULL);
     if (use_async && mode != M_UNCONTENDED && mode != M_CONTENDED && mode != M_FAIR)
         return bad_usage("--async works with uncontended, contended and fair", mode_arg);
+    if (use_redlock && (use_async || (mode != M_UNCONTENDED && mode != M_CONTENDED)))
+        return bad_usage("--redlock works with uncontended and contended, without --async", mode_arg);
     if (!permits) permits = workers / 4 > 1 ? workers / 4 : 1;
 
     /* A malformed URL is the caller's mistake; an unreachable one is not. */
-    dlock_url parsed;
-    if (dlock_url_parse(url, &parsed) != DLOCK_OK) return bad_usage("bad URL", dlock_last_error());
-    dlock_url_free(&parsed);
-    dlock_client *client;
-    dlock_status st = dlock_client_new(url, NULL, &client);
-    if (st != DLOCK_OK) {
-        fprintf(stderr, "dlock-bench: cannot use %s: %s\n", url, dlock_last_error());
-        return EXIT_UNAVAILABLE;
+    char *urls = strdup(url), *save = NULL;
+    if (!urls) return EXIT_SOFTWARE;
+    for (char *u = strtok_r(urls, ",", &save); u; u = strtok_r(NULL, ",", &save)) {
+        if (n_masters == MAX_MASTERS || (!use_redlock && n_masters == 1))
+            return bad_usage(use_redlock ? "at most 32 masters" : "one URL (several only with --redlock)", url);
+        dlock_url parsed;
+        if (dlock_url_parse(u, &parsed) != DLOCK_OK) return bad_usage("bad URL", dlock_last_error());
+        dlock_url_free(&parsed);
+        if (dlock_client_new(u, NULL, &masters[n_masters]) != DLOCK_OK) {
+            fprintf(stderr, "dlock-bench: cannot use %s: %s\n", u, dlock_last_error());
+            return EXIT_UNAVAILABLE;
+        }
+        n_masters++;
     }
+    free(urls);
+    if (n_masters == 0) return bad_usage("bad URL", url);
+    dlock_client *client = masters[0];
+    dlock_status st;
 
     int n = (int)workers, rc = 0;
     worker *ws = calloc((size_t)n, sizeof *ws);
@@ -686,7 +712,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlock-bench: out of memory\n");
         return EXIT_SOFTWARE;
     }
-    st = make_shared(client, &shared);
+    st = use_redlock ? DLOCK_OK : make_shared(client, &shared);
     if (st != DLOCK_OK) {
         fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
         return status_exit(st);
@@ -696,7 +722,15 @@ int main(int argc, char **argv)
         ws[i].rng = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
         for (int k = 0; k < N_CLS; k++) ws[i].hist[k] = hist + ((size_t)(i + 1) * N_CLS + k) * HIST_BUCKETS;
         ws[i].wait_hist = waits + (size_t)(i + 1) * HIST_BUCKETS;
-        if (mode == M_UNCONTENDED) {
+        if (use_redlock) {
+            char name[96];
+            if (mode == M_UNCONTENDED) snprintf(name, sizeof name, "bench:ru:%ld:%d", (long)getpid(), i);
+            else snprintf(name, sizeof name, "bench:redlock:%ld", (long)getpid());
+            if (dlock_redlock_new(masters, n_masters, name, &ws[i].rl) != DLOCK_OK) {
+                fprintf(stderr, "dlock-bench: %s\n", dlock_last_error());
+                return EXIT_SOFTWARE;
+            }
+        } else if (mode == M_UNCONTENDED) {
             char name[96];
             snprintf(name, sizeof name, "bench:u:%ld:%d", (long)getpid(), i);
             if (dlock_lock_new(client, name, &ws[i].lock) != DLOCK_OK) {
@@ -772,19 +806,21 @@ int main(int argc, char **argv)
                hist_percentile(waits, total, 0.999) / 1e3, total ? (double)least / fair_share : 0.0,
                total ? (double)most / fair_share : 0.0);
         print_extra(ws, n, (const uint64_t *const *)merged, ops, secs, verbose, &rc);
+        if (use_redlock) printf(",\"kind\":\"redlock\",\"masters\":%zu", n_masters);
         printf("}\n");
         fflush(stdout);
     }
 
     for (int i = 0; i < n; i++) {
-        if (mode == M_UNCONTENDED || (use_async && single_lock())) dlock_lock_free(ws[i].lock);
+        dlock_redlock_free(ws[i].rl);
+        if (!use_redlock && (mode == M_UNCONTENDED || (use_async && single_lock()))) dlock_lock_free(ws[i].lock);
         free(ws[i].recs);
     }
     dlock_lock_free(shared);
     dlock_rwlock_free(rw);
     dlock_semaphore_free(sem);
     dlock_psem_free(psem);
-    dlock_client_free(client);
+    for (size_t i = 0; i < n_masters; i++) dlock_client_free(masters[i]);
     free(ws);
     free(hist);
     return rc;

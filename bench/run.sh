@@ -241,31 +241,10 @@ anchor_cases() {
         done
     done
 }
-# The version in an npm package's package.json.
-pkg_version() { sed -n 's/^  "version": *"\([^"]*\)".*/\1/p' "$1/package.json"; }
 if [ "${BENCH_ANCHORS:-0}" = 1 ]; then
-    nm=${BENCH_NODE_MODULES:-}
-    if ! command -v node >/dev/null 2>&1; then
-        echo "bench: skipping node-redlock: node not found (apt-get install nodejs npm)" >&2
-    else
-        if [ -z "$nm" ]; then
-            if ! command -v npm >/dev/null 2>&1; then
-                echo "bench: skipping node-redlock: npm not found" >&2
-            elif npm install --prefix "$dir/node" --no-audit --no-fund --silent \
-                redlock@5.0.0-beta.2 ioredis@5 >"$dir/npm.log" 2>&1; then
-                nm="$dir/node/node_modules"
-            else
-                echo "bench: skipping node-redlock: npm install failed:" >&2
-                tail -5 "$dir/npm.log" >&2
-            fi
-        fi
-        if [ -n "$nm" ] && [ -d "$nm/redlock" ] && [ -d "$nm/ioredis" ]; then
-            echo "bench: node-redlock $(pkg_version "$nm/redlock"), ioredis $(pkg_version "$nm/ioredis")," \
-                "node $(node --version)" >&2
-            anchor_cases node-redlock env NODE_PATH="$nm" node "$here/bench/anchors/node-redlock.js"
-        elif [ -n "$nm" ]; then
-            echo "bench: skipping node-redlock: no redlock and ioredis in $nm" >&2
-        fi
+    node_redlock "$dir/node"
+    if [ -n "$nm" ]; then
+        anchor_cases node-redlock env NODE_PATH="$nm" node "$here/bench/anchors/node-redlock.js"
     fi
     # shellcheck disable=SC2086 # BENCH_PYTHON: one interpreter or none
     python_with redis ${BENCH_PYTHON:-}

@@ -980,7 +980,8 @@ DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
  * and a positive validity = lease - elapsed (monotonic, from before the
  * first request) - drift (1% of the lease + 2 ms); *validity_ms (may be
  * NULL) receives it: the time the lock is surely still held. Failed rounds
- * release everywhere and retry after a random 20-200 ms until `wait_ms`
+ * release everywhere and retry after a random 20-200 ms, or at once when
+ * the holder's release is published on the first master, until `wait_ms`
  * ends (DLOCK_ERR_TIMEOUT; DLOCK_ERR_CONNECT when no master answered).
  * DLOCK_LEASE_WATCHDOG renews each master's share from that master's
  * client watchdog; the hold is lost when fewer than a majority remain.

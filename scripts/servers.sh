@@ -135,3 +135,41 @@ python_with() {
         fi
     done
 }
+
+# The version in an npm package's package.json.
+pkg_version() { sed -n 's/^  "version": *"\([^"]*\)".*/\1/p' "$1/package.json"; }
+
+# node_redlock DIR: set nm to a node_modules directory holding the
+# node-redlock anchor's packages (npm "redlock" 5.0.0-beta.2 on ioredis
+# 5): BENCH_NODE_MODULES if set, else installed with npm under DIR; empty,
+# with the reason on stderr, when node, npm or the packages are missing.
+node_redlock() {
+    nm=${BENCH_NODE_MODULES:-}
+    if ! command -v node >/dev/null 2>&1; then
+        echo "bench: skipping node-redlock: node not found (apt-get install nodejs npm)" >&2
+        nm=""
+        return 0
+    fi
+    if [ -z "$nm" ]; then
+        if ! command -v npm >/dev/null 2>&1; then
+            echo "bench: skipping node-redlock: npm not found" >&2
+            return 0
+        fi
+        mkdir -p "$1"
+        if npm install --prefix "$1" --no-audit --no-fund --silent redlock@5.0.0-beta.2 ioredis@5 \
+            >"$1/npm.log" 2>&1; then
+            nm="$1/node_modules"
+        else
+            echo "bench: skipping node-redlock: npm install failed:" >&2
+            tail -5 "$1/npm.log" >&2
+            return 0
+        fi
+    fi
+    if [ -d "$nm/redlock" ] && [ -d "$nm/ioredis" ]; then
+        echo "bench: node-redlock $(pkg_version "$nm/redlock"), ioredis $(pkg_version "$nm/ioredis")," \
+            "node $(node --version)" >&2
+    else
+        echo "bench: skipping node-redlock: no redlock and ioredis in $nm" >&2
+        nm=""
+    fi
+}

@@ -11,15 +11,16 @@
  * Acquire, in rounds until the wait ends:
  *
  *   1. read the monotonic clock (t0), then send acquire.lua to every master
- *      at once (one short-lived thread per master beyond the first), so a
+ *      at once (asynchronous calls on their shared connections), so a
  *      round costs the slowest master's round trip, not the sum;
  *   2. count grants; validity = lease - (now - t0) - drift, drift = 1% of
  *      the lease + 2 ms for clock-rate differences between the masters;
  *   3. with a majority and validity > 0 the lock is ours for `validity` ms
  *      by every master's clock; otherwise release on every master (also on
- *      those that did not answer: the request may have run) and sleep a
- *      random 20-200 ms before the next round, so that contenders that
- *      split the vote do not collide again in lockstep.
+ *      those that did not answer: the request may have run), waking no
+ *      waiter, and sleep a random 20-200 ms before the next round, so that
+ *      contenders that split the vote do not collide again in lockstep; a
+ *      holder's release published on the first master ends the sleep.
  *
  * The owner is a fresh random value per acquisition (not client:thread),
  * because the hold belongs to the handle, whichever thread releases it.
@@ -46,9 +47,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "async.h"
 #include "client.h"
 #include "handle.h"
 #include "util.h"
+#include "wait.h"
 
 #define MAX_MASTERS 32
 
@@ -73,6 +76,7 @@ struct dlock_redlock {
     rl_share *shares;
     char owner[48];
     char floor[24];       /* fencing floor passed in this round */
+    char *quiet;          /* "dlock:{NAME}:quiet", a key that never exists (rl_release_all) */
     long lease_ms;
     int held;
     atomic_int alive; /* shares still held, watched by the loss check */
@@ -81,33 +85,62 @@ struct dlock_redlock {
     int64_t held_since;    /* when the acquire of the current hold returned (dlock__stats_clock) */
 };
 
-/* A request to one master, run on its own thread in a round. */
+struct rl_round;
+
+/* A request to one master in a round. */
 typedef struct rl_call {
     dlock_redlock *rl;
+    struct rl_round *round;
     size_t i;
-    int kind; /* 0 acquire, 1 release, 2 renew */
-    long lease_ms;
-    pthread_t thread;
-    int started;
+    int kind; /* 0 acquire, 1 release, 2 renew, 3 release that wakes nobody */
+    char lease_s[24];
     dlock_status st;
     long long result; /* acquire: 1 granted / 0 busy; release, renew: script answer */
     uint64_t token;
 } rl_call;
 
-/* One request to master c->i; everything it learns goes into *c. */
-static void rl_call_run(rl_call *c)
+/* A round's requests, answered on library threads while the caller waits
+ * for the last. */
+typedef struct rl_round {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t left;
+} rl_round_wait;
+
+/* The script, keys and arguments of request c. */
+static dlock__script_id rl_call_make(const rl_call *c, int *nkeys, const char **keys, int *nargs, const char **args)
 {
-    dlock_redlock *rl = c->rl;
-    dlock_client *m = rl->masters[c->i];
-    char lease_s[24];
-    snprintf(lease_s, sizeof lease_s, "%ld", c->lease_ms);
+    const dlock_redlock *rl = c->rl;
+    keys[0] = rl->base.key;
+    args[0] = rl->owner;
+    args[1] = c->lease_s;
+    if (c->kind == 0) {
+        keys[1] = rl->base.fence;
+        args[2] = "0";
+        args[3] = rl->floor;
+        *nkeys = 2;
+        *nargs = 4;
+        return DLOCK__SCRIPT_ACQUIRE;
+    }
+    if (c->kind == 1 || c->kind == 3) {
+        keys[1] = rl->base.channel;
+        keys[2] = rl->quiet; /* as the waiting set: none, so no PUBLISH */
+        args[2] = "1";
+        args[3] = rl->masters[c->i]->publish;
+        *nkeys = c->kind == 3 ? 3 : 2;
+        *nargs = 4;
+        return DLOCK__SCRIPT_RELEASE;
+    }
+    *nkeys = 1;
+    *nargs = 2;
+    return DLOCK__SCRIPT_RENEW;
+}
+
+/* What master c->i answered (`retried`: the request was sent twice). */
+static void rl_call_read(rl_call *c, const redisReply *r, int retried)
+{
     c->result = 0;
     if (c->kind == 0) {
-        const char *keys[2] = {rl->base.key, rl->base.fence};
-        const char *args[4] = {rl->owner, lease_s, "0", rl->floor};
-        redisReply *r;
-        c->st = dlock__eval(m, DLOCK__SCRIPT_ACQUIRE, 2, keys, 4, args, &r, NULL);
-        if (c->st != DLOCK_OK) return;
         if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
             r->element[1]->type == REDIS_REPLY_INTEGER) {
             c->result = r->element[0]->integer != 0;
@@ -115,64 +148,80 @@ static void rl_call_run(rl_call *c)
         } else {
             c->st = dlock__fail(DLOCK_ERR_REDIS, "acquire: unexpected reply");
         }
-        freeReplyObject(r);
-    } else if (c->kind == 1) {
-        const char *keys[2] = {rl->base.key, rl->base.channel};
-        const char *args[4] = {rl->owner, lease_s, "1", m->publish};
-        redisReply *r;
-        int retried;
-        c->st = dlock__eval(m, DLOCK__SCRIPT_RELEASE, 2, keys, 4, args, &r, &retried);
-        if (c->st != DLOCK_OK) return;
+    } else if (c->kind == 1 || c->kind == 3) {
         if (r->type == REDIS_REPLY_INTEGER)
             /* A resent release answers -1 when the first send released it
              * (the count is always 1 here), as in dlock_lock_release(). */
             c->result = r->integer < 0 && retried ? 0 : r->integer;
         else
             c->st = dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
-        freeReplyObject(r);
     } else {
-        const char *keys[1] = {rl->base.key};
-        const char *args[2] = {rl->owner, lease_s};
-        redisReply *r;
-        c->st = dlock__eval(m, DLOCK__SCRIPT_RENEW, 1, keys, 2, args, &r, NULL);
-        if (c->st != DLOCK_OK) return;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_INTEGER)
             c->result = r->element[0]->integer;
         else
             c->st = dlock__fail(DLOCK_ERR_REDIS, "renew: unexpected reply");
-        freeReplyObject(r);
     }
 }
 
-static void *rl_call_thread(void *arg)
+/* Request c, from the calling thread. */
+static void rl_call_run(rl_call *c)
 {
-    dlock__thread_name("dlock-redlock");
-    rl_call_run(arg);
-    return NULL;
+    const char *keys[3], *args[4];
+    int nkeys, nargs, retried;
+    dlock__script_id id = rl_call_make(c, &nkeys, keys, &nargs, args);
+    redisReply *r;
+    c->st = dlock__eval(c->rl->masters[c->i], id, nkeys, keys, nargs, args, &r, &retried);
+    if (c->st != DLOCK_OK) return;
+    rl_call_read(c, r, retried);
+    freeReplyObject(r);
 }
 
-/* Send one kind of request to the masters flagged in `which` (NULL: all)
- * at the same time: threads for all but the first, which runs here. A
- * master whose thread cannot start is asked from here afterwards, late
- * but not skipped. */
-static void rl_round(dlock_redlock *rl, int kind, long lease_ms, const int *which, rl_call *calls)
+/* The answer to request c, on a library thread. */
+static void rl_call_reply(dlock_status st, redisReply *r, void *arg)
 {
-    size_t first = rl->n;
+    rl_call *c = arg;
+    c->st = st;
+    if (st == DLOCK_OK) rl_call_read(c, r, dlock__async_resent());
+    if (r) freeReplyObject(r);
+    rl_round_wait *w = c->round;
+    pthread_mutex_lock(&w->mu);
+    if (--w->left == 0) pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Send one kind of request to every master at the same time, so a round
+ * costs the slowest master's round trip, not the sum: the requests to
+ * every master but the first go out as asynchronous calls on their
+ * masters' shared connections, then this thread asks the first itself
+ * and, most often finding the others answered meanwhile, goes on without
+ * sleeping. Before, each master beyond the first was asked from a thread
+ * started for the round, which cost more than the requests
+ * (docs/BENCHMARKS.md, "RedLock's rounds"). A request that cannot go out
+ * so (its client is being drained) is made from here afterwards, late but
+ * not skipped. */
+static void rl_round(dlock_redlock *rl, int kind, long lease_ms, rl_call *calls)
+{
+    rl_round_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, rl->n};
+    int sent[MAX_MASTERS];
     for (size_t i = 0; i < rl->n; i++) {
-        calls[i] = (rl_call){.rl = rl, .i = i, .kind = kind, .lease_ms = lease_ms, .st = DLOCK_ERR_INVALID};
-        if (which && !which[i]) continue;
-        if (first == rl->n) {
-            first = i;
-            continue;
-        }
-        calls[i].started = pthread_create(&calls[i].thread, NULL, rl_call_thread, &calls[i]) == 0;
+        rl_call *c = &calls[i];
+        *c = (rl_call){.rl = rl, .round = &w, .i = i, .kind = kind, .st = DLOCK_ERR_INVALID};
+        dlock__fmt_ll(lease_ms, c->lease_s);
+        const char *keys[3], *args[4];
+        int nkeys, nargs;
+        dlock__script_id id = rl_call_make(c, &nkeys, keys, &nargs, args);
+        sent[i] = dlock__async_script(rl->masters[i], id, nkeys, keys, nargs, args, rl_call_reply, c) == DLOCK_OK;
     }
-    if (first < rl->n) rl_call_run(&calls[first]);
-    for (size_t i = 0; i < rl->n; i++) {
-        if (which && !which[i]) continue;
-        if (calls[i].started) pthread_join(calls[i].thread, NULL);
-        else if (i != first) rl_call_run(&calls[i]);
-    }
+    size_t unsent = 0;
+    for (size_t i = 0; i < rl->n; i++) unsent += !sent[i];
+    pthread_mutex_lock(&w.mu);
+    w.left -= unsent;
+    while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    for (size_t i = 0; i < rl->n; i++)
+        if (!sent[i]) rl_call_run(&calls[i]);
 }
 
 /* Stop renewing every share; waits for loss callbacks in flight. */
@@ -188,11 +237,19 @@ static void rl_stop_renewal(dlock_redlock *rl)
 
 /* Release on every master, whether or not it granted: a master that did
  * not answer may still have run the acquire. Only our owner value is ever
- * deleted. Returns how many masters confirmed they held our share. */
-static size_t rl_release_all(dlock_redlock *rl)
+ * deleted. Returns how many masters confirmed they held our share.
+ *
+ * `quiet`: the give-back of a round that won no majority, which wakes no
+ * waiter. release.lua publishes a release on the name's channel unless it
+ * is given a waiting set (a plain lock's), so it is given one that never
+ * exists. Why: the waiters of a RedLock are woken by that message
+ * (rl_acquire), and contenders that split the vote would wake one another
+ * with their give-backs and collide again at once, where the random pause
+ * of rl_try_round() keeps them apart. */
+static size_t rl_release_all(dlock_redlock *rl, int quiet)
 {
     rl_call calls[MAX_MASTERS];
-    rl_round(rl, 1, rl->lease_ms > 0 ? rl->lease_ms : 1, NULL, calls);
+    rl_round(rl, quiet ? 3 : 1, rl->lease_ms > 0 ? rl->lease_ms : 1, calls);
     size_t n = 0;
     for (size_t i = 0; i < rl->n; i++) {
         if (calls[i].st == DLOCK_OK && calls[i].result >= 0) n++;
@@ -227,19 +284,14 @@ static void rl_floor(dlock_redlock *rl)
     snprintf(rl->floor, sizeof rl->floor, "%llu", (unsigned long long)floor);
 }
 
-/* A random sleep between rounds, bounded by the deadline. */
-static void rl_backoff(int64_t deadline)
+/* A random time between rounds, 20-200 ms: contenders that split the
+ * vote do not collide again in lockstep. */
+static long rl_backoff_ms(void)
 {
     char hex[5];
-    unsigned ms = 20;
-    if (dlock__random_hex(hex, 2) == DLOCK_OK) ms += (unsigned)strtoul(hex, NULL, 16) % 181;
-    if (deadline >= 0) {
-        int64_t left = deadline - dlock__mono_ms();
-        if (left <= 0) return;
-        if ((int64_t)ms > left) ms = (unsigned)left;
-    }
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    long ms = 20;
+    if (dlock__random_hex(hex, 2) == DLOCK_OK) ms += (long)(strtoul(hex, NULL, 16) % 181);
+    return ms;
 }
 
 dlock_status dlock_redlock_new(dlock_client *const *masters, size_t n, const char *name, dlock_redlock **out)
@@ -261,9 +313,12 @@ dlock_status dlock_redlock_new(dlock_client *const *masters, size_t n, const cha
     dlock_status st = dlock__handle_init(&rl->base, masters[0], name, &keys);
     rl->n = n;
     rl->quorum = n / 2 + 1;
+    if (st == DLOCK_OK && (rl->quiet = malloc(strlen(rl->base.key) + sizeof ":quiet")))
+        sprintf(rl->quiet, "%s:quiet", rl->base.key);
     rl->masters = malloc(n * sizeof *rl->masters);
     rl->shares = calloc(n, sizeof *rl->shares);
-    if (st == DLOCK_OK && (!rl->masters || !rl->shares)) st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (st == DLOCK_OK && (!rl->masters || !rl->shares || !rl->quiet))
+        st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     if (st != DLOCK_OK) {
         dlock_redlock_free(rl);
         return st;
@@ -289,9 +344,70 @@ void dlock_redlock_free(dlock_redlock *rl)
     dlock__handle_destroy(&rl->base, NULL);
     free(rl->masters);
     free(rl->shares);
+    free(rl->quiet);
     free(rl);
 }
 
+/* One acquisition's rounds: what they share, and what the last one saw. */
+typedef struct rl_try {
+    dlock_redlock *rl;
+    long lease, drift;
+    int64_t t0;          /* the last round's start (monotonic) */
+    size_t granted, errors;
+    uint64_t top;        /* the highest token granted in it */
+    long validity;
+    dlock_status last;   /* a master's failure in it, and why */
+    char why[256];
+} rl_try;
+
+/* One round (dlock__try_fn, for dlock__wait_for()): DLOCK_OK when a
+ * majority granted it in time; else everything is given back and the
+ * round counts as busy, with a random retry time, or, when no master
+ * answered at all, as an outage (DLOCK_ERR_CONNECT), which the wait backs
+ * off from until its deadline. */
+static int rl_try_round(void *ctx, long *retry_ms)
+{
+    rl_try *t = ctx;
+    dlock_redlock *rl = t->rl;
+    char rnd[33];
+    dlock_status st = dlock__random_hex(rnd, 16);
+    if (st != DLOCK_OK) return st;
+    snprintf(rl->owner, sizeof rl->owner, "rl:%s", rnd);
+    rl->lease_ms = t->lease;
+    rl_floor(rl);
+    rl_call calls[MAX_MASTERS];
+    t->t0 = dlock__mono_ms();
+    rl_round(rl, 0, t->lease, calls);
+    t->granted = t->errors = 0;
+    t->top = 0;
+    for (size_t i = 0; i < rl->n; i++) {
+        rl->shares[i].granted = calls[i].st == DLOCK_OK && calls[i].result == 1;
+        if (rl->shares[i].granted) {
+            t->granted++;
+            rl->shares[i].token = calls[i].token;
+            if (calls[i].token > t->top) t->top = calls[i].token;
+        } else if (calls[i].st != DLOCK_OK) {
+            t->errors++;
+            t->last = calls[i].st;
+            snprintf(t->why, sizeof t->why, "master %zu: %s", i, dlock_strerror(calls[i].st));
+        }
+    }
+    t->validity = t->lease - (long)(dlock__mono_ms() - t->t0) - t->drift;
+    if (t->granted >= rl->quorum && t->validity > 0) return DLOCK_OK;
+    rl_release_all(rl, 1);
+    *retry_ms = rl_backoff_ms();
+    return t->errors == rl->n ? DLOCK_ERR_CONNECT : DLOCK__BUSY;
+}
+
+/*
+ * Rounds until one wins a majority, or the wait ends. Between rounds the
+ * caller sleeps a random 20-200 ms, or until a release of the name on the
+ * first master wakes it (release.lua publishes a RedLock's release on the
+ * name's channel, as it does for a lock that no process waits for): a
+ * waiter then tries again at once instead of polling, as every other wait
+ * of the library does. A release on another master alone wakes nobody;
+ * the timer still bounds the sleep.
+ */
 static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms, uint64_t *token)
 {
     if (wait_ms < DLOCK_WAIT_FOREVER)
@@ -300,78 +416,48 @@ static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, l
     if (bad != DLOCK_OK) return bad;
     if (rl->held) return dlock__fail(DLOCK_ERR_INVALID, "redlock '%s' is already held by this handle", rl->base.name);
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
-    long lease = watchdog ? rl->masters[0]->watchdog_lease_ms : lease_ms;
+    rl_try t = {.rl = rl, .last = DLOCK_OK};
+    t.lease = watchdog ? rl->masters[0]->watchdog_lease_ms : lease_ms;
+    t.drift = dlock__drift_ms(t.lease);
     int64_t deadline = dlock__deadline(wait_ms);
-    long drift = dlock__drift_ms(lease);
-
-    for (;;) {
-        char rnd[33];
-        dlock_status st = dlock__random_hex(rnd, 16);
-        if (st != DLOCK_OK) return st;
-        snprintf(rl->owner, sizeof rl->owner, "rl:%s", rnd);
-        rl->lease_ms = lease;
-        rl_floor(rl);
-
-        rl_call calls[MAX_MASTERS];
-        int64_t t0 = dlock__mono_ms();
-        rl_round(rl, 0, lease, NULL, calls);
-        size_t granted = 0, errors = 0;
-        uint64_t top = 0;
-        dlock_status last = DLOCK_OK;
-        char why[256] = "";
+    long retry_ms = -1;
+    int result = rl_try_round(&t, &retry_ms);
+    if (dlock__should_wait(result, wait_ms))
+        result = dlock__wait_for(rl->masters[0], DLOCK_STATS_REDLOCK, rl->base.channel, deadline, rl_try_round, &t,
+                                 result, retry_ms, NULL, NULL, NULL);
+    if (result == DLOCK_ERR_CONNECT)
+        /* No master answered at all: that is an outage, not contention. */
+        return dlock__fail(t.last, "redlock '%s': no master reachable (%s)", rl->base.name, t.why);
+    if (result == DLOCK__BUSY) {
+        if (t.errors > 0)
+            return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted; %s)",
+                              rl->base.name, t.granted, rl->n, t.why);
+        return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted)", rl->base.name,
+                          t.granted, rl->n);
+    }
+    if (result != DLOCK_OK) return (dlock_status)result;
+    rl->held = 1;
+    rl->held_since = dlock__stats_clock();
+    atomic_store(&rl->lost, 0);
+    atomic_store(&rl->alive, (int)t.granted);
+    rl->trusted_until = watchdog ? 0 : t.t0 + dlock__lease_trust_ms(t.lease, rl->masters[0]->safety_margin_pct);
+    if (watchdog) {
         for (size_t i = 0; i < rl->n; i++) {
-            rl->shares[i].granted = calls[i].st == DLOCK_OK && calls[i].result == 1;
-            if (rl->shares[i].granted) {
-                granted++;
-                rl->shares[i].token = calls[i].token;
-                if (calls[i].token > top) top = calls[i].token;
-            } else if (calls[i].st != DLOCK_OK) {
-                errors++;
-                last = calls[i].st;
-                snprintf(why, sizeof why, "master %zu: %s", i, dlock_strerror(calls[i].st));
+            rl_share *s = &rl->shares[i];
+            if (!s->granted) continue;
+            if (dlock__handle_renew(rl->masters[i], &s->wd, t.lease, t.t0) != DLOCK_OK) {
+                dlock_redlock_release(rl);
+                return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
             }
-        }
-        int64_t now = dlock__mono_ms();
-        long validity = lease - (long)(now - t0) - drift;
-        if (granted >= rl->quorum && validity > 0) {
-            rl->held = 1;
-            rl->held_since = dlock__stats_clock();
-            atomic_store(&rl->lost, 0);
-            atomic_store(&rl->alive, (int)granted);
-            rl->trusted_until = watchdog ? 0 : t0 + dlock__lease_trust_ms(lease, rl->masters[0]->safety_margin_pct);
-            if (watchdog) {
-                for (size_t i = 0; i < rl->n; i++) {
-                    rl_share *s = &rl->shares[i];
-                    if (!s->granted) continue;
-                    if (dlock__handle_renew(rl->masters[i], &s->wd, lease, t0) != DLOCK_OK) {
-                        dlock_redlock_release(rl);
-                        return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
-                    }
-                    s->renewed = 1;
-                }
-            }
-            /* Every master's next token goes above this one: tokens of
-             * this process then rise across masters whatever their
-             * clocks say. */
-            for (size_t i = 0; i < rl->n; i++) dlock__fence_note(&rl->masters[i]->fences, rl->base.fence, top);
-            if (validity_ms) *validity_ms = validity;
-            if (token) *token = top;
-            return DLOCK_OK;
-        }
-        rl_release_all(rl);
-        int over = wait_ms == 0 || (deadline >= 0 && dlock__mono_ms() >= deadline);
-        if (!over) rl_backoff(deadline);
-        if (over || (deadline >= 0 && dlock__mono_ms() >= deadline)) {
-            /* No master answered at all: that is an outage, not contention. */
-            if (errors == rl->n)
-                return dlock__fail(last, "redlock '%s': no master reachable (%s)", rl->base.name, why);
-            if (errors > 0)
-                return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted; %s)",
-                                  rl->base.name, granted, rl->n, why);
-            return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted)", rl->base.name,
-                              granted, rl->n);
+            s->renewed = 1;
         }
     }
+    /* Every master's next token goes above this one: tokens of this
+     * process then rise across masters whatever their clocks say. */
+    for (size_t i = 0; i < rl->n; i++) dlock__fence_note(&rl->masters[i]->fences, rl->base.fence, t.top);
+    if (validity_ms) *validity_ms = t.validity;
+    if (token) *token = t.top;
+    return DLOCK_OK;
 }
 
 /* Every call is counted, however it ends (as dlock_lock_acquire), on the
@@ -395,7 +481,7 @@ dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validi
     if (atomic_load(&rl->lost)) return dlock__fail(DLOCK_ERR_LOST, "redlock '%s' was lost", rl->base.name);
     rl_call calls[MAX_MASTERS];
     int64_t t0 = dlock__mono_ms();
-    rl_round(rl, 2, lease_ms, NULL, calls);
+    rl_round(rl, 2, lease_ms, calls);
     size_t renewed = 0;
     for (size_t i = 0; i < rl->n; i++)
         if (calls[i].st == DLOCK_OK && calls[i].result == 1) renewed++;
@@ -414,7 +500,7 @@ dlock_status dlock_redlock_release(dlock_redlock *rl)
     if (!rl) return dlock__fail(DLOCK_ERR_INVALID, "redlock is NULL");
     if (!rl->held) return dlock__fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->base.name);
     rl_stop_renewal(rl);
-    size_t confirmed = rl_release_all(rl);
+    size_t confirmed = rl_release_all(rl, 0);
     rl->held = 0;
     /* Renewal has stopped, so rl->lost no longer changes under us. */
     dlock__stats_released(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK, rl->held_since);

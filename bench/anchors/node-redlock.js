@@ -1,10 +1,13 @@
 // Anchor for dlock-bench: the same uncontended/contended lock+release loop
 // through node-redlock (npm package "redlock", 5.0.0-beta.2) on ioredis.
 //
-//   NODE_PATH=DIR/node_modules node node-redlock.js -u URL --mode uncontended|contended
+//   NODE_PATH=DIR/node_modules node node-redlock.js -u URL[,URL...] --mode uncontended|contended
 //       --workers N [--seconds S]
 //
 // Prints one JSON line in dlock-bench's shape with "lib":"node-redlock".
+// Several comma-separated URLs make it a RedLock over those masters, a
+// connection each (a lock is then held by a majority), as dlock-bench
+// --redlock; the line then adds "kind":"redlock" and "masters".
 // Workers are N concurrent async loops in one node process sharing ONE
 // ioredis connection: node's own model (one thread, many requests in
 // flight on one socket). Redlock is given that one client, so a lock is one
@@ -70,14 +73,17 @@ function pct(sorted, q) {
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
-  const client = new Redis(redisOptions(o.url));
-  try {
-    await client.connect();
-  } catch (e) {
-    process.stderr.write(`node-redlock anchor: cannot connect to ${o.url}: ${e.message}\n`);
-    process.exit(69);
+  const urls = o.url.split(",");
+  const clients = urls.map((u) => new Redis(redisOptions(u)));
+  for (let i = 0; i < clients.length; i++) {
+    try {
+      await clients[i].connect();
+    } catch (e) {
+      process.stderr.write(`node-redlock anchor: cannot connect to ${urls[i]}: ${e.message}\n`);
+      process.exit(69);
+    }
   }
-  const redlock = new Redlock([client], { retryCount: -1 });
+  const redlock = new Redlock(clients, { retryCount: -1 });
   // Redlock reports every failed attempt as an "error" event; an emitter
   // with no listener would throw. A busy lock is not an error here.
   redlock.on("error", () => {});
@@ -115,7 +121,7 @@ async function main() {
   const workers = [];
   for (let i = 0; i < o.workers; i++) workers.push(worker(i));
   await Promise.all(workers);
-  client.disconnect();
+  for (const c of clients) c.disconnect();
 
   const byValue = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
   lat.sort(byValue);
@@ -146,6 +152,7 @@ async function main() {
     line += hand.length ? `,"handoff_p50_us":${(Number(hand[(hand.length - 1) >> 1]) / 1000).toFixed(1)}`
                         : `,"handoff_p50_us":null`;
   }
+  if (clients.length > 1) line += `,"kind":"redlock","masters":${clients.length}`;
   process.stdout.write(line + "}\n");
 }
 

@@ -6,7 +6,9 @@
 -- ARGV[2]  lease in milliseconds, restored while holds remain
 -- ARGV[3]  holds the caller has before this release (at least 1)
 -- ARGV[4]  "publish", or "spublish" on Redis Cluster
--- KEYS[3]  (optional) waiting processes "dlock:{name}:w" (see acquire.lua)
+-- KEYS[3]  (optional) waiting processes "dlock:{name}:w" (see acquire.lua);
+--          RedLock's give-back of a round without a majority names a set
+--          that never exists, so that it publishes nothing (src/redlock.c)
 -- KEYS[4]  (optional, with KEYS[3]) "dlock:{name}:r": the woken process
 -- ARGV[5]  how long (ms) the woken process has the lock to itself
 -- ARGV[6]  (optional, with KEYS[3]) the caller's client id

@@ -388,8 +388,9 @@ class RedLock:
 
     def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> RedLockHold:
         """Acquire on all masters at once; held when a majority granted it
-        within a positive validity. Failed rounds retry after 20-200 ms until
-        ``wait`` ends (NotAcquired; ConnectionError when no master answered).
+        within a positive validity. Failed rounds retry after 20-200 ms, or
+        when the holder's release reaches the first master, until ``wait``
+        ends (NotAcquired; ConnectionError when no master answered).
         ``lease`` None: each master's share is renewed by its client's
         watchdog, and the hold is lost when fewer than a majority remain."""
         wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
