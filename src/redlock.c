@@ -45,7 +45,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "async.h"
 #include "client.h"
@@ -190,15 +189,13 @@ static void rl_call_reply(dlock_status st, redisReply *r, void *arg)
 }
 
 /* Send one kind of request to every master at the same time, so a round
- * costs the slowest master's round trip, not the sum: the requests to
- * every master but the first go out as asynchronous calls on their
- * masters' shared connections, then this thread asks the first itself
- * and, most often finding the others answered meanwhile, goes on without
- * sleeping. Before, each master beyond the first was asked from a thread
- * started for the round, which cost more than the requests
- * (docs/BENCHMARKS.md, "RedLock's rounds"). A request that cannot go out
- * so (its client is being drained) is made from here afterwards, late but
- * not skipped. */
+ * costs the slowest master's round trip, not the sum: each goes out as an
+ * asynchronous call on its master's shared connection, and this thread
+ * sleeps until the last answer is in. Before, each master beyond the
+ * first was asked from a thread started for the round, which cost more
+ * than the requests (docs/BENCHMARKS.md, "RedLock's rounds"). A request
+ * that cannot go out so (its client is being drained) is made from here
+ * afterwards, late but not skipped. */
 static void rl_round(dlock_redlock *rl, int kind, long lease_ms, rl_call *calls)
 {
     rl_round_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, rl->n};
@@ -400,14 +397,50 @@ static int rl_try_round(void *ctx, long *retry_ms)
 }
 
 /*
- * Rounds until one wins a majority, or the wait ends. Between rounds the
- * caller sleeps a random 20-200 ms, or until a release of the name on the
- * first master wakes it (release.lua publishes a RedLock's release on the
- * name's channel, as it does for a lock that no process waits for): a
- * waiter then tries again at once instead of polling, as every other wait
- * of the library does. A release on another master alone wakes nobody;
- * the timer still bounds the sleep.
+ * The rounds after a first that won no majority, until one does or the
+ * deadline passes; returns the last round's result. Between rounds the
+ * caller sleeps the round's random pause, or less: until a release of the
+ * name on the first master wakes it (release.lua publishes a RedLock's
+ * release on the name's channel, as it does for a lock that no process
+ * waits for), so a waiter tries again at once instead of polling, as
+ * every other wait of the library does. A release on another master alone
+ * wakes nobody; the pause still bounds the sleep. Unlike the plain lock's
+ * wait (dlock__wait_for), this one never waits for its subscription to be
+ * confirmed before a round: the first master may be the one that is down,
+ * and the others must still be asked at the pace of the pauses. A release
+ * published before the subscription is confirmed is missed, and costs
+ * that one pause.
  */
+static int rl_wait(rl_try *t, int64_t deadline, int result, long retry_ms)
+{
+    dlock_redlock *rl = t->rl;
+    dlock_client *c = rl->masters[0];
+    struct dlock__subscriber *sub = dlock__client_subscriber(c);
+    if (!sub) return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+    dlock__sub_entry *e = dlock__sub_join(sub, rl->base.channel);
+    if (!e) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock__sub_watch me = {0};
+    me.since = dlock__mono_ms();
+    dlock__sub_enlist(sub, e, &me);
+    long backoff = 0;
+    for (;;) {
+        int64_t now = dlock__mono_ms();
+        if (deadline >= 0 && now >= deadline) break;
+        int64_t until = now + retry_ms;
+        if (result == DLOCK_ERR_CONNECT) {
+            backoff = dlock__wait_backoff(backoff);
+            until = now + backoff;
+        }
+        if (deadline >= 0 && until > deadline) until = deadline;
+        if (dlock__sub_wait(sub, e, until, &me, NULL)) dlock__stats_woken(&c->stats, DLOCK_STATS_REDLOCK);
+        result = rl_try_round(t, &retry_ms);
+        if (result != DLOCK__BUSY && result != DLOCK_ERR_CONNECT) break;
+    }
+    dlock__sub_delist(sub, e, &me);
+    dlock__sub_leave(sub, e);
+    return result;
+}
+
 static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms, uint64_t *token)
 {
     if (wait_ms < DLOCK_WAIT_FOREVER)
@@ -422,9 +455,7 @@ static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, l
     int64_t deadline = dlock__deadline(wait_ms);
     long retry_ms = -1;
     int result = rl_try_round(&t, &retry_ms);
-    if (dlock__should_wait(result, wait_ms))
-        result = dlock__wait_for(rl->masters[0], DLOCK_STATS_REDLOCK, rl->base.channel, deadline, rl_try_round, &t,
-                                 result, retry_ms, NULL, NULL, NULL);
+    if (dlock__should_wait(result, wait_ms)) result = rl_wait(&t, deadline, result, retry_ms);
     if (result == DLOCK_ERR_CONNECT)
         /* No master answered at all: that is an outage, not contention. */
         return dlock__fail(t.last, "redlock '%s': no master reachable (%s)", rl->base.name, t.why);

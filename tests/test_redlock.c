@@ -266,6 +266,40 @@ static void redlock_waiter_is_woken_by_the_release(void **state)
     free_all(b);
 }
 
+/* With the first master down, whose channel a waiter listens on, the
+ * waiter still asks the other two at the pace of its 20-200 ms pauses:
+ * granted within a pause and a round of the release, not after waiting a
+ * second for a subscription that cannot come. */
+static void redlock_waiter_keeps_asking_with_the_first_master_down(void **state)
+{
+    (void)state;
+    th_redis_stop(&masters[0]);
+    dlock_client *a[N], *b[N];
+    connect_offline_ok(a, 0);
+    connect_offline_ok(b, 0);
+    dlock_redlock *holder, *waiter;
+    assert_int_equal(dlock_redlock_new(a, N, "rl-first-down", &holder), DLOCK_OK);
+    assert_int_equal(dlock_redlock_new(b, N, "rl-first-down", &waiter), DLOCK_OK);
+    long long worst = 0;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
+        struct later_release r = {holder, 300, 0};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, release_later, &r), 0);
+        assert_int_equal(dlock_redlock_acquire(waiter, 5000, 5000, NULL, NULL), DLOCK_OK);
+        long long got = th_now_ms();
+        pthread_join(t, NULL);
+        if (got - r.at > worst) worst = got - r.at;
+        assert_int_equal(dlock_redlock_release(waiter), DLOCK_OK); /* 2 of 3 masters confirm: a majority */
+    }
+    print_message("release to grant, first master down: at most %lld ms\n", worst);
+    assert_true(worst < 450);
+    dlock_redlock_free(holder);
+    dlock_redlock_free(waiter);
+    free_all(a);
+    free_all(b);
+}
+
 /* The validity is the lease less the time the round took and the drift:
  * with a 1000 ms lease it is at most 1000 - 12 and, on loopback, close to
  * that. An explicit extension renews the lease on a majority. */
@@ -359,6 +393,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(redlock_refuses_with_two_masters_stopped, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_asks_all_masters_in_parallel, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_waiter_is_woken_by_the_release, setup, teardown),
+    cmocka_unit_test_setup_teardown(redlock_waiter_keeps_asking_with_the_first_master_down, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_validity_and_extension_follow_the_majority, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_watchdog_renews_and_reports_loss_below_majority, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_rejects_bad_arguments, setup, teardown),

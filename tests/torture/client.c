@@ -11,8 +11,8 @@
  * does; the time of a step is taken before that check.
  *
  * Kinds on libdlock: lock and fair (--threads N: N threads on one client),
- * rw, sem (plain semaphore), psem (odd-numbered clients through the
- * asynchronous calls), multi (two of three locks at once),
+ * rw, sem (plain semaphore), psem and multi (two of three locks at once;
+ * for both, odd-numbered clients go through the asynchronous calls),
  * redlock, latch. `cli` runs `dlock lock` (or
  * `dlock semaphore`) in a loop with this program as COMMAND (`cs`), which
  * records its steps; the CLI kills it when the lease is lost.
@@ -312,9 +312,9 @@ static void close_handles(worker *w)
     if (w->raw) redisFree(w->raw);
 }
 
-/* Odd-numbered psem clients take and give back their permits through
- * the asynchronous calls, waiting here for the callback, so that the
- * history checks those calls too. */
+/* Odd-numbered psem and multi clients take and give back their permits
+ * and locks through the asynchronous calls, waiting here for the
+ * callback, so that the history checks those calls too. */
 typedef struct permit_wait {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -337,6 +337,11 @@ static void permit_done(dlock_psem *p, dlock_status st, dlock_permit *pm, void *
     pthread_mutex_unlock(&pw->mu);
 }
 
+static void multi_done(dlock_status st, void *arg)
+{
+    permit_done(NULL, st, NULL, arg);
+}
+
 /* The outcome of a call started with `started`, its permit in *pm. */
 static dlock_status permit_wait_for(dlock_status started, dlock_permit **pm)
 {
@@ -351,7 +356,7 @@ static dlock_status permit_wait_for(dlock_status started, dlock_permit **pm)
     return st;
 }
 
-static int psem_async(const worker *w)
+static int async_client(const worker *w)
 {
     return w->c->client % 2 == 1;
 }
@@ -384,7 +389,12 @@ static const char *acquire(worker *w, long wait_ms)
                 pair[j++] = w->lk[i];
             }
         uint64_t t[2] = {0, 0};
-        st = dlock_multilock_acquire(pair, 2, wait_ms, DLOCK_LEASE_WATCHDOG, t);
+        if (async_client(w))
+            st = permit_wait_for(
+                dlock_multilock_acquire_async(pair, 2, wait_ms, DLOCK_LEASE_WATCHDOG, t, multi_done, &permit_waiter),
+                NULL);
+        else
+            st = dlock_multilock_acquire(pair, 2, wait_ms, DLOCK_LEASE_WATCHDOG, t);
         if (st == DLOCK_OK)
             for (j = 0; j < 2; j++) {
                 w->held[idx[j]] = 1;
@@ -401,7 +411,7 @@ static const char *acquire(worker *w, long wait_ms)
         w->held[0] = st == DLOCK_OK;
     } else if (!strcmp(k, "psem")) {
         w->mode = TT_PERMIT;
-        if (psem_async(w))
+        if (async_client(w))
             st = permit_wait_for(
                 dlock_psem_acquire_async(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, permit_done, &permit_waiter), &w->pm);
         else
@@ -441,13 +451,16 @@ static const char *release(worker *w)
         size_t n = 0;
         for (int i = 0; i < MAX_NAMES; i++)
             if (w->held[i]) held[n++] = w->lk[i];
-        st = dlock_multilock_release(held, n);
+        if (async_client(w))
+            st = permit_wait_for(dlock_multilock_release_async(held, n, multi_done, &permit_waiter), NULL);
+        else
+            st = dlock_multilock_release(held, n);
     } else if (!strcmp(k, "rw")) {
         st = dlock_rwlock_release(w->rw, w->rw_mode);
     } else if (!strcmp(k, "sem")) {
         st = dlock_semaphore_release(w->sem, 1);
     } else if (!strcmp(k, "psem")) {
-        if (psem_async(w)) {
+        if (async_client(w)) {
             st = permit_wait_for(dlock_psem_release_async(w->ps, w->pm, permit_done, &permit_waiter), NULL);
             if (st == DLOCK_ERR_INVALID) dlock_permit_free(w->pm); /* not started: still ours */
         } else {
