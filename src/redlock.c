@@ -404,12 +404,14 @@ static int rl_try_round(void *ctx, long *retry_ms)
  * release on the name's channel, as it does for a lock that no process
  * waits for), so a waiter tries again at once instead of polling, as
  * every other wait of the library does. A release on another master alone
- * wakes nobody; the pause still bounds the sleep. Unlike the plain lock's
- * wait (dlock__wait_for), this one never waits for its subscription to be
- * confirmed before a round: the first master may be the one that is down,
- * and the others must still be asked at the pace of the pauses. A release
- * published before the subscription is confirmed is missed, and costs
- * that one pause.
+ * wakes nobody; the pause still bounds the sleep.
+ *
+ * As in the plain lock's wait (dlock__wait_for), the waiter first waits
+ * for its subscription to be confirmed and then tries again before it
+ * sleeps, so that a release published before it listened is not missed.
+ * Unlike there, that wait for the subscription is bounded by the pause,
+ * not by a second: the first master may be the one that is down, and the
+ * others must still be asked at the pace of the pauses.
  */
 static int rl_wait(rl_try *t, int64_t deadline, int result, long retry_ms)
 {
@@ -423,6 +425,7 @@ static int rl_wait(rl_try *t, int64_t deadline, int result, long retry_ms)
     me.since = dlock__mono_ms();
     dlock__sub_enlist(sub, e, &me);
     long backoff = 0;
+    int listened = 0; /* the subscription was confirmed and a round made since */
     for (;;) {
         int64_t now = dlock__mono_ms();
         if (deadline >= 0 && now >= deadline) break;
@@ -432,7 +435,10 @@ static int rl_wait(rl_try *t, int64_t deadline, int result, long retry_ms)
             until = now + backoff;
         }
         if (deadline >= 0 && until > deadline) until = deadline;
-        if (dlock__sub_wait(sub, e, until, &me, NULL)) dlock__stats_woken(&c->stats, DLOCK_STATS_REDLOCK);
+        int subscribed = dlock__sub_wait_ready(sub, e, until);
+        if (subscribed && listened && dlock__sub_wait(sub, e, until, &me, NULL))
+            dlock__stats_woken(&c->stats, DLOCK_STATS_REDLOCK);
+        listened = subscribed;
         result = rl_try_round(t, &retry_ms);
         if (result != DLOCK__BUSY && result != DLOCK_ERR_CONNECT) break;
     }
