@@ -1010,6 +1010,41 @@ DLOCK_API int dlock_redlock_lost(dlock_redlock *rl);
 /* Register the loss callback (NULL removes it). */
 DLOCK_API void dlock_redlock_on_lost(dlock_redlock *rl, dlock_redlock_lost_fn fn, void *arg);
 
+/* What an asynchronous RedLock call ends with: `status` as its synchronous
+ * twin would return it, and for an acquisition the fencing token when it
+ * is DLOCK_OK (dlock_redlock_validity() gives the validity). */
+typedef void (*dlock_redlock_acquired_fn)(dlock_redlock *rl, dlock_status status, uint64_t token, void *arg);
+typedef void (*dlock_redlock_released_fn)(dlock_redlock *rl, dlock_status status, void *arg);
+
+/*
+ * dlock_redlock_acquire() without a thread that waits, under the rules of
+ * dlock_lock_acquire_async(): cb runs once later on a library thread, and
+ * one asynchronous call runs on a handle at a time (a second one fails
+ * with DLOCK_ERR_INVALID until the first one's callback has begun); no
+ * synchronous call may run on the handle meanwhile. Rounds, pauses,
+ * wake-ups by the holder's release and the majority rule are those of the
+ * synchronous call. The call is counted on the first master's client:
+ * dlock_client_drain() of that client ends a waiting acquisition with
+ * DLOCK_ERR_INVALID. A status other than DLOCK_OK means nothing was
+ * started and cb will not run.
+ */
+DLOCK_API dlock_status dlock_redlock_acquire_async(dlock_redlock *rl, long wait_ms, long lease_ms,
+                                                   dlock_redlock_acquired_fn cb, void *arg);
+
+/* dlock_redlock_release() without a thread that waits: cb later, with what
+ * it would return. DLOCK_ERR_NOT_OWNER at once when the handle holds
+ * nothing (cb will not run). */
+DLOCK_API dlock_status dlock_redlock_release_async(dlock_redlock *rl, dlock_redlock_released_fn cb, void *arg);
+
+/* The validity (ms) that the current hold's acquisition, or its latest
+ * extension, reported; 0 when the handle holds nothing. */
+DLOCK_API long dlock_redlock_validity(const dlock_redlock *rl);
+
+/* The completion queue's callbacks for the two calls above (see
+ * dlock_queue_new()). */
+DLOCK_API void dlock_queue_on_redlock_acquired(dlock_redlock *rl, dlock_status status, uint64_t token, void *ticket);
+DLOCK_API void dlock_queue_on_redlock_released(dlock_redlock *rl, dlock_status status, void *ticket);
+
 /* ------------------------------------------------------------------------ */
 /* Lock metrics                                                              */
 /* ------------------------------------------------------------------------ */

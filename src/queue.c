@@ -274,3 +274,15 @@ void dlock_queue_on_multilock(dlock_status status, void *ticket)
 {
     post(ticket, status, 0);
 }
+
+void dlock_queue_on_redlock_acquired(dlock_redlock *rl, dlock_status status, uint64_t token, void *ticket)
+{
+    (void)rl;
+    post(ticket, status, token);
+}
+
+void dlock_queue_on_redlock_released(dlock_redlock *rl, dlock_status status, void *ticket)
+{
+    (void)rl;
+    post(ticket, status, 0);
+}

@@ -82,6 +82,8 @@ struct dlock_redlock {
     atomic_int lost;
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
     int64_t held_since;    /* when the acquire of the current hold returned (dlock__stats_clock) */
+    long validity_ms;      /* what the hold's acquisition or latest extension reported */
+    atomic_int busy;       /* an asynchronous call is under way */
 };
 
 struct rl_round;
@@ -96,14 +98,17 @@ typedef struct rl_call {
     dlock_status st;
     long long result; /* acquire: 1 granted / 0 busy; release, renew: script answer */
     uint64_t token;
+    int sent;         /* went out as an asynchronous call (else st says why not) */
 } rl_call;
 
-/* A round's requests, answered on library threads while the caller waits
- * for the last. */
+/* A round's requests, answered on library threads: the last answer wakes
+ * the caller, who sleeps on cv, or, in an asynchronous call, runs `last`
+ * on the thread that read it. */
 typedef struct rl_round {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     size_t left;
+    void (*last)(struct rl_round *w);
 } rl_round_wait;
 
 /* The script, keys and arguments of request c. */
@@ -183,9 +188,51 @@ static void rl_call_reply(dlock_status st, redisReply *r, void *arg)
     if (st == DLOCK_OK) rl_call_read(c, r, dlock__async_resent());
     if (r) freeReplyObject(r);
     rl_round_wait *w = c->round;
+    /* Read before the unlock: a caller woken by the signal returns, and
+     * its w with it. */
+    void (*last)(rl_round_wait *) = w->last;
     pthread_mutex_lock(&w->mu);
-    if (--w->left == 0) pthread_cond_signal(&w->cv);
+    int end = --w->left == 0;
+    if (end && !last) pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    if (end && last) last(w);
+}
+
+/* Send one kind of request to every master as asynchronous calls on their
+ * shared connections, answered to w; returns how many could not go out
+ * (their `sent` is 0 and their st says why: a client being drained, no
+ * memory). */
+static size_t rl_round_send(dlock_redlock *rl, int kind, long lease_ms, rl_call *calls, rl_round_wait *w)
+{
+    size_t unsent = 0;
+    for (size_t i = 0; i < rl->n; i++) {
+        rl_call *c = &calls[i];
+        *c = (rl_call){.rl = rl, .round = w, .i = i, .kind = kind};
+        dlock__fmt_ll(lease_ms, c->lease_s);
+        const char *keys[3], *args[4];
+        int nkeys, nargs;
+        dlock__script_id id = rl_call_make(c, &nkeys, keys, &nargs, args);
+        c->sent = 1; /* before the call: its answer may come before it returns */
+        dlock_status st = dlock__async_script(rl->masters[i], id, nkeys, keys, nargs, args, rl_call_reply, c);
+        if (st != DLOCK_OK) {
+            c->sent = 0;
+            c->st = st;
+            unsent++;
+        }
+    }
+    return unsent;
+}
+
+/* Take `done` answers off w's count (the requests that did not go out, and
+ * the sender's own guard); 1 when that was the last of them: the round has
+ * ended in the sender's hands. */
+static int rl_round_settle(rl_round_wait *w, size_t done)
+{
+    pthread_mutex_lock(&w->mu);
+    w->left -= done;
+    int end = w->left == 0;
+    pthread_mutex_unlock(&w->mu);
+    return end;
 }
 
 /* Send one kind of request to every master at the same time, so a round
@@ -198,19 +245,8 @@ static void rl_call_reply(dlock_status st, redisReply *r, void *arg)
  * afterwards, late but not skipped. */
 static void rl_round(dlock_redlock *rl, int kind, long lease_ms, rl_call *calls)
 {
-    rl_round_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, rl->n};
-    int sent[MAX_MASTERS];
-    for (size_t i = 0; i < rl->n; i++) {
-        rl_call *c = &calls[i];
-        *c = (rl_call){.rl = rl, .round = &w, .i = i, .kind = kind, .st = DLOCK_ERR_INVALID};
-        dlock__fmt_ll(lease_ms, c->lease_s);
-        const char *keys[3], *args[4];
-        int nkeys, nargs;
-        dlock__script_id id = rl_call_make(c, &nkeys, keys, &nargs, args);
-        sent[i] = dlock__async_script(rl->masters[i], id, nkeys, keys, nargs, args, rl_call_reply, c) == DLOCK_OK;
-    }
-    size_t unsent = 0;
-    for (size_t i = 0; i < rl->n; i++) unsent += !sent[i];
+    rl_round_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, rl->n, NULL};
+    size_t unsent = rl_round_send(rl, kind, lease_ms, calls, &w);
     pthread_mutex_lock(&w.mu);
     w.left -= unsent;
     while (w.left > 0) pthread_cond_wait(&w.cv, &w.mu);
@@ -218,7 +254,7 @@ static void rl_round(dlock_redlock *rl, int kind, long lease_ms, rl_call *calls)
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
     for (size_t i = 0; i < rl->n; i++)
-        if (!sent[i]) rl_call_run(&calls[i]);
+        if (!calls[i].sent) rl_call_run(&calls[i]);
 }
 
 /* Stop renewing every share; waits for loss callbacks in flight. */
@@ -357,14 +393,9 @@ typedef struct rl_try {
     char why[256];
 } rl_try;
 
-/* One round (dlock__try_fn, for dlock__wait_for()): DLOCK_OK when a
- * majority granted it in time; else everything is given back and the
- * round counts as busy, with a random retry time, or, when no master
- * answered at all, as an outage (DLOCK_ERR_CONNECT), which the wait backs
- * off from until its deadline. */
-static int rl_try_round(void *ctx, long *retry_ms)
+/* A round's start: a fresh owner value, the lease, the fencing floor. */
+static dlock_status rl_round_begin(rl_try *t)
 {
-    rl_try *t = ctx;
     dlock_redlock *rl = t->rl;
     char rnd[33];
     dlock_status st = dlock__random_hex(rnd, 16);
@@ -372,9 +403,16 @@ static int rl_try_round(void *ctx, long *retry_ms)
     snprintf(rl->owner, sizeof rl->owner, "rl:%s", rnd);
     rl->lease_ms = t->lease;
     rl_floor(rl);
-    rl_call calls[MAX_MASTERS];
     t->t0 = dlock__mono_ms();
-    rl_round(rl, 0, t->lease, calls);
+    return DLOCK_OK;
+}
+
+/* What an acquire round came to: DLOCK_OK when a majority granted it in
+ * time; else DLOCK__BUSY, or, when no master answered at all, an outage
+ * (DLOCK_ERR_CONNECT), which a wait backs off from until its deadline. */
+static int rl_round_result(rl_try *t, const rl_call *calls)
+{
+    dlock_redlock *rl = t->rl;
     t->granted = t->errors = 0;
     t->top = 0;
     for (size_t i = 0; i < rl->n; i++) {
@@ -391,9 +429,23 @@ static int rl_try_round(void *ctx, long *retry_ms)
     }
     t->validity = t->lease - (long)(dlock__mono_ms() - t->t0) - t->drift;
     if (t->granted >= rl->quorum && t->validity > 0) return DLOCK_OK;
-    rl_release_all(rl, 1);
-    *retry_ms = rl_backoff_ms();
     return t->errors == rl->n ? DLOCK_ERR_CONNECT : DLOCK__BUSY;
+}
+
+/* One round (dlock__try_fn's shape): its result, and when it won no
+ * majority, everything given back (quietly) and a random retry time. */
+static int rl_try_round(void *ctx, long *retry_ms)
+{
+    rl_try *t = ctx;
+    dlock_status st = rl_round_begin(t);
+    if (st != DLOCK_OK) return st;
+    rl_call calls[MAX_MASTERS];
+    rl_round(t->rl, 0, t->lease, calls);
+    int result = rl_round_result(t, calls);
+    if (result == DLOCK_OK) return DLOCK_OK;
+    rl_release_all(t->rl, 1);
+    *retry_ms = rl_backoff_ms();
+    return result;
 }
 
 /*
@@ -447,13 +499,63 @@ static int rl_wait(rl_try *t, int64_t deadline, int result, long retry_ms)
     return result;
 }
 
-static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms, uint64_t *token)
+/* The end of an acquisition whose last round came to `result`: its
+ * failure with a message, or the hold begun (renewals registered, the
+ * fencing floors raised). DLOCK_ERR_SYS when a watchdog thread could not
+ * start: the hold is then over here, and the caller gives it back. */
+static dlock_status rl_acquired(rl_try *t, int result, int watchdog)
+{
+    dlock_redlock *rl = t->rl;
+    if (result == DLOCK_ERR_CONNECT)
+        /* No master answered at all: that is an outage, not contention. */
+        return dlock__fail(t->last, "redlock '%s': no master reachable (%s)", rl->base.name, t->why);
+    if (result == DLOCK__BUSY) {
+        if (t->errors > 0)
+            return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted; %s)",
+                              rl->base.name, t->granted, rl->n, t->why);
+        return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted)", rl->base.name,
+                          t->granted, rl->n);
+    }
+    if (result != DLOCK_OK) return (dlock_status)result;
+    rl->held = 1;
+    rl->held_since = dlock__stats_clock();
+    rl->validity_ms = t->validity;
+    atomic_store(&rl->lost, 0);
+    atomic_store(&rl->alive, (int)t->granted);
+    rl->trusted_until = watchdog ? 0 : t->t0 + dlock__lease_trust_ms(t->lease, rl->masters[0]->safety_margin_pct);
+    if (watchdog) {
+        for (size_t i = 0; i < rl->n; i++) {
+            rl_share *s = &rl->shares[i];
+            if (!s->granted) continue;
+            if (dlock__handle_renew(rl->masters[i], &s->wd, t->lease, t->t0) != DLOCK_OK) {
+                rl_stop_renewal(rl);
+                rl->held = 0;
+                return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+            }
+            s->renewed = 1;
+        }
+    }
+    /* Every master's next token goes above this one: tokens of this
+     * process then rise across masters whatever their clocks say. */
+    for (size_t i = 0; i < rl->n; i++) dlock__fence_note(&rl->masters[i]->fences, rl->base.fence, t->top);
+    return DLOCK_OK;
+}
+
+/* What both acquires refuse before taking anything. */
+static dlock_status rl_acquire_check(const dlock_redlock *rl, long wait_ms, long lease_ms)
 {
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock__check_lease(lease_ms, 10, 1);
     if (bad != DLOCK_OK) return bad;
     if (rl->held) return dlock__fail(DLOCK_ERR_INVALID, "redlock '%s' is already held by this handle", rl->base.name);
+    return DLOCK_OK;
+}
+
+static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms, uint64_t *token)
+{
+    dlock_status bad = rl_acquire_check(rl, wait_ms, lease_ms);
+    if (bad != DLOCK_OK) return bad;
     int watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
     rl_try t = {.rl = rl, .last = DLOCK_OK};
     t.lease = watchdog ? rl->masters[0]->watchdog_lease_ms : lease_ms;
@@ -462,36 +564,9 @@ static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, l
     long retry_ms = -1;
     int result = rl_try_round(&t, &retry_ms);
     if (dlock__should_wait(result, wait_ms)) result = rl_wait(&t, deadline, result, retry_ms);
-    if (result == DLOCK_ERR_CONNECT)
-        /* No master answered at all: that is an outage, not contention. */
-        return dlock__fail(t.last, "redlock '%s': no master reachable (%s)", rl->base.name, t.why);
-    if (result == DLOCK__BUSY) {
-        if (t.errors > 0)
-            return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted; %s)",
-                              rl->base.name, t.granted, rl->n, t.why);
-        return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted)", rl->base.name,
-                          t.granted, rl->n);
-    }
-    if (result != DLOCK_OK) return (dlock_status)result;
-    rl->held = 1;
-    rl->held_since = dlock__stats_clock();
-    atomic_store(&rl->lost, 0);
-    atomic_store(&rl->alive, (int)t.granted);
-    rl->trusted_until = watchdog ? 0 : t.t0 + dlock__lease_trust_ms(t.lease, rl->masters[0]->safety_margin_pct);
-    if (watchdog) {
-        for (size_t i = 0; i < rl->n; i++) {
-            rl_share *s = &rl->shares[i];
-            if (!s->granted) continue;
-            if (dlock__handle_renew(rl->masters[i], &s->wd, t.lease, t.t0) != DLOCK_OK) {
-                dlock_redlock_release(rl);
-                return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
-            }
-            s->renewed = 1;
-        }
-    }
-    /* Every master's next token goes above this one: tokens of this
-     * process then rise across masters whatever their clocks say. */
-    for (size_t i = 0; i < rl->n; i++) dlock__fence_note(&rl->masters[i]->fences, rl->base.fence, t.top);
+    dlock_status st = rl_acquired(&t, result, watchdog);
+    if (st == DLOCK_ERR_SYS) rl_release_all(rl, 0); /* the hold could not start */
+    if (st != DLOCK_OK) return st;
     if (validity_ms) *validity_ms = t.validity;
     if (token) *token = t.top;
     return DLOCK_OK;
@@ -527,17 +602,17 @@ dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validi
         return dlock__fail(DLOCK_ERR_LOST, "redlock '%s': extension reached %zu of %zu masters, need %zu",
                           rl->base.name, renewed, rl->n, rl->quorum);
     rl->lease_ms = lease_ms;
+    rl->validity_ms = validity;
     if (rl->trusted_until) rl->trusted_until = t0 + dlock__lease_trust_ms(lease_ms, rl->masters[0]->safety_margin_pct);
     if (validity_ms) *validity_ms = validity;
     return DLOCK_OK;
 }
 
-dlock_status dlock_redlock_release(dlock_redlock *rl)
+/* The end of a release that `confirmed` masters answered holding our
+ * share: DLOCK_OK, or DLOCK_ERR_LOST when that is under a majority or the
+ * hold was found lost. Renewal has stopped already. */
+static dlock_status rl_released(dlock_redlock *rl, size_t confirmed)
 {
-    if (!rl) return dlock__fail(DLOCK_ERR_INVALID, "redlock is NULL");
-    if (!rl->held) return dlock__fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->base.name);
-    rl_stop_renewal(rl);
-    size_t confirmed = rl_release_all(rl, 0);
     rl->held = 0;
     /* Renewal has stopped, so rl->lost no longer changes under us. */
     dlock__stats_released(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK, rl->held_since);
@@ -547,6 +622,287 @@ dlock_status dlock_redlock_release(dlock_redlock *rl)
         return dlock__fail(DLOCK_ERR_LOST, "redlock '%s' was held on only %zu of %zu masters at release",
                           rl->base.name, confirmed, rl->n);
     return DLOCK_OK;
+}
+
+dlock_status dlock_redlock_release(dlock_redlock *rl)
+{
+    if (!rl) return dlock__fail(DLOCK_ERR_INVALID, "redlock is NULL");
+    if (!rl->held) return dlock__fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->base.name);
+    rl_stop_renewal(rl);
+    return rl_released(rl, rl_release_all(rl, 0));
+}
+
+/*
+ * The asynchronous calls. An acquisition runs the synchronous one's steps
+ * without a thread waiting: each round's answers come back to the
+ * library thread that reads the last of them, which reads the round;
+ * between rounds the acquisition sleeps as a watch on the first master's
+ * subscriber (subscriber.h), armed for the round's pause and fired by it,
+ * by a release published on the name's channel, or by the subscription's
+ * confirmation (the first time: then it tries again at once, as rl_wait()
+ * does). The first round is sent from the caller's thread, with a guard
+ * on the count of answers so that the round cannot end in the caller's
+ * hands unseen; when it does (a request could not go out and the others
+ * were all answered before the call returned), the watch is armed to fire
+ * at once, and the round is read on the subscriber's thread: a callback
+ * never runs inside the call that started it.
+ */
+typedef struct rl_async {
+    dlock__sub_watch watch; /* first: a fired watch leads back here */
+    dlock_redlock *rl;
+    rl_try t;
+    rl_call calls[MAX_MASTERS];
+    rl_round_wait w;
+    struct dlock__subscriber *sub;
+    dlock__sub_entry *e; /* joined on the first wait */
+    int64_t deadline, since;
+    long wait_ms, retry_ms, backoff;
+    int result;   /* the last round's */
+    int listened; /* the subscription was confirmed */
+    int deferred; /* the watch fires to read a round that ended in the caller's hands */
+    int watchdog;
+    int release;  /* a release (rl_release_async), not an acquisition */
+    dlock_redlock_acquired_fn acquired;
+    dlock_redlock_released_fn released;
+    void *arg;
+} rl_async;
+
+static void rl_async_answered(rl_round_wait *w);
+
+static rl_async *rl_async_of(rl_round_wait *w)
+{
+    return (rl_async *)((char *)w - offsetof(rl_async, w));
+}
+
+/* Join the name's channel on the first master, for the watch. */
+static dlock_status rl_async_join(rl_async *a)
+{
+    if (a->e) return DLOCK_OK;
+    a->watch.since = dlock__mono_ms();
+    if (!(a->sub = dlock__client_subscriber(a->rl->masters[0])))
+        return dlock__fail(DLOCK_ERR_SYS, "cannot start the subscriber thread");
+    if (!(a->e = dlock__sub_join(a->sub, a->rl->base.channel))) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+/* Give back a round's grants without waiting for the answers (a library
+ * thread may not wait for them: it may be the one that reads them). */
+static void rl_async_answer_free(rl_round_wait *w)
+{
+    free(rl_async_of(w));
+}
+
+static void rl_give_back_async(dlock_redlock *rl, int quiet)
+{
+    rl_async *g = calloc(1, sizeof *g);
+    if (!g) return; /* the grants end with their leases */
+    g->w = (rl_round_wait){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, rl->n + 1, rl_async_answer_free};
+    size_t unsent = rl_round_send(rl, quiet ? 3 : 1, rl->lease_ms > 0 ? rl->lease_ms : 1, g->calls, &g->w);
+    if (rl_round_settle(&g->w, unsent + 1)) free(g);
+    for (size_t i = 0; i < rl->n; i++) rl->shares[i].granted = 0;
+}
+
+/* The end, on a library thread: the outcome to the callback, the call
+ * counted off the first master's client (which dlock_client_drain() waits
+ * for). */
+static void rl_async_end(rl_async *a, int result)
+{
+    dlock_redlock *rl = a->rl;
+    dlock_client *c = rl->masters[0];
+    if (a->e) dlock__sub_leave(a->sub, a->e);
+    if (a->release) {
+        size_t confirmed = 0;
+        for (size_t i = 0; i < rl->n; i++)
+            if (a->calls[i].st == DLOCK_OK && a->calls[i].result >= 0) confirmed++;
+        dlock_status st = rl_released(rl, confirmed);
+        atomic_store(&rl->busy, 0);
+        a->released(rl, st, a->arg);
+    } else {
+        dlock_status st = rl_acquired(&a->t, result, a->watchdog);
+        if (st == DLOCK_ERR_SYS) rl_give_back_async(rl, 0);
+        dlock__stats_acquired(&c->stats, DLOCK_STATS_REDLOCK, a->since, st);
+        atomic_store(&rl->busy, 0);
+        a->acquired(rl, st, st == DLOCK_OK ? a->t.top : 0, a->arg);
+    }
+    free(a);
+    dlock__async_end(&c->async);
+}
+
+/* Send an acquisition's next round. `caller`: from the thread that made
+ * the call, which must not see the callback run (see above). Not
+ * DLOCK_OK only for the caller: nothing went out. */
+static dlock_status rl_async_round(rl_async *a, int caller)
+{
+    dlock_redlock *rl = a->rl;
+    dlock_status st = rl_round_begin(&a->t);
+    if (st != DLOCK_OK) {
+        if (caller) return st;
+        rl_async_end(a, st);
+        return DLOCK_OK;
+    }
+    a->w.left = rl->n + 1;
+    size_t unsent = rl_round_send(rl, 0, a->t.lease, a->calls, &a->w);
+    if (!rl_round_settle(&a->w, unsent + 1)) return DLOCK_OK;
+    if (!caller) {
+        rl_async_answered(&a->w);
+        return DLOCK_OK;
+    }
+    if (unsent == rl->n) return a->calls[0].st;
+    if ((st = rl_async_join(a)) != DLOCK_OK) return st;
+    a->deferred = 1;
+    dlock__sub_arm(a->sub, a->e, &a->watch, dlock__mono_ms(), 0);
+    return DLOCK_OK;
+}
+
+/* The last answer of a round is in (or the watch fired for one that ended
+ * in the caller's hands). */
+static void rl_async_answered(rl_round_wait *w)
+{
+    rl_async *a = rl_async_of(w);
+    a->deferred = 0;
+    if (a->release) {
+        rl_async_end(a, DLOCK_OK);
+        return;
+    }
+    int result = rl_round_result(&a->t, a->calls);
+    if (result == DLOCK_OK) {
+        rl_async_end(a, DLOCK_OK);
+        return;
+    }
+    rl_give_back_async(a->rl, 1);
+    a->result = result;
+    int64_t now = dlock__mono_ms();
+    if (a->wait_ms == 0 || (a->deadline >= 0 && now >= a->deadline)) {
+        rl_async_end(a, result);
+        return;
+    }
+    dlock_status st = rl_async_join(a);
+    if (st != DLOCK_OK) {
+        rl_async_end(a, st);
+        return;
+    }
+    a->retry_ms = rl_backoff_ms();
+    int64_t until = now + a->retry_ms;
+    if (result == DLOCK_ERR_CONNECT) until = now + (a->backoff = dlock__wait_backoff(a->backoff));
+    if (a->deadline >= 0 && until > a->deadline) until = a->deadline;
+    dlock__sub_arm(a->sub, a->e, &a->watch, until, !a->listened);
+}
+
+/* The watch, on the subscriber thread: the pause is over, a release was
+ * published, or the subscription is confirmed; or the first master's
+ * client is being drained, which ends the acquisition. */
+static void rl_async_fire(dlock__sub_watch *watch, int woken)
+{
+    rl_async *a = (rl_async *)watch;
+    if (a->deferred) {
+        rl_async_answered(&a->w);
+        return;
+    }
+    dlock_client *c = a->rl->masters[0];
+    if (woken == DLOCK__SUB_MESSAGE) dlock__stats_woken(&c->stats, DLOCK_STATS_REDLOCK);
+    if (woken == DLOCK__SUB_READY) a->listened = 1;
+    pthread_mutex_lock(&c->mu);
+    int draining = c->draining;
+    pthread_mutex_unlock(&c->mu);
+    if (draining) {
+        rl_async_end(a, dlock__fail(DLOCK_ERR_INVALID, "the client is shutting down (dlock_client_drain)"));
+        return;
+    }
+    if (a->deadline >= 0 && dlock__mono_ms() >= a->deadline && woken != DLOCK__SUB_MESSAGE) {
+        rl_async_end(a, a->result);
+        return;
+    }
+    rl_async_round(a, 0);
+}
+
+/* A call's state, with the handle claimed and the call counted on the
+ * first master's client; NULL with the status in *st. */
+static rl_async *rl_async_new(dlock_redlock *rl, void *arg, dlock_status *st)
+{
+    if (atomic_exchange(&rl->busy, 1)) {
+        *st = dlock__fail(DLOCK_ERR_INVALID, "redlock '%s' has an asynchronous call under way", rl->base.name);
+        return NULL;
+    }
+    rl_async *a = calloc(1, sizeof *a);
+    if (!a) *st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    else if ((*st = dlock__async_begin(&rl->masters[0]->async)) != DLOCK_OK) {
+        free(a);
+        a = NULL;
+    }
+    if (!a) {
+        atomic_store(&rl->busy, 0);
+        return NULL;
+    }
+    a->rl = rl;
+    a->arg = arg;
+    a->watch.fn = rl_async_fire;
+    a->w = (rl_round_wait){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, rl_async_answered};
+    a->t.rl = rl;
+    return a;
+}
+
+/* Undo rl_async_new() for a call that did not start. */
+static void rl_async_abandon(rl_async *a)
+{
+    dlock_redlock *rl = a->rl;
+    if (a->e) dlock__sub_leave(a->sub, a->e);
+    free(a);
+    atomic_store(&rl->busy, 0);
+    dlock__async_end(&rl->masters[0]->async);
+}
+
+dlock_status dlock_redlock_acquire_async(dlock_redlock *rl, long wait_ms, long lease_ms, dlock_redlock_acquired_fn cb,
+                                         void *arg)
+{
+    if (!rl || !cb) return dlock__fail(DLOCK_ERR_INVALID, "redlock or callback is NULL");
+    dlock_status st = rl_acquire_check(rl, wait_ms, lease_ms);
+    if (st != DLOCK_OK) return st;
+    rl_async *a = rl_async_new(rl, arg, &st);
+    if (!a) return st;
+    a->acquired = cb;
+    a->since = dlock__stats_clock();
+    a->wait_ms = wait_ms;
+    a->deadline = dlock__deadline(wait_ms);
+    a->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
+    a->t.lease = a->watchdog ? rl->masters[0]->watchdog_lease_ms : lease_ms;
+    a->t.drift = dlock__drift_ms(a->t.lease);
+    if ((st = rl_async_round(a, 1)) != DLOCK_OK) rl_async_abandon(a);
+    return st;
+}
+
+dlock_status dlock_redlock_release_async(dlock_redlock *rl, dlock_redlock_released_fn cb, void *arg)
+{
+    if (!rl || !cb) return dlock__fail(DLOCK_ERR_INVALID, "redlock or callback is NULL");
+    if (!rl->held) return dlock__fail(DLOCK_ERR_NOT_OWNER, "redlock '%s' is not held by this handle", rl->base.name);
+    dlock_status st;
+    rl_async *a = rl_async_new(rl, arg, &st);
+    if (!a) return st;
+    a->released = cb;
+    a->release = 1;
+    a->t.lease = rl->lease_ms > 0 ? rl->lease_ms : 1;
+    rl_stop_renewal(rl);
+    a->w.left = rl->n + 1;
+    size_t unsent = rl_round_send(rl, 1, a->t.lease, a->calls, &a->w);
+    if (!rl_round_settle(&a->w, unsent + 1)) return DLOCK_OK;
+    /* Every answer is in already (or nothing went out): read it on the
+     * subscriber's thread, not in this call. */
+    if ((st = rl_async_join(a)) != DLOCK_OK) {
+        /* Ended here after all: the hold is over, as the answers say. */
+        size_t confirmed = 0;
+        for (size_t i = 0; i < rl->n; i++)
+            if (a->calls[i].st == DLOCK_OK && a->calls[i].result >= 0) confirmed++;
+        (void)rl_released(rl, confirmed);
+        rl_async_abandon(a);
+        return st;
+    }
+    a->deferred = 1;
+    dlock__sub_arm(a->sub, a->e, &a->watch, dlock__mono_ms(), 0);
+    return DLOCK_OK;
+}
+
+long dlock_redlock_validity(const dlock_redlock *rl)
+{
+    return rl && rl->held ? rl->validity_ms : 0;
 }
 
 int dlock_redlock_lost(dlock_redlock *rl)

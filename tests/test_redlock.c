@@ -1,7 +1,9 @@
 /*
  * RedLock over three real, independent redis-server masters: mutual
  * exclusion across processes with one master stopped, refusal with two
- * stopped, requests sent in parallel, a waiter woken by the release,
+ * stopped, requests sent in parallel, a waiter woken by the release (also
+ * an asynchronous one, whose calls keep the same rules and whose wait a
+ * drain of its client ends),
  * validity accounting, extension and watchdog renewal under the majority
  * rule.
  */
@@ -300,6 +302,172 @@ static void redlock_waiter_keeps_asking_with_the_first_master_down(void **state)
     free_all(b);
 }
 
+/* One asynchronous RedLock call's end, waited for by the test. */
+typedef struct rl_done {
+    pthread_mutex_t mu;
+    int n; /* callbacks so far */
+    dlock_status st;
+    uint64_t token;
+    long long at; /* th_now_ms() of the callback */
+} rl_done;
+
+static void rl_done_note(rl_done *d, dlock_status st, uint64_t token)
+{
+    pthread_mutex_lock(&d->mu);
+    d->n++;
+    d->st = st;
+    d->token = token;
+    d->at = th_now_ms();
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void on_rl_acquired(dlock_redlock *rl, dlock_status st, uint64_t token, void *arg)
+{
+    (void)rl;
+    rl_done_note(arg, st, token);
+}
+
+static void on_rl_released(dlock_redlock *rl, dlock_status st, void *arg)
+{
+    (void)rl;
+    rl_done_note(arg, st, 0);
+}
+
+/* The callback's status, once it ran (exactly once) within `ms`. */
+static dlock_status rl_done_wait(rl_done *d, long ms)
+{
+    long long until = th_now_ms() + ms;
+    int n;
+    dlock_status st;
+    do {
+        pthread_mutex_lock(&d->mu);
+        n = d->n;
+        st = d->st;
+        pthread_mutex_unlock(&d->mu);
+        if (n == 0) usleep(1000);
+    } while (n == 0 && th_now_ms() < until);
+    assert_int_equal(n, 1);
+    return st;
+}
+
+static dlock_status rl_acquire_async_wait(dlock_redlock *rl, long wait_ms, uint64_t *token)
+{
+    rl_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
+    dlock_status st = dlock_redlock_acquire_async(rl, wait_ms, 5000, on_rl_acquired, &d);
+    if (st != DLOCK_OK) return st;
+    st = rl_done_wait(&d, wait_ms + 5000);
+    if (token) *token = d.token;
+    return st;
+}
+
+static dlock_status rl_release_async_wait(dlock_redlock *rl)
+{
+    rl_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
+    dlock_status st = dlock_redlock_release_async(rl, on_rl_released, &d);
+    return st != DLOCK_OK ? st : rl_done_wait(&d, 5000);
+}
+
+/* The asynchronous calls keep the synchronous ones' rules: a majority
+ * grant excludes another handle (busy at once with no wait), a release
+ * frees every share, tokens rise, the validity is reported, one call at a
+ * time runs on a handle, and a release of nothing is refused at once. */
+static void redlock_async_calls_keep_the_majority_rule(void **state)
+{
+    (void)state;
+    dlock_client *a[N], *b[N];
+    connect_all(a, 0, 0);
+    connect_all(b, 0, 0);
+    dlock_redlock *ra, *rb;
+    assert_int_equal(dlock_redlock_new(a, N, "rl-async", &ra), DLOCK_OK);
+    assert_int_equal(dlock_redlock_new(b, N, "rl-async", &rb), DLOCK_OK);
+    rl_done d0 = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
+    assert_int_equal(dlock_redlock_release_async(ra, on_rl_released, &d0), DLOCK_ERR_NOT_OWNER);
+    uint64_t t1 = 0, t2 = 0;
+    assert_int_equal(rl_acquire_async_wait(ra, 0, &t1), DLOCK_OK);
+    assert_true(t1 > 0);
+    assert_true(dlock_redlock_validity(ra) > 4000 && dlock_redlock_validity(ra) < 5000);
+    for (int i = 0; i < N; i++) assert_int_equal(exists_on(i, "dlock:{rl-async}"), 1);
+    assert_int_equal(rl_acquire_async_wait(rb, 0, NULL), DLOCK_ERR_TIMEOUT);
+    /* b waits; a second call on b meanwhile is refused */
+    rl_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
+    assert_int_equal(dlock_redlock_acquire_async(rb, 5000, 5000, on_rl_acquired, &d), DLOCK_OK);
+    assert_int_equal(dlock_redlock_acquire_async(rb, 0, 5000, on_rl_acquired, &d0), DLOCK_ERR_INVALID);
+    usleep(100000);
+    assert_int_equal(d.n, 0);
+    assert_int_equal(rl_release_async_wait(ra), DLOCK_OK);
+    assert_int_equal(rl_done_wait(&d, 5000), DLOCK_OK);
+    t2 = d.token;
+    assert_true(t2 > t1);
+    assert_int_equal(dlock_redlock_validity(ra), 0);
+    assert_int_equal(rl_release_async_wait(rb), DLOCK_OK);
+    for (int i = 0; i < N; i++) assert_int_equal(exists_on(i, "dlock:{rl-async}"), 0);
+    dlock_redlock_free(ra);
+    dlock_redlock_free(rb);
+    free_all(a);
+    free_all(b);
+}
+
+/* An asynchronous waiter is woken by the holder's release as a thread is:
+ * over ten hand-offs the median release-to-callback time stays far under
+ * the 20-200 ms pauses. */
+static void redlock_async_waiter_is_woken_by_the_release(void **state)
+{
+    (void)state;
+    dlock_client *a[N], *b[N];
+    connect_all(a, 0, 0);
+    connect_all(b, 0, 0);
+    dlock_redlock *holder, *waiter;
+    assert_int_equal(dlock_redlock_new(a, N, "rl-async-wake", &holder), DLOCK_OK);
+    assert_int_equal(dlock_redlock_new(b, N, "rl-async-wake", &waiter), DLOCK_OK);
+    long long delays[10];
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
+        rl_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
+        assert_int_equal(dlock_redlock_acquire_async(waiter, 5000, 5000, on_rl_acquired, &d), DLOCK_OK);
+        usleep((useconds_t)(60 + 7 * (i % 5)) * 1000);
+        long long released = th_now_ms();
+        assert_int_equal(dlock_redlock_release(holder), DLOCK_OK);
+        assert_int_equal(rl_done_wait(&d, 5000), DLOCK_OK);
+        delays[i] = d.at - released;
+        assert_int_equal(rl_release_async_wait(waiter), DLOCK_OK);
+    }
+    qsort(delays, 10, sizeof *delays, cmp_ll);
+    print_message("release to callback: median %lld ms, max %lld ms\n", delays[4], delays[9]);
+    assert_true(delays[4] < 15);
+    dlock_redlock_free(holder);
+    dlock_redlock_free(waiter);
+    free_all(a);
+    free_all(b);
+}
+
+/* dlock_client_drain() of the first master's client ends a waiting
+ * asynchronous acquisition with DLOCK_ERR_INVALID, and leaves no share
+ * taken; the handle's synchronous calls still work afterwards. */
+static void redlock_drain_ends_a_waiting_async_acquire(void **state)
+{
+    (void)state;
+    dlock_client *a[N], *b[N];
+    connect_all(a, 0, 0);
+    connect_all(b, 0, 0);
+    dlock_redlock *holder, *waiter;
+    assert_int_equal(dlock_redlock_new(a, N, "rl-async-drain", &holder), DLOCK_OK);
+    assert_int_equal(dlock_redlock_new(b, N, "rl-async-drain", &waiter), DLOCK_OK);
+    assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
+    rl_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
+    assert_int_equal(dlock_redlock_acquire_async(waiter, DLOCK_WAIT_FOREVER, 5000, on_rl_acquired, &d), DLOCK_OK);
+    usleep(150000);
+    long long t0 = th_now_ms();
+    dlock_client_drain(b[0]);
+    assert_int_equal(rl_done_wait(&d, 1000), DLOCK_ERR_INVALID);
+    assert_true(th_now_ms() - t0 < 1000);
+    assert_int_equal(dlock_redlock_release(holder), DLOCK_OK);
+    for (int i = 0; i < N; i++) assert_int_equal(exists_on(i, "dlock:{rl-async-drain}"), 0);
+    dlock_redlock_free(holder);
+    dlock_redlock_free(waiter);
+    free_all(a);
+    free_all(b);
+}
+
 /* The validity is the lease less the time the round took and the drift:
  * with a 1000 ms lease it is at most 1000 - 12 and, on loopback, close to
  * that. An explicit extension renews the lease on a majority. */
@@ -394,6 +562,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(redlock_asks_all_masters_in_parallel, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_waiter_is_woken_by_the_release, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_waiter_keeps_asking_with_the_first_master_down, setup, teardown),
+    cmocka_unit_test_setup_teardown(redlock_async_calls_keep_the_majority_rule, setup, teardown),
+    cmocka_unit_test_setup_teardown(redlock_async_waiter_is_woken_by_the_release, setup, teardown),
+    cmocka_unit_test_setup_teardown(redlock_drain_ends_a_waiting_async_acquire, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_validity_and_extension_follow_the_majority, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_watchdog_renews_and_reports_loss_below_majority, setup, teardown),
     cmocka_unit_test_setup_teardown(redlock_rejects_bad_arguments, setup, teardown),
