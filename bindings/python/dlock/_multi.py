@@ -13,7 +13,7 @@ import asyncio
 import ctypes
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _client, _errors, _native
 from ._client import (_DEFAULT, Client, Hold, Lock, Name, Seconds, _cname, _lease_ms, _State,
@@ -334,9 +334,11 @@ class RedLockHold:
 class RedLock:
     """A lock over independent masters (each a Client of its own server,
     not replicas of one another), held when a majority granted it:
-    ``with dlock.RedLock([c1, c2, c3], "name") as hold:``. Not reentrant;
-    one hold at a time. Any thread may release it; calls on one RedLock
-    run one at a time (a release waits for an acquire under way). Give the
+    ``with dlock.RedLock([c1, c2, c3], "name") as hold:`` (or ``async
+    with``). Not reentrant; one hold at a time. Any thread may release it;
+    calls on one RedLock run one at a time (a release waits for an acquire
+    under way; a call during an asynchronous one raises InvalidArgument).
+    Give the
     masters' clients a command timeout well under the lease: a stalled
     master delays a round by up to that long."""
 
@@ -356,6 +358,7 @@ class RedLock:
         self.on_lost = on_lost
         self._hold: Optional[RedLockHold] = None
         self._mu = threading.Lock()
+        self._busy = False  # an asynchronous call is under way
         self._states = _states([m._state for m in masters])
         out = ctypes.c_void_p()
         _enter_all(self._states)
@@ -374,9 +377,13 @@ class RedLock:
     def name(self) -> str:
         return self._name.decode("utf-8", "replace")
 
-    def _run(self, fn: Callable[[int], int]) -> int:
-        """fn(handle) with every master's client entered, one call at a time."""
+    def _run(self, fn: Callable[[int], int], calls: bool = True) -> int:
+        """fn(handle) with every master's client entered, one call at a time
+        (`calls` False: a question that may come during an asynchronous
+        call, which no other call may)."""
         with self._mu:
+            if calls and self._busy:
+                raise _errors.InvalidArgument("RedLock %r has an asynchronous call under way" % self.name)
             _enter_all(self._states)
             try:
                 ptr = self._shared.ptr
@@ -435,7 +442,7 @@ class RedLock:
         self.release()
 
     def _lost_now(self) -> bool:
-        return bool(self._run(_lib.dlock_redlock_lost))
+        return bool(self._run(_lib.dlock_redlock_lost, calls=False))
 
     @property
     def lost(self) -> bool:
@@ -452,6 +459,102 @@ class RedLock:
     def __exit__(self, *exc: Any) -> None:
         if self._hold is not None:
             _client._exit_release(self, None, exc[0] is not None)
+
+    # asyncio, on the library's asynchronous RedLock calls: a waiting task
+    # holds no thread. The hold is the RedLock's, as ever: one at a time;
+    # tasks that contend use RedLock objects of their own.
+    def _start(self, hook: Callable[[int, int, bool], None], loop: Optional[asyncio.AbstractEventLoop],
+               submit: Callable[[int, int], int]) -> "Tuple[int, Optional[asyncio.Future[int]]]":
+        """Start one asynchronous call, submit(handle, key), marked under
+        way until its hook (which clears the mark) has run."""
+        def done(status: int, token: int, awaited: bool) -> None:
+            self._busy = False
+            hook(status, token, awaited)
+
+        key, fut = _client._call_start(loop, done)
+
+        def call(ptr: int) -> int:
+            self._busy = True
+            rc = submit(ptr, key)
+            if rc:
+                self._busy = False
+            return rc
+
+        try:
+            rc = self._run(call)
+        except BaseException:
+            _client._call_drop(key)
+            raise
+        if rc:
+            _client._call_drop(key)
+            _errors.fail(rc)
+        return key, fut
+
+    async def acquire_async(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> RedLockHold:
+        """acquire() for a task, without blocking the loop. A task cancelled
+        while waiting leaves nothing held (a hold granted after the
+        cancellation is released in the background)."""
+        wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+
+        def hook(status: int, _token: int, awaited: bool) -> None:
+            if status == 0 and not awaited:
+                self._release_in_background()
+
+        key, fut = self._start(hook, asyncio.get_running_loop(), lambda ptr, k: _lib.dlock_redlock_acquire_async(
+            ptr, wait_ms, lease_ms, *_client._via(k, "redlock_acquired", _client._on_acquired)))
+        assert fut is not None
+        try:
+            token = await fut
+        except asyncio.CancelledError:
+            _client._divert(key)
+            # Cancelled after the outcome arrived: the hook saw it awaited.
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release_in_background()
+            raise
+        validity = self._run(_lib.dlock_redlock_validity)
+        self._hold = RedLockHold(self, token, validity / 1000.0)
+        return self._hold
+
+    def _release_in_background(self) -> None:
+        """Release a hold nobody awaits (its task was cancelled)."""
+        try:
+            self._start(lambda _st, _tok, _aw: None, None, lambda ptr, k: _lib.dlock_redlock_release_async(
+                ptr, *_client._via(k, "redlock_released", _client._on_released)))
+        except _errors.DlockError:
+            pass  # the client closed: the hold ends with its lease
+
+    async def release_async(self) -> None:
+        """release() for a task, without blocking the loop; the release
+        ends even when the awaiting task is cancelled."""
+        hold = self._hold
+
+        def hook(status: int, _token: int, _awaited: bool) -> None:
+            if hold is not None and status in (0, _errors.ERR_LOST):
+                if self._hold is hold:
+                    self._hold = None
+                hold._open = False
+                if status:
+                    hold._flag = True
+
+        key, fut = self._start(hook, asyncio.get_running_loop(), lambda ptr, k: _lib.dlock_redlock_release_async(
+            ptr, *_client._via(k, "redlock_released", _client._on_released)))
+        assert fut is not None
+        await _client._await_call(key, fut)
+
+    async def __aenter__(self) -> RedLockHold:
+        return await self.acquire_async()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._hold is None:
+            return
+        try:
+            await self.release_async()
+        except _errors.DlockError:
+            if exc[0] is None:
+                raise
+            _client._log.warning("dlock: release of %r failed while an exception was raised", self,
+                                 exc_info=True)
 
     def __repr__(self) -> str:
         return "<dlock.RedLock %r over %d masters>" % (self.name, len(self._states))

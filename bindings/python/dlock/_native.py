@@ -183,6 +183,11 @@ _PROTOTYPES = {
     "dlock_redlock_set_fence_floor": (None, [c_void_p, c_uint64]),
     "dlock_redlock_lost": (c_int, [c_void_p]),
     "dlock_redlock_on_lost": (None, [c_void_p, REDLOCK_LOST_FN, c_void_p]),
+    # A RedLock's callbacks have the lock's shapes (a handle, the status,
+    # a token): the same function pointer types serve.
+    "dlock_redlock_acquire_async": (c_int, [c_void_p, c_long, c_long, ACQUIRED_FN, c_void_p]),
+    "dlock_redlock_release_async": (c_int, [c_void_p, RELEASED_FN, c_void_p]),
+    "dlock_redlock_validity": (c_long, [c_void_p]),
     "dlock_queue_new": (c_int, [_P(c_void_p)]),
     "dlock_queue_fd": (c_int, [c_void_p]),
     "dlock_queue_free": (None, [c_void_p]),
@@ -205,6 +210,8 @@ _QUEUE_CALLBACKS = {
     "permit": ("dlock_queue_on_permit", PERMIT_FN),
     "latch": ("dlock_queue_on_latch", LATCH_FN),
     "multilock": ("dlock_queue_on_multilock", MULTILOCK_FN),
+    "redlock_acquired": ("dlock_queue_on_redlock_acquired", ACQUIRED_FN),
+    "redlock_released": ("dlock_queue_on_redlock_released", RELEASED_FN),
 }
 
 

@@ -272,3 +272,59 @@ def test_a_cancelled_async_multi_lock_gives_back_what_it_was_granted(redis, clie
         assert asyncio.run(main()), "a cancelled multi-lock kept its locks"
     finally:
         other.close()
+
+
+def test_a_redlock_from_asyncio_excludes_and_its_waiter_is_woken_by_the_release(masters, name):
+    _servers, clients = masters
+    one, two = dlock.RedLock(clients, name, lease=10.0), dlock.RedLock(clients, name, lease=10.0)
+
+    async def main():
+        async with one as hold:
+            assert hold.token > 0 and 8.0 < hold.validity <= 10.0 and not hold.lost
+            with pytest.raises(dlock.NotAcquired):
+                await two.acquire_async(wait=0)
+        assert not hold.held
+        took = []
+        for _ in range(5):
+            first = await one.acquire_async()
+            threads = threading.active_count()
+            waiter = asyncio.ensure_future(two.acquire_async(wait=5.0))
+            await asyncio.sleep(0.08)
+            assert not waiter.done() and threading.active_count() <= threads  # no thread waits
+            with pytest.raises(dlock.InvalidArgument):
+                two.acquire(wait=0)  # one call at a time, also across the two faces
+            released = time.monotonic()
+            await one.release_async()
+            second = await waiter
+            took.append(time.monotonic() - released)
+            assert second.token > first.token
+            await two.release_async()
+            assert not second.held
+        took.sort()
+        assert took[2] < 0.03, "woken %.3f s after the release (median), not by it" % took[2]
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_redlock_wait_leaves_nothing_held(masters, name):
+    _servers, clients = masters
+    one, two = dlock.RedLock(clients, name, lease=10.0), dlock.RedLock(clients, name, lease=10.0)
+
+    async def main():
+        hold = one.acquire()
+        task = asyncio.ensure_future(two.acquire_async())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        hold.release()  # the cancelled wait may now be granted: it must be given back
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            try:
+                again = one.acquire(wait=0)
+            except dlock.NotAcquired:
+                continue
+            again.release()
+            return True
+        return False
+
+    assert asyncio.run(main()), "a cancelled RedLock wait kept the lock"
