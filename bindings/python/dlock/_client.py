@@ -976,11 +976,17 @@ def _exit_release(lock: Any, what: Any, raising: bool) -> None:
     the release's is only logged."""
     try:
         lock._release(what)
-    except _errors.DlockError:
-        if not raising:
-            raise
-        _log.warning("dlock: release of %r failed while an exception was raised", lock,
-                     exc_info=True)
+    except _errors.DlockError as e:
+        _release_failed(lock, e, raising)
+
+
+def _release_failed(what: Any, err: "_errors.DlockError", raising: bool) -> None:
+    """A release at the end of a ``with`` or ``async with`` block failed
+    with `err`: raised, unless the block is raising already (then its
+    exception goes on and this one is only logged)."""
+    if not raising:
+        raise err
+    _log.warning("dlock: release of %r failed while an exception was raised", what, exc_info=err)
 
 
 class _OnHandle:
@@ -1162,11 +1168,8 @@ class _Exclusive(_OnHandle):
             if rc:
                 fail(rc)
             await _await_call(key, fut)
-        except _errors.DlockError:
-            if exc[0] is None:
-                raise
-            _log.warning("dlock: release of %r failed while an exception was raised", self,
-                         exc_info=True)
+        except _errors.DlockError as e:
+            _release_failed(self, e, exc[0] is not None)
 
     def _release_start(self, task: "asyncio.Task[Any]") -> "Tuple[int, asyncio.Future[int], int]":
         """Start the release of `task`'s latest hold: the call's key and

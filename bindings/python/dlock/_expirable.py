@@ -349,11 +349,8 @@ class ExpirableSemaphore(_OnHandle):
             return
         try:
             await p.release_async()
-        except _errors.DlockError:
-            if exc[0] is None:
-                raise
-            _client._log.warning("dlock: release of %r failed while an exception was raised", p,
-                                 exc_info=True)
+        except _errors.DlockError as e:
+            _client._release_failed(p, e, exc[0] is not None)
 
     def __enter__(self) -> Permit:
         p = self.acquire()

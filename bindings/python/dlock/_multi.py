@@ -215,12 +215,8 @@ class MultiLock:
                 raise
             except _errors.DlockError as e:
                 first = first or e
-        if first is None:
-            return
-        if exc[0] is None:
-            raise first
-        _client._log.warning("dlock: release of %r failed while an exception was raised", self,
-                             exc_info=first)
+        if first is not None:
+            _client._release_failed(self, first, exc[0] is not None)
 
     def _release(self, _what: Any) -> None:
         self.release()
@@ -550,11 +546,8 @@ class RedLock:
             return
         try:
             await self.release_async()
-        except _errors.DlockError:
-            if exc[0] is None:
-                raise
-            _client._log.warning("dlock: release of %r failed while an exception was raised", self,
-                                 exc_info=True)
+        except _errors.DlockError as e:
+            _client._release_failed(self, e, exc[0] is not None)
 
     def __repr__(self) -> str:
         return "<dlock.RedLock %r over %d masters>" % (self.name, len(self._states))

@@ -4,6 +4,7 @@ could not renew it in time (the server paused with SIGSTOP past the
 lease); the release then raises LockLost."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -117,3 +118,33 @@ def test_rw_write_hold_loss(watched, name):
     assert got == [hold] and hold.mode == "write" and hold.lost
     with pytest.raises(dlock.LockLost):
         hold.release()
+
+
+def test_a_block_that_raises_keeps_its_exception_when_its_release_fails(watched, name, caplog):
+    # The release of a lost hold fails; a block that is raising already
+    # goes on with its own exception and the release's is logged, in both
+    # faces; a block that is not raising gets the release's LockLost.
+    c, admin = watched
+    lock = c.lock(name)
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        with lock:
+            admin.force_unlock(name)
+            raise Boom()
+    assert "release of" in caplog.text and "failed while an exception was raised" in caplog.text
+    caplog.clear()
+
+    async def main():
+        with pytest.raises(Boom):
+            async with lock:
+                admin.force_unlock(name)
+                raise Boom()
+        with pytest.raises(dlock.LockLost):
+            async with lock:
+                admin.force_unlock(name)
+
+    asyncio.run(main())
+    assert "failed while an exception was raised" in caplog.text
