@@ -67,17 +67,44 @@ static long long exists_on(int i, const char *key)
     return v;
 }
 
+static void connect_offline_ok(dlock_client **c, long watchdog_lease);
+
+/* Two handles of one name, each over clients of its own to every master
+ * (made even while masters are down, with `offline`). */
+typedef struct rl_pair {
+    dlock_client *a[N], *b[N];
+    dlock_redlock *ra, *rb;
+} rl_pair;
+
+static void pair_open(rl_pair *p, const char *name, int offline)
+{
+    if (offline) {
+        connect_offline_ok(p->a, 0);
+        connect_offline_ok(p->b, 0);
+    } else {
+        connect_all(p->a, 0, 0);
+        connect_all(p->b, 0, 0);
+    }
+    assert_int_equal(dlock_redlock_new(p->a, N, name, &p->ra), DLOCK_OK);
+    assert_int_equal(dlock_redlock_new(p->b, N, name, &p->rb), DLOCK_OK);
+}
+
+static void pair_close(rl_pair *p)
+{
+    dlock_redlock_free(p->ra);
+    dlock_redlock_free(p->rb);
+    free_all(p->a);
+    free_all(p->b);
+}
+
 /* A majority grant excludes a second handle until release; the shares on
  * every master are gone after release. */
 static void redlock_excludes_a_second_holder_until_release(void **state)
 {
     (void)state;
-    dlock_client *a[N], *b[N];
-    connect_all(a, 0, 0);
-    connect_all(b, 0, 0);
-    dlock_redlock *ra, *rb;
-    assert_int_equal(dlock_redlock_new(a, N, "rl-basic", &ra), DLOCK_OK);
-    assert_int_equal(dlock_redlock_new(b, N, "rl-basic", &rb), DLOCK_OK);
+    rl_pair p;
+    pair_open(&p, "rl-basic", 0);
+    dlock_redlock *ra = p.ra, *rb = p.rb;
     long validity = 0;
     uint64_t t1 = 0, t2 = 0;
     assert_int_equal(dlock_redlock_acquire(ra, 0, 5000, &validity, &t1), DLOCK_OK);
@@ -91,10 +118,7 @@ static void redlock_excludes_a_second_holder_until_release(void **state)
     assert_int_equal(dlock_redlock_acquire(rb, 1000, 5000, NULL, &t2), DLOCK_OK);
     assert_true(t2 > t1);
     assert_int_equal(dlock_redlock_release(rb), DLOCK_OK);
-    dlock_redlock_free(ra);
-    dlock_redlock_free(rb);
-    free_all(a);
-    free_all(b);
+    pair_close(&p);
 }
 
 /* Clients for every master, made even while some are down (offline_ok),
@@ -240,12 +264,9 @@ static int cmp_ll(const void *a, const void *b)
 static void redlock_waiter_is_woken_by_the_release(void **state)
 {
     (void)state;
-    dlock_client *a[N], *b[N];
-    connect_all(a, 0, 0);
-    connect_all(b, 0, 0);
-    dlock_redlock *holder, *waiter;
-    assert_int_equal(dlock_redlock_new(a, N, "rl-wake", &holder), DLOCK_OK);
-    assert_int_equal(dlock_redlock_new(b, N, "rl-wake", &waiter), DLOCK_OK);
+    rl_pair p;
+    pair_open(&p, "rl-wake", 0);
+    dlock_redlock *holder = p.ra, *waiter = p.rb;
     long long delays[20];
     for (int i = 0; i < 20; i++) {
         assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
@@ -262,10 +283,7 @@ static void redlock_waiter_is_woken_by_the_release(void **state)
     qsort(delays, 20, sizeof *delays, cmp_ll);
     print_message("release to grant: median %lld ms, max %lld ms\n", delays[9], delays[19]);
     assert_true(delays[9] < 15);
-    dlock_redlock_free(holder);
-    dlock_redlock_free(waiter);
-    free_all(a);
-    free_all(b);
+    pair_close(&p);
 }
 
 /* With the first master down, whose channel a waiter listens on, the
@@ -276,12 +294,9 @@ static void redlock_waiter_keeps_asking_with_the_first_master_down(void **state)
 {
     (void)state;
     th_redis_stop(&masters[0]);
-    dlock_client *a[N], *b[N];
-    connect_offline_ok(a, 0);
-    connect_offline_ok(b, 0);
-    dlock_redlock *holder, *waiter;
-    assert_int_equal(dlock_redlock_new(a, N, "rl-first-down", &holder), DLOCK_OK);
-    assert_int_equal(dlock_redlock_new(b, N, "rl-first-down", &waiter), DLOCK_OK);
+    rl_pair p;
+    pair_open(&p, "rl-first-down", 1);
+    dlock_redlock *holder = p.ra, *waiter = p.rb;
     long long worst = 0;
     for (int i = 0; i < 5; i++) {
         assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
@@ -296,10 +311,7 @@ static void redlock_waiter_keeps_asking_with_the_first_master_down(void **state)
     }
     print_message("release to grant, first master down: at most %lld ms\n", worst);
     assert_true(worst < 450);
-    dlock_redlock_free(holder);
-    dlock_redlock_free(waiter);
-    free_all(a);
-    free_all(b);
+    pair_close(&p);
 }
 
 /* One asynchronous RedLock call's end, waited for by the test. */
@@ -374,12 +386,9 @@ static dlock_status rl_release_async_wait(dlock_redlock *rl)
 static void redlock_async_calls_keep_the_majority_rule(void **state)
 {
     (void)state;
-    dlock_client *a[N], *b[N];
-    connect_all(a, 0, 0);
-    connect_all(b, 0, 0);
-    dlock_redlock *ra, *rb;
-    assert_int_equal(dlock_redlock_new(a, N, "rl-async", &ra), DLOCK_OK);
-    assert_int_equal(dlock_redlock_new(b, N, "rl-async", &rb), DLOCK_OK);
+    rl_pair p;
+    pair_open(&p, "rl-async", 0);
+    dlock_redlock *ra = p.ra, *rb = p.rb;
     rl_done d0 = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
     assert_int_equal(dlock_redlock_release_async(ra, on_rl_released, &d0), DLOCK_ERR_NOT_OWNER);
     uint64_t t1 = 0, t2 = 0;
@@ -401,10 +410,7 @@ static void redlock_async_calls_keep_the_majority_rule(void **state)
     assert_int_equal(dlock_redlock_validity(ra), 0);
     assert_int_equal(rl_release_async_wait(rb), DLOCK_OK);
     for (int i = 0; i < N; i++) assert_int_equal(exists_on(i, "dlock:{rl-async}"), 0);
-    dlock_redlock_free(ra);
-    dlock_redlock_free(rb);
-    free_all(a);
-    free_all(b);
+    pair_close(&p);
 }
 
 /* An asynchronous waiter is woken by the holder's release as a thread is:
@@ -413,12 +419,9 @@ static void redlock_async_calls_keep_the_majority_rule(void **state)
 static void redlock_async_waiter_is_woken_by_the_release(void **state)
 {
     (void)state;
-    dlock_client *a[N], *b[N];
-    connect_all(a, 0, 0);
-    connect_all(b, 0, 0);
-    dlock_redlock *holder, *waiter;
-    assert_int_equal(dlock_redlock_new(a, N, "rl-async-wake", &holder), DLOCK_OK);
-    assert_int_equal(dlock_redlock_new(b, N, "rl-async-wake", &waiter), DLOCK_OK);
+    rl_pair p;
+    pair_open(&p, "rl-async-wake", 0);
+    dlock_redlock *holder = p.ra, *waiter = p.rb;
     long long delays[10];
     for (int i = 0; i < 10; i++) {
         assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
@@ -434,10 +437,7 @@ static void redlock_async_waiter_is_woken_by_the_release(void **state)
     qsort(delays, 10, sizeof *delays, cmp_ll);
     print_message("release to callback: median %lld ms, max %lld ms\n", delays[4], delays[9]);
     assert_true(delays[4] < 15);
-    dlock_redlock_free(holder);
-    dlock_redlock_free(waiter);
-    free_all(a);
-    free_all(b);
+    pair_close(&p);
 }
 
 /* dlock_client_drain() of the first master's client ends a waiting
@@ -446,26 +446,20 @@ static void redlock_async_waiter_is_woken_by_the_release(void **state)
 static void redlock_drain_ends_a_waiting_async_acquire(void **state)
 {
     (void)state;
-    dlock_client *a[N], *b[N];
-    connect_all(a, 0, 0);
-    connect_all(b, 0, 0);
-    dlock_redlock *holder, *waiter;
-    assert_int_equal(dlock_redlock_new(a, N, "rl-async-drain", &holder), DLOCK_OK);
-    assert_int_equal(dlock_redlock_new(b, N, "rl-async-drain", &waiter), DLOCK_OK);
+    rl_pair p;
+    pair_open(&p, "rl-async-drain", 0);
+    dlock_redlock *holder = p.ra, *waiter = p.rb;
     assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
     rl_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
     assert_int_equal(dlock_redlock_acquire_async(waiter, DLOCK_WAIT_FOREVER, 5000, on_rl_acquired, &d), DLOCK_OK);
     usleep(150000);
     long long t0 = th_now_ms();
-    dlock_client_drain(b[0]);
+    dlock_client_drain(p.b[0]);
     assert_int_equal(rl_done_wait(&d, 1000), DLOCK_ERR_INVALID);
     assert_true(th_now_ms() - t0 < 1000);
     assert_int_equal(dlock_redlock_release(holder), DLOCK_OK);
     for (int i = 0; i < N; i++) assert_int_equal(exists_on(i, "dlock:{rl-async-drain}"), 0);
-    dlock_redlock_free(holder);
-    dlock_redlock_free(waiter);
-    free_all(a);
-    free_all(b);
+    pair_close(&p);
 }
 
 /* The validity is the lease less the time the round took and the drift:
