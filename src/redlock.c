@@ -685,13 +685,14 @@ static dlock_status rl_async_join(rl_async *a)
     return DLOCK_OK;
 }
 
-/* Give back a round's grants without waiting for the answers (a library
- * thread may not wait for them: it may be the one that reads them). */
+/* The last answer to a give-back: nobody waits for it. */
 static void rl_async_answer_free(rl_round_wait *w)
 {
     free(rl_async_of(w));
 }
 
+/* Give back a round's grants without waiting for the answers (a library
+ * thread may not wait for them: it may be the one that reads them). */
 static void rl_give_back_async(dlock_redlock *rl, int quiet)
 {
     rl_async *g = calloc(1, sizeof *g);
@@ -730,7 +731,8 @@ static void rl_async_end(rl_async *a, int result)
 
 /* Send an acquisition's next round. `caller`: from the thread that made
  * the call, which must not see the callback run (see above). Not
- * DLOCK_OK only for the caller: nothing went out. */
+ * DLOCK_OK only for the caller: nothing is under way, and the callback
+ * will not run. */
 static dlock_status rl_async_round(rl_async *a, int caller)
 {
     dlock_redlock *rl = a->rl;
