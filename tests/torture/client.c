@@ -11,9 +11,9 @@
  * does; the time of a step is taken before that check.
  *
  * Kinds on libdlock: lock and fair (--threads N: N threads on one client),
- * rw, sem (plain semaphore), psem and multi (two of three locks at once;
- * for both, odd-numbered clients go through the asynchronous calls),
- * redlock, latch. `cli` runs `dlock lock` (or
+ * rw, sem (plain semaphore), psem, multi (two of three locks at once)
+ * and redlock (for those three, odd-numbered clients go through the
+ * asynchronous calls), latch. `cli` runs `dlock lock` (or
  * `dlock semaphore`) in a loop with this program as COMMAND (`cs`), which
  * records its steps; the CLI kills it when the lease is lost.
  *
@@ -312,8 +312,8 @@ static void close_handles(worker *w)
     if (w->raw) redisFree(w->raw);
 }
 
-/* Odd-numbered psem and multi clients take and give back their permits
- * and locks through the asynchronous calls, waiting here for the
+/* Odd-numbered psem, multi and redlock clients take and give back their
+ * permits and locks through the asynchronous calls, waiting here for the
  * callback, so that the history checks those calls too. */
 typedef struct permit_wait {
     pthread_mutex_t mu;
@@ -321,9 +321,10 @@ typedef struct permit_wait {
     int done;
     dlock_status st;
     dlock_permit *pm;
+    uint64_t token;
 } permit_wait;
 
-static permit_wait permit_waiter = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, DLOCK_OK, NULL};
+static permit_wait permit_waiter = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, DLOCK_OK, NULL, 0};
 
 static void permit_done(dlock_psem *p, dlock_status st, dlock_permit *pm, void *arg)
 {
@@ -339,6 +340,22 @@ static void permit_done(dlock_psem *p, dlock_status st, dlock_permit *pm, void *
 
 static void multi_done(dlock_status st, void *arg)
 {
+    permit_done(NULL, st, NULL, arg);
+}
+
+static void redlock_acquired(dlock_redlock *rl, dlock_status st, uint64_t token, void *arg)
+{
+    (void)rl;
+    permit_wait *pw = arg;
+    pthread_mutex_lock(&pw->mu);
+    pw->token = token;
+    pthread_mutex_unlock(&pw->mu);
+    permit_done(NULL, st, NULL, arg);
+}
+
+static void redlock_released(dlock_redlock *rl, dlock_status st, void *arg)
+{
+    (void)rl;
     permit_done(NULL, st, NULL, arg);
 }
 
@@ -418,7 +435,14 @@ static const char *acquire(worker *w, long wait_ms)
             st = dlock_psem_acquire(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, &w->pm);
         w->held[0] = st == DLOCK_OK;
     } else if (!strcmp(k, "redlock")) {
-        st = dlock_redlock_acquire(w->rl, wait_ms, DLOCK_LEASE_WATCHDOG, NULL, &w->token[0]);
+        if (async_client(w)) {
+            st = permit_wait_for(
+                dlock_redlock_acquire_async(w->rl, wait_ms, DLOCK_LEASE_WATCHDOG, redlock_acquired, &permit_waiter),
+                NULL);
+            w->token[0] = permit_waiter.token; /* written before the callback's signal */
+        } else {
+            st = dlock_redlock_acquire(w->rl, wait_ms, DLOCK_LEASE_WATCHDOG, NULL, &w->token[0]);
+        }
         w->held[0] = st == DLOCK_OK;
     }
     return st == DLOCK_OK ? "ok" : st == DLOCK_ERR_TIMEOUT ? "busy" : "err";
@@ -468,7 +492,10 @@ static const char *release(worker *w)
         }
         w->pm = NULL;
     } else if (!strcmp(k, "redlock")) {
-        st = dlock_redlock_release(w->rl);
+        if (async_client(w))
+            st = permit_wait_for(dlock_redlock_release_async(w->rl, redlock_released, &permit_waiter), NULL);
+        else
+            st = dlock_redlock_release(w->rl);
     }
     return st == DLOCK_OK ? "ok" : st == DLOCK_ERR_LOST ? "lost" : "err";
 }
