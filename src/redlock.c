@@ -268,6 +268,15 @@ static void rl_stop_renewal(dlock_redlock *rl)
     }
 }
 
+/* How many masters a release round's answers confirm held our share. */
+static size_t rl_confirmed(const dlock_redlock *rl, const rl_call *calls)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < rl->n; i++)
+        if (calls[i].st == DLOCK_OK && calls[i].result >= 0) n++;
+    return n;
+}
+
 /* Release on every master, whether or not it granted: a master that did
  * not answer may still have run the acquire. Only our owner value is ever
  * deleted. Returns how many masters confirmed they held our share.
@@ -283,12 +292,8 @@ static size_t rl_release_all(dlock_redlock *rl, int quiet)
 {
     rl_call calls[MAX_MASTERS];
     rl_round(rl, quiet ? 3 : 1, rl->lease_ms > 0 ? rl->lease_ms : 1, calls);
-    size_t n = 0;
-    for (size_t i = 0; i < rl->n; i++) {
-        if (calls[i].st == DLOCK_OK && calls[i].result >= 0) n++;
-        rl->shares[i].granted = 0;
-    }
-    return n;
+    for (size_t i = 0; i < rl->n; i++) rl->shares[i].granted = 0;
+    return rl_confirmed(rl, calls);
 }
 
 /* Watchdog thread of master i: its share is gone. The hold is lost once
@@ -685,6 +690,17 @@ static dlock_status rl_async_join(rl_async *a)
     return DLOCK_OK;
 }
 
+/* Have a round that ended in the caller's hands read on the subscriber's
+ * thread: the watch, armed to fire at once. */
+static dlock_status rl_async_defer(rl_async *a)
+{
+    dlock_status st = rl_async_join(a);
+    if (st != DLOCK_OK) return st;
+    a->deferred = 1;
+    dlock__sub_arm(a->sub, a->e, &a->watch, dlock__mono_ms(), 0);
+    return DLOCK_OK;
+}
+
 /* The last answer to a give-back: nobody waits for it. */
 static void rl_async_answer_free(rl_round_wait *w)
 {
@@ -712,10 +728,7 @@ static void rl_async_end(rl_async *a, int result)
     dlock_client *c = rl->masters[0];
     if (a->e) dlock__sub_leave(a->sub, a->e);
     if (a->release) {
-        size_t confirmed = 0;
-        for (size_t i = 0; i < rl->n; i++)
-            if (a->calls[i].st == DLOCK_OK && a->calls[i].result >= 0) confirmed++;
-        dlock_status st = rl_released(rl, confirmed);
+        dlock_status st = rl_released(rl, rl_confirmed(rl, a->calls));
         atomic_store(&rl->busy, 0);
         a->released(rl, st, a->arg);
     } else {
@@ -750,10 +763,7 @@ static dlock_status rl_async_round(rl_async *a, int caller)
         return DLOCK_OK;
     }
     if (unsent == rl->n) return a->calls[0].st;
-    if ((st = rl_async_join(a)) != DLOCK_OK) return st;
-    a->deferred = 1;
-    dlock__sub_arm(a->sub, a->e, &a->watch, dlock__mono_ms(), 0);
-    return DLOCK_OK;
+    return rl_async_defer(a);
 }
 
 /* The last answer of a round is in (or the watch fired for one that ended
@@ -888,18 +898,12 @@ dlock_status dlock_redlock_release_async(dlock_redlock *rl, dlock_redlock_releas
     if (!rl_round_settle(&a->w, unsent + 1)) return DLOCK_OK;
     /* Every answer is in already (or nothing went out): read it on the
      * subscriber's thread, not in this call. */
-    if ((st = rl_async_join(a)) != DLOCK_OK) {
+    if ((st = rl_async_defer(a)) != DLOCK_OK) {
         /* Ended here after all: the hold is over, as the answers say. */
-        size_t confirmed = 0;
-        for (size_t i = 0; i < rl->n; i++)
-            if (a->calls[i].st == DLOCK_OK && a->calls[i].result >= 0) confirmed++;
-        (void)rl_released(rl, confirmed);
+        (void)rl_released(rl, rl_confirmed(rl, a->calls));
         rl_async_abandon(a);
-        return st;
     }
-    a->deferred = 1;
-    dlock__sub_arm(a->sub, a->e, &a->watch, dlock__mono_ms(), 0);
-    return DLOCK_OK;
+    return st;
 }
 
 long dlock_redlock_validity(const dlock_redlock *rl)
