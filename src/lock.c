@@ -890,16 +890,45 @@ static lock_thread *async_hold(dlock_lock *l, int create)
     return (lock_thread *)dlock__handle_record(&l->base, 0, sizeof(lock_thread), create, thread_init);
 }
 
+/* An asynchronous acquire's outcome, kept until it may be told. */
+typedef struct acquire_end {
+    dlock_lock *l;
+    lock_thread *h;
+    dlock_status st;
+    uint64_t token;
+    dlock_acquired_fn cb;
+    void *arg;
+    char why[512]; /* the reason of a failure, set again on the thread that tells it */
+} acquire_end;
+
+/* Tell the caller, on whichever library thread this runs. The handle is
+ * free for its next call only now, and the client's count of calls in
+ * flight drops after the callback, so dlock_client_free() waits for it. */
+static void acquire_tell(const acquire_end *e)
+{
+    dlock_client *c = e->l->base.client;
+    if (e->st != DLOCK_OK) dlock__fail(e->st, "%s", e->why);
+    dlock__handle_async_done(&e->h->rec);
+    e->cb(e->l, e->st, e->token, e->arg);
+    dlock__async_end(&c->async);
+}
+
 /* give_back() for an asynchronous wait that offered and gave up: its
- * release, made now (the handle may be freed before it is sent) and sent
- * once the leave that took the offer back has been answered, in that
- * order, as lock_acquire() does. */
+ * release, sent once the leave that took the offer back has been
+ * answered, in that order, as lock_acquire() does. The caller is told
+ * only after the release is answered (or was never sent). Why: the
+ * release names the handle's owner string, and a new acquisition on the
+ * handle made in between would be granted afresh under that same owner,
+ * then deleted by this late release, leaving its caller sure of a lock
+ * that is free. The synchronous call is safe for the same reason: it
+ * gives back before it returns. */
 typedef struct give_back_call {
     dlock_client *c;
     int last; /* the leave was the process's last waiter's (left_last) */
     int nkeys, nargs;
     const char *argv[6 + 7]; /* the keys, then the arguments */
     char *wake; /* the client's channel on the lock, to wake one of its waiters (WAKE_OWN) */
+    acquire_end end;
     char text[]; /* the strings above */
 } give_back_call;
 
@@ -907,6 +936,7 @@ static void give_back_reply(dlock_status st, redisReply *r, void *arg)
 {
     give_back_call *g = arg;
     released_wake_own(g->c, g->wake, st, r);
+    acquire_tell(&g->end);
     free(g);
 }
 
@@ -919,8 +949,10 @@ static void leave_reply(dlock_status st, redisReply *r, void *arg)
     if (st != DLOCK_OK ||
         dlock__async_script(g->c, DLOCK__SCRIPT_RELEASE, g->nkeys, g->argv, g->nargs, g->argv + g->nkeys,
                             give_back_reply, g) !=
-            DLOCK_OK)
+            DLOCK_OK) {
+        acquire_tell(&g->end);
         free(g);
+    }
 }
 
 /* The leave of an asynchronous acquire that was its process's last
@@ -964,8 +996,10 @@ static void async_leave_last(dlock_lock *l, const char *const *wkeys, const char
         free(g);
 }
 
+/* The leave of an asynchronous acquire that offered, and then its
+ * give-back; `end` is told once they are done (give_back_call). */
 static void async_leave_offered(dlock_lock *l, lock_thread *h, int last, const char *const *wkeys,
-                                const char *const *wargs)
+                                const char *const *wargs, const acquire_end *end)
 {
     dlock_client *c = l->base.client;
     release_call rc;
@@ -978,11 +1012,15 @@ static void async_leave_offered(dlock_lock *l, lock_thread *h, int last, const c
     size_t size = 0;
     for (int i = 0; i <= n; i++) size += strlen(from[i]) + 1;
     give_back_call *g = malloc(sizeof *g + size);
-    if (!g) return; /* the lease ends what a hand-off gave it */
+    if (!g) { /* the lease ends what a hand-off gave it */
+        acquire_tell(end);
+        return;
+    }
     g->c = c;
     g->last = last;
     g->nkeys = rc.nkeys;
     g->nargs = rc.nargs;
+    g->end = *end;
     char *p = g->text;
     for (int i = 0; i <= n; i++) {
         size_t len = strlen(from[i]) + 1;
@@ -991,11 +1029,15 @@ static void async_leave_offered(dlock_lock *l, lock_thread *h, int last, const c
         else g->wake = p;
         p += len;
     }
-    if (dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 3, wargs, leave_reply, g) != DLOCK_OK) free(g);
+    if (dlock__async_script(c, DLOCK__SCRIPT_WAITER_LEAVE, 2, wkeys, 3, wargs, leave_reply, g) != DLOCK_OK) {
+        acquire_tell(&g->end);
+        free(g);
+    }
 }
 
 /* The end of an asynchronous acquire: the hold begun, or the wait given
- * up; the channel left; the callback, with the thread's last error set. */
+ * up; the channel left; the callback, with the thread's last error set
+ * (after the give-back, when there is one: give_back_call). */
 static void acquire_done(dlock__await *aw, int result)
 {
     lock_async *op = (lock_async *)aw;
@@ -1021,30 +1063,30 @@ static void acquire_done(dlock__await *aw, int result)
     } else if (result == DLOCK__BUSY) {
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     }
+    dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);
+    acquire_end end = {l, h, st, st == DLOCK_OK ? h->token : 0, op->acquired, op->arg, ""};
+    if (st != DLOCK_OK) snprintf(end.why, sizeof end.why, "%s", dlock_last_error());
     int last = st != DLOCK_OK && op->queued && (l->fair || dlock__wait_count(c, l->wait_channel) == 0);
-    if (last || (st != DLOCK_OK && op->offered)) { /* as lock_acquire() */
-        char why[512];
-        snprintf(why, sizeof why, "%s", dlock_last_error());
+    int offered = op->offered;
+    free(op);
+    if (last || (st != DLOCK_OK && offered)) { /* as lock_acquire() */
         const char *keys[4] = {l->base.key, l->queue, l->queue_deadlines, l->queue_offers};
         const char *args[4] = {h->rec.owner, c->publish, l->prefix, "1"}; /* "1": as fair_leave() */
         const char *wkeys[2] = {l->waiters, l->offers};
         const char *wargs[3] = {c->id, last ? "1" : "0", h->rec.owner};
         if (!l->fair && last && dlock__test_before_leave) dlock__test_before_leave();
+        /* A fair lock's leave gives back in the same script, and later
+         * calls on the handle follow it on the same connection. */
         if (l->fair)
             dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 4, keys, h->held.count == 0 ? 4 : 3, args,
                                 dlock__async_ignore, NULL);
-        else if (!op->offered) async_leave_last(l, wkeys, wargs); /* !offered: last, as the condition says */
-        else async_leave_offered(l, h, last, wkeys, wargs);
-        dlock__fail(st, "%s", why); /* the reason, not the leave's */
+        else if (!offered) async_leave_last(l, wkeys, wargs); /* !offered: last, as the condition says */
+        else {
+            async_leave_offered(l, h, last, wkeys, wargs, &end); /* tells the caller when given back */
+            return;
+        }
     }
-    dlock__stats_acquired(&c->stats, lock_kind(l), op->since, st);
-    uint64_t token = st == DLOCK_OK ? h->token : 0;
-    dlock_acquired_fn cb = op->acquired;
-    void *arg = op->arg;
-    free(op);
-    dlock__handle_async_done(&h->rec);
-    cb(l, st, token, arg);
-    dlock__async_end(&c->async);
+    acquire_tell(&end);
 }
 
 /* One attempt, sent; dlock__await_reply() takes its answer. */

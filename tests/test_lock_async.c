@@ -470,7 +470,8 @@ static void an_async_fair_waiter_at_the_head_is_handed_the_lock_by_another_proce
  * until after its 400 ms wait ended, so it knows nothing of the hand-off.
  * Its leave takes the offer back, and then it finds the lock in its own
  * name and gives it back, in that order, as a thread does: the lock is
- * free well within the 20 s lease it was handed with. On a `fair` lock
+ * free well within the 20 s lease it was handed with, and the caller is
+ * told of its timeout after that. On a `fair` lock
  * one script does both as the waiter leaves the queue (fair_leave.lua). */
 static void async_gave_up_as_it_was_handed_the_lock(const char *name, int fair)
 {
@@ -492,9 +493,15 @@ static void async_gave_up_as_it_was_handed_the_lock(const char *name, int fair)
     dlock_lock_info info;
     assert_int_equal(dlock_lock_inspect(c, name, &info), DLOCK_OK);
     if (!info.held) fail_msg("the release did not hand the lock to the registered waiter");
-    assert_int_equal(done_wait(&d, 1, 1000), 1); /* its wait ran out, cut off */
-    assert_int_equal(d.st, DLOCK_ERR_TIMEOUT);
+    /* Its wait runs out, cut off. A fair waiter is told at once: its
+     * leave, which gives back too, goes before any later call. A plain
+     * one is told once its give-back, sent after the leave's answer, is
+     * answered (an_acquire_made_as_an_async_wait_gives_up_is_not_given_back
+     * says why), so not before the network heals. */
+    assert_int_equal(done_wait(&d, 1, 1000), fair ? 1 : 0);
     th_proxy_partition(px, 0);
+    assert_int_equal(done_wait(&d, 1, 3000), 1);
+    assert_int_equal(d.st, DLOCK_ERR_TIMEOUT);
     assert_int_equal(dlock_lock_acquire(holder, 3000, 30000, NULL), DLOCK_OK);
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
     dlock_lock_free(waiter);
@@ -514,6 +521,75 @@ static void an_async_fair_waiter_that_gave_up_gives_back_a_lock_handed_to_it(voi
 {
     (void)state;
     async_gave_up_as_it_was_handed_the_lock("async:fair-given-back", 1);
+}
+
+/* The holder that release_holder() lets go as the waiter leaves, on the
+ * library's thread: its hold is an asynchronous one, the handle's. */
+static dlock_lock *leaving_holder;
+static dlock_status holder_released; /* checked on the test's thread */
+
+static void release_holder(void)
+{
+    done d;
+    done_init(&d);
+    holder_released = dlock_lock_release_async(leaving_holder, on_released, &d);
+    if (holder_released == DLOCK_OK) holder_released = done_wait(&d, 1, 5000) == 1 ? d.st : DLOCK_ERR_TIMEOUT;
+}
+
+/* A first acquisition and the one its callback makes when it ran out. */
+typedef struct again {
+    done first, second;
+} again;
+
+static void acquire_again(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    again *a = arg;
+    done_note(&a->first, st, token);
+    if (st != DLOCK_ERR_TIMEOUT) return;
+    dlock_status sent = dlock_lock_acquire_async(l, 0, 30000, on_acquired, &a->second);
+    if (sent != DLOCK_OK) done_note(&a->second, sent, 0);
+}
+
+/* A waiter that offered and gave up gives back what it may have been
+ * handed (above), under its handle's owner string. Its caller, told of
+ * the timeout, may ask again on that handle at once; that acquisition is
+ * granted under the same owner, and a give-back that lands after it
+ * would delete it, its caller sure of a lock that is free. So the caller
+ * is told only once the give-back is answered. Here the holder lets go
+ * just as the waiter leaves (the release hands it the lock) and the
+ * callback asks again at once: the second hold must still be there, and
+ * its release must find it. */
+static void an_acquire_made_as_an_async_wait_gives_up_is_not_given_back(void **state)
+{
+    (void)state;
+    const char *name = "async:again";
+    dlock_client *hc = new_client(0), *c = new_client(0);
+    dlock_lock *waiter;
+    assert_int_equal(dlock_lock_new(hc, name, &leaving_holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, name, &waiter), DLOCK_OK);
+    acquire_ok(leaving_holder, 0, 30000, NULL);
+    again a;
+    holder_released = DLOCK_ERR_INVALID;
+    done_init(&a.first);
+    done_init(&a.second);
+    dlock__test_before_leave = release_holder;
+    assert_int_equal(dlock_lock_acquire_async(waiter, 300, 30000, acquire_again, &a), DLOCK_OK);
+    assert_int_equal(done_wait(&a.first, 1, 5000), 1);
+    assert_int_equal(a.first.st, DLOCK_ERR_TIMEOUT);
+    assert_int_equal(done_wait(&a.second, 1, 5000), 1);
+    dlock__test_before_leave = NULL;
+    assert_int_equal(holder_released, DLOCK_OK);
+    if (a.second.st != DLOCK_OK) fail_msg("the second acquisition: %s", a.second.error);
+    usleep(200000); /* a late give-back would have landed */
+    dlock_lock_info info;
+    assert_int_equal(dlock_lock_inspect(hc, name, &info), DLOCK_OK);
+    if (!info.held) fail_msg("the second acquisition was reported taken, and the lock is free");
+    assert_int_equal(info.last_token, a.second.token);
+    release_ok(waiter);
+    dlock_lock_free(waiter);
+    dlock_lock_free(leaving_holder);
+    dlock_client_free(c);
+    dlock_client_free(hc);
 }
 
 static void async_wait_runs_out_with_timeout(void **state)
@@ -1457,6 +1533,7 @@ int main(void)
         cmocka_unit_test(an_async_fair_waiter_at_the_head_is_handed_the_lock_by_another_process),
         cmocka_unit_test(an_async_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
         cmocka_unit_test(an_async_fair_waiter_that_gave_up_gives_back_a_lock_handed_to_it),
+        cmocka_unit_test(an_acquire_made_as_an_async_wait_gives_up_is_not_given_back),
         cmocka_unit_test(async_wait_runs_out_with_timeout),
         cmocka_unit_test(a_newcomer_that_registers_as_an_async_waiter_leaves_is_woken_by_the_next_release),
         cmocka_unit_test(a_newcomer_that_registers_as_an_async_waiter_without_an_offer_leaves_is_woken_too),
