@@ -12,8 +12,8 @@
  *
  * Kinds on libdlock: lock and fair (--threads N: N threads on one client),
  * rw, sem (plain semaphore), psem, multi (two of three locks at once)
- * and redlock (for those three, odd-numbered clients go through the
- * asynchronous calls), latch. `cli` runs `dlock lock` (or
+ * and redlock (for lock and fair without --threads, and those three,
+ * odd-numbered clients go through the asynchronous calls), latch. `cli` runs `dlock lock` (or
  * `dlock semaphore`) in a loop with this program as COMMAND (`cs`), which
  * records its steps; the CLI kills it when the lease is lost.
  *
@@ -312,8 +312,8 @@ static void close_handles(worker *w)
     if (w->raw) redisFree(w->raw);
 }
 
-/* Odd-numbered psem, multi and redlock clients take and give back their
- * permits and locks through the asynchronous calls, waiting here for the
+/* Odd-numbered lock, fair, psem, multi and redlock clients take and give
+ * back their permits and locks through the asynchronous calls, waiting here for the
  * callback, so that the history checks those calls too. */
 typedef struct permit_wait {
     pthread_mutex_t mu;
@@ -359,6 +359,22 @@ static void redlock_released(dlock_redlock *rl, dlock_status st, void *arg)
     permit_done(NULL, st, NULL, arg);
 }
 
+static void lock_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)l;
+    permit_wait *pw = arg;
+    pthread_mutex_lock(&pw->mu);
+    pw->token = token;
+    pthread_mutex_unlock(&pw->mu);
+    permit_done(NULL, st, NULL, arg);
+}
+
+static void lock_released(dlock_lock *l, dlock_status st, void *arg)
+{
+    (void)l;
+    permit_done(NULL, st, NULL, arg);
+}
+
 /* The outcome of a call started with `started`, its permit in *pm. */
 static dlock_status permit_wait_for(dlock_status started, dlock_permit **pm)
 {
@@ -373,9 +389,10 @@ static dlock_status permit_wait_for(dlock_status started, dlock_permit **pm)
     return st;
 }
 
+/* One worker a process: the waiter above is the process's one. */
 static int async_client(const worker *w)
 {
-    return w->c->client % 2 == 1;
+    return w->c->client % 2 == 1 && w->c->threads <= 1;
 }
 
 /* Take a hold of the worker's kind; which names it covers are in held[]. */
@@ -395,7 +412,14 @@ static const char *acquire(worker *w, long wait_ms)
     }
     if (!strcmp(k, "lock") || !strcmp(k, "fair")) {
         int i = (int)tt_rand_between(&w->rng, 0, c->n_names - 1);
-        st = dlock_lock_acquire(w->lk[i], wait_ms, DLOCK_LEASE_WATCHDOG, &w->token[i]);
+        if (async_client(w)) {
+            st = permit_wait_for(
+                dlock_lock_acquire_async(w->lk[i], wait_ms, DLOCK_LEASE_WATCHDOG, lock_acquired, &permit_waiter),
+                NULL);
+            w->token[i] = permit_waiter.token; /* written before the callback's signal */
+        } else {
+            st = dlock_lock_acquire(w->lk[i], wait_ms, DLOCK_LEASE_WATCHDOG, &w->token[i]);
+        }
         w->held[i] = st == DLOCK_OK;
     } else if (!strcmp(k, "multi")) {
         int skip = (int)tt_rand_between(&w->rng, 0, 2), j = 0, idx[2];
@@ -469,7 +493,10 @@ static const char *release(worker *w)
             if (w->held[i]) broken_release(w, w->c->names[i]);
     } else if (!strcmp(k, "lock") || !strcmp(k, "fair")) {
         for (int i = 0; i < w->c->n_names; i++)
-            if (w->held[i]) st = dlock_lock_release(w->lk[i]);
+            if (w->held[i] && async_client(w))
+                st = permit_wait_for(dlock_lock_release_async(w->lk[i], lock_released, &permit_waiter), NULL);
+            else if (w->held[i])
+                st = dlock_lock_release(w->lk[i]);
     } else if (!strcmp(k, "multi")) {
         dlock_lock *held[MAX_NAMES];
         size_t n = 0;
