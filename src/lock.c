@@ -1104,32 +1104,21 @@ static dlock_status async_attempt(dlock__await *aw)
                                      dlock__await_reply, op);
 }
 
-/* The answer to an asynchronous acquisition's undo: a plain lock's
- * release may name this client's own waiters as next (WAKE_OWN). */
-static void undone_reply(dlock_status st, redisReply *r, void *arg)
-{
-    leave_call *g = arg;
-    released_wake_own(g->c, g->channel, st, r);
-    free(g);
-}
-
-/* A replica-short acquisition is undone as undo_acquire() does (sent, not
- * waited for: this is a library thread; the wake-up channel is copied, as
- * the handle may be freed before the answer comes) and counts as busy, as
- * in try_again(). */
+/* A replica-short acquisition is undone as the synchronous call undoes
+ * it, waiting for the answer, and counts as busy, as in try_again(). Why
+ * wait, on a library thread: an acknowledged attempt runs on a
+ * slow-lane thread (async.c), which may, and its next attempt, or the one
+ * its caller makes from the callback, goes on a connection of its own,
+ * the undo on the shared one. Nothing would order the two at the server,
+ * and an undo that landed after such an attempt was granted (afresh,
+ * under the same owner string) would delete that new hold. */
 static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
 {
     lock_async *op = (lock_async *)aw;
-    dlock_lock *l = op->l;
-    int result = acquire_reply(l, op->h, r, dlock__async_acks(), retry_ms);
+    int result = acquire_reply(op->l, op->h, r, dlock__async_acks(), retry_ms);
     op->replica_short = result == REPLICA_SHORT;
     if (!op->replica_short) return result;
-    release_call rc;
-    release_call_last(l, op->h, &rc);
-    leave_call *g = leave_call_new(l);
-    if (dlock__async_script(l->base.client, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args,
-                            g ? undone_reply : dlock__async_ignore, g) != DLOCK_OK)
-        free(g);
+    undo_acquire(op->l, op->h);
     return DLOCK__BUSY;
 }
 

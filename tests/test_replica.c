@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "dlock_lua.h" /* dlock__lua_release_sha: the undo's request */
 #include "harness.h"
+#include "proxy.h"
 #include "th_lock.h"
 
 static th_redis master, replica;
@@ -192,6 +194,11 @@ static void on_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *ar
     atomic_store(&d->done, 1);
 }
 
+static void on_released(dlock_lock *l, dlock_status st, void *arg)
+{
+    on_acquired(l, st, 0, arg);
+}
+
 /* One round of the case below, the replica-safe acquire made `async`ly
  * or not; the time from its return to the waiter's grant. */
 static long long waiter_woken_after_undo(int async)
@@ -251,6 +258,80 @@ static void a_waiter_of_another_process_is_woken_when_an_acquisition_is_undone(v
     }
 }
 
+/* The second acquisition that retry_at_once() makes from the callback of
+ * a first one undone for want of replicas, once the replica is back. */
+typedef struct retried {
+    async_done first, second;
+    uint64_t token;
+} retried;
+
+static void on_retried(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)l;
+    retried *r = arg;
+    r->token = token;
+    r->second.st = st;
+    atomic_store(&r->second.done, 1);
+}
+
+static void retry_at_once(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)token;
+    retried *r = arg;
+    r->first.st = st;
+    atomic_store(&r->first.done, 1);
+    if (st != DLOCK_ERR_REPLICA) return;
+    th_redis_resume(&replica);
+    dlock_status sent = dlock_lock_acquire_async(l, 0, 10000, on_retried, r);
+    if (sent != DLOCK_OK) {
+        r->second.st = sent;
+        atomic_store(&r->second.done, 1);
+    }
+}
+
+/* An asynchronous acquisition undone for want of replicas gives the lock
+ * back under its handle's owner string, and its caller may ask again on
+ * the handle at once, the replica back. That attempt goes on a connection
+ * of its own (it is followed by WAIT), the undo on the shared one, so
+ * nothing orders the two at the server; an undo that lands after the
+ * retry was granted (afresh, under the same owner) deletes it, its caller
+ * sure of a lock that is free. So the undo is answered before the caller
+ * is told. Here a proxy holds the undo back for 300 ms. */
+static void a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold(void **state)
+{
+    (void)state;
+    th_proxy *px = th_proxy_start(&master);
+    assert_non_null(px);
+    dlock_options o = {0};
+    o.replica_acks = 1;
+    o.replica_timeout_ms = 200;
+    o.command_timeout_ms = 2000;
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(th_proxy_url(px), &o, &c), DLOCK_OK);
+    dlock_lock *l = th_lock_new(c, "rs-retry");
+    th_redis_pause(&replica);
+    th_proxy_delay_next(px, dlock__lua_release_sha, 300);
+    retried r = {0};
+    assert_int_equal(dlock_lock_acquire_async(l, 0, 10000, retry_at_once, &r), DLOCK_OK);
+    long long until = th_now_ms() + 5000;
+    while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
+    if (!atomic_load(&r.first.done)) th_redis_resume(&replica);
+    assert_int_equal(atomic_load(&r.first.done), 1);
+    assert_int_equal(r.first.st, DLOCK_ERR_REPLICA);
+    assert_int_equal(atomic_load(&r.second.done), 1);
+    assert_int_equal(r.second.st, DLOCK_OK);
+    usleep(500000); /* a late undo would have landed */
+    if (exists_on(&master, "dlock:{rs-retry}") != 1)
+        fail_msg("the retry was reported taken, and the lock is free");
+    async_done d = {0};
+    assert_int_equal(dlock_lock_release_async(l, on_released, &d), DLOCK_OK);
+    while (!atomic_load(&d.done)) usleep(1000);
+    assert_int_equal(d.st, DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_proxy_stop(px);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -259,6 +340,7 @@ int main(void)
         cmocka_unit_test(replica_count_is_enforced_and_off_by_default),
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter_it_cannot_hand_over_to),
         cmocka_unit_test(a_waiter_of_another_process_is_woken_when_an_acquisition_is_undone),
+        cmocka_unit_test(a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
