@@ -913,6 +913,36 @@ static void acquire_tell(const acquire_end *e)
     dlock__async_end(&c->async);
 }
 
+/* A command that may delete a hold under the handle's owner string,
+ * sent with the caller's report to follow its answer (acquire_tell), for
+ * the reason give_back_call gives; without the memory to wait, it is sent
+ * and the caller told at once. */
+typedef struct tell_after {
+    acquire_end end;
+} tell_after;
+
+static void tell_after_reply(dlock_status st, redisReply *r, void *arg)
+{
+    (void)st; /* unanswered: the lease ends what it was to undo */
+    tell_after *t = arg;
+    if (r) freeReplyObject(r);
+    acquire_tell(&t->end);
+    free(t);
+}
+
+static void script_then_tell(dlock_client *c, dlock__script_id id, int nkeys, const char *const *keys, int nargs,
+                             const char *const *args, const acquire_end *end)
+{
+    tell_after *t = malloc(sizeof *t);
+    if (t) t->end = *end;
+    if (dlock__async_script(c, id, nkeys, keys, nargs, args, t ? tell_after_reply : dlock__async_ignore, t) ==
+            DLOCK_OK &&
+        t)
+        return;
+    free(t);
+    acquire_tell(end);
+}
+
 /* give_back() for an asynchronous wait that offered and gave up: its
  * release, sent once the leave that took the offer back has been
  * answered, in that order, as lock_acquire() does. The caller is told
@@ -1036,8 +1066,9 @@ static void async_leave_offered(dlock_lock *l, lock_thread *h, int last, const c
 }
 
 /* The end of an asynchronous acquire: the hold begun, or the wait given
- * up; the channel left; the callback, with the thread's last error set
- * (after the give-back, when there is one: give_back_call). */
+ * up; the channel left; the callback, with the thread's last error set,
+ * once every command sent here that may give back under the handle's
+ * owner is answered (give_back_call, tell_after). */
 static void acquire_done(dlock__await *aw, int result)
 {
     lock_async *op = (lock_async *)aw;
@@ -1049,11 +1080,12 @@ static void acquire_done(dlock__await *aw, int result)
         hold_handed(l, h, op->offer.token, op->offer.sent, &op->sent);
     else if (result == DLOCK_OK && op->offer.hand.got && !op->offer.hand.stale && h->held.count == op->before)
         hold_handed(l, h, op->offer.hand.token, op->offer.hand.sent, &op->sent); /* by another process */
+    release_call undo;
+    int undone = 0;
     if (result == DLOCK_OK &&
         dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
-        release_call rc;
-        release_call_make(l, h, &rc);
-        dlock__async_script(c, rc.script, rc.nkeys, rc.keys, rc.nargs, rc.args, dlock__async_ignore, NULL);
+        release_call_make(l, h, &undo); /* sent below, before the caller is told */
+        undone = 1;
         h->held.count = op->before;
         st = DLOCK_ERR_SYS;
         dlock__fail(st, "cannot start the watchdog thread");
@@ -1069,22 +1101,28 @@ static void acquire_done(dlock__await *aw, int result)
     int last = st != DLOCK_OK && op->queued && (l->fair || dlock__wait_count(c, l->wait_channel) == 0);
     int offered = op->offered;
     free(op);
+    if (undone) {
+        script_then_tell(c, undo.script, undo.nkeys, undo.keys, undo.nargs, undo.args, &end);
+        return;
+    }
     if (last || (st != DLOCK_OK && offered)) { /* as lock_acquire() */
         const char *keys[4] = {l->base.key, l->queue, l->queue_deadlines, l->queue_offers};
         const char *args[4] = {h->rec.owner, c->publish, l->prefix, "1"}; /* "1": as fair_leave() */
         const char *wkeys[2] = {l->waiters, l->offers};
         const char *wargs[3] = {c->id, last ? "1" : "0", h->rec.owner};
         if (!l->fair && last && dlock__test_before_leave) dlock__test_before_leave();
-        /* A fair lock's leave gives back in the same script, and later
-         * calls on the handle follow it on the same connection. */
-        if (l->fair)
-            dlock__async_script(c, DLOCK__SCRIPT_FAIR_LEAVE, 4, keys, h->held.count == 0 ? 4 : 3, args,
-                                dlock__async_ignore, NULL);
-        else if (!offered) async_leave_last(l, wkeys, wargs); /* !offered: last, as the condition says */
-        else {
-            async_leave_offered(l, h, last, wkeys, wargs, &end); /* tells the caller when given back */
+        /* The caller is told once a leave that may give back is
+         * answered: a fair one gives back in the same script. A plain
+         * leave without an offer gives nothing back. */
+        if (l->fair) {
+            script_then_tell(c, DLOCK__SCRIPT_FAIR_LEAVE, 4, keys, h->held.count == 0 ? 4 : 3, args, &end);
             return;
         }
+        if (offered) {
+            async_leave_offered(l, h, last, wkeys, wargs, &end);
+            return;
+        }
+        async_leave_last(l, wkeys, wargs); /* !offered: last, as the condition says */
     }
     acquire_tell(&end);
 }

@@ -332,6 +332,80 @@ static void a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold(
     th_proxy_stop(px);
 }
 
+/* The holder that retry_after_release() lets go from the waiter's
+ * callback: its hold is an asynchronous one (the handle's, not the test
+ * thread's), on a client of its own. */
+static dlock_lock *fair_holder;
+
+/* An asynchronous call's outcome, waited for: DLOCK_ERR_TIMEOUT if none
+ * came within 5 s. */
+static dlock_status async_wait(dlock_status started, async_done *d)
+{
+    if (started != DLOCK_OK) return started;
+    long long until = th_now_ms() + 5000;
+    while (!atomic_load(&d->done) && th_now_ms() < until) usleep(1000);
+    return atomic_load(&d->done) ? d->st : DLOCK_ERR_TIMEOUT;
+}
+
+static void retry_after_release(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)token;
+    retried *r = arg;
+    r->first.st = st;
+    atomic_store(&r->first.done, 1);
+    async_done d = {0};
+    if (st != DLOCK_ERR_TIMEOUT || async_wait(dlock_lock_release_async(fair_holder, on_released, &d), &d) != DLOCK_OK)
+        return;
+    dlock_status sent = dlock_lock_acquire_async(l, 0, 10000, on_retried, r);
+    if (sent != DLOCK_OK) {
+        r->second.st = sent;
+        atomic_store(&r->second.done, 1);
+    }
+}
+
+/* The same for a fair lock's leave, which gives back a lock that names
+ * the leaving waiter (fair_leave.lua): a replica-safe waiter's timed-out
+ * wait leaves on the shared connection, and a retry from its callback
+ * goes on a pooled one. With the leave held back 300 ms, a retry made
+ * before its answer was granted (the waiter's own place in the queue
+ * still there) and then deleted by the leave. */
+static void a_retry_after_an_async_fair_wait_ran_out_keeps_its_hold(void **state)
+{
+    (void)state;
+    th_proxy *px = th_proxy_start(&master);
+    assert_non_null(px);
+    dlock_options o = {0};
+    o.replica_acks = 1;
+    o.replica_timeout_ms = 200;
+    o.command_timeout_ms = 2000;
+    dlock_client *c, *hc = th_lock_client_or_fail(master.url, 0);
+    assert_int_equal(dlock_client_new(th_proxy_url(px), &o, &c), DLOCK_OK);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new_fair(c, "rs-fair-retry", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new_fair(hc, "rs-fair-retry", &fair_holder), DLOCK_OK);
+    async_done held = {0};
+    assert_int_equal(async_wait(dlock_lock_acquire_async(fair_holder, 0, 30000, on_acquired, &held), &held), DLOCK_OK);
+    th_proxy_delay_next(px, dlock__lua_fair_leave_sha, 300);
+    retried r = {0};
+    assert_int_equal(dlock_lock_acquire_async(l, 300, 10000, retry_after_release, &r), DLOCK_OK);
+    long long until = th_now_ms() + 5000;
+    while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
+    assert_int_equal(atomic_load(&r.first.done), 1);
+    assert_int_equal(r.first.st, DLOCK_ERR_TIMEOUT);
+    assert_int_equal(atomic_load(&r.second.done), 1);
+    assert_int_equal(r.second.st, DLOCK_OK);
+    usleep(500000); /* a late leave would have landed */
+    if (exists_on(&master, "dlock:{rs-fair-retry}") != 1)
+        fail_msg("the retry was reported taken, and the lock is free");
+    async_done d = {0};
+    assert_int_equal(async_wait(dlock_lock_release_async(l, on_released, &d), &d), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(fair_holder);
+    dlock_client_free(c);
+    dlock_client_free(hc);
+    th_proxy_stop(px);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +415,7 @@ int main(void)
         cmocka_unit_test(a_releaser_asking_again_queues_behind_an_old_waiter_it_cannot_hand_over_to),
         cmocka_unit_test(a_waiter_of_another_process_is_woken_when_an_acquisition_is_undone),
         cmocka_unit_test(a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold),
+        cmocka_unit_test(a_retry_after_an_async_fair_wait_ran_out_keeps_its_hold),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
