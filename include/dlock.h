@@ -501,6 +501,21 @@ DLOCK_API dlock_status dlock_lock_force_unlock(dlock_client *client, const char 
  */
 DLOCK_API dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *ids, size_t count);
 
+/* What an asynchronous batch of IDs ends with: on DLOCK_OK the IDs are
+ * first, first + 1, ..., first + count - 1 (a batch is consecutive);
+ * otherwise first and count are 0. */
+typedef void (*dlock_ids_fn)(dlock_client *client, dlock_status status, uint64_t first, size_t count, void *arg);
+
+/*
+ * dlock_id_next() without waiting for the answer: the arguments are
+ * checked at once (a status other than DLOCK_OK means nothing was sent
+ * and cb will not run), then cb runs once later on a library thread, as
+ * for dlock_lock_acquire_async(). Any number may be in flight from one
+ * thread; their batches never overlap.
+ */
+DLOCK_API dlock_status dlock_id_next_async(dlock_client *client, const char *prefix, size_t count, dlock_ids_fn cb,
+                                           void *arg);
+
 /*
  * How many IDs dlock_id_next() handed out for `prefix` on one UTC day:
  * `date` is "YYYY-MM-DD" (NULL: today by this host's clock, in UTC), and
@@ -716,6 +731,19 @@ typedef void (*dlock_latch_fn)(dlock_latch *latch, dlock_status status, void *ar
  */
 DLOCK_API dlock_status dlock_latch_await_async(dlock_latch *latch, long wait_ms, dlock_latch_fn cb, void *arg);
 
+/* What an asynchronous count-down ends with: `remaining` as
+ * dlock_latch_count_down() gives it (0 on a failure). */
+typedef void (*dlock_latch_counted_fn)(dlock_latch *latch, dlock_status status, long remaining, void *arg);
+
+/*
+ * dlock_latch_count_down() without waiting for the answer: cb runs once
+ * later on a library thread, under the rules of dlock_latch_await_async()
+ * (one asynchronous call on a handle at a time, so an await and a
+ * count-down in flight together need a handle each). A count-down resent
+ * after a lost reply counts once, as the synchronous one does.
+ */
+DLOCK_API dlock_status dlock_latch_count_down_async(dlock_latch *latch, dlock_latch_counted_fn cb, void *arg);
+
 /* The current count (0 when not set). */
 DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
 
@@ -876,6 +904,12 @@ DLOCK_API void dlock_queue_on_semaphore(dlock_semaphore *sem, dlock_status statu
  * ((uint64_t)(uintptr_t)permit; 0 for none). */
 DLOCK_API void dlock_queue_on_permit(dlock_psem *psem, dlock_status status, dlock_permit *permit, void *ticket);
 DLOCK_API void dlock_queue_on_latch(dlock_latch *latch, dlock_status status, void *ticket);
+/* For dlock_latch_count_down_async(): the token is the count left. */
+DLOCK_API void dlock_queue_on_counted(dlock_latch *latch, dlock_status status, long remaining, void *ticket);
+/* For dlock_id_next_async(): the token is the batch's first ID (the
+ * caller knows how many it asked for). */
+DLOCK_API void dlock_queue_on_ids(dlock_client *client, dlock_status status, uint64_t first, size_t count,
+                                  void *ticket);
 DLOCK_API void dlock_queue_on_multilock(dlock_status status, void *ticket);
 
 /* What dlock_rwlock_inspect() reports. */

@@ -366,3 +366,12 @@ void dlock__async_ignore(dlock_status st, redisReply *reply, void *arg)
     (void)arg;
     if (reply) freeReplyObject(reply);
 }
+
+dlock_status dlock__async_int(dlock_status st, redisReply *reply, long long *out)
+{
+    *out = 0;
+    if (st == DLOCK_OK && reply->type == REDIS_REPLY_INTEGER) *out = reply->integer;
+    else if (st == DLOCK_OK) st = dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", reply->type);
+    if (reply) freeReplyObject(reply);
+    return st;
+}

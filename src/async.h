@@ -62,6 +62,12 @@ long long dlock__async_acks(void);
  * a fair waiter leaving the queue). */
 void dlock__async_ignore(dlock_status st, redisReply *reply, void *arg);
 
+/* In a callback, a script's answer of one integer: `reply` freed, then
+ * DLOCK_OK with *out, or `st` when the call failed, or DLOCK_ERR_REDIS
+ * (with a message) for an answer of another type; *out is 0 unless
+ * DLOCK_OK. */
+dlock_status dlock__async_int(dlock_status st, redisReply *reply, long long *out);
+
 /* Inside a callback of dlock__async_eval(): 1 when the command was sent
  * more than once (a connection lost after the send; see
  * dlock__held_release_done()). */

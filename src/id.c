@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "async.h"
 #include "client.h"
 #include "dlock_redis.h"
 #include "util.h"
@@ -120,14 +121,24 @@ dlock_status dlock_id_count(dlock_client *client, const char *prefix, const char
     return st;
 }
 
-dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *ids, size_t count)
+/* One run of id_next.lua: the keys, the batch size, the counter's floor,
+ * and the high half of every ID in the batch. */
+typedef struct id_call {
+    char key[KEY_MAX], count_key[KEY_MAX], n[24], floor_s[24];
+    const char *keys[2], *args[2];
+    uint64_t high; /* (seconds since the epoch) << 32 */
+    size_t count;
+} id_call;
+
+/* Check the arguments and read the clock: DLOCK_OK and *c filled in, or
+ * the reason nothing can be asked. */
+static dlock_status id_call_make(dlock_client *client, const char *prefix, size_t count, id_call *c)
 {
-    if (!client || !ids) return dlock__fail(DLOCK_ERR_INVALID, "client or ids is NULL");
+    if (!client) return dlock__fail(DLOCK_ERR_INVALID, "client is NULL");
     if (count == 0 || count > COUNT_MAX)
         return dlock__fail(DLOCK_ERR_INVALID, "ID count must be 1 to %d", COUNT_MAX);
     dlock_status st = dlock_check_id_prefix(prefix);
     if (st != DLOCK_OK) return st;
-
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     time_t now = ts.tv_sec;
@@ -136,21 +147,76 @@ dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *i
         return dlock__fail(DLOCK_ERR_SYS, "system clock is outside the ID range (2022 to 2090)");
     struct tm tm;
     gmtime_r(&now, &tm);
-    char key[KEY_MAX], count_key[KEY_MAX], n[24];
-    day_keys(prefix, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, key, count_key, sizeof key);
-    snprintf(n, sizeof n, "%zu", count);
+    day_keys(prefix, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, c->key, c->count_key, sizeof c->key);
+    snprintf(c->n, sizeof c->n, "%zu", count);
     long long ms_of_day = (long long)(tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) * 1000 + ts.tv_nsec / 1000000;
-    char floor_s[24];
-    snprintf(floor_s, sizeof floor_s, "%lld", ms_of_day * 49);
-
-    const char *keys[2] = {key, count_key};
-    const char *args[2] = {n, floor_s};
-    long long last;
-    st = dlock__eval_int(client, DLOCK__SCRIPT_ID_NEXT, 2, keys, 2, args, &last);
-    if (st != DLOCK_OK) return st;
-    if (last < (long long)count || (unsigned long long)last > SEQ_MAX)
-        return dlock__fail(DLOCK_ERR_OVERFLOW, "sequence %s reached %lld, past 32 bits", key, last);
-    uint64_t first = (uint64_t)last - count + 1;
-    for (size_t i = 0; i < count; i++) ids[i] = (uint64_t)secs << 32 | (first + i);
+    snprintf(c->floor_s, sizeof c->floor_s, "%lld", ms_of_day * 49);
+    c->keys[0] = c->key;
+    c->keys[1] = c->count_key;
+    c->args[0] = c->n;
+    c->args[1] = c->floor_s;
+    c->high = (uint64_t)secs << 32;
+    c->count = count;
     return DLOCK_OK;
+}
+
+/* The batch's first ID from the counter's new value `last`: the batch is
+ * first .. first + count - 1, consecutive, as the sequence never passes
+ * 32 bits (checked here). */
+static dlock_status id_first(const id_call *c, long long last, uint64_t *first)
+{
+    if (last < (long long)c->count || (unsigned long long)last > SEQ_MAX)
+        return dlock__fail(DLOCK_ERR_OVERFLOW, "sequence %s reached %lld, past 32 bits", c->key, last);
+    *first = c->high | ((uint64_t)last - c->count + 1);
+    return DLOCK_OK;
+}
+
+dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *ids, size_t count)
+{
+    if (!ids) return dlock__fail(DLOCK_ERR_INVALID, "ids is NULL");
+    id_call c;
+    dlock_status st = id_call_make(client, prefix, count, &c);
+    if (st != DLOCK_OK) return st;
+    long long last;
+    uint64_t first;
+    st = dlock__eval_int(client, DLOCK__SCRIPT_ID_NEXT, 2, c.keys, 2, c.args, &last);
+    if (st == DLOCK_OK) st = id_first(&c, last, &first);
+    if (st != DLOCK_OK) return st;
+    for (size_t i = 0; i < count; i++) ids[i] = first + i;
+    return DLOCK_OK;
+}
+
+/* An asynchronous batch: what its answer needs, kept until it comes. */
+typedef struct id_async {
+    id_call call;
+    dlock_client *client;
+    dlock_ids_fn cb;
+    void *arg;
+} id_async;
+
+static void on_ids(dlock_status st, redisReply *r, void *arg)
+{
+    id_async *op = arg;
+    uint64_t first = 0;
+    long long last;
+    st = dlock__async_int(st, r, &last);
+    if (st == DLOCK_OK) st = id_first(&op->call, last, &first);
+    op->cb(op->client, st, st == DLOCK_OK ? first : 0, st == DLOCK_OK ? op->call.count : 0, op->arg);
+    free(op);
+}
+
+dlock_status dlock_id_next_async(dlock_client *client, const char *prefix, size_t count, dlock_ids_fn cb, void *arg)
+{
+    if (!cb) return dlock__fail(DLOCK_ERR_INVALID, "callback is NULL");
+    id_async *op = malloc(sizeof *op);
+    if (!op) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock_status st = id_call_make(client, prefix, count, &op->call);
+    if (st == DLOCK_OK) {
+        op->client = client;
+        op->cb = cb;
+        op->arg = arg;
+        st = dlock__async_script(client, DLOCK__SCRIPT_ID_NEXT, 2, op->call.keys, 2, op->call.args, on_ids, op);
+    }
+    if (st != DLOCK_OK) free(op);
+    return st;
 }

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "async.h"
 #include "client.h"
@@ -54,15 +55,32 @@ dlock_status dlock_latch_set(dlock_latch *l, long count, int *was_set)
     return st;
 }
 
+/* The keys and arguments of one run of latch_count_down.lua, for the
+ * calling thread's call (`handle` 0) or an asynchronous one through
+ * handle number `handle` (op.h: whose operation record it uses). */
+typedef struct count_down_call {
+    dlock__op op;
+    const char *keys[3], *args[3];
+} count_down_call;
+
+static void count_down_call_make(dlock_latch *l, unsigned long handle, count_down_call *c)
+{
+    dlock_client *client = l->base.client;
+    if (handle) dlock__op_new_async(client, l->base.key, handle, &c->op);
+    else dlock__op_new(client, l->base.key, &c->op);
+    const char *keys[3] = {l->base.key, l->base.channel, c->op.key};
+    const char *args[3] = {client->publish, c->op.seq, c->op.ttl};
+    memcpy(c->keys, keys, sizeof keys);
+    memcpy(c->args, args, sizeof args);
+}
+
 dlock_status dlock_latch_count_down(dlock_latch *l, long *remaining)
 {
     if (!l) return dlock__fail(DLOCK_ERR_INVALID, "latch is NULL");
-    dlock__op op;
-    dlock__op_new(l->base.client, l->base.key, &op);
-    const char *keys[3] = {l->base.key, l->base.channel, op.key};
-    const char *args[3] = {l->base.client->publish, op.seq, op.ttl};
+    count_down_call c;
+    count_down_call_make(l, 0, &c);
     long long left;
-    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, keys, 3, args, &left);
+    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, c.keys, 3, c.args, &left);
     if (st == DLOCK_OK && remaining) *remaining = (long)left;
     return st;
 }
@@ -120,19 +138,62 @@ dlock_status dlock_latch_await(dlock_latch *l, long wait_ms)
 }
 
 /* ------------------------------------------------------------------------
- * The asynchronous await: the wait engine of the asynchronous acquires
- * (wait.h), with the count as the attempt. One call at a time per handle,
- * as for the semaphore's (semaphore.c).
+ * The asynchronous calls. The await runs on the wait engine of the
+ * asynchronous acquires (wait.h), with the count as the attempt; the
+ * count-down is one script call. One call at a time per handle, as for
+ * the semaphore's (semaphore.c): a resent count-down is recognised by
+ * the handle's operation record, which remembers only its latest call.
  * ------------------------------------------------------------------------ */
 
 typedef struct latch_async {
-    dlock__await aw; /* first: the wait's state */
+    dlock__await aw; /* first: an await's state */
     dlock_latch *l;
     dlock__thread_rec *rec; /* the handle's record 0: one call at a time */
     int64_t since;
-    dlock_latch_fn cb;
+    dlock_latch_fn awaited;         /* an await's callback, or */
+    dlock_latch_counted_fn counted; /* a count-down's */
     void *arg;
 } latch_async;
+
+/* Claim the handle for one call and make its state; NULL and *st when
+ * it cannot start. */
+static latch_async *latch_async_begin(dlock_latch *l, void *arg, dlock_status *st)
+{
+    dlock__thread_rec *rec;
+    latch_async *op = dlock__handle_async_op(&l->base, sizeof *op, &rec, st);
+    if (op) {
+        op->l = l;
+        op->rec = rec;
+        op->arg = arg;
+    }
+    return op;
+}
+
+/* Undo latch_async_begin() for a call that was not sent. */
+static dlock_status latch_async_abandon(latch_async *op, dlock_status st)
+{
+    dlock_latch *l = op->l;
+    dlock__thread_rec *rec = op->rec;
+    free(op);
+    dlock__handle_async_abandon(&l->base, rec);
+    return st;
+}
+
+/* The end of either call: the callback, with the thread's last error set. */
+static void latch_async_end(latch_async *op, dlock_status st, long left)
+{
+    dlock_latch *l = op->l;
+    dlock_client *c = l->base.client;
+    dlock__thread_rec *rec = op->rec;
+    dlock_latch_fn awaited = op->awaited;
+    dlock_latch_counted_fn counted = op->counted;
+    void *arg = op->arg;
+    free(op);
+    dlock__handle_async_done(rec);
+    if (counted) counted(l, st, left, arg);
+    else awaited(l, st, arg);
+    dlock__async_end(&c->async);
+}
 
 static dlock_status async_attempt(dlock__await *aw)
 {
@@ -155,16 +216,8 @@ static void async_done(dlock__await *aw, int result)
     latch_async *op = (latch_async *)aw;
     dlock_status st = (dlock_status)result;
     if (result == DLOCK__BUSY) st = dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
-    dlock_latch *l = op->l;
-    dlock_client *c = l->base.client;
-    dlock__stats_acquired(&c->stats, DLOCK_STATS_LATCH, op->since, st);
-    dlock__thread_rec *rec = op->rec;
-    dlock_latch_fn cb = op->cb;
-    void *arg = op->arg;
-    free(op);
-    dlock__handle_async_done(rec);
-    cb(l, st, arg);
-    dlock__async_end(&c->async);
+    dlock__stats_acquired(&op->l->base.client->stats, DLOCK_STATS_LATCH, op->since, st);
+    latch_async_end(op, st, 0);
 }
 
 static const dlock__await_ops await_ops = {async_attempt, async_parse, async_done};
@@ -174,20 +227,32 @@ dlock_status dlock_latch_await_async(dlock_latch *l, long wait_ms, dlock_latch_f
     if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "latch or callback is NULL");
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
-    dlock__thread_rec *rec;
     dlock_status st;
-    latch_async *op = dlock__handle_async_op(&l->base, sizeof *op, &rec, &st);
+    latch_async *op = latch_async_begin(l, arg, &st);
     if (!op) return st;
-    op->l = l;
-    op->rec = rec;
-    op->cb = cb;
-    op->arg = arg;
+    op->awaited = cb;
     op->since = dlock__stats_clock();
     st = dlock__await_start(&op->aw, &await_ops, l->base.client, DLOCK_STATS_LATCH, l->base.channel, wait_ms,
                             DLOCK__AWAIT_IN_LINE, NULL);
-    if (st != DLOCK_OK) {
-        free(op);
-        dlock__handle_async_abandon(&l->base, rec);
-    }
-    return st;
+    return st == DLOCK_OK ? st : latch_async_abandon(op, st);
+}
+
+static void on_counted(dlock_status st, redisReply *r, void *arg)
+{
+    long long left;
+    st = dlock__async_int(st, r, &left);
+    latch_async_end(arg, st, (long)left);
+}
+
+dlock_status dlock_latch_count_down_async(dlock_latch *l, dlock_latch_counted_fn cb, void *arg)
+{
+    if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "latch or callback is NULL");
+    dlock_status st;
+    latch_async *op = latch_async_begin(l, arg, &st);
+    if (!op) return st;
+    op->counted = cb;
+    count_down_call c;
+    count_down_call_make(l, l->base.number, &c);
+    st = dlock__async_script(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, c.keys, 3, c.args, on_counted, op);
+    return st == DLOCK_OK ? st : latch_async_abandon(op, st);
 }

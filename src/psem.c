@@ -408,13 +408,9 @@ static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire
 static void on_release_reply(dlock_status st, redisReply *r, void *arg)
 {
     psem_async *op = arg;
-    int released = 0;
-    if (st == DLOCK_OK) {
-        if (r->type == REDIS_REPLY_INTEGER) released = r->integer == 1;
-        else st = dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
-    }
-    if (r) freeReplyObject(r);
-    st = release_end(op->p, op->pm, st, released);
+    long long released;
+    st = dlock__async_int(st, r, &released);
+    st = release_end(op->p, op->pm, st, released == 1);
     async_done(op, st, NULL);
 }
 

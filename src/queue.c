@@ -270,6 +270,19 @@ void dlock_queue_on_latch(dlock_latch *latch, dlock_status status, void *ticket)
     post(ticket, status, 0);
 }
 
+void dlock_queue_on_counted(dlock_latch *latch, dlock_status status, long remaining, void *ticket)
+{
+    (void)latch;
+    post(ticket, status, (uint64_t)remaining);
+}
+
+void dlock_queue_on_ids(dlock_client *client, dlock_status status, uint64_t first, size_t count, void *ticket)
+{
+    (void)client;
+    (void)count; /* the caller asked for it */
+    post(ticket, status, first);
+}
+
 void dlock_queue_on_multilock(dlock_status status, void *ticket)
 {
     post(ticket, status, 0);

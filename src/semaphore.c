@@ -212,10 +212,8 @@ static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire
 
 static void on_release_reply(dlock_status st, redisReply *r, void *arg)
 {
-    if (st == DLOCK_OK && r->type != REDIS_REPLY_INTEGER)
-        st = dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
-    if (r) freeReplyObject(r);
-    async_done(arg, st);
+    long long released;
+    async_done(arg, dlock__async_int(st, r, &released));
 }
 
 /* Claim the handle for one asynchronous call and make its state. */

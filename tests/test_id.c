@@ -5,7 +5,9 @@
  * sequence key carries the UTC date (not the local one), bad prefixes and
  * counts are refused without touching Redis, a day's sequence that
  * would pass 32 bits gives DLOCK_ERR_OVERFLOW and never a wrong ID, and
- * dlock_id_count() tells exactly how many IDs a day handed out.
+ * dlock_id_count() tells exactly how many IDs a day handed out. Batches
+ * asked for asynchronously, many in flight from one thread, are
+ * consecutive and never overlap each other or the synchronous ones.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +15,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,10 +490,113 @@ static void sequence_past_32_bits_overflows_without_ids(void **state)
     dlock_client_free(c);
 }
 
+/* The batches asynchronous calls brought, for the test's thread. */
+typedef struct batches {
+    pthread_mutex_t mu;
+    int n, failed;
+    uint64_t first[64];
+    size_t count[64];
+} batches;
+
+static void on_ids(dlock_client *c, dlock_status st, uint64_t first, size_t count, void *arg)
+{
+    (void)c;
+    batches *b = arg;
+    pthread_mutex_lock(&b->mu);
+    if (st != DLOCK_OK || count == 0) {
+        b->failed++;
+    } else {
+        b->first[b->n] = first;
+        b->count[b->n] = count;
+    }
+    b->n++;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 64 batches of 1 to 64 IDs asked for at once from one thread, with
+ * synchronous ones between: each asynchronous batch is the count it asked
+ * for, and no ID is handed out twice. Bad arguments are refused at once,
+ * with no callback. */
+static void async_batches_in_flight_together_never_overlap(void **state)
+{
+    (void)state;
+    enum { N = 64 };
+    dlock_client *c = new_client();
+    batches b = {PTHREAD_MUTEX_INITIALIZER, 0, 0, {0}, {0}};
+    uint64_t sync_ids[N * 3];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(dlock_id_next_async(c, "async", (size_t)(i % 64) + 1, on_ids, &b), DLOCK_OK);
+        if (i % 3 == 0) assert_int_equal(dlock_id_next(c, "async", sync_ids + (i / 3) * 3, 3), DLOCK_OK);
+    }
+    assert_int_equal(dlock_id_next_async(c, "bad prefix", 1, on_ids, &b), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_next_async(c, "async", 0, on_ids, &b), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_next_async(c, "async", 1, NULL, &b), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_id_next_async(NULL, "async", 1, on_ids, &b), DLOCK_ERR_INVALID);
+    for (int i = 0; i < 5000; i++) {
+        pthread_mutex_lock(&b.mu);
+        int n = b.n;
+        pthread_mutex_unlock(&b.mu);
+        if (n >= N) break;
+        usleep(1000);
+    }
+    usleep(50000); /* no callback of a refused call comes late */
+    assert_int_equal(b.n, N);
+    assert_int_equal(b.failed, 0);
+    size_t total = (N + 2) / 3 * 3, k = 0;
+    for (int i = 0; i < N; i++) total += b.count[i];
+    uint64_t *all = malloc(total * sizeof *all);
+    assert_non_null(all);
+    for (int i = 0; i < N; i++) {
+        size_t want = 0;
+        for (int j = 0; j < N; j++) want += b.count[j] == (size_t)(i % 64) + 1;
+        assert_int_equal(want, 1); /* each size came back once */
+        for (size_t j = 0; j < b.count[i]; j++) all[k++] = b.first[i] + j;
+    }
+    for (int i = 0; i < (N + 2) / 3 * 3; i++) all[k++] = sync_ids[i];
+    qsort(all, total, sizeof *all, cmp_u64);
+    for (size_t i = 1; i < total; i++)
+        if (all[i] == all[i - 1]) fail_msg("ID %llu handed out twice", (unsigned long long)all[i]);
+    free(all);
+    dlock_client_free(c);
+}
+
+/* Through a completion queue, a batch's first ID is the completion's
+ * token: the next synchronous batch comes after its four. */
+static void a_queued_batch_carries_its_first_id(void **state)
+{
+    (void)state;
+    dlock_client *c = new_client();
+    dlock_queue *q;
+    assert_int_equal(dlock_queue_new(&q), DLOCK_OK);
+    void *t = dlock_queue_ticket(q, 9);
+    assert_non_null(t);
+    assert_int_equal(dlock_id_next_async(c, "queued", 4, dlock_queue_on_ids, t), DLOCK_OK);
+    struct pollfd p = {dlock_queue_fd(q), POLLIN, 0};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    dlock_completion got;
+    assert_int_equal(dlock_queue_take(q, &got, 1), 1);
+    assert_int_equal(got.key, 9);
+    assert_int_equal(got.status, DLOCK_OK);
+    uint64_t next;
+    assert_int_equal(dlock_id_next(c, "queued", &next, 1), DLOCK_OK);
+    assert_true(got.token > 0);
+    assert_true(next > got.token + 3); /* past the batch (the day's floor may have risen further) */
+    dlock_queue_free(q);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ids_are_unique_across_processes_and_batches),
+        cmocka_unit_test(async_batches_in_flight_together_never_overlap),
+        cmocka_unit_test(a_queued_batch_carries_its_first_id),
         cmocka_unit_test(id_high_half_is_seconds_since_the_epoch),
         cmocka_unit_test(id_sequence_key_carries_the_utc_date),
         cmocka_unit_test(bad_prefixes_are_refused_and_write_nothing),

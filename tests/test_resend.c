@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,47 @@ static void latch_count_down_is_applied_once_when_its_reply_is_lost(void **state
     assert_int_equal(dlock_latch_count_down(l, &left), DLOCK_OK);
     assert_one_reply_lost(lost);
     assert_int_equal(left, 4);
+    assert_int_equal(dlock_latch_count(l, &count), DLOCK_OK);
+    assert_int_equal(count, 4);
+    dlock_latch_free(l);
+    dlock_client_free(c);
+}
+
+/* An asynchronous count-down's outcome, waited for by the test's thread. */
+typedef struct counted {
+    atomic_int done;
+    dlock_status st;
+    long left;
+} counted;
+
+static void on_counted(dlock_latch *l, dlock_status st, long left, void *arg)
+{
+    (void)l;
+    counted *k = arg;
+    k->st = st;
+    k->left = left;
+    atomic_store(&k->done, 1);
+}
+
+/* The same, asynchronously: resent by the library's slow lane, it finds
+ * the handle's operation record and counts once. */
+static void async_latch_count_down_is_applied_once_when_its_reply_is_lost(void **state)
+{
+    (void)state;
+    dlock_client *c = proxied_client();
+    dlock_latch *l;
+    long count = -1;
+    int lost;
+    assert_int_equal(dlock_latch_new(c, "rs-latch-async", &l), DLOCK_OK);
+    assert_int_equal(dlock_latch_set(l, 5, NULL), DLOCK_OK);
+    lose_next_reply("rs-latch-async", &lost);
+    counted k = {0};
+    assert_int_equal(dlock_latch_count_down_async(l, on_counted, &k), DLOCK_OK);
+    for (int i = 0; i < 10000 && !atomic_load(&k.done); i++) usleep(1000);
+    assert_int_equal(atomic_load(&k.done), 1);
+    assert_one_reply_lost(lost);
+    assert_int_equal(k.st, DLOCK_OK);
+    assert_int_equal(k.left, 4);
     assert_int_equal(dlock_latch_count(l, &count), DLOCK_OK);
     assert_int_equal(count, 4);
     dlock_latch_free(l);
@@ -448,6 +490,7 @@ int main(void)
         cmocka_unit_test(semaphore_acquire_is_applied_once_when_its_reply_is_lost),
         cmocka_unit_test(semaphore_set_permits_reports_its_set_when_its_reply_is_lost),
         cmocka_unit_test(latch_count_down_is_applied_once_when_its_reply_is_lost),
+        cmocka_unit_test(async_latch_count_down_is_applied_once_when_its_reply_is_lost),
         cmocka_unit_test(acquire_after_a_lost_reply_holds_once),
         cmocka_unit_test(fair_acquire_after_a_lost_reply_holds_once),
         cmocka_unit_test(lock_release_is_applied_once_when_its_reply_is_lost),
