@@ -775,6 +775,16 @@ def _on_latch(_latch: Optional[int], status: int, arg: Optional[int]) -> None:
     _call_end(arg, status, 0)
 
 
+@_native.COUNTED_FN
+def _on_counted(_latch: Optional[int], status: int, remaining: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, remaining)
+
+
+@_native.IDS_FN
+def _on_ids(_client: Optional[int], status: int, first: int, _count: int, arg: Optional[int]) -> None:
+    _call_end(arg, status, first)
+
+
 class _TaskHandle:
     """A task's own C handle of one lock (or semaphore), and how many of
     its `async with` blocks are open on it."""
@@ -1464,6 +1474,24 @@ class Latch(_OnHandle):
         """wait() for a task, on the library's asynchronous await: the
         waiting task holds no thread, and is woken by the last count-down."""
         wait_ms = _wait_ms(timeout)
+        try:
+            await self._spare_call(
+                lambda h, key: _lib.dlock_latch_await_async(h.ptr, wait_ms, *_via(key, "latch", _on_latch)))
+        except _errors.NotAcquired:
+            return False
+        return True
+
+    async def count_down_async(self) -> int:
+        """count_down() for a task, on the library's asynchronous
+        count-down: the count left. A task cancelled while it waits for
+        the answer may still have counted down."""
+        return await self._spare_call(
+            lambda h, key: _lib.dlock_latch_count_down_async(h.ptr, *_via(key, "counted", _on_counted)))
+
+    async def _spare_call(self, submit: "Callable[[_Handle, int], int]") -> int:
+        """One asynchronous call of the latch on an idle C handle of its
+        own (a handle takes one such call at a time): submit(handle, key)
+        starts it (its status); returns the call's token."""
         shared = self._h
         h = _spare_handle(shared)
 
@@ -1473,7 +1501,7 @@ class Latch(_OnHandle):
         key, fut = _call_start(asyncio.get_running_loop(), hook)
         assert fut is not None
         try:
-            rc = self._rc(lambda _p: _lib.dlock_latch_await_async(h.ptr, wait_ms, *_via(key, "latch", _on_latch)))
+            rc = self._rc(lambda _p: submit(h, key))
         except BaseException:
             _call_drop(key)
             _spare_done(shared, h)
@@ -1482,11 +1510,7 @@ class Latch(_OnHandle):
             _call_drop(key)
             _spare_done(shared, h)
             fail(rc)
-        try:
-            await _await_call(key, fut)
-        except _errors.NotAcquired:
-            return False
-        return True
+        return await _await_call(key, fut)
 
     @property
     def count(self) -> int:
@@ -1670,6 +1694,25 @@ class Client:
         out = (ctypes.c_uint64 * n)()
         self._call(_lib.dlock_id_next, _cname(prefix, "prefix"), out, n)
         return list(out)
+
+    async def ids_async(self, prefix: Name, n: int = 1) -> List[int]:
+        """ids() for a task, on the library's asynchronous batch: many
+        tasks' batches may be in flight at once, none holding a thread."""
+        if not isinstance(n, int) or not 1 <= n <= 1_000_000:
+            raise InvalidArgument("n must be an int from 1 to 1000000, not %r" % (n,))
+        b = _cname(prefix, "prefix")
+        key, fut = _call_start(asyncio.get_running_loop(), None)
+        assert fut is not None
+        try:
+            rc = self._state.call(_lib.dlock_id_next_async, b, n, *_via(key, "ids", _on_ids))
+        except BaseException:
+            _call_drop(key)
+            raise
+        if rc:
+            _call_drop(key)
+            fail(rc)
+        first = await _await_call(key, fut)
+        return list(range(first, first + n))
 
     def inspect(self, name: Name) -> LockInfo:
         """The state of lock ``name`` (plain or fair), read without change."""

@@ -86,6 +86,10 @@ RW_RELEASED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
 SEM_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 LATCH_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
 MULTILOCK_FN = ctypes.CFUNCTYPE(None, c_int, c_void_p)
+# void (*)(dlock_latch *, dlock_status, long remaining, void *arg)
+COUNTED_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_long, c_void_p)
+# void (*)(dlock_client *, dlock_status, uint64_t first, size_t count, void *arg)
+IDS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_uint64, ctypes.c_size_t, c_void_p)
 # void (*)(dlock_permit *, void *arg) and void (*)(dlock_redlock *, void *arg)
 PERMIT_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 # void (*)(dlock_psem *, dlock_status, dlock_permit *, void *arg)
@@ -132,6 +136,7 @@ _PROTOTYPES = {
     "dlock_lock_inspect": (c_int, [c_void_p, c_char_p, _P(LockInfo)]),
     "dlock_lock_force_unlock": (c_int, [c_void_p, c_char_p, _P(c_int)]),
     "dlock_id_next": (c_int, [c_void_p, c_char_p, _P(c_uint64), ctypes.c_size_t]),
+    "dlock_id_next_async": (c_int, [c_void_p, c_char_p, ctypes.c_size_t, IDS_FN, c_void_p]),
     "dlock_semaphore_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
     "dlock_semaphore_free": (None, [c_void_p]),
     "dlock_semaphore_set_permits": (c_int, [c_void_p, c_long, _P(c_int)]),
@@ -141,6 +146,7 @@ _PROTOTYPES = {
     "dlock_semaphore_acquire_async": (c_int, [c_void_p, c_long, c_long, SEM_FN, c_void_p]),
     "dlock_semaphore_release_async": (c_int, [c_void_p, c_long, SEM_FN, c_void_p]),
     "dlock_latch_await_async": (c_int, [c_void_p, c_long, LATCH_FN, c_void_p]),
+    "dlock_latch_count_down_async": (c_int, [c_void_p, COUNTED_FN, c_void_p]),
     "dlock_latch_new": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
     "dlock_latch_free": (None, [c_void_p]),
     "dlock_latch_set": (c_int, [c_void_p, c_long, _P(c_int)]),
@@ -209,6 +215,8 @@ _QUEUE_CALLBACKS = {
     "semaphore": ("dlock_queue_on_semaphore", SEM_FN),
     "permit": ("dlock_queue_on_permit", PERMIT_FN),
     "latch": ("dlock_queue_on_latch", LATCH_FN),
+    "counted": ("dlock_queue_on_counted", COUNTED_FN),
+    "ids": ("dlock_queue_on_ids", IDS_FN),
     "multilock": ("dlock_queue_on_multilock", MULTILOCK_FN),
     "redlock_acquired": ("dlock_queue_on_redlock_acquired", ACQUIRED_FN),
     "redlock_released": ("dlock_queue_on_redlock_released", RELEASED_FN),

@@ -173,6 +173,43 @@ def test_async_latch_waiters_park_no_thread_and_time_out(client, name):
     assert timed_out is False and took >= 0.29
 
 
+def test_async_count_downs_give_what_is_left_and_open_the_latch(client, name):
+    """Twenty tasks count one latch down at once, each on the library's
+    asynchronous count-down: every count from 19 to 0 is given once, and a
+    task waiting on the latch is let through by the last."""
+    async def main():
+        latch = client.latch(name)
+        latch.set(20)
+        waiting = asyncio.ensure_future(latch.wait_async(10))
+        left = await asyncio.gather(*(latch.count_down_async() for _ in range(20)))
+        return sorted(left), await waiting, await latch.count_down_async()
+
+    left, opened, after = asyncio.run(main())
+    assert left == list(range(20))
+    assert opened is True
+    assert after == 0
+
+
+def test_async_id_batches_never_overlap(client):
+    """Batches of 1 to 50 IDs asked for by fifty tasks at once, and
+    synchronous ones between: each batch is consecutive and of its size,
+    and no ID is handed out twice."""
+    async def main():
+        batches = await asyncio.gather(*(client.ids_async("async-ids", n) for n in range(1, 51)))
+        return batches, client.ids("async-ids", 10)
+
+    batches, sync = asyncio.run(main())
+    seen = list(sync)
+    for n, batch in zip(range(1, 51), batches):
+        assert len(batch) == n and batch == list(range(batch[0], batch[0] + n))
+        seen += batch
+    assert len(seen) == len(set(seen))
+    with pytest.raises(dlock.InvalidArgument):
+        asyncio.run(client.ids_async("bad prefix"))
+    with pytest.raises(dlock.InvalidArgument):
+        asyncio.run(client.ids_async("async-ids", 0))
+
+
 def test_async_waiters_park_no_thread(client, name):
     """Fifty tasks queue for one lock; no Python thread is started for
     them, and the holds exclude each other in token order."""
