@@ -178,7 +178,7 @@ dlock_status dlock_id_next(dlock_client *client, const char *prefix, uint64_t *i
     dlock_status st = id_call_make(client, prefix, count, &c);
     if (st != DLOCK_OK) return st;
     long long last;
-    uint64_t first;
+    uint64_t first = 0; /* set by id_first(); a Release build's -Wmaybe-uninitialized cannot see it */
     st = dlock__eval_int(client, DLOCK__SCRIPT_ID_NEXT, 2, c.keys, 2, c.args, &last);
     if (st == DLOCK_OK) st = id_first(&c, last, &first);
     if (st != DLOCK_OK) return st;

@@ -11,9 +11,10 @@
  * does; the time of a step is taken before that check.
  *
  * Kinds on libdlock: lock and fair (--threads N: N threads on one client),
- * rw, sem (plain semaphore), psem, multi (two of three locks at once)
- * and redlock (for lock and fair without --threads, and those three,
- * odd-numbered clients go through the asynchronous calls), latch. `cli` runs `dlock lock` (or
+ * rw, sem (plain semaphore), psem, multi (two of three locks at once),
+ * redlock and latch (odd-numbered clients of lock and fair without
+ * --threads, psem, multi, redlock and latch go through the asynchronous
+ * calls). `cli` runs `dlock lock` (or
  * `dlock semaphore`) in a loop with this program as COMMAND (`cs`), which
  * records its steps; the CLI kills it when the lease is lost.
  *
@@ -313,7 +314,8 @@ static void close_handles(worker *w)
 }
 
 /* Odd-numbered lock, fair, psem, multi and redlock clients take and give
- * back their permits and locks through the asynchronous calls, waiting here for the
+ * back their permits and locks through the asynchronous calls, and
+ * odd-numbered latch clients count down and await so, waiting here for the
  * callback, so that the history checks those calls too. */
 typedef struct permit_wait {
     pthread_mutex_t mu;
@@ -370,6 +372,22 @@ static void lock_acquired(dlock_lock *l, dlock_status st, uint64_t token, void *
 }
 
 static void lock_released(dlock_lock *l, dlock_status st, void *arg)
+{
+    (void)l;
+    permit_done(NULL, st, NULL, arg);
+}
+
+static void latch_counted(dlock_latch *l, dlock_status st, long left, void *arg)
+{
+    (void)l;
+    permit_wait *pw = arg;
+    pthread_mutex_lock(&pw->mu);
+    pw->token = (uint64_t)left;
+    pthread_mutex_unlock(&pw->mu);
+    permit_done(NULL, st, NULL, arg);
+}
+
+static void latch_awaited(dlock_latch *l, dlock_status st, void *arg)
 {
     (void)l;
     permit_done(NULL, st, NULL, arg);
@@ -784,11 +802,21 @@ static void run_latch(worker *w, int64_t end)
             tt_sleep_ms(tt_rand_between(&w->rng, 0, c->round_ms / 2));
             long left = -1;
             int64_t t0 = tt_now_us();
-            dlock_status st = dlock_latch_count_down(w->latch, &left);
+            dlock_status st;
+            if (async_client(w)) {
+                st = permit_wait_for(dlock_latch_count_down_async(w->latch, latch_counted, &permit_waiter), NULL);
+                left = (long)permit_waiter.token; /* written before the callback's signal */
+            } else {
+                st = dlock_latch_count_down(w->latch, &left);
+            }
             record(w, TT_COUNTDOWN, TT_NONE, w->pid, name, t0, tt_now_us(), st == DLOCK_OK ? "ok" : "err", 0, left);
         } else {
             int64_t t0 = tt_now_us();
-            dlock_status st = dlock_latch_await(w->latch, c->round_ms * 3 / 4);
+            dlock_status st =
+                async_client(w)
+                    ? permit_wait_for(dlock_latch_await_async(w->latch, c->round_ms * 3 / 4, latch_awaited, &permit_waiter),
+                                      NULL)
+                    : dlock_latch_await(w->latch, c->round_ms * 3 / 4);
             record(w, TT_AWAIT, TT_NONE, w->pid, name, t0, tt_now_us(),
                    st == DLOCK_OK ? "ok" : st == DLOCK_ERR_TIMEOUT ? "busy" : "err", 0, 0);
         }
