@@ -430,12 +430,13 @@ typedef void (*dlock_released_fn)(dlock_lock *lock, dlock_status status, void *a
  * and fencing work as for synchronous holds. Under replica-safe acquire
  * (dlock_options.replica_acks) each attempt and its WAIT run on one of the
  * library's threads (the synchronous path, not the shared connection), and
- * end as dlock_lock_acquire() would (DLOCK_ERR_REPLICA). A wait on a plain
- * lock that runs out is reported only after the server has answered the
- * give-back of a lock handed to it meanwhile, so a new call on the handle
- * can never be undone by it; cut off from the server, that report comes
- * when the link heals or the command times out (command_timeout_ms), as
- * dlock_lock_acquire() returns then.
+ * end as dlock_lock_acquire() would (DLOCK_ERR_REPLICA). A wait that runs
+ * out, or an attempt undone for want of replicas, is reported only after
+ * the server has answered the command that gives back what the handle may
+ * hold meanwhile, so a new call on the handle can never be undone by it;
+ * cut off from the server, that report comes when the link heals or the
+ * command times out (command_timeout_ms), as dlock_lock_acquire() returns
+ * then.
  *
  * Callbacks run on the threads that read every caller's replies: keep them
  * short and never call the synchronous API from one (hand the result to

@@ -913,33 +913,30 @@ static void acquire_tell(const acquire_end *e)
     dlock__async_end(&c->async);
 }
 
-/* A command that may delete a hold under the handle's owner string,
- * sent with the caller's report to follow its answer (acquire_tell), for
- * the reason give_back_call gives; without the memory to wait, it is sent
- * and the caller told at once. */
-typedef struct tell_after {
-    acquire_end end;
-} tell_after;
-
-static void tell_after_reply(dlock_status st, redisReply *r, void *arg)
+/* The answer to script_then_tell()'s command: now the caller is told. */
+static void told_after_reply(dlock_status st, redisReply *r, void *arg)
 {
     (void)st; /* unanswered: the lease ends what it was to undo */
-    tell_after *t = arg;
+    acquire_end *e = arg;
     if (r) freeReplyObject(r);
-    acquire_tell(&t->end);
-    free(t);
+    acquire_tell(e);
+    free(e);
 }
 
+/* Send a command that may delete a hold under the handle's owner string,
+ * with the caller's report to follow its answer, for the reason
+ * give_back_call gives; without the memory to wait, it is sent and the
+ * caller told at once. */
 static void script_then_tell(dlock_client *c, dlock__script_id id, int nkeys, const char *const *keys, int nargs,
                              const char *const *args, const acquire_end *end)
 {
-    tell_after *t = malloc(sizeof *t);
-    if (t) t->end = *end;
-    if (dlock__async_script(c, id, nkeys, keys, nargs, args, t ? tell_after_reply : dlock__async_ignore, t) ==
+    acquire_end *e = malloc(sizeof *e);
+    if (e) *e = *end;
+    if (dlock__async_script(c, id, nkeys, keys, nargs, args, e ? told_after_reply : dlock__async_ignore, e) ==
             DLOCK_OK &&
-        t)
+        e)
         return;
-    free(t);
+    free(e);
     acquire_tell(end);
 }
 
@@ -1068,7 +1065,7 @@ static void async_leave_offered(dlock_lock *l, lock_thread *h, int last, const c
 /* The end of an asynchronous acquire: the hold begun, or the wait given
  * up; the channel left; the callback, with the thread's last error set,
  * once every command sent here that may give back under the handle's
- * owner is answered (give_back_call, tell_after). */
+ * owner is answered (give_back_call, script_then_tell). */
 static void acquire_done(dlock__await *aw, int result)
 {
     lock_async *op = (lock_async *)aw;
