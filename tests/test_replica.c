@@ -274,19 +274,39 @@ static void on_retried(dlock_lock *l, dlock_status st, uint64_t token, void *arg
     atomic_store(&r->second.done, 1);
 }
 
-static void retry_at_once(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+/* From the first acquisition's callback: note it, and ask again at once. */
+static void first_done_then_again(dlock_lock *l, dlock_status st, retried *r, int again)
 {
-    (void)token;
-    retried *r = arg;
     r->first.st = st;
     atomic_store(&r->first.done, 1);
-    if (st != DLOCK_ERR_REPLICA) return;
-    th_redis_resume(&replica);
+    if (!again) return;
     dlock_status sent = dlock_lock_acquire_async(l, 0, 10000, on_retried, r);
     if (sent != DLOCK_OK) {
         r->second.st = sent;
         atomic_store(&r->second.done, 1);
     }
+}
+
+static void retry_at_once(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)token;
+    if (st == DLOCK_ERR_REPLICA) th_redis_resume(&replica);
+    first_done_then_again(l, st, arg, st == DLOCK_ERR_REPLICA);
+}
+
+/* A replica-safe client (one replica, a 200 ms WAIT) through a new proxy
+ * in front of the master. */
+static dlock_client *safe_client_via(th_proxy **px)
+{
+    *px = th_proxy_start(&master);
+    assert_non_null(*px);
+    dlock_options o = {0};
+    o.replica_acks = 1;
+    o.replica_timeout_ms = 200;
+    o.command_timeout_ms = 2000;
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(th_proxy_url(*px), &o, &c), DLOCK_OK);
+    return c;
 }
 
 /* An asynchronous acquisition undone for want of replicas gives the lock
@@ -300,14 +320,8 @@ static void retry_at_once(dlock_lock *l, dlock_status st, uint64_t token, void *
 static void a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold(void **state)
 {
     (void)state;
-    th_proxy *px = th_proxy_start(&master);
-    assert_non_null(px);
-    dlock_options o = {0};
-    o.replica_acks = 1;
-    o.replica_timeout_ms = 200;
-    o.command_timeout_ms = 2000;
-    dlock_client *c;
-    assert_int_equal(dlock_client_new(th_proxy_url(px), &o, &c), DLOCK_OK);
+    th_proxy *px;
+    dlock_client *c = safe_client_via(&px);
     dlock_lock *l = th_lock_new(c, "rs-retry");
     th_redis_pause(&replica);
     th_proxy_delay_next(px, dlock__lua_release_sha, 300);
@@ -350,17 +364,10 @@ static dlock_status async_wait(dlock_status started, async_done *d)
 static void retry_after_release(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
 {
     (void)token;
-    retried *r = arg;
-    r->first.st = st;
-    atomic_store(&r->first.done, 1);
     async_done d = {0};
-    if (st != DLOCK_ERR_TIMEOUT || async_wait(dlock_lock_release_async(fair_holder, on_released, &d), &d) != DLOCK_OK)
-        return;
-    dlock_status sent = dlock_lock_acquire_async(l, 0, 10000, on_retried, r);
-    if (sent != DLOCK_OK) {
-        r->second.st = sent;
-        atomic_store(&r->second.done, 1);
-    }
+    int released =
+        st == DLOCK_ERR_TIMEOUT && async_wait(dlock_lock_release_async(fair_holder, on_released, &d), &d) == DLOCK_OK;
+    first_done_then_again(l, st, arg, released);
 }
 
 /* The same for a fair lock's leave, which gives back a lock that names
@@ -372,14 +379,8 @@ static void retry_after_release(dlock_lock *l, dlock_status st, uint64_t token, 
 static void a_retry_after_an_async_fair_wait_ran_out_keeps_its_hold(void **state)
 {
     (void)state;
-    th_proxy *px = th_proxy_start(&master);
-    assert_non_null(px);
-    dlock_options o = {0};
-    o.replica_acks = 1;
-    o.replica_timeout_ms = 200;
-    o.command_timeout_ms = 2000;
-    dlock_client *c, *hc = th_lock_client_or_fail(master.url, 0);
-    assert_int_equal(dlock_client_new(th_proxy_url(px), &o, &c), DLOCK_OK);
+    th_proxy *px;
+    dlock_client *c = safe_client_via(&px), *hc = th_lock_client_or_fail(master.url, 0);
     dlock_lock *l;
     assert_int_equal(dlock_lock_new_fair(c, "rs-fair-retry", &l), DLOCK_OK);
     assert_int_equal(dlock_lock_new_fair(hc, "rs-fair-retry", &fair_holder), DLOCK_OK);

@@ -569,6 +569,25 @@ def _call_drop(key: int) -> None:
         _lib.dlock_queue_ticket_free(entry[3][1])
 
 
+def _call_submit(key: int, start: Callable[[], int], undo: Optional[Callable[[], None]] = None) -> None:
+    """Start call `key`: start() submits it in C and returns its status.
+    A call that does not start (an exception, or a status other than 0)
+    is dropped and undo() run; then the exception, or the status's error,
+    is raised."""
+    try:
+        rc = start()
+    except BaseException:
+        _call_drop(key)
+        if undo is not None:
+            undo()
+        raise
+    if rc:
+        _call_drop(key)
+        if undo is not None:
+            undo()
+        fail(rc)
+
+
 def _outcome(c: "_native.Completion") -> Tuple[int, int, str]:
     """A completion's status, token and message, copied out of its C
     memory (the queue's buffer, or a diverted call's for the callback)."""
@@ -878,16 +897,7 @@ async def _acquire_on(task: "asyncio.Task[Any]", shared_key: int, th: _TaskHandl
 
     key, fut = _call_start(task.get_loop(), hook)
     assert fut is not None
-    try:
-        rc = submit(key)
-    except BaseException:
-        _call_drop(key)
-        _task_handle_done(task, shared_key, th)
-        raise
-    if rc:
-        _call_drop(key)
-        _task_handle_done(task, shared_key, th)
-        fail(rc)
+    _call_submit(key, lambda: submit(key), lambda: _task_handle_done(task, shared_key, th))
     try:
         return await fut
     except asyncio.CancelledError:
@@ -1427,15 +1437,8 @@ class Semaphore(_OnHandle):
 
         key, fut = _call_start(task.get_loop(), hook)
         assert fut is not None
-        try:
-            rc = self._rc(lambda _p: _lib.dlock_semaphore_release_async(
-                th.handle.ptr, 1, *_via(key, "semaphore", _on_sem)))
-        except BaseException:
-            _call_drop(key)
-            raise
-        if rc:
-            _call_drop(key)
-            fail(rc)
+        _call_submit(key, lambda: self._rc(lambda _p: _lib.dlock_semaphore_release_async(
+            th.handle.ptr, 1, *_via(key, "semaphore", _on_sem))))
         await _await_call(key, fut)
 
     def __repr__(self) -> str:
@@ -1500,16 +1503,7 @@ class Latch(_OnHandle):
 
         key, fut = _call_start(asyncio.get_running_loop(), hook)
         assert fut is not None
-        try:
-            rc = self._rc(lambda _p: submit(h, key))
-        except BaseException:
-            _call_drop(key)
-            _spare_done(shared, h)
-            raise
-        if rc:
-            _call_drop(key)
-            _spare_done(shared, h)
-            fail(rc)
+        _call_submit(key, lambda: self._rc(lambda _p: submit(h, key)), lambda: _spare_done(shared, h))
         return await _await_call(key, fut)
 
     @property
@@ -1703,14 +1697,7 @@ class Client:
         b = _cname(prefix, "prefix")
         key, fut = _call_start(asyncio.get_running_loop(), None)
         assert fut is not None
-        try:
-            rc = self._state.call(_lib.dlock_id_next_async, b, n, *_via(key, "ids", _on_ids))
-        except BaseException:
-            _call_drop(key)
-            raise
-        if rc:
-            _call_drop(key)
-            fail(rc)
+        _call_submit(key, lambda: self._state.call(_lib.dlock_id_next_async, b, n, *_via(key, "ids", _on_ids)))
         first = await _await_call(key, fut)
         return list(range(first, first + n))
 

@@ -275,17 +275,9 @@ class ExpirableSemaphore(_OnHandle):
 
         key, fut = _client._call_start(asyncio.get_running_loop(), hook)
         assert fut is not None
-        try:
-            rc = self._rc(lambda _p: _lib.dlock_psem_acquire_async(
-                h.ptr, wait_ms, lease_ms, *_client._via(key, "permit", _on_permit)))
-        except BaseException:
-            _client._call_drop(key)
-            _client._spare_done(shared, h)
-            raise
-        if rc:
-            _client._call_drop(key)
-            _client._spare_done(shared, h)
-            _errors.fail(rc)
+        _client._call_submit(key, lambda: self._rc(lambda _p: _lib.dlock_psem_acquire_async(
+            h.ptr, wait_ms, lease_ms, *_client._via(key, "permit", _on_permit))),
+            lambda: _client._spare_done(shared, h))
         try:
             ptr = await fut
         except asyncio.CancelledError:

@@ -157,23 +157,18 @@ class MultiLock:
 
         key, fut = _client._call_start(task.get_loop(), hook)
         assert fut is not None
-        try:
+
+        def start() -> int:
             _enter_all(self._states)
             try:
                 ptrs = (ctypes.c_void_p * n)(*[th.handle.ptr for th in made])
-                rc = _lib.dlock_multilock_acquire_async(
+                return int(_lib.dlock_multilock_acquire_async(
                     ptrs, n, self._wait, self._lease, tokens,
-                    *_client._via(key, "multilock", _client._on_multilock))
+                    *_client._via(key, "multilock", _client._on_multilock)))
             finally:
                 _leave_all(self._states)
-        except BaseException:
-            _client._call_drop(key)
-            done_all()
-            raise
-        if rc:
-            _client._call_drop(key)
-            done_all()
-            _errors.fail(rc)
+
+        _client._call_submit(key, start, done_all)
         try:
             await fut
         except asyncio.CancelledError:
@@ -476,14 +471,7 @@ class RedLock:
                 self._busy = False
             return rc
 
-        try:
-            rc = self._run(call)
-        except BaseException:
-            _client._call_drop(key)
-            raise
-        if rc:
-            _client._call_drop(key)
-            _errors.fail(rc)
+        _client._call_submit(key, lambda: self._run(call))
         return key, fut
 
     async def acquire_async(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> RedLockHold:
