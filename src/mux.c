@@ -64,6 +64,19 @@
 #include "mux.h"
 #include "util.h"
 
+/* Why a synchronous caller wakes (mux_req.state): its request is finished
+ * and nothing touches it any more, or it is asked to read for everyone. */
+#define REQ_DONE 1u
+#define REQ_TURN 2u
+#define REQ_SLEEP 4u /* ... which it sleeps on: a wake-up is owed */
+
+/* Set `bit` in a synchronous request's word, and wake its thread if it
+ * sleeps there. Why the REQ_SLEEP bit: a futex wake is a system call even
+ * when nobody sleeps, and the reader's own request, or one whose thread
+ * has not gone to sleep yet, needs none. Nothing reads `r` after the
+ * store (its thread may be gone with it); the wake-up touches no memory. */
+static void req_wake(mux_req *r, unsigned bit);
+
 struct mux_req {
     int n, got;              /* replies expected, and in */
     redisReply **replies;
@@ -72,7 +85,8 @@ struct mux_req {
     int done;                /* all replies in, or failed */
     dlock__io_fail fail;      /* how it failed */
     char why[200];           /* and the message, for its own thread */
-    pthread_cond_t cv;       /* synchronous requests: its thread waits here */
+    atomic_uint state;       /* synchronous requests: its thread sleeps on this word
+                              * (the REQ_ bits) */
     dlock__mux_done *cb;      /* asynchronous requests: called when finished */
     void *arg;
     redisReply *one;         /* ... whose one reply lands here */
@@ -124,7 +138,7 @@ static void finished(dlock__mux *m, mux_req *r)
 {
     r->next = NULL;
     if (!r->cb) {
-        pthread_cond_signal(&r->cv);
+        req_wake(r, REQ_DONE);
         return;
     }
     if (m->done_tail) m->done_tail->next = r;
@@ -133,13 +147,31 @@ static void finished(dlock__mux *m, mux_req *r)
     pthread_cond_signal(&m->wake);
 }
 
+static void req_wake(mux_req *r, unsigned bit)
+{
+    atomic_uint *word = &r->state;
+    if (atomic_fetch_or(word, bit) & REQ_SLEEP) dlock__futex_wake(word);
+}
+
+/* Let go synchronous requests that read_some() finished (taken off the
+ * queue, replies in): after the store, a request's thread may return and
+ * its stack be reused, so nothing here reads `r` after it (the wake-up
+ * touches no memory). Called with or without mu. */
+static void wake_all(mux_req *r)
+{
+    for (mux_req *next; r; r = next) {
+        next = r->next;
+        req_wake(r, REQ_DONE);
+    }
+}
+
 /* Wake the oldest synchronous waiter, if any, to read for everyone. */
 static void wake_sync_reader(dlock__mux *m)
 {
     if (m->sync_waiting == 0) return;
     for (mux_req *r = m->head; r; r = r->next)
         if (!r->cb) {
-            pthread_cond_signal(&r->cv);
+            req_wake(r, REQ_TURN);
             return;
         }
 }
@@ -250,8 +282,10 @@ static void read_some(dlock__mux *m)
         return;
     }
     redisReply *reply;
+    mux_req *woken = NULL; /* finished synchronous requests, woken below */
     for (;;) {
         if (dlock__link_reply(m->c, &reply) != 0) {
+            wake_all(woken);
             fail_all(m, "protocol error", 0);
             return;
         }
@@ -259,6 +293,7 @@ static void read_some(dlock__mux *m)
         mux_req *r = m->head;
         if (!r) { /* a reply nobody asked for: the stream is out of step */
             freeReplyObject(reply);
+            wake_all(woken);
             fail_all(m, "unexpected reply", 0);
             return;
         }
@@ -268,8 +303,21 @@ static void read_some(dlock__mux *m)
             m->head = r->next;
             m->queued--;
             if (!m->head) m->tail = NULL;
-            finished(m, r);
+            if (r->cb) {
+                finished(m, r);
+            } else {
+                r->next = woken;
+                woken = r;
+            }
         }
+    }
+    /* Woken with mu released: a thread woken while the reader still held
+     * it would only sleep again on the mutex (stop 48 in
+     * docs/BENCHMARKS.md counted it). */
+    if (woken) {
+        pthread_mutex_unlock(&m->mu);
+        wake_all(woken);
+        pthread_mutex_lock(&m->mu);
     }
 }
 
@@ -345,21 +393,28 @@ dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n
             return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         }
     }
-    /* Waited on with no deadline (the link's timeout bounds the read), so
-     * the clock attribute dlock__cond_init sets would buy nothing here. */
-    pthread_cond_init(&me.cv, NULL);
     m->sync_waiting++;
     enqueue(m, &me);
     flush(m);
-    while (!me.done) {
-        if (!m->reading && m->c && !m->broken) read_some(m);
-        else pthread_cond_wait(&me.cv, &m->mu);
+    /* Until REQ_DONE, not me.done: read_some() sets that under mu but lets
+     * the request go after dropping mu, and may still be on its way to the
+     * store. Slept on with no deadline: the link's timeout bounds the read. */
+    for (;;) {
+        unsigned seen = atomic_fetch_and(&me.state, ~(REQ_TURN | REQ_SLEEP)) & ~(REQ_TURN | REQ_SLEEP);
+        if (seen & REQ_DONE) break;
+        if (!me.done && !m->reading && m->c && !m->broken) {
+            read_some(m);
+            continue;
+        }
+        pthread_mutex_unlock(&m->mu);
+        seen = atomic_fetch_or(&me.state, REQ_SLEEP) | REQ_SLEEP;
+        if (!(seen & (REQ_DONE | REQ_TURN))) dlock__futex_wait(&me.state, seen, -1);
+        pthread_mutex_lock(&m->mu);
     }
     m->sync_waiting--;
     /* Pass the reading on: the oldest waiter may be asleep. */
     pass_reading(m);
     pthread_mutex_unlock(&m->mu);
-    pthread_cond_destroy(&me.cv);
     if (me.done < 0) {
         *why = me.fail;
         return dlock__fail(DLOCK_ERR_CONNECT, "%s on %s: %s", argvs[0][0], ep->name, me.why);

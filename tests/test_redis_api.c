@@ -4,7 +4,8 @@
  * their key and replies come back; error replies are failures that keep
  * the reply; scripts survive SCRIPT FLUSH and a restart; the ONCE flag
  * never sends a command twice when its reply was lost; a dedicated
- * connection reaches the key's server and carries the URL's database.
+ * connection reaches the key's server and carries the URL's database;
+ * threads sharing the client's connection each get their own replies.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,9 +13,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dlock.h"
 #include "dlock_redis.h"
@@ -185,6 +190,99 @@ static void dedicated_connections_reach_the_key_and_its_database(void **state)
     dlock_client_free(c);
 }
 
+/* The threads of a client pipeline their commands on one connection per
+ * server and take turns reading for each other (src/mux.c): each reply
+ * must reach the thread that asked, and no thread may sleep through its
+ * own. Sixteen threads echo numbered words while asynchronous scripts are
+ * in flight on the same connection (their replies are handed to the
+ * reader thread); a reply given to the wrong thread fails it, and a lost
+ * wake-up (a thread asleep with its reply in) is killed by the alarm. */
+#define SHARE_THREADS 16
+#define SHARE_CALLS 1500
+
+typedef struct {
+    dlock_client *c;
+    int id;
+    int wrong, failed;
+} share_arg;
+
+static atomic_int share_async_left;
+static atomic_int share_async_wrong;
+
+static void *share_echoer(void *p)
+{
+    share_arg *a = p;
+    char key[32], word[48];
+    snprintf(key, sizeof key, "api:{share}:%d", a->id);
+    for (int i = 0; i < SHARE_CALLS; i++) {
+        snprintf(word, sizeof word, "t%d-%d", a->id, i);
+        const char *echo[2] = {"ECHO", word};
+        redisReply *r;
+        if (dlock_redis_command(a->c, key, 0, 2, echo, NULL, &r) != DLOCK_OK) {
+            a->failed++;
+            continue;
+        }
+        if (r->type != REDIS_REPLY_STRING || strcmp(r->str, word) != 0) a->wrong++;
+        freeReplyObject(r);
+    }
+    return NULL;
+}
+
+static void share_async_done(dlock_status st, redisReply *reply, void *arg)
+{
+    intptr_t want = (intptr_t)arg;
+    if (st != DLOCK_OK || !reply || reply->type != REDIS_REPLY_INTEGER || reply->integer != want)
+        atomic_fetch_add(&share_async_wrong, 1);
+    if (reply) freeReplyObject(reply);
+    atomic_fetch_sub(&share_async_left, 1);
+}
+
+static void threads_sharing_the_connection_each_get_their_own_replies(void **state)
+{
+    (void)state;
+    alarm(120); /* 24 000 round trips take about a second */
+    dlock_client *c;
+    assert_int_equal(dlock_client_new(server.url, NULL, &c), DLOCK_OK);
+    dlock_script *sc;
+    assert_int_equal(dlock_script_new(c, "return tonumber(ARGV[1])", &sc), DLOCK_OK);
+    pthread_t t[SHARE_THREADS];
+    share_arg a[SHARE_THREADS];
+    atomic_store(&share_async_wrong, 0);
+    for (int i = 0; i < SHARE_THREADS; i++) {
+        a[i] = (share_arg){c, i, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, share_echoer, &a[i]), 0);
+    }
+    /* The keys of thread 0's server, so that on Cluster these share its
+     * connection. */
+    const char *keys[1] = {"api:{share}:0"};
+    int async_sent = 0;
+    for (intptr_t i = 0; i < 4000; i++) {
+        char n[24];
+        snprintf(n, sizeof n, "%ld", (long)i);
+        const char *args[1] = {n};
+        atomic_fetch_add(&share_async_left, 1);
+        if (dlock_script_eval_async(sc, 0, 1, keys, 1, args, share_async_done, (void *)i) != DLOCK_OK) {
+            atomic_fetch_sub(&share_async_left, 1);
+            continue;
+        }
+        async_sent++;
+    }
+    for (int i = 0; i < SHARE_THREADS; i++) pthread_join(t[i], NULL);
+    while (atomic_load(&share_async_left) > 0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < SHARE_THREADS; i++) {
+        assert_int_equal(a[i].failed, 0);
+        assert_int_equal(a[i].wrong, 0);
+    }
+    assert_int_equal(async_sent, 4000);
+    assert_int_equal(atomic_load(&share_async_wrong), 0);
+    dlock_script_free(sc);
+    dlock_client_free(c);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +291,7 @@ int main(void)
         cmocka_unit_test(scripts_survive_script_flush_and_restart),
         cmocka_unit_test(once_never_resends_a_command_whose_reply_was_lost),
         cmocka_unit_test(dedicated_connections_reach_the_key_and_its_database),
+        cmocka_unit_test(threads_sharing_the_connection_each_get_their_own_replies),
     };
     return th_target_run_suite(tests, &server);
 }
