@@ -358,8 +358,11 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+atomic_int dlock__test_watchdog_fails;
+
 struct dlock__watchdog *dlock__watchdog_start(dlock_client *client)
 {
+    if (atomic_load(&dlock__test_watchdog_fails)) return NULL;
     struct dlock__watchdog *wd = calloc(1, sizeof *wd);
     if (!wd) return NULL;
     wd->client = client;

@@ -59,6 +59,11 @@ long dlock__lease_trust_ms(long lease_ms, int margin_pct);
 long dlock__drift_ms(long lease_ms);
 
 struct dlock__watchdog *dlock__watchdog_start(dlock_client *client);
+
+/* Tests only: while set, dlock__watchdog_start() fails as it does when no
+ * thread can be made, so that the path that undoes a grant whose renewal
+ * cannot start is taken on demand. */
+extern atomic_int dlock__test_watchdog_fails;
 void dlock__watchdog_stop(struct dlock__watchdog *wd);
 
 /* Start renewing `e`, whose lease was (re)started at monotonic `since_ms`. */

@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "proxy.h"
 #include "th_lock.h"
+#include "watchdog.h" /* dlock__test_watchdog_fails */
 
 static th_redis master, replica;
 
@@ -407,6 +408,48 @@ static void a_retry_after_an_async_fair_wait_ran_out_keeps_its_hold(void **state
     th_proxy_stop(px);
 }
 
+/* From the first acquisition's callback, its watchdog refused: let
+ * watchdogs start again, and ask again at once. */
+static void retry_with_a_watchdog(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
+{
+    (void)token;
+    atomic_store(&dlock__test_watchdog_fails, 0);
+    first_done_then_again(l, st, arg, st == DLOCK_ERR_SYS);
+}
+
+/* The same for a grant whose watchdog could not start (no thread to be
+ * had): the grant is given back under the handle's owner string on the
+ * shared connection, and a retry from the callback goes on a pooled one.
+ * With the give-back held back 300 ms, a retry made before its answer
+ * was taken as a re-entry of the grant still there, and then deleted
+ * with it (release.lua sets the count, it does not decrement it). */
+static void a_retry_after_an_async_grant_whose_watchdog_failed_keeps_its_hold(void **state)
+{
+    (void)state;
+    th_proxy *px;
+    dlock_client *c = safe_client_via(&px);
+    dlock_lock *l = th_lock_new(c, "rs-wd-retry");
+    atomic_store(&dlock__test_watchdog_fails, 1);
+    th_proxy_delay_next(px, dlock__lua_release_sha, 300);
+    retried r = {0};
+    assert_int_equal(dlock_lock_acquire_async(l, 0, DLOCK_LEASE_WATCHDOG, retry_with_a_watchdog, &r), DLOCK_OK);
+    long long until = th_now_ms() + 5000;
+    while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
+    atomic_store(&dlock__test_watchdog_fails, 0);
+    assert_int_equal(atomic_load(&r.first.done), 1);
+    assert_int_equal(r.first.st, DLOCK_ERR_SYS);
+    assert_int_equal(atomic_load(&r.second.done), 1);
+    assert_int_equal(r.second.st, DLOCK_OK);
+    usleep(500000); /* a late give-back would have landed */
+    if (exists_on(&master, "dlock:{rs-wd-retry}") != 1)
+        fail_msg("the retry was reported taken, and the lock is free");
+    async_done d = {0};
+    assert_int_equal(async_wait(dlock_lock_release_async(l, on_released, &d), &d), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_proxy_stop(px);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -417,6 +460,7 @@ int main(void)
         cmocka_unit_test(a_waiter_of_another_process_is_woken_when_an_acquisition_is_undone),
         cmocka_unit_test(a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold),
         cmocka_unit_test(a_retry_after_an_async_fair_wait_ran_out_keeps_its_hold),
+        cmocka_unit_test(a_retry_after_an_async_grant_whose_watchdog_failed_keeps_its_hold),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
