@@ -288,6 +288,19 @@ static void first_done_then_again(dlock_lock *l, dlock_status st, retried *r, in
     }
 }
 
+/* The first acquisition ended with `first`, its retry from the callback
+ * was granted, and the hold is still on the master once a late give-back
+ * would have landed. */
+static void retry_kept(retried *r, dlock_status first, const char *key)
+{
+    assert_int_equal(atomic_load(&r->first.done), 1);
+    assert_int_equal(r->first.st, first);
+    assert_int_equal(atomic_load(&r->second.done), 1);
+    assert_int_equal(r->second.st, DLOCK_OK);
+    usleep(500000);
+    if (exists_on(&master, key) != 1) fail_msg("the retry was reported taken, and the lock is free");
+}
+
 static void retry_at_once(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
 {
     (void)token;
@@ -331,13 +344,7 @@ static void a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold(
     long long until = th_now_ms() + 5000;
     while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
     if (!atomic_load(&r.first.done)) th_redis_resume(&replica);
-    assert_int_equal(atomic_load(&r.first.done), 1);
-    assert_int_equal(r.first.st, DLOCK_ERR_REPLICA);
-    assert_int_equal(atomic_load(&r.second.done), 1);
-    assert_int_equal(r.second.st, DLOCK_OK);
-    usleep(500000); /* a late undo would have landed */
-    if (exists_on(&master, "dlock:{rs-retry}") != 1)
-        fail_msg("the retry was reported taken, and the lock is free");
+    retry_kept(&r, DLOCK_ERR_REPLICA, "dlock:{rs-retry}");
     async_done d = {0};
     assert_int_equal(dlock_lock_release_async(l, on_released, &d), DLOCK_OK);
     while (!atomic_load(&d.done)) usleep(1000);
@@ -392,13 +399,7 @@ static void a_retry_after_an_async_fair_wait_ran_out_keeps_its_hold(void **state
     assert_int_equal(dlock_lock_acquire_async(l, 300, 10000, retry_after_release, &r), DLOCK_OK);
     long long until = th_now_ms() + 5000;
     while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
-    assert_int_equal(atomic_load(&r.first.done), 1);
-    assert_int_equal(r.first.st, DLOCK_ERR_TIMEOUT);
-    assert_int_equal(atomic_load(&r.second.done), 1);
-    assert_int_equal(r.second.st, DLOCK_OK);
-    usleep(500000); /* a late leave would have landed */
-    if (exists_on(&master, "dlock:{rs-fair-retry}") != 1)
-        fail_msg("the retry was reported taken, and the lock is free");
+    retry_kept(&r, DLOCK_ERR_TIMEOUT, "dlock:{rs-fair-retry}");
     async_done d = {0};
     assert_int_equal(async_wait(dlock_lock_release_async(l, on_released, &d), &d), DLOCK_OK);
     dlock_lock_free(l);
@@ -436,13 +437,7 @@ static void a_retry_after_an_async_grant_whose_watchdog_failed_keeps_its_hold(vo
     long long until = th_now_ms() + 5000;
     while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
     atomic_store(&dlock__test_watchdog_fails, 0);
-    assert_int_equal(atomic_load(&r.first.done), 1);
-    assert_int_equal(r.first.st, DLOCK_ERR_SYS);
-    assert_int_equal(atomic_load(&r.second.done), 1);
-    assert_int_equal(r.second.st, DLOCK_OK);
-    usleep(500000); /* a late give-back would have landed */
-    if (exists_on(&master, "dlock:{rs-wd-retry}") != 1)
-        fail_msg("the retry was reported taken, and the lock is free");
+    retry_kept(&r, DLOCK_ERR_SYS, "dlock:{rs-wd-retry}");
     async_done d = {0};
     assert_int_equal(async_wait(dlock_lock_release_async(l, on_released, &d), &d), DLOCK_OK);
     dlock_lock_free(l);
