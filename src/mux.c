@@ -252,9 +252,10 @@ static void flush(dlock__mux *m)
     }
 }
 
-/* Read once for everyone and hand out the replies. Called and returns with
- * mu held; drops it around the read. */
-static void read_some(dlock__mux *m)
+/* Read once for everyone and hand out the replies; `self` is the reading
+ * caller's own request (NULL on the reader thread). Called and returns
+ * with mu held; drops it around the read. */
+static void read_some(dlock__mux *m, mux_req *self)
 {
     m->reading = 1;
     dlock__link *link = m->c; /* not freed while reading is set */
@@ -313,8 +314,11 @@ static void read_some(dlock__mux *m)
     }
     /* Woken with mu released: a thread woken while the reader still held
      * it would only sleep again on the mutex (stop 48 in
-     * docs/BENCHMARKS.md counted it). */
-    if (woken) {
+     * docs/BENCHMARKS.md counted it). The reader's own request alone (a
+     * lone caller's every request) needs neither. */
+    if (woken == self && self && !self->next) {
+        req_wake(self, REQ_DONE);
+    } else if (woken) {
         pthread_mutex_unlock(&m->mu);
         wake_all(woken);
         pthread_mutex_lock(&m->mu);
@@ -403,7 +407,7 @@ dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n
         unsigned seen = atomic_fetch_and(&me.state, ~(REQ_TURN | REQ_SLEEP)) & ~(REQ_TURN | REQ_SLEEP);
         if (seen & REQ_DONE) break;
         if (!me.done && !m->reading && m->c && !m->broken) {
-            read_some(m);
+            read_some(m, &me);
             continue;
         }
         pthread_mutex_unlock(&m->mu);
@@ -455,7 +459,7 @@ static void *reader_main(void *arg)
     pthread_mutex_lock(&m->mu);
     for (;;) {
         if (m->done_head) hand_back(m);
-        else if (m->head && !m->reading && m->c && !m->broken) read_some(m);
+        else if (m->head && !m->reading && m->c && !m->broken) read_some(m, NULL);
         else if (m->reader_stop) break;
         else pthread_cond_wait(&m->wake, &m->mu);
     }
