@@ -18,6 +18,8 @@
  * request at the head of the queue, wakes its thread, and when its own
  * replies are in passes the reading on to the oldest request still
  * waiting. So a thread sleeps only while another does its I/O for it.
+ * The reader thread, and a caller that waits alone, poll the socket for a
+ * moment before they sleep in read() (spin_for_reply() says why).
  *
  * A connection that fails (the server closed it, a read timed out, a reply
  * could not be parsed) is lost for everyone on it: replies cannot be matched
@@ -53,6 +55,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +65,7 @@
 #include <hiredis/sds.h>
 
 #include "mux.h"
+#include "stats.h" /* dlock__stats_clock */
 #include "util.h"
 
 /* Why a synchronous caller wakes (mux_req.state): its request is finished
@@ -252,6 +256,46 @@ static void flush(dlock__mux *m)
     }
 }
 
+/* How long a reader polls for its reply before it sleeps in read(),
+ * and how many reads at most it skips polling after polls in vain. */
+#define SPIN_US 100
+#define SPIN_SKIP_MAX 64
+
+/*
+ * Poll the socket, yielding the CPU in between, for up to SPIN_US before
+ * the read sleeps. Why: on the VMs we measure, a thread that sleeps for a
+ * reply due in tens of microseconds is woken by the hypervisor only after
+ * its idle vCPU was halted and brought back, which cost more than the
+ * round trip itself: one asynchronous acquisition in flight made 1.5k
+ * pairs/s, 12k with the poll (docs/BENCHMARKS.md, stop 48). It is done
+ * only by the reader thread and a caller that waits alone, never by one
+ * of many synchronous callers, and sched_yield() lets anything runnable
+ * on this CPU (the server, say) go first. When polls keep coming back
+ * empty (a slow server, or a machine too busy to answer within the poll:
+ * many processes each polling would take the server's CPU), the next
+ * reads skip it, twice as many after each poll in vain, up to
+ * SPIN_SKIP_MAX. Called with mu released, as the reader.
+ */
+static void spin_for_reply(dlock__mux *m, dlock__link *link)
+{
+    if (m->spin_skip_left > 0) {
+        m->spin_skip_left--;
+        return;
+    }
+    if (dlock__link_buffered(link)) return; /* TLS: read() has bytes already */
+    struct pollfd pfd = {dlock__link_fd(link), POLLIN, 0};
+    int64_t until = dlock__stats_clock() + SPIN_US * 1000;
+    do {
+        if (poll(&pfd, 1, 0) != 0) { /* a reply, a hang-up, or an error for read() to report */
+            m->spin_skip = 0;
+            return;
+        }
+        sched_yield();
+    } while (dlock__stats_clock() < until);
+    m->spin_skip = m->spin_skip ? (m->spin_skip * 2 > SPIN_SKIP_MAX ? SPIN_SKIP_MAX : m->spin_skip * 2) : 1;
+    m->spin_skip_left = m->spin_skip;
+}
+
 /* Read once for everyone and hand out the replies; `self` is the reading
  * caller's own request (NULL on the reader thread). Called and returns
  * with mu held; drops it around the read. */
@@ -259,8 +303,10 @@ static void read_some(dlock__mux *m, mux_req *self)
 {
     m->reading = 1;
     dlock__link *link = m->c; /* not freed while reading is set */
+    int spin_alone = m->sync_waiting == 1;
     pthread_mutex_unlock(&m->mu);
     char buf[16384];
+    if (!self || spin_alone) spin_for_reply(m, link);
     ssize_t n = dlock__link_recv(link, buf, sizeof buf);
     int err = n < 0 ? errno : 0;
     pthread_mutex_lock(&m->mu);

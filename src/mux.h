@@ -33,6 +33,7 @@ typedef struct dlock__mux {
     mux_req *done_head, *done_tail; /* finished asynchronous requests, to hand back */
     int reader_started, reader_stop;
     int sync_waiting;        /* synchronous requests in flight (they can read) */
+    int spin_skip, spin_skip_left; /* the reader's polls before read() (mux.c): reads to skip */
     int queued;              /* requests in flight (head..tail) */
     pthread_t reader;
 } dlock__mux;
