@@ -288,10 +288,27 @@ static void first_done_then_again(dlock_lock *l, dlock_status st, retried *r, in
     }
 }
 
+/* An asynchronous call's outcome, waited for: DLOCK_ERR_TIMEOUT if none
+ * came within 5 s. */
+static dlock_status async_wait(dlock_status started, async_done *d)
+{
+    if (started != DLOCK_OK) return started;
+    long long until = th_now_ms() + 5000;
+    while (!atomic_load(&d->done) && th_now_ms() < until) usleep(1000);
+    return atomic_load(&d->done) ? d->st : DLOCK_ERR_TIMEOUT;
+}
+
+/* Up to 5 s for the retry from the first acquisition's callback to end. */
+static void retry_wait(retried *r)
+{
+    long long until = th_now_ms() + 5000;
+    while (!atomic_load(&r->second.done) && th_now_ms() < until) usleep(1000);
+}
+
 /* The first acquisition ended with `first`, its retry from the callback
  * was granted, and the hold is still on the master once a late give-back
- * would have landed. */
-static void retry_kept(retried *r, dlock_status first, const char *key)
+ * would have landed; then the retry's hold is released. */
+static void retry_kept(dlock_lock *l, retried *r, dlock_status first, const char *key)
 {
     assert_int_equal(atomic_load(&r->first.done), 1);
     assert_int_equal(r->first.st, first);
@@ -299,6 +316,8 @@ static void retry_kept(retried *r, dlock_status first, const char *key)
     assert_int_equal(r->second.st, DLOCK_OK);
     usleep(500000);
     if (exists_on(&master, key) != 1) fail_msg("the retry was reported taken, and the lock is free");
+    async_done d = {0};
+    assert_int_equal(async_wait(dlock_lock_release_async(l, on_released, &d), &d), DLOCK_OK);
 }
 
 static void retry_at_once(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
@@ -341,14 +360,9 @@ static void a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold(
     th_proxy_delay_next(px, dlock__lua_release_sha, 300);
     retried r = {0};
     assert_int_equal(dlock_lock_acquire_async(l, 0, 10000, retry_at_once, &r), DLOCK_OK);
-    long long until = th_now_ms() + 5000;
-    while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
+    retry_wait(&r);
     if (!atomic_load(&r.first.done)) th_redis_resume(&replica);
-    retry_kept(&r, DLOCK_ERR_REPLICA, "dlock:{rs-retry}");
-    async_done d = {0};
-    assert_int_equal(dlock_lock_release_async(l, on_released, &d), DLOCK_OK);
-    while (!atomic_load(&d.done)) usleep(1000);
-    assert_int_equal(d.st, DLOCK_OK);
+    retry_kept(l, &r, DLOCK_ERR_REPLICA, "dlock:{rs-retry}");
     dlock_lock_free(l);
     dlock_client_free(c);
     th_proxy_stop(px);
@@ -359,15 +373,6 @@ static void a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold(
  * thread's), on a client of its own. */
 static dlock_lock *fair_holder;
 
-/* An asynchronous call's outcome, waited for: DLOCK_ERR_TIMEOUT if none
- * came within 5 s. */
-static dlock_status async_wait(dlock_status started, async_done *d)
-{
-    if (started != DLOCK_OK) return started;
-    long long until = th_now_ms() + 5000;
-    while (!atomic_load(&d->done) && th_now_ms() < until) usleep(1000);
-    return atomic_load(&d->done) ? d->st : DLOCK_ERR_TIMEOUT;
-}
 
 static void retry_after_release(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
 {
@@ -397,11 +402,8 @@ static void a_retry_after_an_async_fair_wait_ran_out_keeps_its_hold(void **state
     th_proxy_delay_next(px, dlock__lua_fair_leave_sha, 300);
     retried r = {0};
     assert_int_equal(dlock_lock_acquire_async(l, 300, 10000, retry_after_release, &r), DLOCK_OK);
-    long long until = th_now_ms() + 5000;
-    while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
-    retry_kept(&r, DLOCK_ERR_TIMEOUT, "dlock:{rs-fair-retry}");
-    async_done d = {0};
-    assert_int_equal(async_wait(dlock_lock_release_async(l, on_released, &d), &d), DLOCK_OK);
+    retry_wait(&r);
+    retry_kept(l, &r, DLOCK_ERR_TIMEOUT, "dlock:{rs-fair-retry}");
     dlock_lock_free(l);
     dlock_lock_free(fair_holder);
     dlock_client_free(c);
@@ -434,12 +436,9 @@ static void a_retry_after_an_async_grant_whose_watchdog_failed_keeps_its_hold(vo
     th_proxy_delay_next(px, dlock__lua_release_sha, 300);
     retried r = {0};
     assert_int_equal(dlock_lock_acquire_async(l, 0, DLOCK_LEASE_WATCHDOG, retry_with_a_watchdog, &r), DLOCK_OK);
-    long long until = th_now_ms() + 5000;
-    while (!atomic_load(&r.second.done) && th_now_ms() < until) usleep(1000);
+    retry_wait(&r);
     atomic_store(&dlock__test_watchdog_fails, 0);
-    retry_kept(&r, DLOCK_ERR_SYS, "dlock:{rs-wd-retry}");
-    async_done d = {0};
-    assert_int_equal(async_wait(dlock_lock_release_async(l, on_released, &d), &d), DLOCK_OK);
+    retry_kept(l, &r, DLOCK_ERR_SYS, "dlock:{rs-wd-retry}");
     dlock_lock_free(l);
     dlock_client_free(c);
     th_proxy_stop(px);
