@@ -230,6 +230,16 @@ typedef struct dlock_options {
                                 out of URLs it may print or log, and gives a
                                 unix:// URL a password. Both strings are
                                 copied. */
+    int busy_poll_us;        /* how long a thread that waits alone for replies
+                                (the asynchronous API's reader thread, or the
+                                only synchronous caller) polls the socket
+                                before it sleeps in read(): 0 for the default,
+                                100 us; -1 never; at most 10000. On a VM the
+                                poll doubles one waiter's round trips (the
+                                sleeping vCPU is slow to wake); a program
+                                whose own threads keep every CPU busy (a
+                                server) loses by it and should pass -1
+                                (docs/BENCHMARKS.md, stop 49) */
 } dlock_options;
 
 /*

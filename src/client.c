@@ -35,6 +35,9 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (!o.safety_margin_pct) o.safety_margin_pct = 10;
     if (o.replica_acks && o.replica_timeout_ms >= o.command_timeout_ms)
         return dlock__fail(DLOCK_ERR_INVALID, "replica timeout must be shorter than the command timeout");
+    if (o.busy_poll_us < -1 || o.busy_poll_us > 10000)
+        return dlock__fail(DLOCK_ERR_INVALID, "busy poll must be -1 (never) or 0 to 10000 us");
+    if (!o.busy_poll_us) o.busy_poll_us = 100;
     /* As the URL parser refuses "user:@": AUTH with nothing is a mistake. */
     if ((o.username && !*o.username) || (o.password && !*o.password))
         return dlock__fail(DLOCK_ERR_INVALID, "empty username or password in options");
@@ -44,7 +47,8 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     dlock__async_init(&c->async);
     dlock__fence_cache_init(&c->fences);
     dlock_status st =
-        dlock__topo_new(url, o.username, o.password, o.connect_timeout_ms, o.command_timeout_ms, &c->topo);
+        dlock__topo_new(url, o.username, o.password, o.connect_timeout_ms, o.command_timeout_ms,
+                        o.busy_poll_us > 0 ? o.busy_poll_us : 0, &c->topo);
     if (st != DLOCK_OK) {
         dlock__async_shutdown(&c->async);
         dlock__fence_cache_destroy(&c->fences);

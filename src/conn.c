@@ -18,6 +18,7 @@ dlock_status dlock__pool_init(dlock__pool *p, const char *host, int port, const 
     if (dlock__endpoint_init(&p->ep, host, port, path, cfg) != 0) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&p->mu, NULL);
     dlock__mux_init(&p->mux);
+    p->mux.spin_us = cfg->busy_poll_us;
     return DLOCK_OK;
 }
 

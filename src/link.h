@@ -31,6 +31,7 @@ typedef struct dlock__conn_cfg {
     int require_master;     /* refuse a server whose ROLE is not master (Sentinel) */
     const atomic_int *closing; /* set (non-zero) once the client is being freed: connect no more */
     const struct dlock__tls *tls; /* NULL: plaintext */
+    int busy_poll_us;       /* the shared connection's poll before read() sleeps (mux.c); 0: none */
 } dlock__conn_cfg;
 
 /* How a failed exchange failed, for the router's decisions. */

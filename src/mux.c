@@ -256,25 +256,27 @@ static void flush(dlock__mux *m)
     }
 }
 
-/* How long a reader polls for its reply before it sleeps in read(),
- * and how many reads at most it skips polling after polls in vain. */
-#define SPIN_US 100
+/* How many reads at most a reader skips polling after polls in vain. */
 #define SPIN_SKIP_MAX 64
 
 /*
- * Poll the socket, yielding the CPU in between, for up to SPIN_US before
- * the read sleeps. Why: on the VMs we measure, a thread that sleeps for a
- * reply due in tens of microseconds is woken by the hypervisor only after
- * its idle vCPU was halted and brought back, which cost more than the
- * round trip itself: one asynchronous acquisition in flight made 1.5k
- * pairs/s, 12k with the poll (docs/BENCHMARKS.md, stop 48). It is done
- * only by the reader thread and a caller that waits alone, never by one
- * of many synchronous callers, and sched_yield() lets anything runnable
- * on this CPU (the server, say) go first. When polls keep coming back
- * empty (a slow server, or a machine too busy to answer within the poll:
- * many processes each polling would take the server's CPU), the next
- * reads skip it, twice as many after each poll in vain, up to
- * SPIN_SKIP_MAX. Called with mu released, as the reader.
+ * Poll the socket, yielding the CPU in between, for up to spin_us
+ * (dlock_options.busy_poll_us, 100 by default) before the read sleeps.
+ * Why: on the VMs we measure, a thread that sleeps for a reply due in tens
+ * of microseconds is woken by the hypervisor only after its idle vCPU was
+ * halted and brought back, which cost more than the round trip itself:
+ * one asynchronous acquisition in flight made 1.5k pairs/s, 12k with the
+ * poll (docs/BENCHMARKS.md, stop 48). It is done only by the reader
+ * thread and a caller that waits alone, never by one of many synchronous
+ * callers, and sched_yield() lets anything runnable on this CPU (the
+ * server, say) go first. When polls keep coming back empty (a slow
+ * server, or a machine too busy to answer within the poll: many processes
+ * each polling would take the server's CPU), the next reads skip it,
+ * twice as many after each poll in vain, up to SPIN_SKIP_MAX. A program
+ * whose own threads keep the CPUs busy turns it off: the poll takes their
+ * CPU and wakes the reader for smaller batches of replies (seckill's open
+ * sale ran about a tenth faster without it, stop 49). Called with mu released,
+ * as the reader.
  */
 static void spin_for_reply(dlock__mux *m, dlock__link *link)
 {
@@ -282,9 +284,9 @@ static void spin_for_reply(dlock__mux *m, dlock__link *link)
         m->spin_skip_left--;
         return;
     }
-    if (dlock__link_buffered(link)) return; /* TLS: read() has bytes already */
+    if (m->spin_us <= 0 || dlock__link_buffered(link)) return; /* off; TLS: read() has bytes already */
     struct pollfd pfd = {dlock__link_fd(link), POLLIN, 0};
-    int64_t until = dlock__stats_clock() + SPIN_US * 1000;
+    int64_t until = dlock__stats_clock() + (int64_t)m->spin_us * 1000;
     do {
         if (poll(&pfd, 1, 0) != 0) { /* a reply, a hang-up, or an error for read() to report */
             m->spin_skip = 0;

@@ -56,7 +56,7 @@ static dlock_status override_credential(char **field, const char *value)
 }
 
 dlock_status dlock__topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
-                            int command_timeout_ms, dlock__topo **out)
+                            int command_timeout_ms, int busy_poll_us, dlock__topo **out)
 {
     *out = NULL;
     dlock__topo *t = calloc(1, sizeof *t);
@@ -78,7 +78,8 @@ dlock_status dlock__topo_new(const char *url, const char *username, const char *
     t->cfg = (dlock__conn_cfg){t->url.user,       t->url.password,
                               t->url.db,         connect_timeout_ms,
                               command_timeout_ms, t->url.kind == DLOCK_URL_SENTINEL,
-                              &t->closing,       t->tls};
+                              &t->closing,       t->tls,
+                              busy_poll_us};
     atomic_init(&t->master, -1);
     t->any_node = -1;
     t->last_lookup = DLOCK_OK;
@@ -100,7 +101,7 @@ dlock_status dlock__topo_new(const char *url, const char *username, const char *
         /* Sentinels are asked without credentials first: the URL's are the
          * data nodes', and most Sentinels have none. */
         t->sentinel_cfg =
-            (dlock__conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing, t->tls};
+            (dlock__conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing, t->tls, busy_poll_us};
         t->sentinel_auth_cfg = t->sentinel_cfg;
         t->sentinel_auth_cfg.user = t->url.user;
         t->sentinel_auth_cfg.password = t->url.password;

@@ -66,9 +66,10 @@ typedef enum dlock__route_error {
 /* Which of them an error reply's text is. */
 dlock__route_error dlock__route_classify(const char *err);
 
-/* Parse `url` and set up, without connecting yet. */
+/* Parse `url` and set up, without connecting yet. busy_poll_us goes to
+ * every connection's dlock__conn_cfg (0: no poll). */
 dlock_status dlock__topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
-                             int command_timeout_ms, dlock__topo **out);
+                             int command_timeout_ms, int busy_poll_us, dlock__topo **out);
 void dlock__topo_free(dlock__topo *t);
 
 /*

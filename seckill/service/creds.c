@@ -36,6 +36,10 @@ int sk_redis_connect(const char *url, const char *password, int command_timeout_
     dlock_options o = {0};
     o.password = password;
     o.command_timeout_ms = command_timeout_ms;
+    /* The service's HTTP threads keep the CPUs busy: a reader that polls
+     * for replies takes their CPU and reads smaller batches of them (the
+     * open sale ran faster without, docs/BENCHMARKS.md, stop 49). */
+    o.busy_poll_us = -1;
     if (dlock_client_new(url, &o, out) == DLOCK_OK) return 0;
     char masked[512];
     sk_mask_url(url, masked, sizeof masked);

@@ -42,6 +42,7 @@ class Options(ctypes.Structure):
         ("safety_margin_pct", c_int),
         ("username", c_char_p),
         ("password", c_char_p),
+        ("busy_poll_us", c_int),
         ("_spare", ctypes.c_char * _SPARE),
     ]
 

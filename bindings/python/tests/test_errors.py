@@ -101,6 +101,19 @@ def test_bad_wait_and_lease(client, name):
     assert not client.inspect(name).held
 
 
+def test_busy_poll_takes_seconds_and_zero_turns_it_off(redis, name):
+    for bad in (-0.001, 0.02, float("nan")):
+        with pytest.raises(dlock.InvalidArgument, match="busy_poll"):
+            dlock.Client(redis.url, busy_poll=bad)
+    with pytest.raises(TypeError):
+        dlock.Client(redis.url, busy_poll="fast")
+    for ok in (0, 0.00005, 0.01):  # never; 50 us; the longest
+        with dlock.Client(redis.url, busy_poll=ok) as c:
+            lock = c.lock(name)
+            lock.acquire()
+            lock.release()
+
+
 def test_bad_counts(client, name):
     sem = client.semaphore(name)
     with pytest.raises(dlock.InvalidArgument):
