@@ -704,12 +704,14 @@ static void buyers_start(lost_buyer *b, pthread_t *th, int k, int port, const sk
  * scripts' replies (GET /metrics needs no Redis); how many it has. A
  * fixed sleep was too short under ASan on a loaded machine: a buyer's
  * connection not yet accepted when the test went on was refused by the
- * stop, not answered. */
-static int wait_in_flight(int port, int k)
+ * stop, not answered. Short of k, the service's threads are shown: once
+ * (stop 48, ctest -j4) one order of 8 never arrived, unexplained. */
+static int wait_in_flight(const skt_serve *sv, int k)
 {
     long long deadline = th_now_ms() + 10000;
     int n;
-    while ((n = metric(port, "\nseckill_orders_in_flight ")) != k && th_now_ms() < deadline) usleep(10000);
+    while ((n = metric(sv->port, "\nseckill_orders_in_flight ")) != k && th_now_ms() < deadline) usleep(10000);
+    if (n != k) skt_serve_stall_report(sv);
     return n;
 }
 
@@ -745,7 +747,7 @@ static void lost_order_reply_is_busy_and_never_sold_twice(void **state)
     pthread_t th[K];
     kill(srv.single.pid, SIGSTOP);
     buyers_start(b, th, K, sv.port, &dir, v, 10);
-    assert_int_equal(wait_in_flight(sv.port, K), K); /* every order written to the stopped server */
+    assert_int_equal(wait_in_flight(&sv, K), K); /* every order written to the stopped server */
     redis_down();   /* SIGKILL works on a stopped process */
     buyers_expect(b, th, K, 429);
     for (int i = 0; i < K; i++) assert_string_equal(skt_json_str(b[i].resp, "error"), "busy");
@@ -794,7 +796,7 @@ static void stop_answers_every_order_in_flight(void **state)
     pthread_t th[K];
     assert_int_equal(th_target_pause(&srv, key), 0);
     buyers_start(b, th, K, sv.port, &dir, v, 10);
-    assert_int_equal(wait_in_flight(sv.port, K), K); /* every order sent to the paused master */
+    assert_int_equal(wait_in_flight(&sv, K), K); /* every order sent to the paused master */
     kill(sv.pid, SIGTERM);
     usleep(300000); /* the stop has begun, and waits */
     assert_true(skt_serve_wait(&sv, 0) < 0);
