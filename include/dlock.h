@@ -234,12 +234,14 @@ typedef struct dlock_options {
                                 (the asynchronous API's reader thread, or the
                                 only synchronous caller) polls the socket
                                 before it sleeps in read(): 0 for the default,
-                                100 us; -1 never; at most 10000. On a VM the
-                                poll doubles one waiter's round trips (the
-                                sleeping vCPU is slow to wake); a program
-                                whose own threads keep every CPU busy (a
-                                server) loses by it and should pass -1
-                                (docs/BENCHMARKS.md, stop 49) */
+                                100 us; -1 never; at most 10000. On the VMs
+                                we measure, the poll doubled one waiter's
+                                round trips per second (an idle vCPU is slow
+                                to wake, stop 48). A program whose own
+                                threads keep every CPU busy (a server) loses
+                                by it, and should pass -1: seckill's open
+                                sale ran a tenth faster (docs/BENCHMARKS.md,
+                                stop 49) */
 } dlock_options;
 
 /*
