@@ -230,14 +230,16 @@ typedef struct dlock_options {
                                 out of URLs it may print or log, and gives a
                                 unix:// URL a password. Both strings are
                                 copied. */
-    int busy_poll_us;        /* how long a thread that waits alone for replies
-                                (the asynchronous API's reader thread, or the
-                                only synchronous caller) polls the socket
-                                before it sleeps in read(): 0 for the default,
-                                100 us; -1 never; at most 10000. On the VMs
-                                we measure, the poll doubled one waiter's
-                                round trips per second (an idle vCPU is slow
-                                to wake, stop 48). A program whose own
+    int busy_poll_us;        /* how long the thread that reads replies for
+                                every caller of a connection (the
+                                asynchronous API's reader thread, or the
+                                synchronous caller whose turn it is) polls
+                                the socket before it sleeps in read(): 0 for
+                                the default, 100 us; -1 never; at most 10000.
+                                On the VMs we measure, the poll doubled one
+                                waiter's round trips per second and gave 8
+                                threads a third more (an idle vCPU is slow
+                                to wake, stops 48 and 49). A program whose own
                                 threads keep every CPU busy (a server) loses
                                 by it, and should pass -1: seckill's open
                                 sale ran a tenth faster (docs/BENCHMARKS.md,

@@ -256,8 +256,11 @@ static void flush(dlock__mux *m)
     }
 }
 
-/* How many reads at most a reader skips polling after polls in vain. */
+/* How many reads at most a reader skips polling after polls in vain, and
+ * how long a sched_yield() may take before it counts as having run
+ * another thread. */
 #define SPIN_SKIP_MAX 64
+#define SPIN_BUSY_NS 10000
 
 /*
  * Poll the socket, yielding the CPU in between, for up to spin_us
@@ -266,19 +269,27 @@ static void flush(dlock__mux *m)
  * of microseconds is woken by the hypervisor only after its idle vCPU was
  * halted and brought back, which cost more than the round trip itself:
  * one asynchronous acquisition in flight made 1.5k pairs/s, 12k with the
- * poll (docs/BENCHMARKS.md, stop 48). It is done only by the reader
- * thread and a caller that waits alone, never by one of many synchronous
- * callers, and sched_yield() lets anything runnable on this CPU (the
- * server, say) go first. When polls keep coming back empty (a slow
- * server, or a machine too busy to answer within the poll: many processes
- * each polling would take the server's CPU), the next reads skip it,
- * twice as many after each poll in vain, up to SPIN_SKIP_MAX. A program
- * whose own threads keep the CPUs busy turns it off: the poll takes their
+ * poll (docs/BENCHMARKS.md, stop 48). sched_yield() lets anything
+ * runnable on this CPU (the server, say) go first. When polls keep coming
+ * back empty (a slow server, or a machine too busy to answer within the
+ * poll: many processes each polling would take the server's CPU), the
+ * next reads skip it, twice as many after each poll in vain, up to
+ * SPIN_SKIP_MAX.
+ *
+ * `give_way`: the reader is one of several synchronous callers. The ones
+ * it woke with its last read run on these CPUs, and processes of many
+ * such threads beside each other would poll one another's CPU away (four
+ * processes of 8 threads lost a tenth). So a yield that comes back late,
+ * another thread having run meanwhile, ends the poll for this read: the
+ * CPU is not idle and will not halt. The reader thread and a lone caller
+ * poll on regardless: there the thread that runs during the yield is
+ * mostly the server, answering (stop 49 measured both ways). A program
+ * whose own threads keep the CPUs busy turns the poll off: it takes their
  * CPU and wakes the reader for smaller batches of replies (seckill's open
- * sale ran about a tenth faster without it, stop 49). Called with mu released,
- * as the reader.
+ * sale ran about a tenth faster without it, stop 49). Called with mu
+ * released, as the reader.
  */
-static void spin_for_reply(dlock__mux *m, dlock__link *link)
+static void spin_for_reply(dlock__mux *m, dlock__link *link, int give_way)
 {
     if (m->spin_skip_left > 0) {
         m->spin_skip_left--;
@@ -286,14 +297,17 @@ static void spin_for_reply(dlock__mux *m, dlock__link *link)
     }
     if (m->spin_us <= 0 || dlock__link_buffered(link)) return; /* off; TLS: read() has bytes already */
     struct pollfd pfd = {dlock__link_fd(link), POLLIN, 0};
-    int64_t until = dlock__stats_clock() + (int64_t)m->spin_us * 1000;
+    int64_t now = dlock__stats_clock(), until = now + (int64_t)m->spin_us * 1000;
     do {
         if (poll(&pfd, 1, 0) != 0) { /* a reply, a hang-up, or an error for read() to report */
             m->spin_skip = 0;
             return;
         }
+        int64_t before = now;
         sched_yield();
-    } while (dlock__stats_clock() < until);
+        now = dlock__stats_clock();
+        if (give_way && now - before > SPIN_BUSY_NS) return; /* others had this CPU: not idle */
+    } while (now < until);
     m->spin_skip = m->spin_skip ? (m->spin_skip * 2 > SPIN_SKIP_MAX ? SPIN_SKIP_MAX : m->spin_skip * 2) : 1;
     m->spin_skip_left = m->spin_skip;
 }
@@ -305,10 +319,10 @@ static void read_some(dlock__mux *m, mux_req *self)
 {
     m->reading = 1;
     dlock__link *link = m->c; /* not freed while reading is set */
-    int spin_alone = m->sync_waiting == 1;
+    int give_way = self && m->sync_waiting > 1;
     pthread_mutex_unlock(&m->mu);
     char buf[16384];
-    if (!self || spin_alone) spin_for_reply(m, link);
+    spin_for_reply(m, link, give_way);
     ssize_t n = dlock__link_recv(link, buf, sizeof buf);
     int err = n < 0 ? errno : 0;
     pthread_mutex_lock(&m->mu);

@@ -1,7 +1,8 @@
 /*
- * dlock_options.busy_poll_us: a thread that waits alone for replies (the
- * only synchronous caller, or the asynchronous API's reader thread) polls
- * its socket before it sleeps in read(), unless the option says never.
+ * dlock_options.busy_poll_us: the thread that reads the shared
+ * connection's replies (a synchronous caller, or the asynchronous API's
+ * reader thread) polls its socket before it sleeps in read(), unless the
+ * option says never.
  *
  * The polls are counted by wrapping poll(2) in this program: the library
  * is linked into it statically, so its calls land in the wrapper below,
@@ -62,6 +63,33 @@ static void sync_pairs(dlock_client *c, const char *name)
     dlock_lock_free(l);
 }
 
+/* Several threads at once: the one that reads for them all polls too
+ * (giving way when the others have the CPU, src/mux.c). */
+typedef struct pairs_arg {
+    dlock_client *c;
+    char name[32];
+} pairs_arg;
+
+static void *pairs_thread(void *arg)
+{
+    pairs_arg *a = arg;
+    sync_pairs(a->c, a->name);
+    return NULL;
+}
+
+static void threaded_pairs(dlock_client *c)
+{
+    enum { N = 4 };
+    pthread_t th[N];
+    pairs_arg a[N];
+    for (int i = 0; i < N; i++) {
+        a[i].c = c;
+        snprintf(a[i].name, sizeof a[i].name, "busy-poll-thread-%d", i);
+        assert_int_equal(pthread_create(&th[i], NULL, pairs_thread, &a[i]), 0);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+}
+
 /* The same through the asynchronous API: each completion starts the next
  * call, so one request at a time is in flight, read by the reader thread. */
 typedef struct chain {
@@ -111,7 +139,7 @@ static void async_pairs(dlock_client *c, const char *name)
 /* The default polls: the wrapper sees it (so the next case's zero is not
  * a wrapper that counts nothing). Polls in vain on a slow machine are
  * skipped for a while, never for good: some are always counted. */
-static void a_lone_waiter_polls_before_it_sleeps_by_default(void **state)
+static void the_reading_thread_polls_before_it_sleeps_by_default(void **state)
 {
     (void)state;
     dlock_client *c = client_with(0);
@@ -121,9 +149,14 @@ static void a_lone_waiter_polls_before_it_sleeps_by_default(void **state)
     atomic_store(&zero_polls, 0);
     async_pairs(c, "busy-poll-async");
     long async = atomic_load(&zero_polls);
-    fprintf(stderr, "zero-timeout polls for %d pairs: %ld sync, %ld async\n", PAIRS, sync, async);
+    atomic_store(&zero_polls, 0);
+    threaded_pairs(c);
+    long threaded = atomic_load(&zero_polls);
+    fprintf(stderr, "zero-timeout polls for %d pairs: %ld sync, %ld async, %ld by 4 threads\n", PAIRS,
+            sync, async, threaded);
     assert_true(sync > 0);
     assert_true(async > 0);
+    assert_true(threaded > 0);
     dlock_client_free(c);
 }
 
@@ -134,6 +167,7 @@ static void busy_poll_never_means_no_poll_at_all(void **state)
     atomic_store(&zero_polls, 0);
     sync_pairs(c, "busy-poll-sync");
     async_pairs(c, "busy-poll-async");
+    threaded_pairs(c);
     assert_int_equal(atomic_load(&zero_polls), 0);
     dlock_client_free(c);
 }
@@ -171,7 +205,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(a_lone_waiter_polls_before_it_sleeps_by_default),
+        cmocka_unit_test(the_reading_thread_polls_before_it_sleeps_by_default),
         cmocka_unit_test(busy_poll_never_means_no_poll_at_all),
         cmocka_unit_test(busy_poll_out_of_range_is_refused),
     };

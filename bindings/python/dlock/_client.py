@@ -1563,9 +1563,9 @@ class Client:
     ``redis-cluster://host[:port],...``. Times are seconds as floats; None
     keeps the library's default. ``username``/``password`` replace the
     URL's credentials (keep them out of URLs you log). ``busy_poll``: how
-    long a thread that waits alone for replies polls the socket before it
-    sleeps (default 100 us, 0 never, at most 0.01 s); a program whose own
-    threads keep every CPU busy does better with 0.
+    long the thread reading the connection's replies polls the socket
+    before it sleeps (default 100 us, 0 never, at most 0.01 s); a program
+    whose own threads keep every CPU busy does better with 0.
 
     Connects before returning: InvalidURL, ConnectionError or
     AuthenticationError tell what went wrong. One Client per process is
