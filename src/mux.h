@@ -33,7 +33,7 @@ typedef struct dlock__mux {
     mux_req *done_head, *done_tail; /* finished asynchronous requests, to hand back */
     int reader_started, reader_stop;
     int sync_waiting;        /* synchronous requests in flight (they can read) */
-    int spin_us;             /* how long a lone reader polls before read() (mux.c); 0: never */
+    int spin_us;             /* how long the reader polls before read() (mux.c); 0: never */
     int spin_skip, spin_skip_left; /* reads to skip polling before, after polls in vain */
     int queued;              /* requests in flight (head..tail) */
     pthread_t reader;

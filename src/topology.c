@@ -100,8 +100,8 @@ dlock_status dlock__topo_new(const char *url, const char *username, const char *
     case DLOCK_URL_SENTINEL:
         /* Sentinels are asked without credentials first: the URL's are the
          * data nodes', and most Sentinels have none. */
-        t->sentinel_cfg =
-            (dlock__conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing, t->tls, busy_poll_us};
+        t->sentinel_cfg = (dlock__conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing,
+                                            t->tls, busy_poll_us};
         t->sentinel_auth_cfg = t->sentinel_cfg;
         t->sentinel_auth_cfg.user = t->url.user;
         t->sentinel_auth_cfg.password = t->url.password;
