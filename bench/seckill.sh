@@ -24,13 +24,14 @@
 #             B 0 __rand_int__ __rand_int__ NOW (one order per call: user,
 #             order id, clock), on a voucher B warmed with the scenario's
 #             stock (so the same share of requests is accepted);
-#      redis  `seckill serve --strategy redis` (SQLite, --threads
-#             BENCH_SERVE_THREADS, 8, --max-connections
-#             BENCH_SERVE_MAX_CONNECTIONS, 128 a thread: the service as
-#             it runs behind a proxy that keeps a pool of busy
-#             connections, so its HTTP threads use poll(2); set 4096 for
-#             the default's epoll) and `seckill load --stock S --users N
-#             --concurrency C`, then `seckill verify` (waits for the writer);
+#      redis  `seckill serve --strategy redis` (SQLite, its default
+#             --threads for the strategy unless BENCH_SERVE_THREADS is
+#             set, --event-loop poll: the service as it runs behind a
+#             proxy that keeps a pool of busy connections; with
+#             BENCH_SERVE_MAX_CONNECTIONS, --max-connections that many
+#             and the default's choice of loop instead) and `seckill load
+#             --stock S --users N --concurrency C`, then `seckill verify`
+#             (waits for the writer);
 #      lock   the same with --strategy lock.
 #    C is BENCH_CONCURRENCY (64) for both redis-benchmark and seckill load.
 #    The best rate of each over the rounds is compared (for the floor too,
@@ -67,8 +68,11 @@ stock=${BENCH_STOCK:-1000}
 open_users=${BENCH_OPEN_USERS:-100000}
 open_lock_users=${BENCH_OPEN_LOCK_USERS:-20000}
 conc=${BENCH_CONCURRENCY:-64}
-threads=${BENCH_SERVE_THREADS:-8}
-maxconn=${BENCH_SERVE_MAX_CONNECTIONS:-$((threads * 128))}
+threads_opt=${BENCH_SERVE_THREADS:+--threads $BENCH_SERVE_THREADS}
+loop_opt=${BENCH_SERVE_MAX_CONNECTIONS:+--max-connections $BENCH_SERVE_MAX_CONNECTIONS}
+loop_opt=${loop_opt:---event-loop poll}
+loop=${BENCH_SERVE_MAX_CONNECTIONS:+max-connections $BENCH_SERVE_MAX_CONNECTIONS}
+loop=${loop:-poll}
 scenarios=${BENCH_SCENARIOS:-flash open}
 strategies=${BENCH_STRATEGIES:-redis lock}
 rounds=${BENCH_ROUNDS:-3}
@@ -112,7 +116,9 @@ e2e() {
     redis-cli -s "$sock" FLUSHALL >/dev/null
     db="$dir/$1-$2.db"
     start_seckill "$dir/serve" "$seckill" --redis "unix://$sock" --db "sqlite://$db" --strategy "$2" \
-        --secret-file "$dir/secret" --threads "$threads" --max-connections "$maxconn"
+        --secret-file "$dir/secret" $threads_opt $loop_opt
+    # The thread count it chose, from its "(strategy S, N threads)" line.
+    threads=$(sed -n 's/.*strategy [a-z]*, \([0-9]*\) threads.*/\1/p' "$dir/serve.out")
     st=0
     "$seckill" load --url "http://127.0.0.1:$port" --stock "$3" --users "$4" --concurrency "$conc" \
         --secret-file "$dir/secret" ${BENCH_CSV_DIR:+--csv "$BENCH_CSV_DIR/seckill-$1-$2.csv"} \
@@ -130,7 +136,7 @@ e2e() {
         cat "$dir/load.out" "$dir/verify.out" >&2
         touch "$dir/bad"
     }
-    printf '%s\n' "$json" | sed "s/^{\"tool\":\"seckill-load\",/{\"tool\":\"seckill-load\",\"scenario\":\"$1\",\"strategy\":\"$2\",\"serve_threads\":$threads,\"max_connections\":$maxconn,\"verified\":$([ $vst -eq 0 ] && echo true || echo false),/"
+    printf '%s\n' "$json" | sed "s/^{\"tool\":\"seckill-load\",/{\"tool\":\"seckill-load\",\"scenario\":\"$1\",\"strategy\":\"$2\",\"serve_threads\":${threads:-0},\"serve_loop\":\"$loop\",\"verified\":$([ $vst -eq 0 ] && echo true || echo false),/"
 }
 
 # best A B: the larger of two rates (B may be empty: a failed run).
@@ -218,7 +224,7 @@ for sc in $scenarios; do
             printf "  %-6s issue 14: redis strategy / floor = %.2f (target >= 0.65): %s\n", s, r / f, (r >= 0.65 * f ? "PASS" : "MISS") }')
 "
 done
-echo "summary: best of $rounds rounds ($(nproc) cores, concurrency $conc, serve threads $threads, max-connections $maxconn," \
+echo "summary: best of $rounds rounds ($(nproc) cores, concurrency $conc, serve threads ${BENCH_SERVE_THREADS:-per strategy}, loop $loop," \
     "steal $(steal_since) % of a core over the run; JSON lines above, grep '^{'):"
 printf '%s' "$summary"
 [ -e "$dir/bad" ] && exit 1

@@ -78,6 +78,30 @@ typedef struct serve_opts {
     const char *redis_password_file, *db_password_file;
 } serve_opts;
 
+/*
+ * Why the default depends on the strategy: a thread waits out whatever its
+ * request waits for, except an order on the redis strategy without
+ * --replica-acks, which is set aside until its script answers. Where the
+ * orders wait in their threads (the lock strategy's commit, the replicas'
+ * WAIT), 4 a CPU keep enough of them in flight. Where they do not, threads
+ * beyond the CPUs only split the same connections into smaller groups:
+ * each wakes up for fewer ready requests and resumed answers at a time.
+ * An open sale made 0.57 context switches an order with 4 threads on 2
+ * CPUs against 0.75 with 8, and took 8 % less of the service's CPU
+ * (docs/BENCHMARKS.md, stop 50). 2 a CPU, at least 4, so that a slow
+ * request that does wait (an order lookup on a slow database) holds up a
+ * quarter of the connections at most.
+ */
+static int default_threads(const serve_opts *o)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    if (ncpu > 256) ncpu = 256;
+    int parks = strcmp(o->strategy, "redis") == 0 && o->replica_acks == 0;
+    long per = parks ? 2 : 4, least = parks ? 4 : 8;
+    return (int)(ncpu * per < least ? least : ncpu * per);
+}
+
 /* All of serve's flags are checked before anything starts, so a typo
  * never leaves a half-started server or a stray redis-server. */
 static int parse_serve(int argc, char **argv, serve_opts *o)
@@ -95,9 +119,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"db-password-file", required_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
-                      (int)(ncpu > 0 ? (ncpu * 4 < 8 ? 8 : ncpu * 4) : 8), 0, NULL, NULL, NULL,
+                      0, 0, NULL, NULL, NULL,
                       {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S, SK_HTTP_LOOP_AUTO},
                       NULL, NULL};
     o->redis = sk_env_url("SECKILL_REDIS_URL");
@@ -174,6 +197,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         fprintf(stderr, "seckill: --strategy is redis or lock\n");
         return -1;
     }
+    if (o->threads == 0) o->threads = default_threads(o);
     /* libmicrohttpd gives each worker thread an equal share of the limit. */
     if (o->limits.max_connections < o->threads) {
         fprintf(stderr, "seckill: --max-connections (%d) must be at least --threads (%d)\n",

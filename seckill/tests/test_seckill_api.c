@@ -584,6 +584,38 @@ static int is_timestamp(const char *s)
            z == 'Z';
 }
 
+/* The HTTP threads, when --threads is not given: 2 a CPU (at least 4)
+ * where an order never waits in its thread (the redis strategy without
+ * --replica-acks), 4 a CPU (at least 8) where it does. The start-up line
+ * on stdout says how many. */
+static void default_threads_are_fewer_where_orders_never_wait_in_them(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    char url[64], text[4096];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", r.port);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long parks = ncpu * 2 < 4 ? 4 : ncpu * 2, waits = ncpu * 4 < 8 ? 8 : ncpu * 4;
+    const char *acks[] = {"--replica-acks", "1", NULL};
+    struct {
+        const char *strategy;
+        const char *const *extra;
+        long want;
+    } cases[] = {{"redis", NULL, parks}, {"lock", NULL, waits}, {"redis", acks, waits}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        skt_serve s;
+        assert_int_equal(skt_serve_start(&s, &dir, url, cases[i].strategy, cases[i].extra, NULL), 0);
+        assert_true(slurp(s.out, text, sizeof text) > 0);
+        char want[96];
+        snprintf(want, sizeof want, "(strategy %s, %ld threads)", cases[i].strategy, cases[i].want);
+        if (!strstr(text, want)) fprintf(stderr, "want \"%s\" in: %s\n", want, text);
+        assert_non_null(strstr(text, want));
+        assert_int_equal(skt_serve_stop(&s), 0);
+    }
+    th_redis_stop(&r);
+}
+
 /* JSON logs: every line of stderr is an object with a timestamp, a level
  * and a message; the start-up line names version, address, strategy,
  * Redis (password masked), database and threads; the access log has one
@@ -970,6 +1002,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(keep_alive_connection_serves_requests_and_errors_alike),
         cmocka_unit_test(private_redis_server_stops_with_the_service_even_when_it_is_killed),
         cmocka_unit_test(buyer_retrying_after_sold_out_finds_its_order_with_either_strategy),
+        cmocka_unit_test(default_threads_are_fewer_where_orders_never_wait_in_them),
         cmocka_unit_test(json_logs_are_one_object_a_line_and_repeated_errors_come_once_a_second),
         cmocka_unit_test(text_logs_follow_the_level_and_the_access_log_is_opt_in),
         cmocka_unit_test(passwords_never_reach_a_log_line),
