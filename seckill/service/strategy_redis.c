@@ -452,13 +452,13 @@ static void chain_finish(sk_batch_item *chain, sk_result r)
 static int batch_send(void *ctx, int64_t voucher_id, sk_batch_item *chain, size_t n)
 {
     redis_strategy *s = ctx;
-    order_batch *b = malloc(sizeof *b + n * sizeof b->o[0]);
-    order_argv *ov = calloc(n, sizeof *ov);
-    const char **args = malloc((2 + 3 * n) * sizeof *args);
-    if (!b || !ov || !args) {
-        free(b);
-        free(ov);
-        free(args);
+    /* The arguments live on the stack: the call copies them before it
+     * returns, so only the batch itself, which the reply needs, is
+     * allocated. */
+    order_argv ov[BATCH_MAX] = {0};
+    const char *args[2 + 3 * BATCH_MAX];
+    order_batch *b = n <= BATCH_MAX ? malloc(sizeof *b + n * sizeof b->o[0]) : NULL;
+    if (!b) {
         chain_finish(chain, SK_INTERNAL);
         return -1;
     }
@@ -468,12 +468,11 @@ static int batch_send(void *ctx, int64_t voucher_id, sk_batch_item *chain, size_
         b->o[i] = (async_order *)it;
         order_argv_fill(&ov[i], b->o[i]->user_id, b->o[i]->now, b->o[i]->oid);
     }
+    b->n = n = i; /* the chain holds n items (batch.c): a shorter one is sent as it is */
     order_call c;
     order_call_fill(&c, s, voucher_id, ov, n, args);
     dlock_status st =
         dlock_script_eval_async(s->order, DLOCK_REDIS_ONCE, 5, c.keyv, (int)(2 + 3 * n), args, batch_answered, b);
-    free(ov);
-    free(args);
     if (st == DLOCK_OK) return 0;
     free(b);
     chain_finish(chain, SK_BUSY); /* not sent: Redis out of reach, as run_order() says */
