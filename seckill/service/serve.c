@@ -87,8 +87,8 @@ typedef struct serve_opts {
  * beyond the CPUs only split the same connections into smaller groups:
  * each wakes up for fewer ready requests and resumed answers at a time.
  * An open sale made 0.57 context switches an order with 4 threads on 2
- * CPUs against 0.75 with 8, and took 8 % less of the service's CPU
- * (docs/BENCHMARKS.md, stop 50). 2 a CPU, at least 4, so that a slow
+ * CPUs against 0.75 with 8, and took 8 % less of the service's CPU, at
+ * the same rate (docs/BENCHMARKS.md, stop 50). 2 a CPU, at least 4, so that a slow
  * request that does wait (an order lookup on a slow database) holds up a
  * quarter of the connections at most.
  */
