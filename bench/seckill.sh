@@ -69,10 +69,13 @@ open_users=${BENCH_OPEN_USERS:-100000}
 open_lock_users=${BENCH_OPEN_LOCK_USERS:-20000}
 conc=${BENCH_CONCURRENCY:-64}
 threads_opt=${BENCH_SERVE_THREADS:+--threads $BENCH_SERVE_THREADS}
-loop_opt=${BENCH_SERVE_MAX_CONNECTIONS:+--max-connections $BENCH_SERVE_MAX_CONNECTIONS}
-loop_opt=${loop_opt:---event-loop poll}
-loop=${BENCH_SERVE_MAX_CONNECTIONS:+max-connections $BENCH_SERVE_MAX_CONNECTIONS}
-loop=${loop:-poll}
+if [ -n "${BENCH_SERVE_MAX_CONNECTIONS:-}" ]; then
+    loop_opt="--max-connections $BENCH_SERVE_MAX_CONNECTIONS"
+    loop="max-connections $BENCH_SERVE_MAX_CONNECTIONS"
+else
+    loop_opt="--event-loop poll"
+    loop=poll
+fi
 scenarios=${BENCH_SCENARIOS:-flash open}
 strategies=${BENCH_STRATEGIES:-redis lock}
 rounds=${BENCH_ROUNDS:-3}

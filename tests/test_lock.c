@@ -1756,8 +1756,8 @@ static long long waiter_granted_after_release(int registered_first)
  * the time from its release to the second's grant. */
 static long long second_waiter_granted_after_a_hand_off(void)
 {
-    const char *name = "woken-hand";
-    int master = th_target_master_port(&server, "dlock:{woken-hand}"); /* a failover would show in the failure */
+    const char *name = "woken-hand", *key = "dlock:{woken-hand}";
+    int master = th_target_master_port(&server, key); /* a failover would show in the failure */
     dlock_client *ca = new_client(0), *c1 = new_client(0), *c2 = new_client(0);
     dlock_lock *a = th_lock_new(ca, name), *w1 = th_lock_new(c1, name), *w2 = th_lock_new(c2, name);
     assert_int_equal(dlock_lock_acquire(a, 0, 30000, NULL), DLOCK_OK);
@@ -1773,7 +1773,7 @@ static long long second_waiter_granted_after_a_hand_off(void)
         fail_msg("the second waiter returned while the first held the lock: %s, token %llu (first's %llu); "
                  "the master serving it: port %d, %d when the round began",
                  dlock_strerror(second.st), (unsigned long long)second.token, (unsigned long long)first.token,
-                 th_target_master_port(&server, "dlock:{woken-hand}"), master);
+                 th_target_master_port(&server, key), master);
     long long released = th_now_ms();
     th_waiter_finish(&first);
     assert_int_equal(first.released, DLOCK_OK);
