@@ -29,9 +29,12 @@
 #             set, --event-loop poll: the service as it runs behind a
 #             proxy that keeps a pool of busy connections; with
 #             BENCH_SERVE_MAX_CONNECTIONS, --max-connections that many
-#             and the default's choice of loop instead) and `seckill load
-#             --stock S --users N --concurrency C`, then `seckill verify`
-#             (waits for the writer);
+#             and the default's choice of loop instead; on loopback TCP,
+#             or with BENCH_SERVE_LISTEN=unix on a unix socket, the
+#             transport the floor's redis-benchmark uses, as behind a
+#             proxy on the same host) and `seckill load --stock S --users
+#             N --concurrency C`, then `seckill verify` (waits for the
+#             writer);
 #      lock   the same with --strategy lock.
 #    C is BENCH_CONCURRENCY (64) for both redis-benchmark and seckill load.
 #    The best rate of each over the rounds is compared (for the floor too,
@@ -76,6 +79,11 @@ else
     loop_opt="--event-loop poll"
     loop=poll
 fi
+case "${BENCH_SERVE_LISTEN:-tcp}" in
+    tcp) listen=tcp ;;
+    unix) listen=unix ;;
+    *) echo "bench: BENCH_SERVE_LISTEN is tcp or unix, not '$BENCH_SERVE_LISTEN'" >&2; exit 1 ;;
+esac
 scenarios=${BENCH_SCENARIOS:-flash open}
 strategies=${BENCH_STRATEGIES:-redis lock}
 rounds=${BENCH_ROUNDS:-3}
@@ -118,12 +126,14 @@ floor() {
 e2e() {
     redis-cli -s "$sock" FLUSHALL >/dev/null
     db="$dir/$1-$2.db"
+    listen_opt=""
+    [ "$listen" = unix ] && listen_opt="--listen unix:$dir/http.sock"
     start_seckill "$dir/serve" "$seckill" --redis "unix://$sock" --db "sqlite://$db" --strategy "$2" \
-        --secret-file "$dir/secret" $threads_opt $loop_opt
+        --secret-file "$dir/secret" $threads_opt $loop_opt $listen_opt
     # The thread count it chose, from its "(strategy S, N threads)" line.
     threads=$(sed -n 's/.*strategy [a-z]*, \([0-9]*\) threads.*/\1/p' "$dir/serve.out")
     st=0
-    "$seckill" load --url "http://127.0.0.1:$port" --stock "$3" --users "$4" --concurrency "$conc" \
+    "$seckill" load --url "$surl" --stock "$3" --users "$4" --concurrency "$conc" \
         --secret-file "$dir/secret" ${BENCH_CSV_DIR:+--csv "$BENCH_CSV_DIR/seckill-$1-$2.csv"} \
         >"$dir/load.out" || st=$?
     json=$(grep '^{' "$dir/load.out" || true)
@@ -139,7 +149,7 @@ e2e() {
         cat "$dir/load.out" "$dir/verify.out" >&2
         touch "$dir/bad"
     }
-    printf '%s\n' "$json" | sed "s/^{\"tool\":\"seckill-load\",/{\"tool\":\"seckill-load\",\"scenario\":\"$1\",\"strategy\":\"$2\",\"serve_threads\":${threads:-0},\"serve_loop\":\"$loop\",\"verified\":$([ $vst -eq 0 ] && echo true || echo false),/"
+    printf '%s\n' "$json" | sed "s/^{\"tool\":\"seckill-load\",/{\"tool\":\"seckill-load\",\"scenario\":\"$1\",\"strategy\":\"$2\",\"serve_threads\":${threads:-0},\"serve_loop\":\"$loop\",\"serve_listen\":\"$listen\",\"verified\":$([ $vst -eq 0 ] && echo true || echo false),/"
 }
 
 # best A B: the larger of two rates (B may be empty: a failed run).
@@ -227,7 +237,7 @@ for sc in $scenarios; do
             printf "  %-6s issue 14: redis strategy / floor = %.2f (target >= 0.65): %s\n", s, r / f, (r >= 0.65 * f ? "PASS" : "MISS") }')
 "
 done
-echo "summary: best of $rounds rounds ($(nproc) cores, concurrency $conc, serve threads ${BENCH_SERVE_THREADS:-per strategy}, loop $loop," \
+echo "summary: best of $rounds rounds ($(nproc) cores, concurrency $conc, serve threads ${BENCH_SERVE_THREADS:-per strategy}, loop $loop, listen $listen," \
     "steal $(steal_since) % of a core over the run; JSON lines above, grep '^{'):"
 printf '%s' "$summary"
 [ -e "$dir/bad" ] && exit 1

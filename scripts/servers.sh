@@ -65,8 +65,9 @@ start_redis() {
 }
 
 # start_seckill PREFIX SECKILL [SERVE OPTION...]: `SECKILL serve --listen
-# 127.0.0.1:0 OPTIONS`, output in PREFIX.out and PREFIX.err. Sets spid and
-# port (read from its "listening on" line).
+# 127.0.0.1:0 OPTIONS` (an OPTION --listen unix:PATH wins), output in
+# PREFIX.out and PREFIX.err. Sets spid, and surl and port from its
+# "listening on" line: http://127.0.0.1:PORT and PORT, or unix:PATH and 0.
 start_seckill() {
     _prefix=$1
     _bin=$2
@@ -74,8 +75,9 @@ start_seckill() {
     $daemon_session "$_bin" serve --listen 127.0.0.1:0 "$@" >"$_prefix.out" 2>"$_prefix.err" &
     spid=$!
     port=""
+    surl=""
     _i=0
-    while [ -z "$port" ]; do
+    while [ -z "$surl" ]; do
         _i=$((_i + 1))
         if [ $_i -gt 300 ] || ! kill -0 "$spid" 2>/dev/null; then
             echo "seckill serve did not start; its log:" >&2
@@ -84,7 +86,10 @@ start_seckill() {
         fi
         sleep 0.05
         port=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$_prefix.out")
+        surl=${port:+http://127.0.0.1:$port}
+        [ -n "$surl" ] || surl=$(sed -n 's|.*listening on \(unix:[^ ]*\) .*|\1|p' "$_prefix.out")
     done
+    port=${port:-0}
 }
 
 # field JSON NAME: one field of a flat JSON line (numbers, booleans).

@@ -1,7 +1,7 @@
 /*
  * seckill: a flash-sale service on Redis and a database.
  *
- *   seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]
+ *   seckill serve [--listen HOST:PORT|unix:PATH] [--redis URL] [--db URL]
  *                 [--strategy redis|lock] [--secret-file FILE] [--threads N]
  *                 [--replica-acks N] [--log-level L] [--log-format F] [--access-log FILE|-]
  *                 [--max-connections N] [--max-connections-per-client N] [--idle-timeout S]

@@ -8,7 +8,7 @@
 void sk_usage(FILE *f)
 {
     fprintf(f,
-            "usage: seckill serve [--listen HOST:PORT] [--redis URL] [--db URL]\n"
+            "usage: seckill serve [--listen HOST:PORT|unix:PATH] [--redis URL] [--db URL]\n"
             "                     [--strategy redis|lock] [--secret-file FILE] [--threads N]\n"
             "                     [--replica-acks N] [--log-level debug|info|warn|error]\n"
             "                     [--log-format text|json] [--access-log FILE|-]\n"
@@ -34,7 +34,8 @@ void sk_usage(FILE *f)
             "        Connections: at most 4096 (--max-connections), 1024 per client address\n"
             "        (--max-connections-per-client, 0 for none), closed after 30 s idle\n"
             "        (--idle-timeout, 0 for never). --event-loop auto (the default) takes poll\n"
-            "        when --max-connections is at most 128 per thread, else epoll.\n"
+            "        when --max-connections is at most 128 per thread, else epoll. --listen\n"
+            "        unix:PATH serves on a unix socket, for a proxy on the same host.\n"
             "        serve and verify: --redis and --db default to $SECKILL_REDIS_URL and\n"
             "        $SECKILL_DB_URL; a password file's first line (mode 0600 or 0400), else\n"
             "        $SECKILL_REDIS_PASSWORD / $SECKILL_DB_PASSWORD, replaces the URL's password.\n"
@@ -45,6 +46,7 @@ void sk_usage(FILE *f)
             "        connections, all released at once; --stock S creates a voucher with S units\n"
             "        instead of --voucher. Prints a table and one JSON line (requests/s,\n"
             "        outcomes, p50/p99/p999 latency); a progress bar when stderr is a terminal;\n"
+            "        --url http://HOST:PORT or unix:PATH;\n"
             "        --csv FILE: per 100 ms, requests, answers by status, p50/p99 (bench/plot.sh).\n"
             "verify  check a voucher: orders <= initial stock, one order per user, stock + orders\n"
             "        = initial stock; with --redis, once the order stream is drained (waiting up\n"

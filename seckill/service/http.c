@@ -5,6 +5,7 @@
  */
 #include "http.h"
 
+#include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -13,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -25,6 +29,7 @@ struct sk_http {
     struct MHD_Daemon *daemon;
     sk_app *app;
     int port;
+    char *unix_path;        /* --listen unix:PATH: removed at stop */
     /* Requests answered later (suspended, see on_request). Atomics, not a
      * mutex: every order passes here twice, from different threads, and
      * one mutex for all of them was the service's most contended lock. mu
@@ -82,7 +87,8 @@ static void access_line(struct MHD_Connection *conn, const reqctx *ctx, int stat
     if (!sk_log_access_on()) return;
     char host[NI_MAXHOST] = "-";
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci && ci->client_addr) {
+    if (ci && ci->client_addr &&
+        (ci->client_addr->sa_family == AF_INET || ci->client_addr->sa_family == AF_INET6)) {
         socklen_t len = ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                                                : sizeof(struct sockaddr_in);
         if (getnameinfo(ci->client_addr, len, host, sizeof host, NULL, 0, NI_NUMERICHOST) != 0)
@@ -331,11 +337,63 @@ static int resolve(const char *listen, struct sockaddr_storage *ss, int *v6, cha
     return 0;
 }
 
+/* "unix:PATH": the path, or NULL with err when it does not fit a socket
+ * address. NULL without err (err[0] == 0) when `listen` is not unix:. */
+static const char *unix_path(const char *listen, char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    if (strncmp(listen, SK_HTTP_UNIX_PREFIX, sizeof SK_HTTP_UNIX_PREFIX - 1) != 0) return NULL;
+    const char *path = listen + sizeof SK_HTTP_UNIX_PREFIX - 1;
+    struct sockaddr_un su;
+    if (!*path || strlen(path) >= sizeof su.sun_path) {
+        snprintf(err, errlen, "--listen unix:PATH wants a path of 1 to %zu bytes, got \"%s\"",
+                 sizeof su.sun_path - 1, listen);
+        return NULL;
+    }
+    return path;
+}
+
 int sk_http_check_listen(const char *listen, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     int v6;
+    if (unix_path(listen, err, errlen)) return 0;
+    if (err[0]) return -1;
     return resolve(listen, &ss, &v6, err, errlen);
+}
+
+/* Why a path that exists is looked at before it is replaced: a socket
+ * left by a process that died is stale and taken over (nobody answers on
+ * it), but one a running service answers on is "in use", as a TCP port
+ * would be, and a file that is not a socket is never removed: a typo in
+ * --listen must not delete someone's data. The socket's permissions come
+ * from the umask, as for any file the service creates. -1 with err. */
+static int unix_listen(const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un su = {.sun_family = AF_UNIX};
+    memcpy(su.sun_path, path, strlen(path) + 1);
+    struct stat stt;
+    if (lstat(path, &stt) == 0) {
+        if (!S_ISSOCK(stt.st_mode)) {
+            snprintf(err, errlen, "cannot listen on unix:%s: it exists and is not a socket", path);
+            return -1;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&su, sizeof su) == 0;
+        if (probe >= 0) close(probe);
+        if (live) {
+            snprintf(err, errlen, "cannot listen on unix:%s: another process is listening on it", path);
+            return -1;
+        }
+        unlink(path);
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&su, sizeof su) != 0 || listen(fd, 1024) != 0) {
+        snprintf(err, errlen, "cannot listen on unix:%s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* Why two loops: a suspended connection leaves its thread's epoll set
@@ -361,11 +419,19 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
                   size_t errlen)
 {
     struct sockaddr_storage ss;
-    int v6 = 0;
-    if (resolve(listen, &ss, &v6, err, errlen) != 0) return -1;
+    int v6 = 0, ufd = -1;
+    const char *path = unix_path(listen, err, errlen);
+    if (!path && err[0]) return -1;
+    if (!path && resolve(listen, &ss, &v6, err, errlen) != 0) return -1;
     sk_http *h = calloc(1, sizeof *h);
-    if (!h) {
+    if (!h || (path && !(h->unix_path = strdup(path)))) {
+        free(h);
         snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (path && (ufd = unix_listen(path, err, errlen)) < 0) {
+        free(h->unix_path);
+        free(h);
         return -1;
     }
     h->app = app;
@@ -378,11 +444,18 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
     flags |= sk_http_event_loop(limits) == SK_HTTP_LOOP_POLL ? MHD_USE_POLL : MHD_USE_EPOLL;
     if (v6) flags |= MHD_USE_IPv6;
+    /* Where to listen: a unix socket bound here (unix_listen; MHD closes
+     * it at stop), else the address. An option array, so that each takes
+     * its own argument type (a socket, a pointer). */
+    struct MHD_OptionItem where[] = {
+        ufd >= 0 ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, ufd, NULL}
+                 : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss},
+        {MHD_OPTION_END, 0, NULL}};
     h->daemon = MHD_start_daemon(
         flags, 0, on_accept, h, on_request, h,
         MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
         MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_ARRAY, where,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(limits->threads > 0 ? limits->threads : 1),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         /* Idle keep-alive connections hold a descriptor and a slot of the
@@ -390,7 +463,8 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
          * silent ones, can take from the others. */
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)limits->idle_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)limits->max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)limits->per_client,
+        /* Every client of a unix socket has the same (no) address. */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)(ufd >= 0 ? 0 : limits->per_client),
         /* Our requests are a few hundred bytes (a token is at most 128)
          * and bodies are copied out in chunks; MHD clears this pool for
          * every request, so a big one costs CPU for nothing. */
@@ -399,8 +473,14 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
         MHD_OPTION_END);
     if (!h->daemon) {
         snprintf(err, errlen, "cannot listen on %s (in use, or not an address of this host)", listen);
+        /* Not closed here: whether a failed start has closed a socket it
+         * was given differs between libmicrohttpd versions, and closing
+         * a number another thread has reused would cut its connection.
+         * serve exits right after. */
+        if (ufd >= 0) unlink(h->unix_path);
         pthread_cond_destroy(&h->idle);
         pthread_mutex_destroy(&h->mu);
+        free(h->unix_path);
         free(h);
         return -1;
     }
@@ -414,6 +494,18 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
 int sk_http_port(sk_http *h)
 {
     return h->port;
+}
+
+/* One spelling of the address for both start-up lines and for clients:
+ * what `seckill load --url` takes. */
+void sk_http_url(sk_http *h, const char *listen, char *out, size_t cap)
+{
+    if (h->unix_path) {
+        snprintf(out, cap, SK_HTTP_UNIX_PREFIX "%s", h->unix_path);
+        return;
+    }
+    const char *colon = strrchr(listen, ':');
+    snprintf(out, cap, "http://%.*s:%d", (int)(colon - listen), listen, h->port);
 }
 
 /* Stop taking connections (on_accept closes new ones); wait until the
@@ -431,7 +523,9 @@ void sk_http_stop(sk_http *h)
     while (atomic_load(&h->pending) > 0) pthread_cond_wait(&h->idle, &h->mu);
     pthread_mutex_unlock(&h->mu);
     MHD_stop_daemon(h->daemon);
+    if (h->unix_path) unlink(h->unix_path);
     pthread_cond_destroy(&h->idle);
     pthread_mutex_destroy(&h->mu);
+    free(h->unix_path);
     free(h);
 }

@@ -32,8 +32,10 @@ int sk_http_event_loop(const sk_http_limits *limits);
 #define SK_HTTP_PER_CLIENT 1024
 #define SK_HTTP_IDLE_TIMEOUT_S 30
 
-/* Listen on "HOST:PORT" ("[::1]:8080" for IPv6; port 0 picks a free one)
- * within `limits`. 0, or -1 with err. */
+/* Listen on "HOST:PORT" ("[::1]:8080" for IPv6; port 0 picks a free one),
+ * or on "unix:PATH", a unix socket (a stale socket file there is replaced,
+ * anything else at PATH is refused), within `limits`; the per-client limit
+ * does not apply to a unix socket. 0, or -1 with err. */
 int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits, sk_http **out, char *err,
                   size_t errlen);
 
@@ -41,8 +43,14 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
  * one before it starts anything. 0, or -1 with err. */
 int sk_http_check_listen(const char *listen, char *err, size_t errlen);
 
-/* The port actually bound. */
+#define SK_HTTP_UNIX_PREFIX "unix:"
+
+/* The port actually bound (0 on a unix socket). */
 int sk_http_port(sk_http *h);
+
+/* Where clients reach it: "http://HOST:PORT" with the port bound, or
+ * "unix:PATH". `listen` is what sk_http_start was given. */
+void sk_http_url(sk_http *h, const char *listen, char *out, size_t cap);
 
 /* Stop accepting, finish the requests in flight, free. */
 void sk_http_stop(sk_http *h);

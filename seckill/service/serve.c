@@ -276,12 +276,12 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
     sk_mask_url(o->db, db, sizeof db);
     if (o->redis) snprintf(rs, sizeof rs, "%s", redis);
     else snprintf(rs, sizeof rs, "%s (private redis-server pid %ld)", redis, (long)s->embedded.pid);
-    const char *colon = strrchr(o->listen, ':');
+    char url[160];
+    sk_http_url(s->http, o->listen, url, sizeof url);
     sk_log(SK_LOG_INFO,
-           "seckill %s (libdlock %s) listening on http://%.*s:%d, strategy %s, redis %s, db %s, %d threads, "
+           "seckill %s (libdlock %s) listening on %s, strategy %s, redis %s, db %s, %d threads, "
            "max-connections %d (%d per client), idle-timeout %d s, event loop %s, replica-acks %d, access log %s",
-           DLOCK_VERSION, dlock_version(), (int)(colon - o->listen), o->listen, sk_http_port(s->http), o->strategy,
-           rs, db, o->threads, o->limits.max_connections, o->limits.per_client, o->limits.idle_timeout_s,
+           DLOCK_VERSION, dlock_version(), url, o->strategy, rs, db, o->threads, o->limits.max_connections, o->limits.per_client, o->limits.idle_timeout_s,
            sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks,
            o->access_log ? o->access_log : "off");
     /* verify=no must be a choice somebody sees, not a default nobody does. */
@@ -379,9 +379,9 @@ int sk_cmd_serve(int argc, char **argv)
 
     log_startup(&o, &s, redis_url);
     /* The one line on stdout: scripts and tests read the port from it. */
-    const char *colon = strrchr(o.listen, ':');
-    printf("seckill: listening on http://%.*s:%d (strategy %s, %d threads)\n", (int)(colon - o.listen),
-           o.listen, sk_http_port(s.http), o.strategy, o.threads);
+    char url[160];
+    sk_http_url(s.http, o.listen, url, sizeof url);
+    printf("seckill: listening on %s (strategy %s, %d threads)\n", url, o.strategy, o.threads);
     fflush(stdout);
 
     int sig = 0;

@@ -217,6 +217,10 @@ int skt_serve_start(skt_serve *s, const skt_dir *d, const char *redis_url, const
                     fclose(f);
                     return s->port > 0 ? 0 : -1;
                 }
+                if (strstr(line, "listening on unix:") && strchr(line, '\n')) {
+                    fclose(f);
+                    return 0; /* an extra --listen unix:PATH; port stays 0 */
+                }
             }
             fclose(f);
         }

@@ -67,7 +67,8 @@ typedef struct skt_serve {
  * Start `seckill serve --listen 127.0.0.1:0 --redis URL --db DB
  * --secret-file F --strategy S` plus `extra` args (NULL-terminated, may be
  * NULL), with `env` ("K=V" strings, NULL-terminated, may be NULL) added to
- * the environment. Waits for the "listening" line. 0 on success. With
+ * the environment. Waits for the "listening" line. 0 on success (port 0
+ * when `extra` has its own --listen unix:PATH). With
  * `redis_url` NULL there is no --redis: serve starts its private
  * redis-server.
  */

@@ -426,6 +426,94 @@ static long long scripts_run(long long voucher)
     return total;
 }
 
+/* Whether `path` exists. */
+static int exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* `serve` with `extra` must fail to start (a service that starts anyway is
+ * stopped by after_test) and say `why` on stderr. */
+static void serve_refused(skt_dir *dir, const char *const *extra, const char *why)
+{
+    skt_serve sv;
+    assert_int_equal(skt_serve_start(&sv, dir, srv.url, "redis", extra, NULL), -1);
+    char text[8192] = "";
+    FILE *f = fopen(sv.err, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_non_null(strstr(text, why));
+}
+
+/* `serve --listen unix:PATH`: `seckill load --url unix:PATH` buys the
+ * whole stock through it and verify agrees; a second service is refused
+ * the path while the first answers on it; a file that is not a socket is
+ * never replaced; the socket file is gone after a stop, and one left by a
+ * killed service is taken over by the next. */
+static void a_service_on_a_unix_socket_sells_everything_and_leaves_no_socket_file(void **state)
+{
+    (void)state;
+    assert_int_equal(th_target_flush(&srv), 0);
+    skt_dir dir;
+    assert_int_equal(skt_dir_make(&dir), 0);
+    char path[300], listen[320], out[16384];
+    snprintf(path, sizeof path, "%s/data.txt", dir.path);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("keep me\n", f);
+    fclose(f);
+    snprintf(listen, sizeof listen, "unix:%s", path);
+    const char *extra[] = {"--listen", listen, NULL};
+    serve_refused(&dir, extra, "is not a socket");
+    f = fopen(path, "r");
+    assert_non_null(f);
+    char line[32] = "";
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    assert_string_equal(line, "keep me\n");
+
+    snprintf(path, sizeof path, "%s/http.sock", dir.path);
+    snprintf(listen, sizeof listen, "unix:%s", path);
+    skt_serve sv;
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", extra, NULL), 0);
+    assert_true(exists(path));
+    serve_refused(&dir, extra, "another process is listening on it");
+    assert_true(exists(path));
+
+    const char *load[] = {SECKILL_BIN, "load", "--url", listen, "--stock", "25", "--users", "60",
+                          "--concurrency", "4", "--secret-file", dir.secret_file, NULL};
+    int rc = skt_run(out, sizeof out, load);
+    if (rc != 0) fprintf(stderr, "%s", out);
+    assert_int_equal(rc, 0);
+    assert_int_equal(load_json(out, "outcomes", "created"), 25);
+    assert_int_equal(load_json(out, "outcomes", "sold_out"), 35);
+    assert_int_equal(load_json(out, NULL, "stock_after"), 0);
+    char vs[24];
+    snprintf(vs, sizeof vs, "%lld", load_json(out, NULL, "voucher"));
+    const char *verify[] = {SECKILL_BIN, "verify", "--db", dir.db, "--redis", srv.url, "--voucher", vs, NULL};
+    rc = skt_run(out, sizeof out, verify);
+    if (rc != 0) fprintf(stderr, "%s", out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "orders 25 (25 users), stock 0"));
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    assert_false(exists(path));
+
+    /* Killed, it leaves the file; the next service takes the path over. */
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", extra, NULL), 0);
+    skt_serve_kill(&sv);
+    assert_true(exists(path));
+    assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", extra, NULL), 0);
+    const char *again[] = {SECKILL_BIN, "load", "--url", listen, "--stock", "3", "--users", "3",
+                           "--concurrency", "1", "--secret-file", dir.secret_file, NULL};
+    assert_int_equal(skt_run(out, sizeof out, again), 0);
+    assert_int_equal(load_json(out, "outcomes", "created"), 3);
+    assert_int_equal(skt_serve_stop(&sv), 0);
+    assert_false(exists(path));
+    skt_dir_remove(&dir);
+}
+
 /* One order for user `uid`; the HTTP status. */
 static int order(int port, skt_dir *dir, long long voucher, int uid)
 {
@@ -600,6 +688,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(two_redis_strategy_instances_together_sell_exactly_the_stock, after_test),
         cmocka_unit_test_teardown(two_lock_strategy_instances_together_sell_exactly_the_stock, after_test),
         cmocka_unit_test_teardown(load_reports_a_correct_sale_and_verify_catches_a_corrupted_database, after_test),
+        cmocka_unit_test_teardown(a_service_on_a_unix_socket_sells_everything_and_leaves_no_socket_file,
+                                  after_test),
         cmocka_unit_test_teardown(late_buyers_of_a_sold_out_voucher_cost_no_redis_call, after_test),
         cmocka_unit_test_teardown(orders_arriving_together_share_a_script_call_and_each_buyer_gets_its_own_answer,
                                   after_test),

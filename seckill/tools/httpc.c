@@ -11,32 +11,45 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define RESP_MAX 65536
 
-/* Timeouts on the socket itself keep a stuck server from hanging a load
- * run or a test forever; TCP_NODELAY because requests are small and the
- * next one waits for the reply. */
+/* A socket of `family` with send and receive timeouts, connected to
+ * addr, or -1. Timeouts on the socket itself keep a stuck server from
+ * hanging a load run or a test forever; TCP_NODELAY because requests are
+ * small and the next one waits for the reply. */
+static int connect_to(int family, const struct sockaddr *addr, socklen_t len, int timeout_ms)
+{
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    if (family != AF_UNIX) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, addr, len) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int sk_httpc_connect(const char *host, int port, int timeout_ms)
 {
+    if (strncmp(host, "unix:", 5) == 0) {
+        struct sockaddr_un su = {.sun_family = AF_UNIX};
+        if (strlen(host + 5) >= sizeof su.sun_path) return -1;
+        memcpy(su.sun_path, host + 5, strlen(host + 5) + 1);
+        return connect_to(AF_UNIX, (struct sockaddr *)&su, sizeof su, timeout_ms);
+    }
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     if (getaddrinfo(host, ps, &hints, &ai) != 0 || !ai) return -1;
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
-        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
+    int fd = connect_to(ai->ai_family, ai->ai_addr, ai->ai_addrlen, timeout_ms);
     freeaddrinfo(ai);
     return fd;
 }

@@ -8,7 +8,8 @@
 
 #include <stddef.h>
 
-/* Connect to host:port (numeric or name), with send/receive timeouts of
+/* Connect to host:port (numeric or name), or to the unix socket PATH when
+ * host is "unix:PATH" (port unused), with send/receive timeouts of
  * `timeout_ms`. A socket, or -1. */
 int sk_httpc_connect(const char *host, int port, int timeout_ms);
 

@@ -81,9 +81,17 @@ typedef struct worker {
     int ep;
 } worker;
 
-/* "http://HOST:PORT" or "HOST:PORT"; no path, no TLS. */
+/* "http://HOST:PORT" or "HOST:PORT"; no path, no TLS. "unix:PATH" (what
+ * `serve --listen unix:PATH` prints) stays whole in host, as
+ * sk_httpc_connect takes it. */
 static int parse_url(const char *url, char *host, size_t cap, int *port)
 {
+    if (strncmp(url, "unix:", 5) == 0) {
+        if (!url[5] || strlen(url) >= cap) return -1;
+        memcpy(host, url, strlen(url) + 1);
+        *port = 0;
+        return 0;
+    }
     if (strncmp(url, "http://", 7) == 0) url += 7;
     const char *colon = strrchr(url, ':');
     const char *end = url + strlen(url);
@@ -570,7 +578,7 @@ int sk_cmd_load(int argc, char **argv)
     run *r = calloc(1, sizeof *r);
     if (!r) return EXIT_SOFTWARE;
     if (parse_url(o.url, r->host, sizeof r->host, &r->port) != 0) {
-        fprintf(stderr, "seckill: --url wants http://HOST:PORT, got \"%s\"\n" SK_HELP_HINT, o.url);
+        fprintf(stderr, "seckill: --url wants http://HOST:PORT or unix:PATH, got \"%s\"\n" SK_HELP_HINT, o.url);
         free(r);
         return EXIT_USAGE;
     }
