@@ -145,6 +145,13 @@ int th_target_resume(th_target *t, const char *key)
     for (int i = 0; i < t->topo.n; i++)
         if (t->topo.node[i].paused && th_node_resume(&t->topo, t->topo.node[i].port) != 0) return -1;
     (void)key;
+    if (t->kind == TH_TARGET_SENTINEL) {
+        /* The same for Sentinel (below): a pause near down-after may have
+         * begun a failover that ends in the next case. Wait out one
+         * down-after, then until the Sentinels see one healthy master. */
+        usleep((useconds_t)topo_opts.down_after_ms * 1000);
+        return th_sentinel_wait_settled(&t->topo, 30000) > 0 ? 0 : -1;
+    }
     if (t->kind != TH_TARGET_CLUSTER) return 0;
     /* A pause close to the node timeout (a slow machine, sanitizers) may
      * have let the other masters mark the node failed, and its replica's

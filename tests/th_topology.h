@@ -198,6 +198,12 @@ int th_sentinel_pause_master(th_topology *t);
  * `old_master_port`, and that node answers ROLE master. Returns its port. */
 int th_sentinel_wait_failover(th_topology *t, int old_master_port, int timeout_ms);
 
+/* Wait until every live Sentinel names the same master, flags it as
+ * nothing but a master (no s_down, o_down or failover in progress), and
+ * that node answers ROLE master. Its port, or -1 on a timeout (with the
+ * Sentinels' events on stderr). */
+int th_sentinel_wait_settled(th_topology *t, int timeout_ms);
+
 /* After a failover from `old` to `promoted` and a restart of `old`: wait
  * until one of the two is a linked replica of the other, and return its
  * port (0 on timeout). Usually that is `old`, demoted. On a loaded

@@ -76,6 +76,38 @@ int th_sentinel_wait_failover(th_topology *t, int old_master_port, int timeout_m
     return -1;
 }
 
+/* Whether a Sentinel's flags for the master ("master", or with
+ * ",s_down", ",o_down", ",failover_in_progress", ...) say anything but
+ * that it is a master; a Sentinel that does not answer counts as unsure. */
+static int master_unsettled(th_topology *t, int sentinel_port)
+{
+    redisReply *r = th_node_cmd(t, sentinel_port, "SENTINEL MASTER %s", TH_SENTINEL_MASTER_NAME);
+    int unsettled = 1;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING && strcmp(r->element[i]->str, "flags") == 0 &&
+            r->element[i + 1]->type == REDIS_REPLY_STRING)
+            unsettled = strcmp(r->element[i + 1]->str, "master") != 0;
+    if (r) freeReplyObject(r);
+    return unsettled;
+}
+
+int th_sentinel_wait_settled(th_topology *t, int timeout_ms)
+{
+    long long end = th_now_ms() + timeout_ms;
+    do {
+        int port = agreed_master_port(t), calm = port > 0;
+        for (int i = 0; calm && i < t->n; i++)
+            if (is_live_sentinel(&t->node[i]) && master_unsettled(t, t->node[i].port)) calm = 0;
+        if (calm && th_node_wait_role(t, port, TH_MASTER, 0) == 0) {
+            th_topology_refresh(t);
+            return port;
+        }
+        usleep(50000);
+    } while (th_now_ms() < end);
+    th_sentinel_print_events(t);
+    return -1;
+}
+
 /* A Sentinel logs each state change as one line holding " +event" or
  * " -event" (see the Sentinel docs' list of events); the rest of its log
  * is start-up noise. */
