@@ -281,7 +281,8 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
     sk_log(SK_LOG_INFO,
            "seckill %s (libdlock %s) listening on %s, strategy %s, redis %s, db %s, %d threads, "
            "max-connections %d (%d per client), idle-timeout %d s, event loop %s, replica-acks %d, access log %s",
-           DLOCK_VERSION, dlock_version(), url, o->strategy, rs, db, o->threads, o->limits.max_connections, o->limits.per_client, o->limits.idle_timeout_s,
+           DLOCK_VERSION, dlock_version(), url, o->strategy, rs, db, o->threads, o->limits.max_connections,
+           o->limits.per_client, o->limits.idle_timeout_s,
            sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks,
            o->access_log ? o->access_log : "off");
     /* verify=no must be a choice somebody sees, not a default nobody does. */

@@ -314,7 +314,8 @@ static long long admin_call(run *r, const unsigned char *secret, size_t slen, co
     *status = -1;
     int fd = sk_httpc_connect(r->host, r->port, TIMEOUT_MS);
     if (fd < 0) {
-        fprintf(stderr, "seckill: cannot connect to %s:%d\n", r->host, r->port);
+        if (r->port) fprintf(stderr, "seckill: cannot connect to %s:%d\n", r->host, r->port);
+        else fprintf(stderr, "seckill: cannot connect to %s\n", r->host);
         return -1;
     }
     int st = sk_httpc_request(fd, method, path, tok, body, resp, sizeof resp);
