@@ -59,7 +59,9 @@
 #    Status is 0 even on MISS unless BENCH_STRICT=1.
 #
 # Environment: BENCH_SECONDS (5), BENCH_FLOOR_N (requests per floor run,
-# default 20000 * BENCH_SECONDS), BENCH_FLOOR_ROUNDS (2), BENCH_MODES (all),
+# default 20000 * BENCH_SECONDS), BENCH_FLOOR_ROUNDS (2), BENCH_PAIRS (0;
+# N: N paired rounds for issue 14's sync and async targets, see "paired
+# rounds" below), BENCH_MODES (all),
 # BENCH_STRICT (0), BENCH_ANCHORS (0), BENCH_NODE_MODULES, BENCH_PYTHON
 # (interpreter for redis-py; default the first of python3, /usr/bin/python3
 # that has it), BENCH_PIN (0; 1 pins redis-server to CPU 0 and every
@@ -142,6 +144,14 @@ floor_run() {
     $on_client redis-benchmark -s "$sock" -c 8 -P 1 -n "$floor_n" -r 100000000 -q --csv "$@" |
         awk -F'","' 'END { print $2, $5, $7 }'
 }
+# The floor's two runs, acquire then release: "rps p50_ms p99_ms" of each
+# into $a and $l.
+floor_pair() {
+    a=$(floor_run EVALSHA "$acq_sha" 2 'dlock:{b:__rand_int__}' 'dlock:{b:__rand_int__}:fence' \
+        "$owner" 10000 0)
+    l=$(floor_run EVALSHA "$rel_sha" 2 'dlock:{b:__rand_int__}' 'dlock:{b:__rand_int__}:ch' \
+        "$owner" 10000 1 publish)
+}
 best_acq="0 0 0 0"
 best_rel="0 0 0 0"
 floor_rounds=0
@@ -150,10 +160,7 @@ floor_round() {
     floor_rounds=$((floor_rounds + 1))
     redis-cli -s "$sock" FLUSHALL >/dev/null
     load_begin
-    a=$(floor_run EVALSHA "$acq_sha" 2 'dlock:{b:__rand_int__}' 'dlock:{b:__rand_int__}:fence' \
-        "$owner" 10000 0)
-    l=$(floor_run EVALSHA "$rel_sha" 2 'dlock:{b:__rand_int__}' 'dlock:{b:__rand_int__}:ch' \
-        "$owner" 10000 1 publish)
+    floor_pair
     o=$(load_end)
     echo "bench: floor round $floor_rounds: acquire $a, release $l (rps p50_ms p99_ms), outside load $o %" \
         "(steal $(steal_since) %)" >&2
@@ -256,6 +263,46 @@ if [ "${BENCH_ANCHORS:-0}" = 1 ]; then
     fi
 fi
 
+# ---- paired rounds ------------------------------------------------------
+# BENCH_PAIRS=N: N rounds of one floor pair (acquire and release, as
+# above), then sync uncontended@8 and async uncontended@64 right after it,
+# each library rate taken over the floor of its own round. On a host whose
+# speed changes from minute to minute, the best floor round and a library
+# case run minutes apart can meet different machines; a round's three
+# runs, seconds apart, mostly meet the same one. The median of the round
+# ratios is judged (min and max printed beside it).
+pairs=${BENCH_PAIRS:-0}
+paired=""
+p=0
+while [ "$p" -lt "$pairs" ]; do
+    p=$((p + 1))
+    redis-cli -s "$sock" FLUSHALL >/dev/null
+    steal_mark
+    floor_pair
+    fp=$(echo "$a $l" | awk '{ printf "%.1f", 1 / (1 / $1 + 1 / $4) }')
+    redis-cli -s "$sock" FLUSHALL >/dev/null
+    # shellcheck disable=SC2086 # $on_client is a command prefix or nothing
+    s8=$(field "$($on_client "$bin" -u "unix://$sock" --mode uncontended --workers 8 --seconds "$secs")" ops_per_s)
+    redis-cli -s "$sock" FLUSHALL >/dev/null
+    # shellcheck disable=SC2086
+    a64=$(field "$($on_client "$bin" -u "unix://$sock" --mode uncontended --workers 64 --seconds "$secs" --async)" \
+        ops_per_s)
+    echo "bench: pair $p: floor $fp, sync uncontended@8 $s8, async uncontended@64 $a64 pairs/s" \
+        "(steal $(steal_since) %)" >&2
+    paired="$paired$fp $s8 $a64
+"
+done
+# spread COLUMN TARGET: "median x (min a, max b) of N rounds (target >= t): PASS|MISS"
+# of column COLUMN (2 sync, 3 async) over column 1 (the floor).
+spread() {
+    printf '%s' "$paired" | awk -v c="$1" -v t="$2" '{ r[NR] = $c / $1 } END {
+        n = NR
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
+        m = n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
+        printf "median %.2f (min %.2f, max %.2f) of %d rounds (target >= %.1f): %s\n", m, r[1], r[n], n, t,
+            (m >= t ? "PASS" : "MISS") }'
+}
+
 # ---- summary ------------------------------------------------------------
 # pick LIB MODE WORKERS [API]: the case's JSON line (API: sync by default;
 # the anchors have none).
@@ -323,6 +370,10 @@ echo "  issue 14: async uncontended@64: $a64 pairs/s = $v5"
 echo "  issue 14: contended@64: $c64 pairs/s = $v6"
 echo "  issue 14: contended@64 wait p99: $v7"
 echo "  async contended@64: $ac64 pairs/s, p99 $(field "$(pick dlock contended 64 async)" p99_us) us"
+if [ "$pairs" -gt 0 ]; then
+    echo "  issue 14, paired rounds: sync uncontended@8 / its round's floor: $(spread 2 1.0)"
+    echo "  issue 14, paired rounds: async uncontended@64 / its round's floor: $(spread 3 1.5)"
+fi
 for lib in dlock node-redlock redis-py; do waits "$lib"; done
 for lib in node-redlock redis-py; do
     a=$(rate "$lib" uncontended 8)
