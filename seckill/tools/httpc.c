@@ -38,10 +38,11 @@ static int connect_to(int family, const struct sockaddr *addr, socklen_t len, in
 
 int sk_httpc_connect(const char *host, int port, int timeout_ms)
 {
-    if (strncmp(host, "unix:", 5) == 0) {
+    if (strncmp(host, SK_HTTPC_UNIX, SK_HTTPC_UNIX_LEN) == 0) {
+        const char *path = host + SK_HTTPC_UNIX_LEN;
         struct sockaddr_un su = {.sun_family = AF_UNIX};
-        if (strlen(host + 5) >= sizeof su.sun_path) return -1;
-        memcpy(su.sun_path, host + 5, strlen(host + 5) + 1);
+        if (strlen(path) >= sizeof su.sun_path) return -1;
+        memcpy(su.sun_path, path, strlen(path) + 1);
         return connect_to(AF_UNIX, (struct sockaddr *)&su, sizeof su, timeout_ms);
     }
     char ps[16];

@@ -8,6 +8,11 @@
 
 #include <stddef.h>
 
+/* How a host names a unix socket: SK_HTTPC_UNIX "PATH", the spelling
+ * `seckill serve --listen` takes and prints. */
+#define SK_HTTPC_UNIX "unix:"
+#define SK_HTTPC_UNIX_LEN (sizeof SK_HTTPC_UNIX - 1)
+
 /* Connect to host:port (numeric or name), or to the unix socket PATH when
  * host is "unix:PATH" (port unused), with send/receive timeouts of
  * `timeout_ms`. A socket, or -1. */

@@ -86,8 +86,8 @@ typedef struct worker {
  * sk_httpc_connect takes it. */
 static int parse_url(const char *url, char *host, size_t cap, int *port)
 {
-    if (strncmp(url, "unix:", 5) == 0) {
-        if (!url[5] || strlen(url) >= cap) return -1;
+    if (strncmp(url, SK_HTTPC_UNIX, SK_HTTPC_UNIX_LEN) == 0) {
+        if (!url[SK_HTTPC_UNIX_LEN] || strlen(url) >= cap) return -1;
         memcpy(host, url, strlen(url) + 1);
         *port = 0;
         return 0;
