@@ -27,6 +27,13 @@
 # 3. Prints one JSON line per tool and measure on stdout (progress on
 #    stderr) and a summary with the targets: dlock serial >= 300 runs/s,
 #    dlock median hand-off <= 2.5 ms.
+# 4. BENCH_CLI_ROUNDS=N (1) repeats dlock's and flock's measures N times,
+#    the two tools one after the other in each round, and prints each
+#    round's rates, dlock's share of flock's and the steal; the targets
+#    are then judged on the medians of the rounds (etcdctl runs once). On
+#    a host whose speed changes from minute to minute one run says less
+#    than the spread of several; flock's rate in the same round says how
+#    quick the machine was.
 #
 # Timing is done by one perl process (Time::HiRes); the machine is shared,
 # so medians, not means.
@@ -37,6 +44,10 @@ build=${1:-build}
 dlock="$build/tools/dlock"
 n=${BENCH_CLI_N:-300}
 handoffs=${BENCH_CLI_HANDOFFS:-50}
+rounds=${BENCH_CLI_ROUNDS:-1}
+case $rounds in
+    ''|*[!0-9]*|0) echo "bench: BENCH_CLI_ROUNDS must be a positive whole number, not '$rounds'" >&2; exit 2 ;;
+esac
 
 [ -x "$dlock" ] || { echo "bench: $dlock not built (run make)" >&2; exit 1; }
 need redis-server redis-cli flock perl date
@@ -110,24 +121,58 @@ measure() {
 
 export TMPDIR_BENCH="$dir"
 steal_mark
-echo "bench: $n serial runs, $n timed starts and $handoffs hand-offs per tool" >&2
-d_line=$(measure dlock other "$dlock" -u "unix://$sock" lock --wait 10s)
-echo "$d_line"
-f_line=$(measure flock flock flock -w 10)
-echo "$f_line"
+echo "bench: $n serial runs, $n timed starts and $handoffs hand-offs per tool, $rounds round(s)" >&2
+# Each round's "dlock_serial flock_serial dlock_handoff flock_handoff steal".
+per_round=""
+r=0
+while [ "$r" -lt "$rounds" ]; do
+    r=$((r + 1))
+    # The round's own steal; the run's mark is put back after it.
+    run_s0=$_steal0 run_t0=$_steal_t0
+    steal_mark
+    d_line=$(measure dlock other "$dlock" -u "unix://$sock" lock --wait 10s)
+    echo "$d_line"
+    f_line=$(measure flock flock flock -w 10)
+    echo "$f_line"
+    rs=$(steal_since)
+    _steal0=$run_s0 _steal_t0=$run_t0
+    per_round="$per_round$(field "$d_line" serial_per_s) $(field "$f_line" serial_per_s) $(field "$d_line" handoff_p50_ms) $(field "$f_line" handoff_p50_ms) $rs
+"
+    if [ "$rounds" -gt 1 ]; then
+        echo "bench: round $r: dlock $(field "$d_line" serial_per_s) runs/s serial (flock" \
+            "$(field "$f_line" serial_per_s)), hand-off p50 $(field "$d_line" handoff_p50_ms) ms (flock" \
+            "$(field "$f_line" handoff_p50_ms)); steal $rs %" >&2
+    fi
+done
 e_line=""
 if [ -n "$etcd_url" ]; then
     e_line=$(measure etcdctl other etcdctl --endpoints "$etcd_url" lock)
     echo "$e_line"
 fi
 
+# median COLUMN: the median over the rounds of column COLUMN of per_round,
+# or of column COLUMN over column COLUMN2 when a second is given.
+median() {
+    printf '%s' "$per_round" | awk -v c="$1" -v d="${2:-0}" '{ v[NR] = d ? $c / $d : $c } END {
+        n = NR
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
+        printf "%.2f", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'
+}
 serial=$(field "$d_line" serial_per_s)
 hand=$(field "$d_line" handoff_p50_ms)
 {
-    echo "summary: dlock $serial runs/s serial (flock $(field "$f_line" serial_per_s)${e_line:+, etcdctl $(field "$e_line" serial_per_s)})," \
+    last=""
+    [ "$rounds" -gt 1 ] && last=" (last round)"
+    echo "summary$last: dlock $serial runs/s serial (flock $(field "$f_line" serial_per_s)${e_line:+, etcdctl $(field "$e_line" serial_per_s)})," \
         "start p50 $(field "$d_line" start_p50_ms) ms (flock $(field "$f_line" start_p50_ms)${e_line:+, etcdctl $(field "$e_line" start_p50_ms)})," \
         "hand-off p50 $hand ms (flock $(field "$f_line" handoff_p50_ms)${e_line:+, etcdctl $(field "$e_line" handoff_p50_ms)});" \
         "steal $(steal_since) % of a core over the run"
+    if [ "$rounds" -gt 1 ]; then
+        serial=$(median 1)
+        hand=$(median 3)
+        echo "medians of $rounds rounds: dlock $serial runs/s serial (flock $(median 2); dlock/flock $(median 1 2))," \
+            "hand-off p50 $hand ms (flock $(median 4)); steal $(median 5) % of a core"
+    fi
     awk -v s="$serial" 'BEGIN { printf "target: serial >= 300 runs/s: %s\n", (s >= 300 ? "PASS" : "MISS") }'
     awk -v h="$hand" 'BEGIN { printf "target: median hand-off <= 2.5 ms: %s\n", (h <= 2.5 ? "PASS" : "MISS") }'
 } >&2
