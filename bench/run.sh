@@ -20,6 +20,11 @@
 #    and the best rate of each is kept: the strictest floor, and one that a
 #    noisy moment during the library's cases cannot lower. Floor pair rate
 #    = 1 / (1/acquire_rate + 1/release_rate).
+#    Each floor round also runs the simplest correct lock the same way,
+#    SET NX PX 10000 on a random key and a compare-and-delete script: what
+#    a lock without fencing token, re-entry or waiters costs the server.
+#    Its rate and the library's two uncontended ratios over it are printed
+#    beside the summary, not judged (docs/BENCHMARKS.md, stop 52).
 #    Caveats: a release on a random key finds it not held, so it runs the
 #    script's short path (HGET, return -1) instead of HGET+DEL+PUBLISH: the
 #    floor is a little fast, i.e. the target a little harder. And
@@ -140,6 +145,16 @@ got="$got $(redis-cli -s "$sock" EVALSHA "$rel_sha" 2 'dlock:{b:check}' 'dlock:{
     "$owner" 10000 1 publish)"
 [ "$got" = "1 0" ] || { echo "bench: acquire/release check answered '$got', not '1 0'" >&2; exit 1; }
 
+# The simplest correct lock, the floor issue 14's text names: SET NX PX,
+# released by a compare-and-delete script. No fencing token, no re-entry,
+# no waiters' registry: what a lock costs the server without them. Printed
+# beside the ratios, not judged (docs/BENCHMARKS.md, stop 52).
+cad_sha=$(redis-cli -s "$sock" SCRIPT LOAD \
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+case "$cad_sha" in
+    *[!0-9a-f]*|"") echo "bench: SCRIPT LOAD failed: $cad_sha" >&2; exit 1 ;;
+esac
+
 # Run one redis-benchmark; print "rps p50_ms p99_ms" from its CSV line.
 floor_run() {
     $on_client redis-benchmark -s "$sock" -c 8 -P 1 -n "$floor_n" -r 100000000 -q --csv "$@" |
@@ -153,6 +168,15 @@ floor_pair() {
     l=$(floor_run EVALSHA "$rel_sha" 2 'dlock:{b:__rand_int__}' 'dlock:{b:__rand_int__}:ch' \
         "$owner" 10000 1 publish)
 }
+# The simplest lock's two runs, SET NX PX then the compare-and-delete:
+# their rates into $sa and $sd, their pair rate into $sp.
+setnx_pair() {
+    sa=$(floor_run SET 'dlock:{s:__rand_int__}' "$owner" NX PX 10000 | cut -d' ' -f1)
+    sd=$(floor_run EVALSHA "$cad_sha" 1 'dlock:{s:__rand_int__}' "$owner" | cut -d' ' -f1)
+    sp=$(echo "$sa $sd" | awk '{ printf "%.1f", 1 / (1 / $1 + 1 / $2) }')
+}
+best_sa=0
+best_sd=0
 best_acq="0 0 0 0"
 best_rel="0 0 0 0"
 floor_rounds=0
@@ -168,6 +192,11 @@ floor_round() {
     # Each best keeps the outside load of its round as a 4th field.
     best_acq=$(echo "$best_acq $a $o" | awk '{ if ($5 > $1) print $5, $6, $7, $8; else print $1, $2, $3, $4 }')
     best_rel=$(echo "$best_rel $l $o" | awk '{ if ($5 > $1) print $5, $6, $7, $8; else print $1, $2, $3, $4 }')
+    redis-cli -s "$sock" FLUSHALL >/dev/null
+    setnx_pair
+    echo "bench: floor round $floor_rounds: the simplest lock: SET NX PX $sa, compare-and-delete $sd rps" >&2
+    best_sa=$(echo "$best_sa $sa" | awk '{ print ($2 > $1 ? $2 : $1) }')
+    best_sd=$(echo "$best_sd $sd" | awk '{ print ($2 > $1 ? $2 : $1) }')
     redis-cli -s "$sock" FLUSHALL >/dev/null
 }
 echo "bench: floor: $floor_n acquire + $floor_n release requests per round, -c 8" >&2
@@ -282,6 +311,8 @@ while [ "$p" -lt "$pairs" ]; do
     floor_pair
     fp=$(echo "$a $l" | awk '{ printf "%.1f", 1 / (1 / $1 + 1 / $4) }')
     redis-cli -s "$sock" FLUSHALL >/dev/null
+    setnx_pair
+    redis-cli -s "$sock" FLUSHALL >/dev/null
     # shellcheck disable=SC2086 # $on_client is a command prefix or nothing
     s8=$(field "$($on_client "$bin" -u "unix://$sock" --mode uncontended --workers 8 --seconds "$secs")" ops_per_s)
     redis-cli -s "$sock" FLUSHALL >/dev/null
@@ -289,19 +320,22 @@ while [ "$p" -lt "$pairs" ]; do
     a64=$(field "$($on_client "$bin" -u "unix://$sock" --mode uncontended --workers 64 --seconds "$secs" --async)" \
         ops_per_s)
     echo "bench: pair $p: floor $fp, sync uncontended@8 $s8, async uncontended@64 $a64 pairs/s" \
-        "(steal $(steal_since) %)" >&2
-    paired="$paired$fp $s8 $a64
+        "(steal $(steal_since) %); the simplest lock $sp" >&2
+    paired="$paired$fp $s8 $a64 $sp
 "
 done
-# spread COLUMN TARGET: "median x (min a, max b) of N rounds (target >= t): PASS|MISS"
-# of column COLUMN (2 sync, 3 async) over column 1 (the floor).
+# spread COLUMN TARGET [OVER]: "median x (min a, max b) of N rounds (target
+# >= t): PASS|MISS" of column COLUMN (2 sync, 3 async) over column OVER (1,
+# the floor, by default; 4, the simplest lock); no verdict when TARGET is
+# "-".
 spread() {
-    printf '%s' "$paired" | awk -v c="$1" -v t="$2" '{ r[NR] = $c / $1 } END {
+    printf '%s' "$paired" | awk -v c="$1" -v t="$2" -v d="${3:-1}" '{ r[NR] = $c / $d } END {
         n = NR
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
         m = n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
-        printf "median %.2f (min %.2f, max %.2f) of %d rounds (target >= %.1f): %s\n", m, r[1], r[n], n, t,
-            (m >= t ? "PASS" : "MISS") }'
+        printf "median %.2f (min %.2f, max %.2f) of %d rounds", m, r[1], r[n], n
+        if (t == "-") print ""
+        else printf " (target >= %.1f): %s\n", t, (m >= t ? "PASS" : "MISS") }'
 }
 
 # ---- summary ------------------------------------------------------------
@@ -370,6 +404,10 @@ echo "  issue 14: sync uncontended@8: $v4"
 echo "  issue 14: async uncontended@64: $a64 pairs/s = $v5"
 echo "  issue 14: contended@64: $c64 pairs/s = $v6"
 echo "  issue 14: contended@64 wait p99: $v7"
+setnx=$(echo "$best_sa $best_sd" | awk '{ printf "%.1f", 1 / (1 / $1 + 1 / $2) }')
+echo "  the simplest lock (SET NX PX + compare-and-delete, no fencing token; best of $floor_rounds rounds):" \
+    "$setnx pairs/s; sync uncontended@8 $(awk -v a="$u8" -v b="$setnx" 'BEGIN { if (a == "") print "-"; else printf "%.2f", a / b }') of it," \
+    "async uncontended@64 $(awk -v a="$a64" -v b="$setnx" 'BEGIN { if (a == "") print "-"; else printf "%.2f", a / b }') (printed, not judged)"
 echo "  async contended@64: $ac64 pairs/s, p99 $(field "$(pick dlock contended 64 async)" p99_us) us"
 # With BENCH_PAIRS, BENCH_STRICT judges the two ratios by their paired
 # rounds, the closer comparison, instead of by the single cases.
@@ -379,6 +417,8 @@ if [ "$pairs" -gt 0 ]; then
     p5=$(spread 3 1.5)
     echo "  issue 14, paired rounds: sync uncontended@8 / its round's floor: $p4"
     echo "  issue 14, paired rounds: async uncontended@64 / its round's floor: $p5"
+    echo "  paired rounds, over the simplest lock of the round (not judged): sync uncontended@8 $(spread 2 - 4);" \
+        "async uncontended@64 $(spread 3 - 4)"
     judged="$p4$p5"
 fi
 for lib in dlock node-redlock redis-py; do waits "$lib"; done
