@@ -30,7 +30,9 @@
 # 4. BENCH_CLI_ROUNDS=N (1) repeats dlock's and flock's measures N times,
 #    the two tools one after the other in each round, and prints each
 #    round's rates, dlock's share of flock's and the steal; the targets
-#    are then judged on the medians of the rounds (etcdctl runs once). On
+#    are then judged on the medians of the rounds, NOISY (no verdict)
+#    when the rounds' median steal is over 10 % of a core (etcdctl runs
+#    once). On
 #    a host whose speed changes from minute to minute one run says less
 #    than the spread of several; flock's rate in the same round says how
 #    quick the machine was.
@@ -173,6 +175,12 @@ hand=$(field "$d_line" handoff_p50_ms)
         echo "medians of $rounds rounds: dlock $serial runs/s serial (flock $(median 2); dlock/flock $(median 1 2))," \
             "hand-off p50 $hand ms (flock $(median 4)); steal $(median 5) % of a core"
     fi
-    awk -v s="$serial" 'BEGIN { printf "target: serial >= 300 runs/s: %s\n", (s >= 300 ? "PASS" : "MISS") }'
-    awk -v h="$hand" 'BEGIN { printf "target: median hand-off <= 2.5 ms: %s\n", (h <= 2.5 ? "PASS" : "MISS") }'
+    # With rounds, a median steal over 10 % of a core gives no verdict
+    # (NOISY), as bench/run.sh's paired rounds do.
+    noisy=0
+    [ "$rounds" -gt 1 ] && noisy=$(awk -v s="$(median 5)" 'BEGIN { print (s > 10 ? 1 : 0) }')
+    awk -v s="$serial" -v z="$noisy" 'BEGIN { printf "target: serial >= 300 runs/s: %s\n",
+        (z ? "NOISY (steal over 10 %: no verdict)" : s >= 300 ? "PASS" : "MISS") }'
+    awk -v h="$hand" -v z="$noisy" 'BEGIN { printf "target: median hand-off <= 2.5 ms: %s\n",
+        (z ? "NOISY (steal over 10 %: no verdict)" : h <= 2.5 ? "PASS" : "MISS") }'
 } >&2
