@@ -63,7 +63,8 @@
 #    library's wait tail and the pairs of its least and most served worker.
 #    Status is 0 even on MISS unless BENCH_STRICT=1 (which, with
 #    BENCH_PAIRS, judges the sync and async ratios by their paired rounds,
-#    and fails on NOISY: rounds whose median steal was over 10 %).
+#    and fails on NOISY: rounds whose median steal was over
+#    $steal_noisy_pct %, scripts/servers.sh).
 #
 # Environment: BENCH_SECONDS (5), BENCH_FLOOR_N (requests per floor run,
 # default 20000 * BENCH_SECONDS), BENCH_FLOOR_ROUNDS (2), BENCH_PAIRS (0;
@@ -330,26 +331,17 @@ done
 # >= t): PASS|MISS|NOISY" of column COLUMN (2 sync, 3 async) over column
 # OVER (1, the floor, by default; 4, the simplest lock); no verdict when
 # TARGET is "-". NOISY when the rounds' median steal (column 5) is over
-# PAIR_STEAL_MAX % of a core: the host then slows the unpipelined floor
+# $steal_noisy_pct % of a core: the host then slows the unpipelined floor
 # more than the library's pipelined calls (stop 52 saw the async ratio
-# read 1.94-2.22 at 73-87 % steal against 1.24 on a quiet host), so the
-# ratio says more about the host than about the library.
-PAIR_STEAL_MAX=10
+# read 1.94-2.22 at 73-87 % steal against 1.24 on a quiet host).
 spread() {
-    printf '%s' "$paired" | awk -v c="$1" -v t="$2" -v d="${3:-1}" -v smax="$PAIR_STEAL_MAX" '
-        { r[NR] = $c / $d; st[NR] = $5 }
-        function median(a, n,    i, j, x) {
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
-            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-        }
-        END {
-        n = NR
-        m = median(r, n)
-        s = median(st, n)
-        printf "median %.2f (min %.2f, max %.2f) of %d rounds, their median steal %.1f %%", m, r[1], r[n], n, s
+    _r=$(printf '%s' "$paired" | median_col "$1" "${3:-1}")
+    _st=$(printf '%s' "$paired" | median_col 5)
+    echo "$_r ${_st%% *} $pairs" | awk -v t="$2" -v smax="$steal_noisy_pct" '{
+        printf "median %.2f (min %.2f, max %.2f) of %d rounds, their median steal %.1f %%", $1, $2, $3, $5, $4
         if (t == "-") print ""
-        else if (s > smax) printf " (target >= %.1f): NOISY (steal over %d %%: no verdict)\n", t, smax
-        else printf " (target >= %.1f): %s\n", t, (m >= t ? "PASS" : "MISS") }'
+        else if ($4 > smax) printf " (target >= %.1f): NOISY (steal over %d %%: no verdict)\n", t, smax
+        else printf " (target >= %.1f): %s\n", t, ($1 >= t ? "PASS" : "MISS") }'
 }
 
 # ---- summary ------------------------------------------------------------

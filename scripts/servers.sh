@@ -42,6 +42,20 @@ steal_since() {
         printf "%.1f", (s1 - s0) / hz / ((t1 - t0) / 1e9) * 100 }'
 }
 
+# Rounds of a benchmark whose median steal is over this (% of one core)
+# give no verdict (NOISY): on a host that loaded, the ratios say more
+# about the host than about the code (docs/BENCHMARKS.md, stop 52).
+steal_noisy_pct=10
+
+# median_col C [D]: of the lines on stdin, "median min max" of column C,
+# or of column C over column D.
+median_col() {
+    awk -v c="$1" -v d="${2:-0}" '{ v[NR] = d ? $c / $d : $c } END {
+        n = NR
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
+        printf "%.4f %.4f %.4f\n", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n] }'
+}
+
 # start_redis DIR [WRAPPER...]: a redis-server on the unix socket
 # DIR/redis.sock (no TCP port, no persistence), run under WRAPPER if given
 # (e.g. taskset -c 0). Sets rpid and sock; waits until it answers PING.
