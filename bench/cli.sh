@@ -32,10 +32,9 @@
 #    round's rates, dlock's share of flock's and the steal; the targets
 #    are then judged on the medians of the rounds, NOISY (no verdict)
 #    when the rounds' median steal is over 10 % of a core (etcdctl runs
-#    once). On
-#    a host whose speed changes from minute to minute one run says less
-#    than the spread of several; flock's rate in the same round says how
-#    quick the machine was.
+#    once). On a host whose speed changes from minute to minute one run
+#    says less than the spread of several; flock's rate in the same round
+#    says how quick the machine was.
 #
 # Timing is done by one perl process (Time::HiRes); the machine is shared,
 # so medians, not means.
@@ -164,17 +163,17 @@ hand=$(field "$d_line" handoff_p50_ms)
         "start p50 $(field "$d_line" start_p50_ms) ms (flock $(field "$f_line" start_p50_ms)${e_line:+, etcdctl $(field "$e_line" start_p50_ms)})," \
         "hand-off p50 $hand ms (flock $(field "$f_line" handoff_p50_ms)${e_line:+, etcdctl $(field "$e_line" handoff_p50_ms)});" \
         "steal $(steal_since) % of a core over the run"
-    if [ "$rounds" -gt 1 ]; then
-        serial=$(median 1)
-        hand=$(median 3)
-        echo "medians of $rounds rounds: dlock $serial runs/s serial (flock $(median 2); dlock/flock $(median 1 2))," \
-            "hand-off p50 $hand ms (flock $(median 4)); steal $(median 5) % of a core"
-    fi
     # With rounds, a median steal over steal_noisy_pct gives no verdict
     # (NOISY), as bench/run.sh's paired rounds do.
     noisy=""
-    [ "$rounds" -gt 1 ] && noisy=$(awk -v s="$(median 5)" -v m="$steal_noisy_pct" 'BEGIN {
-        if (s > m) printf "NOISY (steal over %d %%: no verdict)", m }')
+    if [ "$rounds" -gt 1 ]; then
+        serial=$(median 1)
+        hand=$(median 3)
+        steal=$(median 5)
+        echo "medians of $rounds rounds: dlock $serial runs/s serial (flock $(median 2); dlock/flock $(median 1 2))," \
+            "hand-off p50 $hand ms (flock $(median 4)); steal $steal % of a core"
+        noisy=$(noisy_verdict "$steal")
+    fi
     awk -v s="$serial" -v z="$noisy" 'BEGIN { printf "target: serial >= 300 runs/s: %s\n",
         (z != "" ? z : s >= 300 ? "PASS" : "MISS") }'
     awk -v h="$hand" -v z="$noisy" 'BEGIN { printf "target: median hand-off <= 2.5 ms: %s\n",

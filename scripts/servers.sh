@@ -46,6 +46,11 @@ steal_since() {
 # give no verdict (NOISY): on a host that loaded, the ratios say more
 # about the host than about the code (docs/BENCHMARKS.md, stop 52).
 steal_noisy_pct=10
+# noisy_verdict STEAL: that verdict for rounds of median steal STEAL, or
+# nothing when they may be judged.
+noisy_verdict() {
+    awk -v s="$1" -v m="$steal_noisy_pct" 'BEGIN { if (s > m) printf "NOISY (steal over %d %%: no verdict)", m }'
+}
 
 # median_col C [D]: of the lines on stdin, "median min max" of column C,
 # or of column C over column D.
