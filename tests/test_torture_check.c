@@ -196,6 +196,42 @@ static void a_pause_inside_a_library_acquisition_explains_the_overlap(void **sta
     assert_int_equal(r.overlaps_unexplained, 0);
 }
 
+/* Pid 20 asked at 1000, was granted then with token 500 and answered
+ * only at 3000 (a partition held its reply back); its lease ran out
+ * meanwhile, and pid 10 held the lock from 1500 to 1700 with token 900.
+ * 20's hold returned after 10's ended, but was granted before: its lower
+ * token breaks no promise. (Seen in a torture run's clock scenario, which
+ * the checker first judged by the returns.) */
+static void a_hold_granted_early_and_answered_late_may_carry_a_lower_token(void **state)
+{
+    (void)state;
+    history h = {0};
+    add(&h, TT_ACQUIRE, 20, 1, 1000, 3000, "ok", 500);
+    add(&h, TT_ACQUIRE, 10, 1, 1500, 1600, "ok", 900);
+    add(&h, TT_STEP, 10, 1, 1700, 1701, "acc", 900);
+    add(&h, TT_RELEASE, 10, 1, 1800, 1801, "ok", 0);
+    add(&h, TT_RELEASE, 20, 1, 3010, 3011, "lost", 0);
+    tt_report r = check(&h);
+    assert_int_equal(r.token_order, 0);
+    assert_int_equal(tt_violations(&r), 0);
+}
+
+/* The same two holds, but 20 asked only at 1750, after 10's last step:
+ * its grant came after 10's, so a lower token is a broken fence. */
+static void a_hold_asked_for_after_another_ended_needs_a_greater_token(void **state)
+{
+    (void)state;
+    history h = {0};
+    add(&h, TT_ACQUIRE, 20, 1, 1750, 3000, "ok", 500);
+    add(&h, TT_ACQUIRE, 10, 1, 1500, 1600, "ok", 900);
+    add(&h, TT_STEP, 10, 1, 1700, 1701, "acc", 900);
+    add(&h, TT_RELEASE, 10, 1, 1800, 1801, "ok", 0);
+    add(&h, TT_RELEASE, 20, 1, 3010, 3011, "lost", 0);
+    tt_report r = check(&h);
+    assert_int_equal(r.token_order, 1);
+    assert_true(tt_violations(&r) > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +243,8 @@ int main(void)
         cmocka_unit_test(a_pause_of_dlock_while_its_command_runs_explains_the_overlap),
         cmocka_unit_test(a_pause_of_dlock_before_its_command_started_explains_nothing),
         cmocka_unit_test(a_pause_inside_a_library_acquisition_explains_the_overlap),
+        cmocka_unit_test(a_hold_granted_early_and_answered_late_may_carry_a_lower_token),
+        cmocka_unit_test(a_hold_asked_for_after_another_ended_needs_a_greater_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

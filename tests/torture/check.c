@@ -164,8 +164,15 @@ static void check_overlaps(const tt_event *ev, size_t n, const tt_event *faults,
     }
 }
 
-/* Tokens of exclusive holds: unique per name, and a hold that began after
- * another ended has a greater token. */
+/* Tokens of exclusive holds: unique per name, and a hold whose
+ * acquisition began after another hold ended has a greater token. Why
+ * its acquisition's start, not its return: the token is drawn when the
+ * server grants the lock, anywhere between the two. An attempt sent
+ * before a partition can be granted at once and answered only after it
+ * heals, when its lease has run out and another holder, granted later
+ * with a greater token, has come and gone (the library then reports the
+ * late hold lost at its first check, and the fenced resource refuses its
+ * lower token). */
 static void check_tokens(const hold *h, size_t nh, tt_report *r)
 {
     for (size_t j = 0; j < nh; j++) {
@@ -179,11 +186,11 @@ static void check_tokens(const hold *h, size_t nh, tt_report *r)
                 r->token_dups++;
                 note(r, "'%s': token %llu handed to pid %d and pid %d", y->name, (unsigned long long)y->token, x->pid,
                      y->pid);
-            } else if (x->end < y->start && x->token > y->token) {
+            } else if (x->end < y->acq_start && x->token > y->token) {
                 r->token_order++;
-                note(r, "'%s': token %llu (pid %d, from %lld) after token %llu (pid %d, ended %lld)", y->name,
-                     (unsigned long long)y->token, y->pid, (long long)y->start, (unsigned long long)x->token, x->pid,
-                     (long long)x->end);
+                note(r, "'%s': token %llu (pid %d, asked from %lld) after token %llu (pid %d, ended %lld)", y->name,
+                     (unsigned long long)y->token, y->pid, (long long)y->acq_start, (unsigned long long)x->token,
+                     x->pid, (long long)x->end);
             }
         }
     }
