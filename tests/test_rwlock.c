@@ -339,12 +339,14 @@ static void inspect_shows_the_writer_and_live_readers(void **state)
     assert_int_equal(dlock_rwlock_release(a, DLOCK_WRITE), DLOCK_OK);
     assert_int_equal(dlock_rwlock_release(a, DLOCK_WRITE), DLOCK_OK);
     assert_int_equal(dlock_rwlock_acquire(a, DLOCK_READ, 0, 5000, NULL), DLOCK_OK);
-    assert_int_equal(dlock_rwlock_acquire(b, DLOCK_READ, 0, 100, NULL), DLOCK_OK);
+    /* 500 ms: long enough that a machine running the suites side by side
+     * does not stall us past it before the count of two below. */
+    assert_int_equal(dlock_rwlock_acquire(b, DLOCK_READ, 0, 500, NULL), DLOCK_OK);
     assert_int_equal(dlock_rwlock_inspect(c, "rw-inspect", &info), DLOCK_OK);
     assert_int_equal(info.held, 1);
     assert_string_equal(info.writer, "");
     assert_int_equal(info.readers, 2);
-    usleep(250000);
+    usleep(800000);
     assert_int_equal(dlock_rwlock_inspect(c, "rw-inspect", &info), DLOCK_OK);
     assert_int_equal(info.readers, 1);
     assert_int_equal(dlock_rwlock_release(a, DLOCK_READ), DLOCK_OK);
