@@ -372,7 +372,13 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *lock);
  * release of the same client (a plain lock, without replica
  * acknowledgements): it then returns holding it without asking Redis
  * again, and if that release was under way when its wait ran out, up to
- * one command timeout late, with the lock rather than a timeout.
+ * one command timeout late, with the lock rather than a timeout. A new
+ * hold whose answer came back after the lease could be trusted (its lease
+ * less the safety margin, counted from the send: a reply held up by a
+ * partition or a stalled server) is given back and fails with
+ * DLOCK_ERR_LOST, never returned: the server may have let it go already.
+ * The same holds for the read-write lock and the permit-expirable
+ * semaphore, and for the asynchronous calls.
  */
 DLOCK_API dlock_status dlock_lock_acquire(dlock_lock *lock, long wait_ms, long lease_ms, uint64_t *token);
 
@@ -1154,7 +1160,7 @@ typedef enum dlock_stats_kind {
 typedef enum dlock_stats_reason {
     DLOCK_STATS_TIMEOUT = 0, /* reason="timeout": DLOCK_ERR_TIMEOUT */
     DLOCK_STATS_CONNECT,     /* reason="connect": DLOCK_ERR_CONNECT */
-    DLOCK_STATS_LOST,        /* reason="lost": DLOCK_ERR_LOST (re-entry into a lost hold) */
+    DLOCK_STATS_LOST,        /* reason="lost": DLOCK_ERR_LOST (re-entry into a lost hold, or a grant answered too late) */
     DLOCK_STATS_REDIS,       /* reason="redis": DLOCK_ERR_REDIS */
     DLOCK_STATS_OTHER,       /* reason="other": every other status */
     DLOCK_STATS_REASONS      /* how many reasons there are */

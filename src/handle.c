@@ -160,9 +160,25 @@ dlock_status dlock__handle_renew(dlock_client *client, dlock__wd_entry *e, long 
     return DLOCK_OK;
 }
 
+/* Why a new hold whose answer came back after its trusted time is refused
+ * rather than returned: the server may have let it go already (its lease
+ * started when the script ran, somewhere between the send and the
+ * answer), and a caller told DLOCK_OK would act on it. The anchors'
+ * RedLock clients fail such an attempt for the same reason. A re-entry
+ * adds a count to a hold its caller already believes in, which
+ * dlock_lock_lost() reports on as before. */
 dlock_status dlock__held_begin(dlock_client *client, dlock__held *h, int first, int watchdog, long lease_ms,
                               int64_t sent)
 {
+    if (first) {
+        int64_t took = dlock__mono_ms() - sent;
+        long trust = dlock__lease_trust_ms(lease_ms, client->safety_margin_pct);
+        if (took >= trust)
+            return dlock__fail(DLOCK_ERR_LOST,
+                               "granted, but the answer came %lld ms after the request was sent, past the %ld ms "
+                               "a %ld ms lease can be trusted; given back",
+                               (long long)took, trust, lease_ms);
+    }
     if (first) {
         atomic_store(&h->lost, 0);
         h->held_since = dlock__stats_clock();

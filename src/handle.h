@@ -135,8 +135,9 @@ dlock_status dlock__handle_renew(dlock_client *client, dlock__wd_entry *e, long 
 /* The acquire that (re-)entered `h` returned: a new hold (`first`) starts
  * its clock and forgets an old loss; the lease is trusted until its
  * safety margin (explicit) or renewed (`watchdog`) from `sent`, when the
- * acquire was sent. On DLOCK_ERR_SYS (no watchdog thread) the caller
- * releases what it took. */
+ * acquire was sent. A new hold answered after that trusted time is
+ * DLOCK_ERR_LOST, and on that or DLOCK_ERR_SYS (no watchdog thread) the
+ * caller gives back what it took and fails with the message set here. */
 dlock_status dlock__held_begin(dlock_client *client, dlock__held *h, int first, int watchdog, long lease_ms,
                               int64_t sent);
 

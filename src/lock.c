@@ -570,9 +570,12 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         return dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     if (result != DLOCK_OK) return (dlock_status)result;
 
-    if (dlock__held_begin(l->base.client, &h->held, before == 0, watchdog, lease, a.sent) != DLOCK_OK) {
+    dlock_status begun = dlock__held_begin(l->base.client, &h->held, before == 0, watchdog, lease, a.sent);
+    if (begun != DLOCK_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "lock '%s': %s", l->base.name, dlock_last_error());
         dlock_lock_release(l);
-        return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+        return dlock__fail(begun, "%s", why);
     }
     if (token) *token = h->token;
     return DLOCK_OK;
@@ -1079,13 +1082,15 @@ static void acquire_done(dlock__await *aw, int result)
         hold_handed(l, h, op->offer.hand.token, op->offer.hand.sent, &op->sent); /* by another process */
     release_call undo;
     int undone = 0;
+    dlock_status begun = DLOCK_OK;
     if (result == DLOCK_OK &&
-        dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
+        (begun = dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent)) != DLOCK_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "lock '%s': %s", l->base.name, dlock_last_error());
         release_call_make(l, h, &undo); /* sent below, before the caller is told */
         undone = 1;
         h->held.count = op->before;
-        st = DLOCK_ERR_SYS;
-        dlock__fail(st, "cannot start the watchdog thread");
+        st = dlock__fail(begun, "%s", why);
     } else if (result == DLOCK__BUSY && op->replica_short) {
         st = dlock__fail(DLOCK_ERR_REPLICA, "lock '%s': fewer than %d replicas acknowledged it within %d ms; undone",
                         l->base.name, c->replica_acks, c->replica_timeout_ms);

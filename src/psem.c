@@ -188,10 +188,13 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
         return (dlock_status)result;
     }
     pm->held.count = 1;
-    if (dlock__held_begin(p->base.client, &pm->held, 1, lease_ms == DLOCK_LEASE_WATCHDOG, pm->held.lease_ms,
-                          pm->sent) != DLOCK_OK) {
+    dlock_status begun =
+        dlock__held_begin(p->base.client, &pm->held, 1, lease_ms == DLOCK_LEASE_WATCHDOG, pm->held.lease_ms, pm->sent);
+    if (begun != DLOCK_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "permit: %s", dlock_last_error());
         dlock_psem_release(p, pm);
-        return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+        return dlock__fail(begun, "%s", why);
     }
     *out = pm;
     return DLOCK_OK;
@@ -383,16 +386,19 @@ static void acquire_done(dlock__await *aw, int result)
     if (result == DLOCK__BUSY) st = dlock__fail(DLOCK_ERR_TIMEOUT, "no permit became free in time");
     if (st == DLOCK_OK) {
         pm->held.count = 1;
-        if (dlock__held_begin(p->base.client, &pm->held, 1, op->watchdog, pm->held.lease_ms, pm->sent) != DLOCK_OK) {
+        dlock_status begun = dlock__held_begin(p->base.client, &pm->held, 1, op->watchdog, pm->held.lease_ms, pm->sent);
+        if (begun != DLOCK_OK) {
             /* Given back without waiting for the answer: a lease of its
              * own ends it anyway. */
+            char why[512];
+            snprintf(why, sizeof why, "permit: %s", dlock_last_error());
             dlock__op rop;
             dlock__op_new(p->base.client, p->held, &rop);
             release_call c;
             release_call_make(p, pm->id, &rop, &c);
             (void)dlock__async_script(p->base.client, DLOCK__SCRIPT_PSEM_RELEASE, 3, c.keys, 4, c.args,
                                       dlock__async_ignore, NULL);
-            st = dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+            st = dlock__fail(begun, "%s", why);
         }
     }
     if (st != DLOCK_OK) {

@@ -204,9 +204,12 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
 
     h->held.count = before + 1;
     if (mode == DLOCK_WRITE) t->token = a.token;
-    if (dlock__held_begin(rw->base.client, &h->held, before == 0, watchdog, a.lease, a.sent) != DLOCK_OK) {
+    dlock_status begun = dlock__held_begin(rw->base.client, &h->held, before == 0, watchdog, a.lease, a.sent);
+    if (begun != DLOCK_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "the %s hold: %s", mode_name[mode], dlock_last_error());
         dlock_rwlock_release(rw, mode);
-        return dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+        return dlock__fail(begun, "%s", why);
     }
     if (token) *token = a.token;
     return DLOCK_OK;
@@ -326,12 +329,15 @@ static void acquire_done(dlock__await *aw, int result)
     if (result == DLOCK_OK) {
         h->held.count = op->before + 1;
         if (op->mode == DLOCK_WRITE) t->token = op->token;
-        if (dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent) != DLOCK_OK) {
+        dlock_status begun = dlock__held_begin(c, &h->held, op->before == 0, op->watchdog, op->lease, op->sent);
+        if (begun != DLOCK_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "the %s hold: %s", mode_name[op->mode], dlock_last_error());
             rel_call rc;
             rel_call_make(rw, t, op->mode, &rc);
             dlock__async_script(c, DLOCK__SCRIPT_RW_RELEASE, 2, rc.keys, 5, rc.args, dlock__async_ignore, NULL);
             h->held.count = op->before;
-            st = dlock__fail(DLOCK_ERR_SYS, "cannot start the watchdog thread");
+            st = dlock__fail(begun, "%s", why);
         }
     } else if (result == DLOCK__BUSY) {
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[op->mode]);

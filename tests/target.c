@@ -135,6 +135,31 @@ int th_target_pause(th_target *t, const char *key)
     return th_node_pause(&t->topo, th_target_master_port(t, key));
 }
 
+static void *resume_later(void *arg)
+{
+    th_pause_timer *pt = arg;
+    usleep((useconds_t)pt->ms * 1000);
+    pt->rc = th_target_resume(pt->t, pt->key);
+    return NULL;
+}
+
+int th_target_pause_for(th_target *t, const char *key, long ms, th_pause_timer *pt)
+{
+    *pt = (th_pause_timer){.t = t, .key = key, .ms = ms, .rc = -1};
+    if (th_target_pause(t, key) != 0) return -1;
+    if (pthread_create(&pt->tid, NULL, resume_later, pt) != 0) {
+        (void)th_target_resume(t, key);
+        return -1;
+    }
+    return 0;
+}
+
+int th_target_pause_join(th_pause_timer *pt)
+{
+    pthread_join(pt->tid, NULL);
+    return pt->rc;
+}
+
 int th_target_resume(th_target *t, const char *key)
 {
     if (t->kind == TH_TARGET_SINGLE) {

@@ -17,6 +17,7 @@
 #ifndef DLOCK_TEST_TARGET_H
 #define DLOCK_TEST_TARGET_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <hiredis/hiredis.h>
 
@@ -63,6 +64,20 @@ int th_target_master_port(th_target *t, const char *key);
 /* SIGSTOP / SIGCONT the master serving `key`. */
 int th_target_pause(th_target *t, const char *key);
 int th_target_resume(th_target *t, const char *key);
+
+/* SIGSTOP the master serving `key` now and SIGCONT it `ms` later from a
+ * thread of its own, so that a call made meanwhile waits in the server's
+ * socket and is answered late; th_target_pause_join() waits for the
+ * resume and returns 0 when both worked. */
+typedef struct th_pause_timer {
+    pthread_t tid;
+    th_target *t;
+    const char *key;
+    long ms;
+    int rc;
+} th_pause_timer;
+int th_target_pause_for(th_target *t, const char *key, long ms, th_pause_timer *pt);
+int th_target_pause_join(th_pause_timer *pt);
 
 /* Empty every master (and wait for replicas): a clean slate between cases
  * that share one target. */

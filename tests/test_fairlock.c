@@ -515,12 +515,45 @@ static void fair_tokens_rise_across_a_redis_restart(void **state)
     th_redis_stop(&r);
 }
 
+/* As a_grant_answered_past_its_trusted_time_is_given_back (test_lock),
+ * for the fair lock: a grant of a 300 ms lease answered 600 ms late (the
+ * server paused with the acquire in its socket) is given back and fails
+ * with DLOCK_ERR_LOST; another client takes the lock at once. */
+static void fair_grant_answered_past_its_trusted_time_is_given_back(void **state)
+{
+    (void)state;
+    dlock_options o = {0};
+    o.command_timeout_ms = 3000;
+    dlock_client *c = NULL, *other = new_client(0);
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    dlock_lock *l, *l2;
+    assert_int_equal(dlock_lock_new_fair(c, "fair-late", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new_fair(other, "fair-late", &l2), DLOCK_OK);
+    assert_int_equal(dlock_lock_acquire(l, 0, 300, NULL), DLOCK_OK); /* connected, routed */
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    th_pause_timer pt;
+    assert_int_equal(th_target_pause_for(&server, "dlock:{fair-late}", 600, &pt), 0);
+    dlock_status st = dlock_lock_acquire(l, 0, 300, NULL);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    assert_int_equal(th_target_pause_join(&pt), 0);
+    if (st != DLOCK_ERR_LOST) fail_msg("fair acquire answered after the pause: %d (%s)", st, why);
+    assert_non_null(strstr(why, "given back"));
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l2), DLOCK_OK);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fair_tokens_rise_across_a_redis_restart),
         cmocka_unit_test(fair_lock_grants_in_arrival_order_across_processes),
         cmocka_unit_test(dead_fair_waiter_is_skipped_after_its_timeout),
+        cmocka_unit_test(fair_grant_answered_past_its_trusted_time_is_given_back),
         cmocka_unit_test(waiter_that_gives_up_leaves_the_queue),
         cmocka_unit_test(release_wakes_only_the_head_waiter),
         cmocka_unit_test(newcomer_cannot_jump_the_queue),

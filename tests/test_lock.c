@@ -272,7 +272,43 @@ static void two_handles_of_one_name_do_not_share_a_hold(void **state)
     dlock_client_free(c);
 }
 
-/* A holder whose explicit 150 ms lease ran out, and whose lock another
+/* The server sleeps 600 ms with the acquire of a 300 ms lease in its
+ * socket, then grants it at once: the client, counting from its send,
+ * cannot trust that hold, so it gives it back and fails with
+ * DLOCK_ERR_LOST instead of returning it. Another client then takes the
+ * lock at once (the grant's own lease, begun on the server at the
+ * resume, would otherwise keep it out). A library that returned the hold
+ * would hand its caller a lock the server may have let go already. */
+static void a_grant_answered_past_its_trusted_time_is_given_back(void **state)
+{
+    (void)state;
+    dlock_options o = {0};
+    o.command_timeout_ms = 3000;
+    dlock_client *c = NULL, *other = new_client(0);
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    dlock_lock *l = th_lock_new(c, "late"), *l2 = th_lock_new(other, "late");
+    assert_int_equal(dlock_lock_acquire(l, 0, 300, NULL), DLOCK_OK); /* connected, routed */
+    assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+    th_pause_timer pt;
+    assert_int_equal(th_target_pause_for(&server, "dlock:{late}", 600, &pt), 0);
+    uint64_t tok = 0;
+    dlock_status st = dlock_lock_acquire(l, 0, 300, &tok);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    assert_int_equal(th_target_pause_join(&pt), 0);
+    if (st != DLOCK_ERR_LOST) fail_msg("acquire answered after the pause: %d (%s)", st, why);
+    assert_non_null(strstr(why, "given back"));
+    assert_int_equal(tok, 0);
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l2), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l), DLOCK_ERR_NOT_OWNER);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
+/* A holder whose explicit 300 ms lease ran out, and whose lock another
  * client then took, gets DLOCK_ERR_LOST from release, and the new owner's
  * lock stays intact: the seeds' mis-deletion problem. If release.lua
  * deleted without checking the owner, the new owner's lock would vanish. */
@@ -283,8 +319,8 @@ static void expired_holder_cannot_release_the_next_owners_lock(void **state)
     dlock_lock *l1 = th_lock_new(c1, "misdelete"), *l2 = th_lock_new(c2, "misdelete");
     dlock_lock_info info;
     uint64_t t1, t2, t3;
-    assert_int_equal(dlock_lock_acquire(l1, 0, 150, &t1), DLOCK_OK);
-    usleep(300000);
+    assert_int_equal(dlock_lock_acquire(l1, 0, 300, &t1), DLOCK_OK);
+    usleep(600000);
     assert_int_equal(dlock_lock_acquire(l2, 0, 5000, &t2), DLOCK_OK);
     assert_true(t2 > t1);
 
@@ -1820,6 +1856,7 @@ int main(void)
         cmocka_unit_test(other_thread_can_neither_take_nor_release_a_held_lock),
         cmocka_unit_test(two_handles_of_one_name_do_not_share_a_hold),
         cmocka_unit_test(expired_holder_cannot_release_the_next_owners_lock),
+        cmocka_unit_test(a_grant_answered_past_its_trusted_time_is_given_back),
         cmocka_unit_test(killed_holder_lock_frees_after_its_lease_not_before),
         cmocka_unit_test(fencing_tokens_rise_in_acquisition_order_across_processes),
         cmocka_unit_test(fencing_tokens_rise_across_a_redis_restart),

@@ -163,6 +163,43 @@ static void async_acquire_and_release_leave_the_lock_free(void **state)
     assert_int_equal(d.n, 0);
 }
 
+/* As a_grant_answered_past_its_trusted_time_is_given_back (test_lock):
+ * the asynchronous acquire of a 300 ms lease answered 600 ms late, the
+ * server paused meanwhile, calls back with DLOCK_ERR_LOST once the
+ * give-back is answered, so another client takes the lock at once. */
+static void async_grant_answered_past_its_trusted_time_is_given_back(void **state)
+{
+    (void)state;
+    dlock_options o = {0};
+    o.command_timeout_ms = 3000;
+    dlock_client *c = NULL, *other = new_client(0);
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    dlock_lock *l, *l2;
+    assert_int_equal(dlock_lock_new(c, "async:late", &l), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(other, "async:late", &l2), DLOCK_OK);
+    acquire_ok(l, 0, 300, NULL); /* connected, routed */
+    release_ok(l);
+    th_pause_timer pt;
+    assert_int_equal(th_target_pause_for(&server, "dlock:{async:late}", 600, &pt), 0);
+    done d;
+    done_init(&d);
+    assert_int_equal(dlock_lock_acquire_async(l, 0, 300, on_acquired, &d), DLOCK_OK);
+    assert_int_equal(done_wait(&d, 1, 10000), 1);
+    assert_int_equal(th_target_pause_join(&pt), 0);
+    if (d.st != DLOCK_ERR_LOST) fail_msg("acquire_async answered after the pause: %d (%s)", d.st, d.error);
+    assert_non_null(strstr(d.error, "given back"));
+    assert_int_equal(d.token, 0);
+    assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_lock_release(l2), DLOCK_OK);
+    done r;
+    done_init(&r);
+    assert_int_equal(dlock_lock_release_async(l, on_released, &r), DLOCK_ERR_NOT_OWNER);
+    dlock_lock_free(l2);
+    dlock_lock_free(l);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
 /* The holder's lease is 10 s: a waiter that got the lock within a second
  * of the release was woken by it. */
 static void async_wait_is_woken_by_the_release(void **state)
@@ -1524,6 +1561,7 @@ int main(void)
         cmocka_unit_test(async_holds_of_one_name_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_fair_holds_exclude_each_other_with_rising_tokens),
         cmocka_unit_test(async_wait_is_woken_by_the_release),
+        cmocka_unit_test(async_grant_answered_past_its_trusted_time_is_given_back),
         cmocka_unit_test(the_library_names_each_thread_it_starts),
         cmocka_unit_test(async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken),
         cmocka_unit_test(a_release_hands_the_lock_to_a_waiter_of_either_api_in_its_client),

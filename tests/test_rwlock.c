@@ -311,6 +311,38 @@ static void write_tokens_rise_with_every_write_hold(void **state)
     dlock_client_free(c);
 }
 
+/* A write hold answered 600 ms late on a 300 ms lease (the server
+ * paused with the acquire in its socket) is given back and fails with
+ * DLOCK_ERR_LOST; a reader of another client then gets in at once. */
+static void a_write_hold_answered_past_its_trusted_time_is_given_back(void **state)
+{
+    (void)state;
+    dlock_options o = {0};
+    o.command_timeout_ms = 3000;
+    dlock_client *c = NULL, *other = new_client(0);
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    dlock_rwlock *a, *b;
+    assert_int_equal(dlock_rwlock_new(c, "rw-late", &a), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(other, "rw-late", &b), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_acquire(a, DLOCK_WRITE, 0, 300, NULL), DLOCK_OK); /* connected, routed */
+    assert_int_equal(dlock_rwlock_release(a, DLOCK_WRITE), DLOCK_OK);
+    th_pause_timer pt;
+    assert_int_equal(th_target_pause_for(&server, "dlock:{rw-late}", 600, &pt), 0);
+    dlock_status st = dlock_rwlock_acquire(a, DLOCK_WRITE, 0, 300, NULL);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    assert_int_equal(th_target_pause_join(&pt), 0);
+    if (st != DLOCK_ERR_LOST) fail_msg("write acquire answered after the pause: %d (%s)", st, why);
+    assert_non_null(strstr(why, "given back"));
+    assert_int_equal(dlock_rwlock_acquire(b, DLOCK_READ, 0, 5000, NULL), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(b, DLOCK_READ), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_release(a, DLOCK_WRITE), DLOCK_ERR_NOT_OWNER);
+    dlock_rwlock_free(b);
+    dlock_rwlock_free(a);
+    dlock_client_free(other);
+    dlock_client_free(c);
+}
+
 /* The admin view: a free lock shows nothing; a write hold shows its
  * owner, count and token; two readers count as two; an expired reader
  * counts as none. */
@@ -452,6 +484,7 @@ int main(void)
         cmocka_unit_test(expired_read_hold_is_not_revived_while_another_reader_holds),
         cmocka_unit_test(write_tokens_rise_with_every_write_hold),
         cmocka_unit_test(inspect_shows_the_writer_and_live_readers),
+        cmocka_unit_test(a_write_hold_answered_past_its_trusted_time_is_given_back),
         cmocka_unit_test(force_unlock_breaks_the_write_hold_and_wakes_readers),
         cmocka_unit_test(rwlock_rejects_bad_input),
     };

@@ -388,6 +388,40 @@ static void psem_release_by_id_and_renew(void **state)
     dlock_client_free(c);
 }
 
+/* A permit answered 600 ms late on a 300 ms lease (the server paused
+ * with the acquire in its socket) is given back and fails with
+ * DLOCK_ERR_LOST: the set's only permit is free again at once. */
+static void psem_permit_answered_past_its_trusted_time_is_given_back(void **state)
+{
+    (void)state;
+    dlock_options o = {0};
+    o.command_timeout_ms = 3000;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_new(server.url, &o, &c), DLOCK_OK);
+    dlock_psem *p;
+    dlock_permit *pm = NULL;
+    assert_int_equal(dlock_psem_new(c, "psem-late", &p), DLOCK_OK);
+    assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_psem_acquire(p, 0, 300, &pm), DLOCK_OK); /* connected, routed */
+    assert_int_equal(dlock_psem_release(p, pm), DLOCK_OK);
+    pm = NULL;
+    th_pause_timer pt;
+    assert_int_equal(th_target_pause_for(&server, "dlock:{psem-late}", 600, &pt), 0);
+    dlock_status st = dlock_psem_acquire(p, 0, 300, &pm);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    assert_int_equal(th_target_pause_join(&pt), 0);
+    if (st != DLOCK_ERR_LOST) fail_msg("permit answered after the pause: %d (%s)", st, why);
+    assert_non_null(strstr(why, "given back"));
+    long av = -1;
+    assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
+    assert_int_equal(av, 1);
+    assert_int_equal(dlock_psem_acquire(p, 0, 5000, &pm), DLOCK_OK);
+    assert_int_equal(dlock_psem_release(p, pm), DLOCK_OK);
+    dlock_psem_free(p);
+    dlock_client_free(c);
+}
+
 static void psem_expired_permit_cannot_be_renewed(void **state)
 {
     (void)state;
@@ -396,8 +430,8 @@ static void psem_expired_permit_cannot_be_renewed(void **state)
     dlock_permit *pm;
     assert_int_equal(dlock_psem_new(c, "psem-exp", &p), DLOCK_OK);
     assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
-    assert_int_equal(dlock_psem_acquire(p, 0, 100, &pm), DLOCK_OK);
-    usleep(300000);
+    assert_int_equal(dlock_psem_acquire(p, 0, 200, &pm), DLOCK_OK);
+    usleep(500000);
     assert_int_equal(dlock_psem_renew(p, dlock_permit_id(pm), 5000), DLOCK_ERR_LOST);
     assert_int_equal(dlock_psem_release(p, pm), DLOCK_ERR_LOST);
     dlock_psem_free(p);
@@ -442,8 +476,8 @@ static void psem_expired_permit_is_not_revived_while_another_is_held(void **stat
     assert_int_equal(dlock_psem_new(c, "psem-revive", &p), DLOCK_OK);
     assert_int_equal(dlock_psem_set_permits(p, 2, NULL), DLOCK_OK);
     assert_int_equal(dlock_psem_acquire(p, 0, 30000, &kept), DLOCK_OK);
-    assert_int_equal(dlock_psem_acquire(p, 0, 100, &late), DLOCK_OK);
-    usleep(300000);
+    assert_int_equal(dlock_psem_acquire(p, 0, 200, &late), DLOCK_OK);
+    usleep(500000);
     assert_int_equal(dlock_psem_renew(p, dlock_permit_id(late), 30000), DLOCK_ERR_LOST);
     assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
     assert_int_equal(av, 1);
@@ -645,6 +679,7 @@ int main(void)
         cmocka_unit_test(psem_permit_of_killed_holder_returns_after_its_lease),
         cmocka_unit_test(psem_release_by_id_and_renew),
         cmocka_unit_test(psem_expired_permit_cannot_be_renewed),
+        cmocka_unit_test(psem_permit_answered_past_its_trusted_time_is_given_back),
         cmocka_unit_test(psem_expired_permit_returns_while_another_is_held),
         cmocka_unit_test(psem_expired_permit_is_not_revived_while_another_is_held),
         cmocka_unit_test(psem_watchdog_renews_and_reports_loss),

@@ -9,10 +9,11 @@
 /* acq_start: when its acquisition began, the earliest it can have been
  * granted; for a `dlock lock` hold, when that dlock was started.
  * pause_from: from when a pause of its holder explains an overlap: the
- * acquisition's start for a library client (the library returns a hold
- * whose lease ran out during the call, and reports it lost at the first
- * check), but COMMAND's start for `dlock lock`, which must not start
- * COMMAND on a lease that ran out while it was paused. */
+ * acquisition's start for a library client (a pause after the library's
+ * last look at the clock, before the call returned, can leave it holding
+ * a hold whose lease ran out, reported lost at the first check), but
+ * COMMAND's start for `dlock lock`, which must not start COMMAND on a
+ * lease that ran out while it was paused. */
 typedef struct hold {
     int pid, holder, client;
     long n;
