@@ -170,21 +170,19 @@ dlock_status dlock__handle_renew(dlock_client *client, dlock__wd_entry *e, long 
 dlock_status dlock__held_begin(dlock_client *client, dlock__held *h, int first, int watchdog, long lease_ms,
                               int64_t sent)
 {
+    long trust = dlock__lease_trust_ms(lease_ms, client->safety_margin_pct);
     if (first) {
         int64_t took = dlock__mono_ms() - sent;
-        long trust = dlock__lease_trust_ms(lease_ms, client->safety_margin_pct);
         if (took >= trust)
             return dlock__fail(DLOCK_ERR_LOST,
                                "granted, but the answer came %lld ms after the request was sent, past the %ld ms "
                                "a %ld ms lease can be trusted; given back",
                                (long long)took, trust, lease_ms);
-    }
-    if (first) {
         atomic_store(&h->lost, 0);
         h->held_since = dlock__stats_clock();
     }
     h->lease_ms = lease_ms;
-    h->trusted_until = watchdog ? 0 : sent + dlock__lease_trust_ms(lease_ms, client->safety_margin_pct);
+    h->trusted_until = watchdog ? 0 : sent + trust;
     /* A re-entry renews too: its acquire restarted the lease at `sent`. */
     if (!watchdog) return DLOCK_OK;
     dlock_status st = dlock__handle_renew(client, &h->wd, lease_ms, sent);
