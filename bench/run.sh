@@ -24,7 +24,7 @@
 #    SET NX PX 10000 on a random key and a compare-and-delete script: what
 #    a lock without fencing token, re-entry or waiters costs the server.
 #    Its rate and the library's two uncontended ratios over it are printed
-#    beside the summary, not judged (docs/BENCHMARKS.md, stop 52).
+#    beside the summary, not judged (measured; CHANGELOG.md).
 #    Caveats: a release on a random key finds it not held, so it runs the
 #    script's short path (HGET, return -1) instead of HGET+DEL+PUBLISH: the
 #    floor is a little fast, i.e. the target a little harder. And
@@ -150,7 +150,7 @@ got="$got $(redis-cli -s "$sock" EVALSHA "$rel_sha" 2 'dlock:{b:check}' 'dlock:{
 # The simplest correct lock, the floor issue 14's text names: SET NX PX,
 # released by a compare-and-delete script. No fencing token, no re-entry,
 # no waiters' registry: what a lock costs the server without them. Printed
-# beside the ratios, not judged (docs/BENCHMARKS.md, stop 52).
+# beside the ratios, not judged (measured; CHANGELOG.md).
 cad_sha=$(redis-cli -s "$sock" SCRIPT LOAD \
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
 case "$cad_sha" in
@@ -335,7 +335,7 @@ done
 # OVER (1, the floor, by default; 4, the simplest lock); no verdict when
 # TARGET is "-". NOISY when the rounds' median steal (column 5) is over
 # $steal_noisy_pct % of a core: the host then slows the unpipelined floor
-# more than the library's pipelined calls (stop 52 saw the async ratio
+# more than the library's pipelined calls (one 2-vCPU VM saw the async ratio
 # read 1.94-2.22 at 73-87 % steal against 1.24 on a quiet host).
 spread() {
     _r=$(printf '%s' "$paired" | median_col "$1" "${3:-1}")

@@ -239,11 +239,10 @@ typedef struct dlock_options {
                                 On the VMs we measure, the poll doubled one
                                 waiter's round trips per second and gave 8
                                 threads a third more (an idle vCPU is slow
-                                to wake, stops 48 and 49). A program whose own
+                                to wake). A program whose own
                                 threads keep every CPU busy (a server) loses
                                 by it, and should pass -1: seckill's open
-                                sale ran a tenth faster (docs/BENCHMARKS.md,
-                                stop 49) */
+                                sale ran a tenth faster without it */
 } dlock_options;
 
 /*

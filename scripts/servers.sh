@@ -14,7 +14,7 @@ command -v setsid >/dev/null 2>&1 && daemon_session=setsid
 # machine_notes: what on this machine may move the tail of a benchmark,
 # for its header line. DAMON (the kernel's memory access monitor), when a
 # kdamond runs, scans page tables every sampling interval and takes a CPU
-# for tens of milliseconds each time: on the 2-vCPU VM of stop 27, 20-35 ms
+# for tens of milliseconds each time: on one 2-vCPU VM, 20-35 ms
 # every 545 ms, which set the p99 wait of 64 processes on one lock
 # (docs/BENCHMARKS.md).
 machine_notes() {
@@ -44,7 +44,7 @@ steal_since() {
 
 # Rounds of a benchmark whose median steal is over this (% of one core)
 # give no verdict (NOISY): on a host that loaded, the ratios say more
-# about the host than about the code (docs/BENCHMARKS.md, stop 52).
+# about the host than about the code (measured; CHANGELOG.md).
 steal_noisy_pct=10
 # noisy_verdict STEAL: that verdict for rounds of median steal STEAL, or
 # nothing when they may be judged.

@@ -172,7 +172,7 @@ static char *put_line(char *p, char c, size_t v)
  * length line with sdscatfmt into a new string, then copies that string
  * onto the output buffer. For a lock call's 12-16 arguments that was
  * about 8 000 instructions a command: a fifth of the user-space work of a
- * Python lock+release pair (callgrind, docs/BENCHMARKS.md, stop 42).
+ * Python lock+release pair (measured with callgrind; CHANGELOG.md).
  * RESP's framing is one length line per argument: written here straight
  * into the output buffer, which grows once. test_link checks the bytes
  * against hiredis's formatter. */

@@ -46,7 +46,7 @@
  * batch of replies while the server did; two writes on their way keep
  * both busy. A thread's synchronous request first sends what its
  * completions held back, so nothing it submitted is overtaken.
- * Measured (docs/BENCHMARKS.md, stop 40): about a quarter less client
+ * Measured (measured; CHANGELOG.md): about a quarter less client
  * CPU per pair with 8 or 64 asynchronous acquisitions in flight.
  *
  * What must not go through here: commands that block the connection on the
@@ -269,7 +269,7 @@ static void flush(dlock__mux *m)
  * of microseconds is woken by the hypervisor only after its idle vCPU was
  * halted and brought back, which cost more than the round trip itself:
  * one asynchronous acquisition in flight made 1.5k pairs/s, 12k with the
- * poll (docs/BENCHMARKS.md, stop 48). sched_yield() lets anything
+ * poll (measured; CHANGELOG.md). sched_yield() lets anything
  * runnable on this CPU (the server, say) go first. When polls keep coming
  * back empty (a slow server, or a machine too busy to answer within the
  * poll: many processes each polling would take the server's CPU), the
@@ -283,10 +283,10 @@ static void flush(dlock__mux *m)
  * another thread having run meanwhile, ends the poll for this read: the
  * CPU is not idle and will not halt. The reader thread and a lone caller
  * poll on regardless: there the thread that runs during the yield is
- * mostly the server, answering (stop 49 measured both ways). A program
+ * mostly the server, answering (measured both ways). A program
  * whose own threads keep the CPUs busy turns the poll off: it takes their
  * CPU and wakes the reader for smaller batches of replies (seckill's open
- * sale ran about a tenth faster without it, stop 49). Called with mu
+ * sale ran about a tenth faster without it). Called with mu
  * released, as the reader.
  */
 static void spin_for_reply(dlock__mux *m, dlock__link *link, int give_way)
@@ -375,8 +375,8 @@ static void read_some(dlock__mux *m, mux_req *self)
         }
     }
     /* Woken with mu released: a thread woken while the reader still held
-     * it would only sleep again on the mutex (stop 48 in
-     * docs/BENCHMARKS.md counted it). The reader's own request alone (a
+     * it would only sleep again on the mutex (measured on one
+     * VM). The reader's own request alone (a
      * lone caller's every request) needs neither. */
     if (woken == self && self && !self->next) {
         req_wake(self, REQ_DONE);

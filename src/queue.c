@@ -8,7 +8,7 @@
  * that thread wait for the loop's thread to let go of the interpreter,
  * once per completion, while every other reply waits behind it; measured,
  * that was about three context switches and fifteen futex calls per
- * lock+release pair (docs/BENCHMARKS.md, "Stop 29"). Posting here costs
+ * lock+release pair (measured; CHANGELOG.md). Posting here costs
  * the library thread a mutex and, when the queue was empty, one write to
  * an eventfd; the loop takes a burst of outcomes with one call.
  *

@@ -68,7 +68,7 @@ dlock_status dlock__check_lease(long lease_ms, long min_ms, int watchdog_ok);
  * out. Why not snprintf: a lock call prints five or six numbers, and
  * printf's machinery took about 6 000 of the 77 000 user-space
  * instructions of a Python lock+release pair (callgrind,
- * docs/BENCHMARKS.md, stop 42). */
+ * measured; CHANGELOG.md). */
 char *dlock__fmt_ll(long long v, char *out);
 char *dlock__fmt_ull(unsigned long long v, char *out);
 

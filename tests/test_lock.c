@@ -1732,7 +1732,7 @@ static void a_hand_off_in_the_old_form_only_wakes_the_waiter(void **state)
  * process is answered busy, the woken process's is granted and ends the
  * reservation, and a lock with neither a holder nor a reservation is
  * granted at once. acquire.lua finds the free lock with one EXISTS over
- * the lock and the reservation (stop 43); counting the lock alone would
+ * the lock and the reservation; counting the lock alone would
  * let the newcomer take it here. The reservation is made by hand, 5 s
  * long, so that nothing but the script decides. */
 static void a_lock_kept_for_a_woken_process_is_busy_to_others_and_free_to_it(void **state)
@@ -1828,7 +1828,7 @@ static long long second_waiter_granted_after_a_hand_off(void)
  * it began (the lock went behind the sleeping waiter's back, by an
  * operator's DEL or a lease run out, and a newcomer's first attempt took
  * it); and second in line when the first was handed the lock. A release
- * that misses it leaves it to its timed retry (2 s). Stop 44 tried
+ * that misses it leaves it to its timed retry (2 s). A variant tried
  * letting a release read the waiting set only when the lock was marked
  * as having one; with the mark left out of each of its three places in
  * turn, the round it guarded failed (the waiter granted about 2 s after

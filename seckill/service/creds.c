@@ -38,7 +38,7 @@ int sk_redis_connect(const char *url, const char *password, int command_timeout_
     o.command_timeout_ms = command_timeout_ms;
     /* The service's HTTP threads keep the CPUs busy: a reader that polls
      * for replies takes their CPU and reads smaller batches of them (the
-     * open sale ran faster without, docs/BENCHMARKS.md, stop 49). */
+     * open sale ran faster without, measured; CHANGELOG.md). */
     o.busy_poll_us = -1;
     if (dlock_client_new(url, &o, out) == DLOCK_OK) return 0;
     char masked[512];

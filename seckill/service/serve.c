@@ -88,7 +88,7 @@ typedef struct serve_opts {
  * each wakes up for fewer ready requests and resumed answers at a time.
  * An open sale made 0.57 context switches an order with 4 threads on 2
  * CPUs against 0.75 with 8, and took 8 % less of the service's CPU, at
- * the same rate (docs/BENCHMARKS.md, stop 50). 2 a CPU, at least 4, so
+ * the same rate (measured; CHANGELOG.md). 2 a CPU, at least 4, so
  * that a slow request that does wait (an order lookup on a slow
  * database) holds up a quarter of the connections at most.
  */

@@ -705,7 +705,7 @@ static void buyers_start(lost_buyer *b, pthread_t *th, int k, int port, const sk
  * fixed sleep was too short under ASan on a loaded machine: a buyer's
  * connection not yet accepted when the test went on was refused by the
  * stop, not answered. Short of k, the service's threads are shown: once
- * (stop 48, ctest -j4) one order of 8 never arrived, unexplained. */
+ * (ctest -j4) one order of 8 never arrived, unexplained. */
 static int wait_in_flight(const skt_serve *sv, int k)
 {
     long long deadline = th_now_ms() + 10000;

@@ -71,7 +71,7 @@
 -- One EXISTS over the lock and the reservation first: when neither is
 -- there (every uncontended acquisition) it answers for both, where HGET
 -- and GET took two calls, and each redis.call costs the server about as
--- much as a small command of its own (docs/BENCHMARKS.md, stop 43). A
+-- much as a small command of its own (measured; CHANGELOG.md). A
 -- caller that knows it holds the lock (ARGV[3] > 0) skips it: the lock is
 -- there. A busy lock costs one call more than before, an attempt that
 -- finds it busy being rarer than one that finds it free.
@@ -80,7 +80,7 @@
 -- client writes ARGV[3] in decimal, "0" for none): tonumber() is C's
 -- strtod and a Lua number passed to redis.call is formatted by printf:
 -- the four conversions this saves on an uncontended pair were 4 % of the
--- server's instructions for it (callgrind, docs/BENCHMARKS.md, stop 44).
+-- server's instructions for it (measured with callgrind; CHANGELOG.md).
 local mine = ARGV[3] ~= '0'
 local owner
 if mine or redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1]) > 0 then

@@ -16,7 +16,7 @@
 -- the server about 1 100 instructions to take in (parsing it, its
 -- object, its Lua string: a key of a lock's size, by callgrind; an
 -- uncontended pair costs about 112 000 with this script,
--- docs/BENCHMARKS.md, stop 44). An uncontended release needs two keys and
+-- measured; CHANGELOG.md). An uncontended release needs two keys and
 -- three arguments. The caller
 -- (src/lock.c, release_call_quicken) sends this one only for a hold
 -- shorter than a millisecond, where the saving counts, and only when no

@@ -219,7 +219,7 @@ class _State:
     # The count of calls under way is kept without the lock: every pair of
     # lock and release passes here four times, and the lock's two
     # sections a call were a seventh of a pair's user-space instructions
-    # (docs/BENCHMARKS.md, stop 42). deque.append and pop are atomic, and
+    # (measured; CHANGELOG.md). deque.append and pop are atomic, and
     # each side writes its mark before it reads the other's: a call
     # appends, then reads `closed`; close() sets `closed`, then counts. So
     # either close() counts the call and waits for it, or the call sees
@@ -1116,7 +1116,7 @@ class _Exclusive(_OnHandle):
 
     def _release(self, mode: Optional[int]) -> None:
         # _rc's guard, written out: every release passes here, and _rc
-        # would cost a closure and two calls more (stop 42).
+        # would cost a closure and two calls more on every release.
         st = self._h.state
         st.enter()
         try:

@@ -30,7 +30,7 @@
 -- is the text printed from a number and written once more. So a grant
 -- makes one call to the counter, not a GET and a SET, and neither parses
 -- nor prints a sixteen-digit number; measured, about 3 µs of the
--- server's 40 µs for an acquire and release (docs/BENCHMARKS.md, stop 39).
+-- server's 40 µs for an acquire and release (measured; CHANGELOG.md).
 -- Decimal texts are compared by length, then as strings: the counter
 -- and the floors are written without leading zeros. SET ... GET needs
 -- Redis 6.2; before 7.0 (no redis.REDIS_VERSION_NUM) the counter is read
