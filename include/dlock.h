@@ -1143,27 +1143,43 @@ DLOCK_API void dlock_queue_on_redlock_released(dlock_redlock *rl, dlock_status s
  * A RedLock counts its acquire calls, holds and losses on the client of
  * its first master, and its renewals on each master's own client.
  */
+/*
+ * The kinds and the failure reasons, each written once: X(NAME, "label",
+ * what it counts). The enums below and the Prometheus labels (src/stats.c)
+ * are generated from these lists, so the two cannot disagree.
+ */
+#define DLOCK_STATS_KIND_LIST(X)                                  \
+    X(LOCK, "lock", "dlock_lock_new()")                           \
+    X(FAIR, "fair", "dlock_lock_new_fair()")                      \
+    X(READ, "read", "read holds of dlock_rwlock")                 \
+    X(WRITE, "write", "write holds of dlock_rwlock")              \
+    X(SEMAPHORE, "semaphore", "dlock_semaphore")                  \
+    X(PERMIT, "permit", "dlock_psem")                             \
+    X(REDLOCK, "redlock", "dlock_redlock")                        \
+    X(LATCH, "latch", "dlock_latch_await()")
+
+/* Why an acquire call failed, from its status. LOST: a re-entry into a
+ * lost hold, or a grant answered too late. */
+#define DLOCK_STATS_REASON_LIST(X)                                \
+    X(TIMEOUT, "timeout", "DLOCK_ERR_TIMEOUT")                    \
+    X(CONNECT, "connect", "DLOCK_ERR_CONNECT")                    \
+    X(LOST, "lost", "DLOCK_ERR_LOST")                             \
+    X(REDIS, "redis", "DLOCK_ERR_REDIS")                          \
+    X(OTHER, "other", "every other status")
+
+#define DLOCK__STATS_ENUM_ITEM(name, label, what) DLOCK_STATS_##name,
+/* DLOCK_STATS_LOCK = 0, DLOCK_STATS_FAIR, ... in the list's order. */
 typedef enum dlock_stats_kind {
-    DLOCK_STATS_LOCK = 0,  /* kind="lock": dlock_lock_new() */
-    DLOCK_STATS_FAIR,      /* kind="fair": dlock_lock_new_fair() */
-    DLOCK_STATS_READ,      /* kind="read": read holds of dlock_rwlock */
-    DLOCK_STATS_WRITE,     /* kind="write": write holds of dlock_rwlock */
-    DLOCK_STATS_SEMAPHORE, /* kind="semaphore": dlock_semaphore */
-    DLOCK_STATS_PERMIT,    /* kind="permit": dlock_psem */
-    DLOCK_STATS_REDLOCK,   /* kind="redlock": dlock_redlock */
-    DLOCK_STATS_LATCH,     /* kind="latch": dlock_latch_await() */
-    DLOCK_STATS_KINDS      /* how many kinds there are */
+    DLOCK_STATS_KIND_LIST(DLOCK__STATS_ENUM_ITEM)
+    DLOCK_STATS_KINDS /* how many kinds there are */
 } dlock_stats_kind;
 
-/* Why an acquire call failed, from its status. */
+/* DLOCK_STATS_TIMEOUT = 0, DLOCK_STATS_CONNECT, ... in the list's order. */
 typedef enum dlock_stats_reason {
-    DLOCK_STATS_TIMEOUT = 0, /* reason="timeout": DLOCK_ERR_TIMEOUT */
-    DLOCK_STATS_CONNECT,     /* reason="connect": DLOCK_ERR_CONNECT */
-    DLOCK_STATS_LOST,        /* reason="lost": DLOCK_ERR_LOST (re-entry into a lost hold, or a grant answered too late) */
-    DLOCK_STATS_REDIS,       /* reason="redis": DLOCK_ERR_REDIS */
-    DLOCK_STATS_OTHER,       /* reason="other": every other status */
-    DLOCK_STATS_REASONS      /* how many reasons there are */
+    DLOCK_STATS_REASON_LIST(DLOCK__STATS_ENUM_ITEM)
+    DLOCK_STATS_REASONS /* how many reasons there are */
 } dlock_stats_reason;
+#undef DLOCK__STATS_ENUM_ITEM
 
 /* The upper bounds of the histograms' buckets, in microseconds (25 us, an
  * uncontended acquire on a local socket, to 60 s, as Prometheus's "le"),

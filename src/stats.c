@@ -23,10 +23,10 @@ static const uint64_t bounds_us[] = {DLOCK_STATS_BOUNDS_US};
 _Static_assert(sizeof bounds_us / sizeof *bounds_us == DLOCK_STATS_BUCKETS - 1,
                "DLOCK_STATS_BUCKETS must be the number of bounds plus +Inf");
 
-static const char *const kind_names[DLOCK_STATS_KINDS] = {
-    "lock", "fair", "read", "write", "semaphore", "permit", "redlock", "latch",
-};
-static const char *const reason_names[DLOCK_STATS_REASONS] = {"timeout", "connect", "lost", "redis", "other"};
+#define LABEL(name, label, what) label,
+static const char *const kind_names[DLOCK_STATS_KINDS] = {DLOCK_STATS_KIND_LIST(LABEL)};
+static const char *const reason_names[DLOCK_STATS_REASONS] = {DLOCK_STATS_REASON_LIST(LABEL)};
+#undef LABEL
 
 static void add(atomic_ullong *a, uint64_t n)
 {
