@@ -29,8 +29,8 @@ machine_notes() {
 
 # steal_mark, then steal_since: the time the hypervisor took from this
 # VM's CPUs in between (/proc/stat's steal: the CPUs were ready to run,
-# the host ran something else), in % of one core. On the 2-vCPU VM of stop
-# 41 it came in bursts of tens of milliseconds that stretched every lock
+# the host ran something else), in % of one core. On one 2-vCPU AMD EPYC VM
+# (2026-11-29) it came in bursts of tens of milliseconds that stretched every lock
 # hand-off falling in them (docs/BENCHMARKS.md).
 steal_mark() {
     _steal0=$(awk '/^cpu / { print $9 }' /proc/stat)
