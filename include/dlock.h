@@ -485,7 +485,9 @@ typedef struct dlock_lock_info {
     char holder[96];     /* owner string of the holder, empty when free */
     long hold_count;     /* re-entry count of the holder */
     long ttl_ms;         /* remaining lease in milliseconds, -1 when free */
-    uint64_t last_token; /* most recent fencing token handed out, 0 if none */
+    /* the hold's fencing token; when free, the last token of the counter the
+     * name shares with its hash slot (at least the name's own last), 0 if none */
+    uint64_t last_token;
 } dlock_lock_info;
 
 /* Read the state of lock `name` without changing it (the admin view). */
@@ -779,8 +781,8 @@ DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
  * release wakes every waiter, so all readers go at once. Readers are not
  * held back by a waiting writer (as in Redisson): under a steady stream of
  * overlapping readers a writer waits until they thin out.
- * Keys: "dlock:{NAME}:rw" (hash), "dlock:{NAME}:rw:fence", channel
- * "dlock:{NAME}:rw:ch".
+ * Keys: "dlock:{NAME}:rw" (hash), the fencing counter of the name's slot
+ * (docs/design/keys.md), channel "dlock:{NAME}:rw:ch".
  */
 typedef struct dlock_rwlock dlock_rwlock;
 
@@ -798,8 +800,9 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
 /*
  * Take a read or write hold for the calling thread. `wait_ms` and
  * `lease_ms` as in dlock_lock_acquire(). *token (if not NULL): for a write
- * hold, its fencing token; for a read hold, the token of the latest write
- * hold (0 if none), i.e. the version the reader sees.
+ * hold, its fencing token; for a read hold, the last token of the counter
+ * the name shares with its hash slot (0 if none): at least the latest
+ * write hold's and below the next one's, i.e. the version the reader sees.
  */
 DLOCK_API dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
                                   uint64_t *token);
@@ -939,7 +942,9 @@ typedef struct dlock_rwlock_info {
     long write_count;    /* the writer's re-entry count, 0 when none */
     long readers;        /* owners holding a live read hold */
     long ttl_ms;         /* remaining lease of the longest hold, -1 when free */
-    uint64_t last_token; /* most recent write token handed out, 0 if none */
+    /* the write hold's token; without one, the last token of the counter
+     * the name shares with its hash slot (at least its own last), 0 if none */
+    uint64_t last_token;
 } dlock_rwlock_info;
 
 /* Read the state of read-write lock `name` without changing it (the admin
