@@ -65,7 +65,8 @@ static void slot_tags_build(void)
         for (size_t i = 0; i < len; i++) combos *= TAG_ALPHABET_LEN;
         for (size_t n = 0; n < combos && left > 0; n++) {
             size_t v = n;
-            for (size_t i = len; i-- > 0; v /= TAG_ALPHABET_LEN) t[i] = (unsigned char)TAG_ALPHABET[v % TAG_ALPHABET_LEN];
+            for (size_t i = len; i-- > 0; v /= TAG_ALPHABET_LEN)
+                t[i] = (unsigned char)TAG_ALPHABET[v % TAG_ALPHABET_LEN];
             unsigned slot = crc16(t, len) % DLOCK__SLOTS;
             if (slot_tags[slot][0]) continue;
             memcpy(slot_tags[slot], t, len);
