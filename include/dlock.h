@@ -485,7 +485,9 @@ typedef struct dlock_lock_info {
     char holder[96];     /* owner string of the holder, empty when free */
     long hold_count;     /* re-entry count of the holder */
     long ttl_ms;         /* remaining lease in milliseconds, -1 when free */
-    uint64_t last_token; /* most recent fencing token handed out, 0 if none */
+    /* the hold's fencing token; when free, the last token of the counter the
+     * name shares with its hash slot (at least the name's own last), 0 if none */
+    uint64_t last_token;
 } dlock_lock_info;
 
 /* Read the state of lock `name` without changing it (the admin view). */
@@ -779,8 +781,8 @@ DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
  * release wakes every waiter, so all readers go at once. Readers are not
  * held back by a waiting writer (as in Redisson): under a steady stream of
  * overlapping readers a writer waits until they thin out.
- * Keys: "dlock:{NAME}:rw" (hash), "dlock:{NAME}:rw:fence", channel
- * "dlock:{NAME}:rw:ch".
+ * Keys: "dlock:{NAME}:rw" (hash), the fencing counter of the name's slot
+ * (docs/design/keys.md), channel "dlock:{NAME}:rw:ch".
  */
 typedef struct dlock_rwlock dlock_rwlock;
 
@@ -798,8 +800,9 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
 /*
  * Take a read or write hold for the calling thread. `wait_ms` and
  * `lease_ms` as in dlock_lock_acquire(). *token (if not NULL): for a write
- * hold, its fencing token; for a read hold, the token of the latest write
- * hold (0 if none), i.e. the version the reader sees.
+ * hold, its fencing token; for a read hold, the last token of the counter
+ * the name shares with its hash slot (0 if none): at least the latest
+ * write hold's and below the next one's, i.e. the version the reader sees.
  */
 DLOCK_API dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
                                   uint64_t *token);
@@ -939,7 +942,9 @@ typedef struct dlock_rwlock_info {
     long write_count;    /* the writer's re-entry count, 0 when none */
     long readers;        /* owners holding a live read hold */
     long ttl_ms;         /* remaining lease of the longest hold, -1 when free */
-    uint64_t last_token; /* most recent write token handed out, 0 if none */
+    /* the write hold's token; without one, the last token of the counter
+     * the name shares with its hash slot (at least its own last), 0 if none */
+    uint64_t last_token;
 } dlock_rwlock_info;
 
 /* Read the state of read-write lock `name` without changing it (the admin
@@ -951,6 +956,113 @@ DLOCK_API dlock_status dlock_rwlock_inspect(dlock_client *client, const char *na
  * *was_held (if not NULL) tells whether anything was deleted. For
  * operators, not for normal release. */
 DLOCK_API dlock_status dlock_rwlock_force_unlock(dlock_client *client, const char *name, int *was_held);
+
+/* ------------------------------------------------------------------------ */
+/* Administration                                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * For operators and tools (`dlock list`, `dlock delete`): what is held
+ * under which names, and removing what a crashed program left behind.
+ * Not for the paths of a program that uses the locks.
+ */
+
+/* What kind of object a name is used as. A fair lock with no waiter keeps
+ * exactly the keys of a plain lock, so it is listed as DLOCK_KIND_LOCK. */
+typedef enum dlock_kind {
+    DLOCK_KIND_LOCK = 0,      /* a plain lock (or a fair lock nobody waits for) */
+    DLOCK_KIND_FAIR_LOCK = 1, /* a fair lock with waiters queued */
+    DLOCK_KIND_RWLOCK = 2,
+    DLOCK_KIND_SEMAPHORE = 3,
+    DLOCK_KIND_PSEM = 4, /* permit-expirable semaphore */
+    DLOCK_KIND_LATCH = 5
+} dlock_kind;
+
+/* "lock", "fair", "rwlock", "semaphore", "psem" or "latch"; "?" for any
+ * other value. Never NULL. */
+DLOCK_API const char *dlock_kind_name(dlock_kind kind);
+
+/* What dlock_semaphore_inspect() reports. A semaphore keeps only the
+ * permits left, not how many it was set to, so "used" is not known. */
+typedef struct dlock_semaphore_info {
+    int exists;     /* 1 once set (dlock_semaphore_set_permits) */
+    long available; /* permits available now, 0 when not set */
+} dlock_semaphore_info;
+
+/* Read semaphore `name` without changing it. */
+DLOCK_API dlock_status dlock_semaphore_inspect(dlock_client *client, const char *name, dlock_semaphore_info *info);
+
+/* What dlock_psem_inspect() reports, read in one atomic step. */
+typedef struct dlock_psem_info {
+    int exists;   /* 1 once set (dlock_psem_set_permits) */
+    long permits; /* what it was set to (0 when not set) */
+    long used;    /* permits held by a live permit (lease not over) */
+    long ttl_ms;  /* the longest lease left among them, -1 when none */
+} dlock_psem_info;
+
+/* Read permit-expirable semaphore `name` without changing it. */
+DLOCK_API dlock_status dlock_psem_inspect(dlock_client *client, const char *name, dlock_psem_info *info);
+
+/* What dlock_latch_inspect() reports. */
+typedef struct dlock_latch_info {
+    int exists; /* 1 while set and not yet counted down to zero */
+    long count; /* the count left, 0 when not set */
+} dlock_latch_info;
+
+/* Read latch `name` without changing it. */
+DLOCK_API dlock_status dlock_latch_inspect(dlock_client *client, const char *name, dlock_latch_info *info);
+
+/* One object found by dlock_list(): its name, its kind, and what the
+ * kind's inspect call reports (the member named by `kind`). */
+typedef struct dlock_entry {
+    char *name;
+    dlock_kind kind;
+    union {
+        dlock_lock_info lock; /* DLOCK_KIND_LOCK, DLOCK_KIND_FAIR_LOCK */
+        dlock_rwlock_info rwlock;
+        dlock_semaphore_info semaphore;
+        dlock_psem_info psem;
+        dlock_latch_info latch;
+    } info;
+} dlock_entry;
+
+/*
+ * Every held lock, fair lock and read-write lock, every semaphore and
+ * permit-expirable semaphore that is set, and every latch not yet open,
+ * whose name matches the glob `pattern` (Redis's MATCH syntax: * ? [...]
+ * and \ to escape; "*" for all; no '{' or '}'). The keys are found with
+ * SCAN on the one server (the Sentinels' master), or on every master of a
+ * Cluster, and each object is then read by its inspect call. SCAN is not a
+ * snapshot: an object made or removed while it runs may be listed or not,
+ * and each entry's state is from its own moment. Objects that are gone by
+ * the time they are read are left out. Entries are sorted by name, then
+ * kind. On DLOCK_OK *out is an array of *n entries (NULL when none) to
+ * free with dlock_list_free(); on a failure *out is NULL and *n 0. It
+ * reads the whole keyspace, so its cost grows with the number of keys of
+ * the deployment, not with the matches.
+ */
+DLOCK_API dlock_status dlock_list(dlock_client *client, const char *pattern, dlock_entry **out, size_t *n);
+
+/* Free what dlock_list() returned (NULL is fine). */
+DLOCK_API void dlock_list_free(dlock_entry *entries, size_t n);
+
+/*
+ * Delete every key of name `name` (its lock, fair lock queue, read-write
+ * lock, semaphores, latch, waiting sets and what the CLI wrote for it),
+ * in one atomic step. While it is in use (a lock, fair lock or
+ * read-write hold, a live permit, or a latch not yet open) it is refused
+ * with DLOCK_ERR_NOT_OWNER, the message saying which kind holds it,
+ * unless `force` is non-zero: then the holders' watchdogs report their
+ * holds lost and waiters are woken (as dlock_lock_force_unlock()). A plain
+ * semaphore has no holders to check: deleting it forgets its permits, and
+ * the next dlock_semaphore_set_permits() sets them again. Fencing tokens
+ * do not go back: the counter they come from belongs to the name's hash
+ * slot and is kept, and a per-name counter an earlier version left is
+ * folded into it before it is deleted. Short-lived operation records
+ * ("dlock:{NAME}:op:...") are left to expire. *deleted (if not NULL)
+ * receives the number of keys deleted.
+ */
+DLOCK_API dlock_status dlock_delete(dlock_client *client, const char *name, int force, int *deleted);
 
 /* ------------------------------------------------------------------------ */
 /* Multi-lock                                                                */

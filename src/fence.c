@@ -1,18 +1,33 @@
 /*
- * Fencing floors.
+ * Fencing counters and floors.
  *
  * A token is max(counter + 1, server clock in microseconds, floor + 1)
- * (src/lua/lib/fence.lua). The first two come from one server: a restart
+ * (src/lua/lib/fence.lua). The counter is one per Cluster hash slot,
+ * shared by every name of the slot (dlock__fence_key), so that names
+ * locked once leave nothing behind: at most 16384 counters, whatever the
+ * number of names. The first two come from one server: a restart
  * without persistence onto a clock stepped back loses both. The floor is
  * what the caller knows: every token a client is handed is remembered
  * here and passed with its next acquisition of the same name, so tokens
  * seen by this process keep rising whatever the server forgot; a caller
  * can add what its fenced resource knows (dlock_lock_set_fence_floor()).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "fence.h"
+#include "slot.h"
 #include "util.h"
+
+/* "dlock:fence:{TAG}": no name's key can be this one, since a name's keys
+ * all begin "dlock:{". Names hold no '{' or '}', so a name's slot is
+ * the checksum of the whole name. */
+char *dlock__fence_key(const char *name)
+{
+    char *k;
+    const char *tag = dlock__slot_tag(dlock__key_slot(name, strlen(name)));
+    return asprintf(&k, "dlock:fence:{%s}", tag) < 0 ? NULL : k;
+}
 
 void dlock__fence_cache_init(dlock__fence_cache *fc)
 {

@@ -1,4 +1,5 @@
-/* Fencing floors: what a client passes to the acquire scripts so that its
+/* Fencing counters and floors: which counter a name draws its tokens
+ * from, and what a client passes to the acquire scripts so that its
  * tokens keep rising through a server that forgot its counter. */
 #ifndef DLOCK__FENCE_H
 #define DLOCK__FENCE_H
@@ -19,6 +20,11 @@ typedef struct dlock__fence_cache {
         uint64_t token;
     } slot[DLOCK__FENCE_SLOTS];
 } dlock__fence_cache;
+
+/* The fencing counter of every name in the Cluster slot of `name`
+ * (malloc'd; NULL when out of memory): "dlock:fence:{TAG}", TAG the slot's
+ * tag (dlock__slot_tag). */
+char *dlock__fence_key(const char *name);
 
 void dlock__fence_cache_init(dlock__fence_cache *fc);
 void dlock__fence_cache_destroy(dlock__fence_cache *fc);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "fence.h"
 #include "handle.h"
 #include "util.h"
 
@@ -26,7 +27,7 @@ dlock_status dlock__handle_init(dlock__handle *h, dlock_client *client, const ch
     h->number = atomic_fetch_add(&handles, 1) + 1;
     h->name = strdup(name);
     h->key = keys->key ? dlock__key(name, keys->key) : NULL;
-    h->fence = keys->fence ? dlock__key(name, keys->fence) : NULL;
+    h->fence = keys->fence ? dlock__fence_key(name) : NULL;
     h->channel = keys->channel ? dlock__key(name, keys->channel) : NULL;
     if (!h->name || (keys->key && !h->key) || (keys->fence && !h->fence) || (keys->channel && !h->channel))
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");

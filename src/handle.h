@@ -35,7 +35,10 @@
  * key it does not have. */
 typedef struct dlock__handle_keys {
     const char *key;     /* the state of the primitive */
-    const char *fence;   /* its fencing counter */
+    /* non-NULL when it draws fencing tokens: the handle's fence is then its
+     * slot's counter (dlock__fence_key); the suffix names the per-name
+     * counter of earlier versions, which the scripts fold into it */
+    const char *fence;
     const char *channel; /* where releases wake its waiters */
 } dlock__handle_keys;
 

@@ -7,7 +7,7 @@
  * one Cluster slot:
  *
  *   dlock:{NAME}        hash: owner, count (re-entries), token (fencing)
- *   dlock:{NAME}:fence  last fencing token handed out; never expires
+ *   dlock:fence:{TAG}   fencing counter of the name's hash slot (src/fence.c); never expires
  *   dlock:{NAME}:ch     channel on which releases wake waiters
  *   dlock:{NAME}:w      processes waiting (plain lock; see acquire.lua)
  *   dlock:{NAME}:r      the process a release woke, for RESERVE_MS

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "fence.h" /* dlock__fence_key */
 #include "target.h"
 #include "th_lock.h"
 
@@ -341,7 +342,9 @@ static void database_from_url_is_selected(void **state)
     assert_int_equal(exists_in_db(5, "dlock:{dbsel}"), 0);
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     assert_int_equal(exists_in_db(3, "dlock:{dbsel}"), 0);
-    assert_int_equal(exists_in_db(3, "dlock:{dbsel}:fence"), 1);
+    char *fence = dlock__fence_key("dbsel");
+    assert_int_equal(exists_in_db(3, fence), 1);
+    free(fence);
     dlock_lock_free(l);
     dlock_client_free(c);
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "fence.h" /* dlock__fence_key */
 #include "target.h"
 #include "th_lock.h"
 
@@ -506,7 +507,9 @@ static void fair_tokens_rise_across_a_redis_restart(void **state)
         assert_int_equal(dlock_lock_acquire(l, 0, 5000, &before), DLOCK_OK);
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     }
-    assert_int_equal(th_redis_restart_wiped(&r, "dlock:{fair-restart}:fence"), 0);
+    char *fence = dlock__fence_key("fair-restart");
+    assert_int_equal(th_redis_restart_wiped(&r, fence), 0);
+    free(fence);
     assert_int_equal(dlock_lock_acquire(l, 0, 5000, &after), DLOCK_OK);
     assert_true(after > before);
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);

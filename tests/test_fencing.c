@@ -33,7 +33,9 @@
 
 #include "dlock.h"
 #include "dlock_redis.h"
+#include "fence.h"
 #include "harness.h"
+#include "slot.h"
 
 static int teardown(void **state)
 {
@@ -239,7 +241,11 @@ static redisReply *expect_reply(const th_redis *r, int type, const char *cmd, co
  * that the next grant is a first one again. */
 static uint64_t grant_with(const th_redis *rs, dlock_script *s, const char *floor)
 {
-    const char *keys[3] = {"dlock:{branches}", "dlock:{branches}:fence", "dlock:{branches}:r"};
+    static char fence[32];
+    char *k = dlock__fence_key("branches");
+    snprintf(fence, sizeof fence, "%s", k);
+    free(k);
+    const char *keys[3] = {"dlock:{branches}", fence, "dlock:{branches}:r"};
     const char *args[5] = {"0123456789abcdef0123456789abcdef:1:1", "5000", "0", floor,
                            "0123456789abcdef0123456789abcdef"};
     redisReply *r = NULL;
@@ -266,7 +272,8 @@ static uint64_t grant_with(const th_redis *rs, dlock_script *s, const char *floo
  * grants come faster than the clock. */
 static void check_fence_rules(const th_redis *rs, dlock_script *s)
 {
-    freeReplyObject(expect_reply(rs, REDIS_REPLY_INTEGER, "DEL", "dlock:{branches}:fence", NULL));
+    char *fence = dlock__fence_key("branches");
+    freeReplyObject(expect_reply(rs, REDIS_REPLY_INTEGER, "DEL", fence, NULL));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
@@ -275,7 +282,8 @@ static void check_fence_rules(const th_redis *rs, dlock_script *s)
         fail_msg("a first token %llu is not the server's clock (~%llu)", (unsigned long long)t1,
                  (unsigned long long)now_us);
     expect_above(grant_with(rs, s, "0"), t1, "the next grant");
-    freeReplyObject(expect_reply(rs, REDIS_REPLY_STATUS, "SET", "dlock:{branches}:fence", "9000000000000000"));
+    freeReplyObject(expect_reply(rs, REDIS_REPLY_STATUS, "SET", fence, "9000000000000000"));
+    free(fence);
     assert_true(grant_with(rs, s, "") == 9000000000000001ULL);
     assert_true(grant_with(rs, s, "8000000000000000") == 9000000000000002ULL);
     assert_true(grant_with(rs, s, "9000000000000005") == 9000000000000006ULL);
@@ -312,6 +320,205 @@ static void both_ways_of_taking_the_counter_follow_the_same_rules(void **state)
     th_redis_stop(&r);
 }
 
+/* ------------------------------------------------------------------------ */
+/* One counter per hash slot                                                */
+/* ------------------------------------------------------------------------ */
+
+/* An integer reply of the test's own command on `r`. */
+static long long int_of(const th_redis *r, const char *fmt, const char *arg)
+{
+    redisReply *rep = arg ? th_redis_cmd(r, fmt, arg) : th_redis_cmd(r, fmt);
+    if (!rep || rep->type != REDIS_REPLY_INTEGER) fail_msg("%s: not an integer reply", fmt);
+    long long v = rep->integer;
+    freeReplyObject(rep);
+    return v;
+}
+
+/* Every slot has a tag that hashes back to it, and the tags are the ones
+ * docs/design/keys.md lists (computed apart from the library, in Python):
+ * a tag that changed between versions would split a slot's counter in
+ * two, and tokens of two versions would no longer rise together. */
+static void each_slot_has_a_stable_tag_of_its_own(void **state)
+{
+    (void)state;
+    for (unsigned slot = 0; slot < DLOCK__SLOTS; slot++) {
+        const char *tag = dlock__slot_tag(slot);
+        size_t len = strlen(tag);
+        if (len < 1 || len > DLOCK__SLOT_TAG_MAX || dlock__key_slot(tag, len) != slot)
+            fail_msg("slot %u: tag '%s' does not hash back to it", slot, tag);
+    }
+    assert_string_equal(dlock__slot_tag(0), "06S");
+    assert_string_equal(dlock__slot_tag(12182), "9Le"); /* the slot of "foo" */
+    assert_string_equal(dlock__slot_tag(16383), "6ZJ");
+    char *k = dlock__fence_key("foo");
+    assert_string_equal(k, "dlock:fence:{9Le}");
+    free(k);
+}
+
+/* Many names, each locked once and released, leave no more than one key
+ * per slot: their counters are their slots' (there were as many counters
+ * as names before, never expiring). DLOCK_TEST_NAMES sets how many. */
+static void names_locked_once_leave_at_most_one_counter_per_slot(void **state)
+{
+    (void)state;
+    const char *env = getenv("DLOCK_TEST_NAMES");
+    long names = env ? atol(env) : 100000;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c = client_of(r.url);
+    long long t0 = th_now_ms();
+    for (long i = 0; i < names; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "lock:order:%ld", i);
+        dlock_lock *l;
+        assert_int_equal(dlock_lock_new(c, name, &l), DLOCK_OK);
+        uint64_t tok = 0;
+        if (dlock_lock_acquire(l, 0, 5000, &tok) != DLOCK_OK) fail_msg("%s: %s", name, dlock_last_error());
+        assert_int_equal(dlock_lock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+    }
+    long long keys = int_of(&r, "DBSIZE", NULL);
+    long long counters = 0;
+    redisReply *scan = NULL;
+    char cursor[32] = "0";
+    do { /* every key left is a slot's counter */
+        scan = th_redis_cmd(&r, "SCAN %s COUNT 1000", cursor);
+        assert_true(scan && scan->type == REDIS_REPLY_ARRAY && scan->elements == 2);
+        snprintf(cursor, sizeof cursor, "%s", scan->element[0]->str);
+        for (size_t i = 0; i < scan->element[1]->elements; i++) {
+            const char *key = scan->element[1]->element[i]->str;
+            if (strncmp(key, "dlock:fence:{", 13) != 0) fail_msg("key %s left behind", key);
+            counters++;
+        }
+        freeReplyObject(scan);
+    } while (strcmp(cursor, "0") != 0);
+    print_message("%ld names locked once: %lld keys left (%lld ms)\n", names, keys, th_now_ms() - t0);
+    if (keys > DLOCK__SLOTS || keys > names) fail_msg("%lld keys for %ld names", keys, names);
+    assert_true(counters == keys);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
+/* Two names of one slot (found by trying), distinct from `name`. */
+static void name_in_slot_of(const char *name, char *out, size_t size)
+{
+    unsigned slot = dlock__key_slot(name, strlen(name));
+    for (long i = 0;; i++) {
+        snprintf(out, size, "%s-%ld", name, i);
+        if (dlock__key_slot(out, strlen(out)) == slot) return;
+    }
+}
+
+/* Every kind that draws tokens draws them from the slot's one counter, so
+ * tokens rise across names and kinds of a slot: a plain lock, a fair lock,
+ * a write hold and a RedLock of names in one slot, taken in turn. */
+static void names_of_one_slot_draw_from_one_rising_counter(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c = client_of(r.url);
+    char other[64], third[64], fourth[64];
+    name_in_slot_of("slot-mate", other, sizeof other);
+    name_in_slot_of(other, third, sizeof third);
+    name_in_slot_of(third, fourth, sizeof fourth);
+    dlock_lock *plain, *fair;
+    dlock_rwlock *rw;
+    dlock_redlock *rl;
+    assert_int_equal(dlock_lock_new(c, "slot-mate", &plain), DLOCK_OK);
+    assert_int_equal(dlock_lock_new_fair(c, other, &fair), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c, third, &rw), DLOCK_OK);
+    assert_int_equal(dlock_redlock_new(&c, 1, fourth, &rl), DLOCK_OK);
+    uint64_t prev = 0;
+    for (int round = 0; round < 5; round++) {
+        uint64_t t = take(plain);
+        expect_above(t, prev, "plain lock after its slot's last token");
+        expect_above(prev = take(fair), t, "fair lock of the same slot");
+        assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t), DLOCK_OK);
+        assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+        expect_above(t, prev, "write hold of the same slot");
+        prev = t;
+        assert_int_equal(dlock_redlock_acquire(rl, 0, 5000, NULL, &t), DLOCK_OK);
+        assert_int_equal(dlock_redlock_release(rl), DLOCK_OK);
+        expect_above(t, prev, "RedLock of the same slot");
+        prev = t;
+    }
+    char *fence = dlock__fence_key("slot-mate");
+    redisReply *last = th_redis_cmd(&r, "GET %s", fence);
+    assert_true(last && last->type == REDIS_REPLY_STRING && strtoull(last->str, NULL, 10) == prev);
+    freeReplyObject(last);
+    free(fence);
+    assert_int_equal(int_of(&r, "DBSIZE", NULL), 1);
+    dlock_redlock_free(rl);
+    dlock_rwlock_free(rw);
+    dlock_lock_free(fair);
+    dlock_lock_free(plain);
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
+/* A per-name counter an earlier version left ("dlock:{NAME}:fence",
+ * "dlock:{NAME}:rw:fence"), ahead of the clock and of the slot's counter,
+ * is taken as a floor by the next grant and then deleted: the name's
+ * tokens never go back across the upgrade, and the key does not stay. A
+ * read hold and the admin view count it until then. */
+static void an_earlier_versions_per_name_counter_is_folded_in_and_removed(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    dlock_client *c = client_of(r.url);
+    const unsigned long long ahead = 4000000000000000ULL; /* year 2096 in microseconds */
+    const char *names[4] = {"old-plain", "old-fair", "old-rw", "old-redlock"};
+    const char *old_keys[4] = {"dlock:{old-plain}:fence", "dlock:{old-fair}:fence", "dlock:{old-rw}:rw:fence",
+                               "dlock:{old-redlock}:fence"};
+    for (int kind = 0; kind < 4; kind++) {
+        unsigned long long was = ahead + 1000u * (unsigned)kind;
+        redisReply *x = th_redis_cmd(&r, "SET %s %llu", old_keys[kind], was);
+        freeReplyObject(x);
+        uint64_t t1 = 0, t2 = 0;
+        if (kind == 2) {
+            dlock_rwlock *rw;
+            assert_int_equal(dlock_rwlock_new(c, names[kind], &rw), DLOCK_OK);
+            dlock_rwlock_info info;
+            assert_int_equal(dlock_rwlock_inspect(c, names[kind], &info), DLOCK_OK);
+            assert_true(info.last_token == was);
+            uint64_t seen = 0;
+            assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 5000, &seen), DLOCK_OK);
+            assert_true(seen == was); /* a read hold's token: the last write token */
+            assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
+            for (int i = 0; i < 2; i++) {
+                assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, i ? &t2 : &t1), DLOCK_OK);
+                assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
+            }
+            dlock_rwlock_free(rw);
+        } else if (kind == 3) {
+            dlock_redlock *rl;
+            assert_int_equal(dlock_redlock_new(&c, 1, names[kind], &rl), DLOCK_OK);
+            for (int i = 0; i < 2; i++) {
+                assert_int_equal(dlock_redlock_acquire(rl, 0, 5000, NULL, i ? &t2 : &t1), DLOCK_OK);
+                assert_int_equal(dlock_redlock_release(rl), DLOCK_OK);
+            }
+            dlock_redlock_free(rl);
+        } else {
+            dlock_lock *l;
+            assert_int_equal((kind ? dlock_lock_new_fair : dlock_lock_new)(c, names[kind], &l), DLOCK_OK);
+            dlock_lock_info info;
+            assert_int_equal(dlock_lock_inspect(c, names[kind], &info), DLOCK_OK);
+            assert_true(info.last_token == was);
+            t1 = take(l);
+            t2 = take(l);
+            dlock_lock_free(l);
+        }
+        if (t1 != was + 1 || t2 != was + 2)
+            fail_msg("%s: tokens %llu, %llu after a per-name counter at %llu", names[kind], (unsigned long long)t1,
+                     (unsigned long long)t2, was);
+        assert_int_equal(int_of(&r, "EXISTS %s", old_keys[kind]), 0);
+    }
+    dlock_client_free(c);
+    th_redis_stop(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +528,10 @@ int main(void)
         cmocka_unit_test_teardown(a_floor_beyond_double_precision_is_held_where_tokens_still_rise, teardown),
         cmocka_unit_test_teardown(with_aof_the_counter_survives_a_restart, teardown),
         cmocka_unit_test_teardown(both_ways_of_taking_the_counter_follow_the_same_rules, teardown),
+        cmocka_unit_test(each_slot_has_a_stable_tag_of_its_own),
+        cmocka_unit_test_teardown(names_of_one_slot_draw_from_one_rising_counter, teardown),
+        cmocka_unit_test_teardown(an_earlier_versions_per_name_counter_is_folded_in_and_removed, teardown),
+        cmocka_unit_test_teardown(names_locked_once_leave_at_most_one_counter_per_slot, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "fence.h" /* dlock__fence_key */
 #include "lock.h" /* dlock__test_before_leave */
 #include "proxy.h"
 #include "target.h"
@@ -498,10 +499,12 @@ static void fencing_tokens_rise_across_a_redis_restart(void **state)
         assert_int_equal(dlock_lock_acquire(l, 0, 5000, &t1), DLOCK_OK);
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     }
-    assert_int_equal(th_lock_int(&server, &r, "EXISTS %s", "dlock:{restart-fence}:fence"), 1);
+    char *fence = dlock__fence_key("restart-fence");
+    assert_int_equal(th_lock_int(&server, &r, "EXISTS %s", fence), 1);
 
     assert_int_equal(th_redis_restart(&r), 0);
-    assert_int_equal(th_lock_int(&server, &r, "EXISTS %s", "dlock:{restart-fence}:fence"), 0); /* wiped */
+    assert_int_equal(th_lock_int(&server, &r, "EXISTS %s", fence), 0); /* wiped */
+    free(fence);
 
     assert_int_equal(dlock_lock_acquire(l, 0, 5000, &t2), DLOCK_OK);
     if (t2 <= t1) fail_msg("token after restart %llu <= before %llu", (unsigned long long)t2,

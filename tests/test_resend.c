@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "fence.h" /* dlock__fence_key */
 #include "harness.h"
 #include "proxy.h"
 
@@ -407,7 +408,9 @@ static void rwlock_acquire_after_a_lost_reply_holds_once(void **state)
     lose_next_reply("rs-rw", &lost);
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 10000, &token), DLOCK_OK);
     assert_one_reply_lost(lost);
-    redisReply *r = th_redis_cmd(&server, "GET dlock:{rs-rw}:rw:fence");
+    char *fence = dlock__fence_key("rs-rw");
+    redisReply *r = th_redis_cmd(&server, "GET %s", fence);
+    free(fence);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     assert_true(strtoull(r->str, NULL, 10) == token);

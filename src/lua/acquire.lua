@@ -1,7 +1,7 @@
 -- Acquire (or re-enter) a reentrant lock.
 --
 -- KEYS[1]  lock hash "dlock:{name}": owner, count, token
--- KEYS[2]  fencing counter "dlock:{name}:fence" (never expires)
+-- KEYS[2]  fencing counter of the name's slot "dlock:fence:{TAG}" (never expires)
 -- ARGV[1]  owner: "<client id>:<thread number>:<handle number>"
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  holds the caller believes it has (0 for a first acquisition)
@@ -136,7 +136,7 @@ if busy then
     return {0, redis.call('PTTL', busy)}
 end
 
-local token, text = fence_next(KEYS[2], redis.call('TIME'), ARGV[4])
+local token, text = fence_next(KEYS[2], KEYS[1] .. ':fence', redis.call('TIME'), ARGV[4])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', '1', 'token', text)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, token}

@@ -1,7 +1,7 @@
 -- Acquire a fair (FIFO) lock, or join its queue.
 --
 -- KEYS[1]  lock hash "dlock:{name}" (same fields as acquire.lua)
--- KEYS[2]  fencing counter "dlock:{name}:fence"
+-- KEYS[2]  fencing counter of the name's slot "dlock:fence:{TAG}"
 -- KEYS[3]  queue "dlock:{name}:q": waiting owners, oldest first
 -- KEYS[4]  "dlock:{name}:qt": sorted set, waiting owner -> deadline (ms)
 -- ARGV[1]  owner
@@ -55,7 +55,7 @@ end
 
 local function grant()
     unoffer(me)
-    local token, text = fence_next(KEYS[2], t, ARGV[8])
+    local token, text = fence_next(KEYS[2], KEYS[1] .. ':fence', t, ARGV[8])
     redis.call('HSET', KEYS[1], 'owner', me, 'count', 1, 'token', text)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, token}

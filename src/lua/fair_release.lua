@@ -8,7 +8,7 @@
 -- ARGV[4]  "publish" or "spublish"
 -- ARGV[5]  channel prefix "dlock:{name}:ch:"
 -- KEYS[3]  (optional) the queue's deadlines "dlock:{name}:qt"
--- KEYS[4]  (optional, with KEYS[3]) the fencing counter "dlock:{name}:fence"
+-- KEYS[4]  (optional, with KEYS[3]) the slot's fencing counter "dlock:fence:{TAG}"
 -- KEYS[5]  (optional, with KEYS[4]) the queued waiters' offers
 --          "dlock:{name}:qo" (fair_acquire.lua)
 -- ARGV[6..8]  (optional, with KEYS[5]) a waiting thread of the caller's
@@ -82,7 +82,7 @@ local function grant(lease, floor, t)
     if KEYS[5] then
         redis.call('HDEL', KEYS[5], head)
     end
-    local token, text = fence_next(KEYS[4], t, floor)
+    local token, text = fence_next(KEYS[4], KEYS[1] .. ':fence', t, floor)
     redis.call('HSET', KEYS[1], 'owner', head, 'count', 1, 'token', text)
     redis.call('PEXPIRE', KEYS[1], lease)
     return token, text

@@ -12,7 +12,7 @@
 -- KEYS[4]  (optional, with KEYS[3]) "dlock:{name}:r": the woken process
 -- ARGV[5]  how long (ms) the woken process has the lock to itself
 -- ARGV[6]  (optional, with KEYS[3]) the caller's client id
--- KEYS[5]  (optional, with KEYS[3]) the fencing counter "dlock:{name}:fence"
+-- KEYS[5]  (optional, with KEYS[3]) the slot's fencing counter "dlock:fence:{TAG}"
 -- KEYS[6]  (optional, with KEYS[5]) the waiting processes' offers
 --          "dlock:{name}:o" (acquire.lua)
 -- ARGV[7]  (optional, with KEYS[5]) "0" when no thread or acquisition of
@@ -138,7 +138,7 @@ if KEYS[3] and (own ~= '0' or redis.call('EXISTS', KEYS[3]) == 1) then
         end
         if first == ARGV[6] then
             if ARGV[8] then
-                local token, text = fence_next(KEYS[5], t, ARGV[10])
+                local token, text = fence_next(KEYS[5], KEYS[1] .. ':fence', t, ARGV[10])
                 redis.call('HSET', KEYS[1], 'owner', ARGV[8], 'count', 1, 'token', text)
                 redis.call('PEXPIRE', KEYS[1], ARGV[9])
                 if ARGV[11] == '1' then
@@ -161,7 +161,7 @@ if KEYS[3] and (own ~= '0' or redis.call('EXISTS', KEYS[3]) == 1) then
             owner = nil
         end
         if owner then
-            local _, text = fence_next(KEYS[5], t, floor)
+            local _, text = fence_next(KEYS[5], KEYS[1] .. ':fence', t, floor)
             redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', text)
             redis.call('PEXPIRE', KEYS[1], lease)
             handoff_tell(ARGV[4], channel, text, sent, wait, owner)

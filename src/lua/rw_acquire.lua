@@ -3,15 +3,15 @@
 -- KEYS[1]  "dlock:{name}:rw": hash with fields
 --            writer, wcount, token    the write hold, if any
 --            r:<owner>, e:<owner>     each reader's count and expiry (ms, server time)
--- KEYS[2]  fencing counter "dlock:{name}:rw:fence"
+-- KEYS[2]  fencing counter of the name's slot "dlock:fence:{TAG}"
 -- ARGV[1]  owner
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  holds of this mode the caller believes it has
 -- ARGV[4]  "read" or "write"
 -- ARGV[5]  fencing floor of a write hold (see acquire.lua)
 --
--- Returns {1, token} when acquired (for reads, the token of the latest
--- write hold), {0, ms} when busy (ms: longest the blocker can keep it, -1
+-- Returns {1, token} when acquired (for reads, the counter's last token:
+-- at least that of the latest write hold of this name), {0, ms} when busy (ms: longest the blocker can keep it, -1
 -- unknown), or {-1} when a write is asked for by an owner holding a read:
 -- that upgrade would wait for itself forever, so it is refused.
 --
@@ -66,7 +66,7 @@ if ARGV[4] == 'read' then
     end
     redis.call('HSET', KEYS[1], 'r:' .. owner, mine + 1, 'e:' .. owner, now + lease)
     stretch_ttl()
-    return {1, tonumber(redis.call('GET', KEYS[2])) or 0}
+    return {1, tonumber(fence_last(KEYS[2], KEYS[1] .. ':fence'))}
 end
 
 -- A write hold of ours that the caller does not know of (mine == 0: a lost
@@ -86,7 +86,7 @@ end
 if readers > 0 then
     return {0, soonest - now}
 end
-local token, text = fence_next(KEYS[2], t, ARGV[5])
+local token, text = fence_next(KEYS[2], KEYS[1] .. ':fence', t, ARGV[5])
 redis.call('HSET', KEYS[1], 'writer', owner, 'wcount', 1, 'token', text)
 stretch_ttl()
 return {1, token}
