@@ -147,7 +147,8 @@ static int psem_try(void *ctx, long *retry_ms)
     psem_call c;
     psem_call_make(pm, &c);
     redisReply *r;
-    dlock_status st = dlock__eval(pm->psem->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, c.nargs, c.args, &r, NULL);
+    dlock_status st =
+        dlock__eval(pm->psem->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, c.nargs, c.args, &r, NULL);
     if (st != DLOCK_OK) return st;
     int result = psem_parse(r, retry_ms);
     freeReplyObject(r);

@@ -165,7 +165,8 @@ static int sem_try(void *ctx, long *retry_ms)
     sem_call c;
     sem_call_make(a->s, a->permits, 0, 0, &c);
     long long got;
-    dlock_status st = dlock__eval_int(a->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, c.nkeys, c.keys, c.nargs, c.args, &got);
+    dlock_status st =
+        dlock__eval_int(a->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, c.nkeys, c.keys, c.nargs, c.args, &got);
     if (st != DLOCK_OK) return st;
     *retry_ms = -1;
     return got == 1 ? DLOCK_OK : DLOCK__BUSY;

@@ -128,7 +128,8 @@ static void use_close(use *u)
  * enough for the semaphores' and latch's keys to expire. */
 static void forget(const char *name)
 {
-    static const char *const suffixes[] = {"", ":rw", ":sem", ":sem:size", ":psem", ":psem:held", ":latch", ":q", ":qt"};
+    static const char *const suffixes[] = {"",       ":rw",        ":sem",   ":sem:size", ":psem",
+                                           ":psem:held", ":latch", ":q",        ":qt"};
     for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
         char key[160];
         snprintf(key, sizeof key, "dlock:{%s}%s", name, suffixes[i]);
