@@ -596,7 +596,10 @@ DLOCK_API dlock_status dlock_check_id_date(const char *date);
  * Keys: "dlock:{NAME}:sem" (permits available), "dlock:{NAME}:sem:size"
  * (the size it was made with), channel "dlock:{NAME}:sem:ch",
  * and short-lived operation records "dlock:{NAME}:op:<client id>:<thread>"
- * that make a call resent after a lost reply take effect once.
+ * that make a call resent after a lost reply take effect once. Setting or
+ * taking permits of a NAME in use as another kind (a lock, the other
+ * semaphore, a latch) is refused with DLOCK_ERR_WRONG_KIND, and so is
+ * the permit-expirable semaphore's ("One NAME, one kind" above).
  */
 typedef struct dlock_semaphore dlock_semaphore;
 
@@ -784,7 +787,9 @@ DLOCK_API dlock_status dlock_psem_release_async(dlock_psem *psem, dlock_permit *
  * at once; an open latch is kept ("0") for DLOCK_IDLE_MS, then its key
  * expires. A shut latch (set, not yet at zero) is kept until it opens.
  * Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch", and
- * operation records "dlock:{NAME}:op:..." (see dlock_semaphore).
+ * operation records "dlock:{NAME}:op:..." (see dlock_semaphore). Set,
+ * count-down and await on a NAME in use as another kind are refused
+ * (DLOCK_ERR_WRONG_KIND, "One NAME, one kind" above).
  */
 typedef struct dlock_latch dlock_latch;
 
@@ -852,7 +857,10 @@ DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
  * held back by a waiting writer (as in Redisson): under a steady stream of
  * overlapping readers a writer waits until they thin out.
  * Keys: "dlock:{NAME}:rw" (hash), "dlock:{NAME}:rw:fence", channel
- * "dlock:{NAME}:rw:ch".
+ * "dlock:{NAME}:rw:ch". A NAME held as a plain or fair lock, or in use as
+ * a semaphore or latch, is refused (DLOCK_ERR_WRONG_KIND, "One NAME, one
+ * kind" above), and a plain or fair lock is refused while read or write
+ * holds of the NAME last.
  */
 typedef struct dlock_rwlock dlock_rwlock;
 

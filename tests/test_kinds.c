@@ -425,6 +425,45 @@ static void a_semaphore_opened_with_another_size_is_refused_unless_resized(void 
     forget("kinds-size");
 }
 
+typedef struct sem_waiter {
+    dlock_semaphore *s;
+    atomic_int done;
+    dlock_status st;
+} sem_waiter;
+
+static void *sem_wait_thread(void *arg)
+{
+    sem_waiter *w = arg;
+    w->st = dlock_semaphore_acquire(w->s, 1, 30000);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* A waiter for a permit is let in when the semaphore grows. */
+static void growing_a_semaphore_lets_a_waiter_in(void **state)
+{
+    (void)state;
+    use a, b;
+    use_open(&a, SEM, "kinds-grow");
+    use_open(&b, SEM, "kinds-grow");
+    assert_int_equal(dlock_semaphore_set_permits(a.sem, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_acquire(a.sem, 1, 0), DLOCK_OK);
+    sem_waiter w = {b.sem, 0, DLOCK_OK};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, sem_wait_thread, &w), 0);
+    usleep(300000);
+    assert_false(atomic_load(&w.done));
+    assert_int_equal(dlock_semaphore_add_permits(a.sem, 1), DLOCK_OK);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(w.st, DLOCK_OK);
+    long av = -1;
+    assert_int_equal(dlock_semaphore_available(a.sem, &av), DLOCK_OK);
+    assert_int_equal(av, 0);
+    use_close(&a);
+    use_close(&b);
+    forget("kinds-grow");
+}
+
 static void a_psem_opened_with_another_size_is_refused_unless_resized(void **state)
 {
     (void)state;
@@ -524,6 +563,12 @@ static void an_idle_psem_expires_after_its_last_lease(void **state)
     assert_int_equal(dlock_psem_acquire(a.psem, 0, 600000, &p), DLOCK_OK);
     long long ms = pttl(size);
     assert_true(ms > DLOCK_IDLE_MS && ms <= DLOCK_IDLE_MS + 600000);
+    /* A renewal keeps the number at least as long as the permit, even
+     * when its key had come to expire sooner. */
+    redisReply *r = th_target_cmd(&server, size, "PEXPIRE %s 1000", size);
+    freeReplyObject(r);
+    assert_int_equal(dlock_psem_renew(a.psem, dlock_permit_id(p), 600000), DLOCK_OK);
+    assert_true(pttl(size) > 500000);
     assert_int_equal(dlock_psem_release(a.psem, p), DLOCK_OK);
     forget("kinds-pidle");
     assert_int_equal(dlock_psem_acquire(a.psem, 0, 10000, &p), DLOCK_OK);
@@ -555,6 +600,7 @@ int main(void)
         cmocka_unit_test(an_await_before_the_set_waits_for_the_last_count_down),
         cmocka_unit_test(an_async_await_before_the_set_waits_too),
         cmocka_unit_test(a_semaphore_opened_with_another_size_is_refused_unless_resized),
+        cmocka_unit_test(growing_a_semaphore_lets_a_waiter_in),
         cmocka_unit_test(a_psem_opened_with_another_size_is_refused_unless_resized),
         cmocka_unit_test(an_idle_semaphore_expires_and_its_handle_makes_it_anew),
         cmocka_unit_test(an_idle_psem_expires_after_its_last_lease),
