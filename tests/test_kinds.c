@@ -302,18 +302,32 @@ static void async_calls_are_refused_alike(void **state)
  * The latch an await reaches before its setter.
  * ------------------------------------------------------------------------ */
 
-typedef struct awaiter {
+/* A call that waits (up to 30 s), made on a thread of its own so that the
+ * test can watch that it has not returned yet. */
+typedef struct waiter {
+    dlock_status (*call)(struct waiter *w);
     dlock_latch *l;
+    dlock_semaphore *s;
     atomic_int done;
     dlock_status st;
-} awaiter;
+} waiter;
 
-static void *await_thread(void *arg)
+static void *wait_thread(void *arg)
 {
-    awaiter *a = arg;
-    a->st = dlock_latch_await(a->l, 30000);
-    atomic_store(&a->done, 1);
+    waiter *w = arg;
+    w->st = w->call(w);
+    atomic_store(&w->done, 1);
     return NULL;
+}
+
+static dlock_status latch_await_30s(waiter *w)
+{
+    return dlock_latch_await(w->l, 30000);
+}
+
+static dlock_status take_one_30s(waiter *w)
+{
+    return dlock_semaphore_acquire(w->s, 1, 30000);
 }
 
 /* The awaiter starts first, on a latch never set; the setter sets 3 and
@@ -323,7 +337,7 @@ static void an_await_before_the_set_waits_for_the_last_count_down(void **state)
     (void)state;
     dlock_client *ca, *cs;
     dlock_latch *setter;
-    awaiter a = {0};
+    waiter a = {.call = latch_await_30s};
     assert_int_equal(dlock_client_new(server.url, NULL, &ca), DLOCK_OK);
     assert_int_equal(dlock_client_new(server.url, NULL, &cs), DLOCK_OK);
     assert_int_equal(dlock_latch_new(ca, "kinds-latch-race", &a.l), DLOCK_OK);
@@ -331,7 +345,7 @@ static void an_await_before_the_set_waits_for_the_last_count_down(void **state)
     /* Not set: an await that does not wait finds it shut. */
     assert_int_equal(dlock_latch_await(a.l, 0), DLOCK_ERR_TIMEOUT);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, await_thread, &a), 0);
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &a), 0);
     usleep(300000);
     assert_false(atomic_load(&a.done));
     assert_int_equal(dlock_latch_set(setter, 3, NULL), DLOCK_OK);
@@ -425,20 +439,6 @@ static void a_semaphore_opened_with_another_size_is_refused_unless_resized(void 
     forget("kinds-size");
 }
 
-typedef struct sem_waiter {
-    dlock_semaphore *s;
-    atomic_int done;
-    dlock_status st;
-} sem_waiter;
-
-static void *sem_wait_thread(void *arg)
-{
-    sem_waiter *w = arg;
-    w->st = dlock_semaphore_acquire(w->s, 1, 30000);
-    atomic_store(&w->done, 1);
-    return NULL;
-}
-
 /* A waiter for a permit is let in when the semaphore grows. */
 static void growing_a_semaphore_lets_a_waiter_in(void **state)
 {
@@ -448,9 +448,9 @@ static void growing_a_semaphore_lets_a_waiter_in(void **state)
     use_open(&b, SEM, "kinds-grow");
     assert_int_equal(dlock_semaphore_set_permits(a.sem, 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_semaphore_acquire(a.sem, 1, 0), DLOCK_OK);
-    sem_waiter w = {b.sem, 0, DLOCK_OK};
+    waiter w = {.call = take_one_30s, .s = b.sem};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, sem_wait_thread, &w), 0);
+    assert_int_equal(pthread_create(&t, NULL, wait_thread, &w), 0);
     usleep(300000);
     assert_false(atomic_load(&w.done));
     assert_int_equal(dlock_semaphore_add_permits(a.sem, 1), DLOCK_OK);
