@@ -52,6 +52,8 @@ extern "C" {
  *   SYS       an operating-system call failed (threads, random source)
  *   DEADLOCK  refused because it would wait for itself (read-to-write upgrade)
  *   REPLICA   replica-safe acquire: too few replicas acknowledged; undone
+ *   WRONG_KIND the NAME is in use as another kind of lock, semaphore or
+ *             latch (the message names it); nothing was changed
  */
 #define DLOCK_STATUS_MAP(XX)                                        \
     XX(OK, 0, "ok")                                                 \
@@ -67,13 +69,36 @@ extern "C" {
     XX(ERR_OVERFLOW, -10, "ID sequence overflow")                   \
     XX(ERR_SYS, -11, "system error")                                \
     XX(ERR_DEADLOCK, -12, "would deadlock")                         \
-    XX(ERR_REPLICA, -13, "too few replicas acknowledged")
+    XX(ERR_REPLICA, -13, "too few replicas acknowledged")           \
+    XX(ERR_WRONG_KIND, -14, "name in use as another kind")
 
 typedef enum dlock_status {
 #define DLOCK_STATUS_ENUM(name, value, text) DLOCK_##name = value,
     DLOCK_STATUS_MAP(DLOCK_STATUS_ENUM)
 #undef DLOCK_STATUS_ENUM
 } dlock_status;
+
+/*
+ * One NAME, one kind. A plain or fair lock, a read-write lock, a semaphore,
+ * a permit-expirable semaphore and a latch on the same NAME keep their
+ * state in different keys, so each acquire, set, count-down and await
+ * first checks that no key of another kind exists for that NAME, and is
+ * refused at once with DLOCK_ERR_WRONG_KIND when one does, its message
+ * naming the kind ("job is held as a write lock"); nothing is changed.
+ * Why a refusal and not a wait: a NAME used as two kinds is a mistake in
+ * the callers, and the kinds wake and order their waiters in ways that do
+ * not mix (a fair queue knows nothing of readers), so waiting would hide
+ * the mistake without keeping either kind's promises; the refusal keeps
+ * mutual exclusion and says what is wrong. Its limit: it is seen only
+ * while the other kind is held or in use, and either kind succeeds on
+ * its own. Plain and fair locks share one key and wait for each other.
+ * Asynchronous calls end with the same status.
+ */
+
+/* How long a semaphore at its full size, a permit-expirable semaphore
+ * with no live permit, and an open latch are kept in Redis before their
+ * keys expire: one day. */
+#define DLOCK_IDLE_MS (24L * 60 * 60 * 1000)
 
 /* Wait forever in dlock_lock_acquire(). */
 #define DLOCK_WAIT_FOREVER (-1L)
@@ -314,7 +339,9 @@ DLOCK_API dlock_status dlock_lock_new(dlock_client *client, const char *name, dl
  * order they started waiting (FIFO across all processes), and a release
  * wakes only the first waiter. Every other dlock_lock_* call works on it;
  * do not mix fair and plain handles on one name (a plain acquire ignores
- * the queue).
+ * the queue; they share the lock's key, so each waits for the other's
+ * hold). A read-write lock, semaphore or latch on the name is refused
+ * (see "One NAME, one kind" above).
  *
  * A waiter proves it is alive by retrying at least every half of the
  * client's fair_waiter_timeout_ms (the library does this while it waits);
@@ -568,9 +595,13 @@ DLOCK_API dlock_status dlock_check_id_date(const char *date);
  * A counting semaphore with no owners: any process may release. Simple and
  * fast, but a holder that crashes never returns its permits; use the
  * permit-expirable semaphore (dlock_psem) when holders can die.
- * Keys: "dlock:{NAME}:sem" (permits available), channel "dlock:{NAME}:sem:ch",
+ * Keys: "dlock:{NAME}:sem" (permits available), "dlock:{NAME}:sem:size"
+ * (the size it was made with), channel "dlock:{NAME}:sem:ch",
  * and short-lived operation records "dlock:{NAME}:op:<client id>:<thread>"
- * that make a call resent after a lost reply take effect once.
+ * that make a call resent after a lost reply take effect once. Setting or
+ * taking permits of a NAME in use as another kind (a lock, the other
+ * semaphore, a latch) is refused with DLOCK_ERR_WRONG_KIND, and so is
+ * the permit-expirable semaphore's ("One NAME, one kind" above).
  */
 typedef struct dlock_semaphore dlock_semaphore;
 
@@ -581,11 +612,35 @@ DLOCK_API dlock_status dlock_semaphore_new(dlock_client *client, const char *nam
 DLOCK_API void dlock_semaphore_free(dlock_semaphore *sem);
 
 /*
- * Set the number of available permits (0 to 2^31-1), only if the semaphore
- * does not exist yet, so every process may call it at start-up. *was_set
- * (if not NULL) tells whether this call set it.
+ * Make the semaphore with `permits` permits (0 to 2^31-1) if it does not
+ * exist yet, so every process may call it at start-up. *was_set (if not
+ * NULL) tells whether this call made it. A semaphore that exists with
+ * another size is left alone and the call fails with DLOCK_ERR_INVALID,
+ * both sizes in the message: resize it with dlock_semaphore_resize().
+ *
+ * Idle keys: a semaphore with all its permits available expires
+ * DLOCK_IDLE_MS after it was made or its last permit came back; one with
+ * permits taken is kept (they have no lease). So the stored size is that
+ * of a semaphore in use or lately used; an expired one is made anew at
+ * the size its handle set or found, by that handle's next acquire
+ * (available() then counts it full), or by the next set_permits with
+ * whatever size that asks for.
  */
 DLOCK_API dlock_status dlock_semaphore_set_permits(dlock_semaphore *sem, long permits, int *was_set);
+
+/*
+ * Change the semaphore's size to `permits` (0 to 2^31-1), making it if it
+ * does not exist: the permits available move by as much as the size does
+ * (Redisson's setPermits). Permits taken beyond a smaller size are not
+ * taken back: acquires wait until enough of them are returned. Waiters
+ * are woken when it grows.
+ */
+DLOCK_API dlock_status dlock_semaphore_resize(dlock_semaphore *sem, long permits);
+
+/* Grow (change > 0) or shrink the size and the permits available by
+ * `change` (Redisson's addPermits); a size that would go below 0 is
+ * DLOCK_ERR_INVALID and changes nothing. */
+DLOCK_API dlock_status dlock_semaphore_add_permits(dlock_semaphore *sem, long change);
 
 /*
  * Take `permits` (>= 1) permits, all or nothing. `wait_ms` as in
@@ -597,7 +652,8 @@ DLOCK_API dlock_status dlock_semaphore_acquire(dlock_semaphore *sem, long permit
 /* Return `permits` (>= 1) permits and wake that many waiters. */
 DLOCK_API dlock_status dlock_semaphore_release(dlock_semaphore *sem, long permits);
 
-/* Permits available now (0 when the semaphore was never set). */
+/* Permits available now (0 when the semaphore was never set; the size
+ * this handle set or found when it expired idle). */
 DLOCK_API dlock_status dlock_semaphore_available(dlock_semaphore *sem, long *available);
 
 /* What an asynchronous semaphore call ends with, as its synchronous twin. */
@@ -648,8 +704,21 @@ DLOCK_API dlock_status dlock_psem_new(dlock_client *client, const char *name, dl
  * freed first. */
 DLOCK_API void dlock_psem_free(dlock_psem *psem);
 
-/* Set the number of permits (0 to 2^31-1), only if not set yet. */
+/*
+ * Set the number of permits (0 to 2^31-1), only if not set yet; another
+ * number already set is DLOCK_ERR_INVALID with both in the message, as
+ * dlock_semaphore_set_permits(). Idle keys: the number expires
+ * DLOCK_IDLE_MS after the last live permit's lease ends (or after it was
+ * set, with none taken), and an expired one is made anew as the plain
+ * semaphore's is.
+ */
 DLOCK_API dlock_status dlock_psem_set_permits(dlock_psem *psem, long permits, int *was_set);
+
+/* Change the number of permits, as dlock_semaphore_resize() and
+ * dlock_semaphore_add_permits(). Permits held beyond a smaller number stay
+ * held until released or expired; none is granted until fewer are held. */
+DLOCK_API dlock_status dlock_psem_resize(dlock_psem *psem, long permits);
+DLOCK_API dlock_status dlock_psem_add_permits(dlock_psem *psem, long change);
 
 /*
  * Take one permit. `wait_ms` as in dlock_lock_acquire(). `lease_ms`: a
@@ -716,9 +785,13 @@ DLOCK_API dlock_status dlock_psem_release_async(dlock_psem *psem, dlock_permit *
 
 /*
  * Lets processes wait until others have counted down to zero, e.g. until N
- * workers are ready. Reaching zero deletes the latch and wakes every
- * waiter at once. Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch",
- * and operation records "dlock:{NAME}:op:..." (see dlock_semaphore).
+ * workers are ready. Reaching zero opens the latch and wakes every waiter
+ * at once; an open latch is kept ("0") for DLOCK_IDLE_MS, then its key
+ * expires. A shut latch (set, not yet at zero) is kept until it opens.
+ * Keys: "dlock:{NAME}:latch", channel "dlock:{NAME}:latch:ch", and
+ * operation records "dlock:{NAME}:op:..." (see dlock_semaphore). Set,
+ * count-down and await on a NAME in use as another kind are refused
+ * (DLOCK_ERR_WRONG_KIND, "One NAME, one kind" above).
  */
 typedef struct dlock_latch dlock_latch;
 
@@ -728,16 +801,20 @@ DLOCK_API dlock_status dlock_latch_new(dlock_client *client, const char *name, d
 /* Free a handle. */
 DLOCK_API void dlock_latch_free(dlock_latch *latch);
 
-/* Set the count (1 to 2^31-1) only if the latch is not set; *was_set (if
- * not NULL) tells whether this call set it. */
+/* Set the count (1 to 2^31-1) only if the latch is not shut (never set,
+ * or open); *was_set (if not NULL) tells whether this call set it. */
 DLOCK_API dlock_status dlock_latch_set(dlock_latch *latch, long count, int *was_set);
 
 /* Count down by one; *remaining (if not NULL) gets the count left. On a
  * latch that is not set this changes nothing and gives 0. */
 DLOCK_API dlock_status dlock_latch_count_down(dlock_latch *latch, long *remaining);
 
-/* Wait until the count is zero (a latch never set counts as zero).
- * `wait_ms` as in dlock_lock_acquire(); DLOCK_ERR_TIMEOUT when time ran out. */
+/* Wait until the latch is open: set, then counted down to zero. A latch
+ * not set yet is waited for like a shut one, so an await that starts
+ * before the setter returns only after the last count-down; one that
+ * comes more than DLOCK_IDLE_MS after the latch opened waits for it to
+ * be set again. `wait_ms` as in dlock_lock_acquire(); DLOCK_ERR_TIMEOUT
+ * when time ran out. */
 DLOCK_API dlock_status dlock_latch_await(dlock_latch *latch, long wait_ms);
 
 /* What an asynchronous await ends with, as dlock_latch_await() would. */
@@ -766,7 +843,7 @@ typedef void (*dlock_latch_counted_fn)(dlock_latch *latch, dlock_status status, 
  */
 DLOCK_API dlock_status dlock_latch_count_down_async(dlock_latch *latch, dlock_latch_counted_fn cb, void *arg);
 
-/* The current count (0 when not set). */
+/* The current count (0 when not set, or open). */
 DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
 
 /* ------------------------------------------------------------------------ */
@@ -783,6 +860,10 @@ DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
  * overlapping readers a writer waits until they thin out.
  * Keys: "dlock:{NAME}:rw" (hash), the fencing counter of the name's slot
  * (docs/design/keys.md), channel "dlock:{NAME}:rw:ch".
+ * A NAME held as a plain or fair lock, or in use as
+ * a semaphore or latch, is refused (DLOCK_ERR_WRONG_KIND, "One NAME, one
+ * kind" above), and a plain or fair lock is refused while read or write
+ * holds of the NAME last.
  */
 typedef struct dlock_rwlock dlock_rwlock;
 

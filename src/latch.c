@@ -1,7 +1,9 @@
 /*
- * The count-down latch: a counter that, on reaching zero, is deleted and
- * announces it with a "*" message, which wakes every waiter of every
- * process at once (a plain release wakes one).
+ * The count-down latch: a counter that, on reaching zero, is kept as "0"
+ * (open) for DLOCK_IDLE_MS and announces it with a "*" message, which
+ * wakes every waiter of every process at once (a plain release wakes
+ * one). An await waits for a latch that is not set yet, so that one that
+ * starts before the setter cannot pass at once.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +52,7 @@ dlock_status dlock_latch_set(dlock_latch *l, long count, int *was_set)
     const char *keys[2] = {l->base.key, op.key};
     const char *args[3] = {n, op.seq, op.ttl};
     long long set;
-    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_SEM_SET, 2, keys, 3, args, &set);
+    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_LATCH_SET, 2, keys, 3, args, &set);
     if (st == DLOCK_OK && was_set) *was_set = set == 1;
     return st;
 }
@@ -60,7 +62,8 @@ dlock_status dlock_latch_set(dlock_latch *l, long count, int *was_set)
  * handle number `handle` (op.h: whose operation record it uses). */
 typedef struct count_down_call {
     dlock__op op;
-    const char *keys[3], *args[3];
+    char idle[24];
+    const char *keys[3], *args[4];
 } count_down_call;
 
 static void count_down_call_make(dlock_latch *l, unsigned long handle, count_down_call *c)
@@ -69,7 +72,8 @@ static void count_down_call_make(dlock_latch *l, unsigned long handle, count_dow
     if (handle) dlock__op_new_async(client, l->base.key, handle, &c->op);
     else dlock__op_new(client, l->base.key, &c->op);
     const char *keys[3] = {l->base.key, l->base.channel, c->op.key};
-    const char *args[3] = {client->publish, c->op.seq, c->op.ttl};
+    snprintf(c->idle, sizeof c->idle, "%ld", DLOCK_IDLE_MS);
+    const char *args[4] = {client->publish, c->op.seq, c->op.ttl, c->idle};
     memcpy(c->keys, keys, sizeof keys);
     memcpy(c->args, args, sizeof args);
 }
@@ -80,7 +84,7 @@ dlock_status dlock_latch_count_down(dlock_latch *l, long *remaining)
     count_down_call c;
     count_down_call_make(l, 0, &c);
     long long left;
-    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, c.keys, 3, c.args, &left);
+    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, c.keys, 4, c.args, &left);
     if (st == DLOCK_OK && remaining) *remaining = (long)left;
     return st;
 }
@@ -99,14 +103,17 @@ dlock_status dlock_latch_count(dlock_latch *l, long *count)
     return st;
 }
 
-/* Open when the count is gone; nothing bounds how long it stays shut. */
+/* Open when the count is "0" (latch_count.lua): a latch not set yet, -1,
+ * is waited for like a shut one. Nothing bounds how long it stays shut. */
 static int latch_try(void *ctx, long *retry_ms)
 {
-    long count;
-    dlock_status st = dlock_latch_count(ctx, &count);
+    dlock_latch *l = ctx;
+    const char *keys[1] = {l->base.key};
+    long long count;
+    dlock_status st = dlock__eval_int(l->base.client, DLOCK__SCRIPT_LATCH_COUNT, 1, keys, 0, NULL, &count);
     if (st != DLOCK_OK) return st;
     *retry_ms = -1;
-    return count <= 0 ? DLOCK_OK : DLOCK__BUSY;
+    return count == 0 ? DLOCK_OK : DLOCK__BUSY;
 }
 
 static dlock_status latch_await(dlock_latch *l, long wait_ms)
@@ -208,7 +215,7 @@ static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
     (void)aw;
     *retry_ms = -1;
     if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
-    return r->integer <= 0 ? DLOCK_OK : DLOCK__BUSY;
+    return r->integer == 0 ? DLOCK_OK : DLOCK__BUSY; /* -1: not set yet, as latch_try() */
 }
 
 static void async_done(dlock__await *aw, int result)
@@ -253,6 +260,6 @@ dlock_status dlock_latch_count_down_async(dlock_latch *l, dlock_latch_counted_fn
     op->counted = cb;
     count_down_call c;
     count_down_call_make(l, l->base.number, &c);
-    st = dlock__async_script(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, c.keys, 3, c.args, on_counted, op);
+    st = dlock__async_script(l->base.client, DLOCK__SCRIPT_LATCH_COUNT_DOWN, 3, c.keys, 4, c.args, on_counted, op);
     return st == DLOCK_OK ? st : latch_async_abandon(op, st);
 }

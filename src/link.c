@@ -81,6 +81,9 @@ dlock_status dlock__reply_error(const redisReply *r, const char *what)
     if (strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0 ||
         strncmp(r->str, "NOPERM", 6) == 0)
         return dlock__fail(DLOCK_ERR_AUTH, "%s: %s", what, r->str);
+    /* A script's refusal of a NAME that is another kind (lib/kinds.lua):
+     * its text names that kind and is the whole message. */
+    if (strncmp(r->str, "WRONGKIND ", 10) == 0) return dlock__fail(DLOCK_ERR_WRONG_KIND, "%s", r->str + 10);
     return dlock__fail(DLOCK_ERR_REDIS, "%s: %s", what, r->str);
 }
 

@@ -9,6 +9,7 @@
  * anyway. Waiters sleep until a release is published, or until the next
  * permit is due to expire, whichever is first.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +17,17 @@
 #include "client.h"
 #include "handle.h"
 #include "op.h"
+#include "sem_size.h"
 #include "util.h"
 #include "wait.h"
 
-#define PERMITS_MAX 0x7fffffffL
 
 static const dlock__handle_keys psem_keys = {":psem", NULL, ":psem:ch"};
 
 struct dlock_psem {
     dlock__handle base; /* first: client, name, keys, callback */
     char *held;        /* the sorted set of permits held */
+    atomic_long size;  /* the number of permits this handle set or found, -1 before */
 };
 
 /* A permit belongs to the handle, not to a thread: whoever has it may
@@ -44,6 +46,7 @@ dlock_status dlock_psem_new(dlock_client *client, const char *name, dlock_psem *
     if (out) *out = NULL;
     if (st != DLOCK_OK) return st;
     dlock_psem *p = (dlock_psem *)h;
+    atomic_init(&p->size, -1);
     if (!(p->held = dlock__key(name, ":psem:held"))) {
         dlock_psem_free(p);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -60,22 +63,28 @@ void dlock_psem_free(dlock_psem *p)
     free(p);
 }
 
+/* The one call behind set_permits, resize and add_permits (sem_size.h). */
+static dlock_status psem_size(dlock_psem *p, const char *mode, long n, int *was_set)
+{
+    const char *keys[2] = {p->base.key, p->held};
+    return dlock__sem_size(p->base.client, DLOCK__SCRIPT_PSEM_SET, "permit-expirable semaphore", p->base.name, keys,
+                           p->base.channel, mode, n, &p->size, was_set);
+}
+
 dlock_status dlock_psem_set_permits(dlock_psem *p, long permits, int *was_set)
 {
     if (was_set) *was_set = 0;
-    if (!p) return dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
-    if (permits < 0 || permits > PERMITS_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "permits must be 0 to %ld", PERMITS_MAX);
-    char n[24];
-    snprintf(n, sizeof n, "%ld", permits);
-    dlock__op op;
-    dlock__op_new(p->base.client, p->base.key, &op);
-    const char *keys[2] = {p->base.key, op.key};
-    const char *args[3] = {n, op.seq, op.ttl};
-    long long set;
-    dlock_status st = dlock__eval_int(p->base.client, DLOCK__SCRIPT_SEM_SET, 2, keys, 3, args, &set);
-    if (st == DLOCK_OK && was_set) *was_set = set == 1;
-    return st;
+    return p ? psem_size(p, "set", permits, was_set) : dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+}
+
+dlock_status dlock_psem_resize(dlock_psem *p, long permits)
+{
+    return p ? psem_size(p, "resize", permits, NULL) : dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+}
+
+dlock_status dlock_psem_add_permits(dlock_psem *p, long change)
+{
+    return p ? psem_size(p, "add", change, NULL) : dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
 }
 
 /* Watchdog thread: this permit expired while we believed we held it. */
@@ -93,8 +102,9 @@ static void permit_lost(dlock__wd_entry *e)
  * its send time: a lease the attempt sets starts no earlier. */
 typedef struct psem_call {
     const char *keys[3];
-    const char *args[3];
-    char lease[24];
+    const char *args[5];
+    char lease[24], idle[24], size[24];
+    int nargs;
 } psem_call;
 
 static void psem_call_make(dlock_permit *pm, psem_call *c)
@@ -107,6 +117,12 @@ static void psem_call_make(dlock_permit *pm, psem_call *c)
     c->args[0] = pm->id;
     c->args[1] = c->lease;
     c->args[2] = p->base.client->publish;
+    snprintf(c->idle, sizeof c->idle, "%ld", DLOCK_IDLE_MS);
+    c->args[3] = c->idle;
+    long size = atomic_load(&p->size);
+    snprintf(c->size, sizeof c->size, "%ld", size);
+    c->args[4] = c->size;
+    c->nargs = size >= 0 ? 5 : 4;
     pm->sent = dlock__mono_ms();
 }
 
@@ -131,7 +147,8 @@ static int psem_try(void *ctx, long *retry_ms)
     psem_call c;
     psem_call_make(pm, &c);
     redisReply *r;
-    dlock_status st = dlock__eval(pm->psem->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, 3, c.args, &r, NULL);
+    dlock_status st =
+        dlock__eval(pm->psem->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, c.nargs, c.args, &r, NULL);
     if (st != DLOCK_OK) return st;
     int result = psem_parse(r, retry_ms);
     freeReplyObject(r);
@@ -322,8 +339,13 @@ dlock_status dlock_psem_available(dlock_psem *p, long *available)
 {
     if (!p || !available) return dlock__fail(DLOCK_ERR_INVALID, "semaphore or output is NULL");
     const char *keys[2] = {p->base.key, p->held};
+    char size[24];
+    long known = atomic_load(&p->size);
+    snprintf(size, sizeof size, "%ld", known);
+    const char *args[1] = {size};
     long long n;
-    dlock_status st = dlock__eval_int(p->base.client, DLOCK__SCRIPT_PSEM_AVAILABLE, 2, keys, 0, NULL, &n);
+    dlock_status st =
+        dlock__eval_int(p->base.client, DLOCK__SCRIPT_PSEM_AVAILABLE, 2, keys, known >= 0 ? 1 : 0, args, &n);
     if (st == DLOCK_OK) *available = (long)n;
     return st;
 }
@@ -353,7 +375,7 @@ static dlock_status async_attempt(dlock__await *aw)
     psem_async *op = (psem_async *)aw;
     psem_call c;
     psem_call_make(op->pm, &c);
-    return dlock__async_script(op->p->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, 3, c.args,
+    return dlock__async_script(op->p->base.client, DLOCK__SCRIPT_PSEM_ACQUIRE, 3, c.keys, c.nargs, c.args,
                                dlock__await_reply, op);
 }
 

@@ -3,6 +3,7 @@
  * scripts, with waiting woken by the release channel. See dlock.h for when
  * to prefer the permit-expirable kind.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "client.h"
 #include "handle.h"
 #include "op.h"
+#include "sem_size.h"
 #include "util.h"
 #include "wait.h"
 
@@ -19,39 +21,97 @@ static const dlock__handle_keys sem_keys = {":sem", NULL, ":sem:ch"};
 
 struct dlock_semaphore {
     dlock__handle base; /* first: client, name, keys */
+    char *size_key;     /* "dlock:{NAME}:sem:size" */
+    atomic_long size;   /* the size this handle set or found, -1 before */
 };
 
 dlock_status dlock_semaphore_new(dlock_client *client, const char *name, dlock_semaphore **out)
 {
     dlock__handle *h = NULL;
     dlock_status st = dlock__handle_new(sizeof(dlock_semaphore), client, name, &sem_keys, out ? &h : NULL);
-    if (out) *out = (dlock_semaphore *)h;
-    return st;
+    if (out) *out = NULL;
+    if (st != DLOCK_OK) return st;
+    dlock_semaphore *s = (dlock_semaphore *)h;
+    atomic_init(&s->size, -1);
+    if (!(s->size_key = dlock__key(name, ":sem:size"))) {
+        dlock_semaphore_free(s);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    *out = s;
+    return DLOCK_OK;
 }
 
 void dlock_semaphore_free(dlock_semaphore *s)
 {
     if (!s) return;
     dlock__handle_destroy(&s->base, NULL);
+    free(s->size_key);
     free(s);
+}
+
+/* ------------------------------------------------------------------------
+ * Size: made once, refused when another size is asked for, changed only
+ * by name (sem_set.lua, psem_set.lua; shared with psem.c).
+ * ------------------------------------------------------------------------ */
+
+dlock_status dlock__sem_size(dlock_client *client, dlock__script_id script, const char *what, const char *name,
+                             const char *const keys[2], const char *channel, const char *mode, long n,
+                             atomic_long *size, int *was_set)
+{
+    long least = strcmp(mode, "add") == 0 ? -PERMITS_MAX : 0;
+    if (n < least || n > PERMITS_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "%s must be %ld to %ld", least ? "the change" : "permits", least,
+                           PERMITS_MAX);
+    char num[24], idle[24];
+    snprintf(num, sizeof num, "%ld", n);
+    snprintf(idle, sizeof idle, "%ld", DLOCK_IDLE_MS);
+    dlock__op op;
+    dlock__op_new(client, keys[0], &op);
+    const char *k[4] = {keys[0], keys[1], op.key, channel};
+    const char *args[6] = {num, op.seq, op.ttl, idle, mode, client->publish};
+    redisReply *r;
+    dlock_status st = dlock__eval(client, script, 4, k, 6, args, &r, NULL);
+    if (st != DLOCK_OK) return st;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return dlock__fail(DLOCK_ERR_REDIS, "%s: unexpected reply", what);
+    }
+    long long code = r->element[0]->integer, stored = r->element[1]->integer;
+    freeReplyObject(r);
+    if (code < 0 && strcmp(mode, "set") == 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "%s '%s' has %lld permits, not %ld (resize it to change that)", what,
+                           name, stored, n);
+    if (code < 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "%s '%s' has %lld permits: %ld would take it below 0", what, name,
+                           stored, n);
+    atomic_store(size, (long)stored);
+    if (was_set) *was_set = code == 1;
+    return DLOCK_OK;
+}
+
+/* The one call behind set_permits, resize and add_permits. */
+static dlock_status sem_size(dlock_semaphore *s, const char *mode, long n, int *was_set)
+{
+    const char *keys[2] = {s->base.key, s->size_key};
+    return dlock__sem_size(s->base.client, DLOCK__SCRIPT_SEM_SET, "semaphore", s->base.name, keys, s->base.channel,
+                           mode, n, &s->size, was_set);
 }
 
 dlock_status dlock_semaphore_set_permits(dlock_semaphore *s, long permits, int *was_set)
 {
     if (was_set) *was_set = 0;
-    if (!s) return dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
-    if (permits < 0 || permits > PERMITS_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "permits must be 0 to %ld", PERMITS_MAX);
-    char n[24];
-    snprintf(n, sizeof n, "%ld", permits);
-    dlock__op op;
-    dlock__op_new(s->base.client, s->base.key, &op);
-    const char *keys[2] = {s->base.key, op.key};
-    const char *args[3] = {n, op.seq, op.ttl};
-    long long set;
-    dlock_status st = dlock__eval_int(s->base.client, DLOCK__SCRIPT_SEM_SET, 2, keys, 3, args, &set);
-    if (st == DLOCK_OK && was_set) *was_set = set == 1;
-    return st;
+    return s ? sem_size(s, "set", permits, was_set) : dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+}
+
+dlock_status dlock_semaphore_resize(dlock_semaphore *s, long permits)
+{
+    return s ? sem_size(s, "resize", permits, NULL) : dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
+}
+
+dlock_status dlock_semaphore_add_permits(dlock_semaphore *s, long change)
+{
+    return s ? sem_size(s, "add", change, NULL) : dlock__fail(DLOCK_ERR_INVALID, "semaphore is NULL");
 }
 
 struct sem_attempt {
@@ -63,8 +123,9 @@ struct sem_attempt {
  * with the channel and the publish command), each its own operation. */
 typedef struct sem_call {
     dlock__op op;
-    char n[24];
-    const char *keys[3], *args[4];
+    char n[24], idle[24], size[24];
+    const char *keys[4], *args[5];
+    int nkeys, nargs;
 } sem_call;
 
 /* `handle`: 0 for the calling thread's call, else the asynchronous call's
@@ -75,16 +136,24 @@ static void sem_call_make(dlock_semaphore *s, long permits, int release, unsigne
     snprintf(c->n, sizeof c->n, "%ld", permits);
     if (handle) dlock__op_new_async(client, s->base.key, handle, &c->op);
     else dlock__op_new(client, s->base.key, &c->op);
+    snprintf(c->idle, sizeof c->idle, "%ld", DLOCK_IDLE_MS);
+    long size = atomic_load(&s->size);
+    snprintf(c->size, sizeof c->size, "%ld", size);
     c->keys[0] = s->base.key;
     if (release) {
-        c->keys[1] = s->base.channel;
-        c->keys[2] = c->op.key;
-        const char *args[4] = {c->n, client->publish, c->op.seq, c->op.ttl};
+        const char *keys[4] = {s->base.key, s->base.channel, c->op.key, s->size_key};
+        const char *args[5] = {c->n, client->publish, c->op.seq, c->op.ttl, c->idle};
+        memcpy(c->keys, keys, sizeof keys);
         memcpy(c->args, args, sizeof args);
+        c->nkeys = 4;
+        c->nargs = 5;
     } else {
-        c->keys[1] = c->op.key;
-        const char *args[3] = {c->n, c->op.seq, c->op.ttl};
+        const char *keys[3] = {s->base.key, c->op.key, s->size_key};
+        const char *args[5] = {c->n, c->op.seq, c->op.ttl, c->idle, c->size};
+        memcpy(c->keys, keys, sizeof keys);
         memcpy(c->args, args, sizeof args);
+        c->nkeys = 3;
+        c->nargs = size >= 0 ? 5 : 4;
     }
 }
 
@@ -96,7 +165,8 @@ static int sem_try(void *ctx, long *retry_ms)
     sem_call c;
     sem_call_make(a->s, a->permits, 0, 0, &c);
     long long got;
-    dlock_status st = dlock__eval_int(a->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, 2, c.keys, 3, c.args, &got);
+    dlock_status st =
+        dlock__eval_int(a->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, c.nkeys, c.keys, c.nargs, c.args, &got);
     if (st != DLOCK_OK) return st;
     *retry_ms = -1;
     return got == 1 ? DLOCK_OK : DLOCK__BUSY;
@@ -149,7 +219,7 @@ dlock_status dlock_semaphore_release(dlock_semaphore *s, long permits)
     sem_call c;
     sem_call_make(s, permits, 1, 0, &c);
     long long available;
-    return dlock__eval_int(s->base.client, DLOCK__SCRIPT_SEM_RELEASE, 3, c.keys, 4, c.args, &available);
+    return dlock__eval_int(s->base.client, DLOCK__SCRIPT_SEM_RELEASE, c.nkeys, c.keys, c.nargs, c.args, &available);
 }
 
 /* ------------------------------------------------------------------------
@@ -173,7 +243,7 @@ static dlock_status async_attempt(dlock__await *aw)
     sem_async *op = (sem_async *)aw;
     sem_call c;
     sem_call_make(op->s, op->permits, 0, op->s->base.number, &c);
-    return dlock__async_script(op->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, 2, c.keys, 3, c.args,
+    return dlock__async_script(op->s->base.client, DLOCK__SCRIPT_SEM_ACQUIRE, c.nkeys, c.keys, c.nargs, c.args,
                                dlock__await_reply, op);
 }
 
@@ -265,7 +335,8 @@ dlock_status dlock_semaphore_release_async(dlock_semaphore *s, long permits, dlo
     if (st != DLOCK_OK) return st;
     sem_call c;
     sem_call_make(s, permits, 1, s->base.number, &c);
-    st = dlock__async_script(s->base.client, DLOCK__SCRIPT_SEM_RELEASE, 3, c.keys, 4, c.args, on_release_reply, op);
+    st = dlock__async_script(s->base.client, DLOCK__SCRIPT_SEM_RELEASE, c.nkeys, c.keys, c.nargs, c.args,
+                             on_release_reply, op);
     return st == DLOCK_OK ? st : async_abandon(op, st);
 }
 
@@ -276,7 +347,8 @@ dlock_status dlock_semaphore_available(dlock_semaphore *s, long *available)
     redisReply *r;
     dlock_status st = dlock__topo_command(s->base.client->topo, s->base.key, 2, argv, NULL, &r, NULL);
     if (st != DLOCK_OK) return st;
-    if (r->type == REDIS_REPLY_NIL) *available = 0;
+    long size = atomic_load(&s->size);
+    if (r->type == REDIS_REPLY_NIL) *available = size > 0 ? size : 0; /* gone idle: as sem_acquire.lua remakes it */
     else if (r->type == REDIS_REPLY_STRING) *available = strtol(r->str, NULL, 10);
     else st = dlock__reply_error(r, "GET");
     freeReplyObject(r);

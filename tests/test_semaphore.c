@@ -100,8 +100,13 @@ static void semaphore_permits_are_set_only_once(void **state)
     assert_int_equal(av, 0);
     assert_int_equal(dlock_semaphore_set_permits(s, 3, &set), DLOCK_OK);
     assert_int_equal(set, 1);
-    assert_int_equal(dlock_semaphore_set_permits(s, 7, &set), DLOCK_OK);
+    /* The same size again is no change; another is refused, and says both. */
+    assert_int_equal(dlock_semaphore_set_permits(s, 3, &set), DLOCK_OK);
     assert_int_equal(set, 0);
+    set = -1;
+    assert_int_equal(dlock_semaphore_set_permits(s, 7, &set), DLOCK_ERR_INVALID);
+    assert_int_equal(set, 0);
+    assert_non_null(strstr(dlock_last_error(), "has 3 permits, not 7"));
     assert_int_equal(dlock_semaphore_available(s, &av), DLOCK_OK);
     assert_int_equal(av, 3);
     /* All or nothing: 4 of 3 fails at once and takes none. */

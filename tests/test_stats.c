@@ -200,12 +200,15 @@ static void failures_are_counted_by_reason(void **state)
     dlock_client_free(off);
 }
 
-/* A read-write lock and a permit-expirable semaphore of one permit, both
- * called `name`. */
+/* A read-write lock `name`-rw and a permit-expirable semaphore of one
+ * permit `name`-psem (one NAME is one kind). */
 static void new_rw_and_psem(dlock_client *c, const char *name, dlock_rwlock **rw, dlock_psem **p)
 {
-    assert_int_equal(dlock_rwlock_new(c, name, rw), DLOCK_OK);
-    assert_int_equal(dlock_psem_new(c, name, p), DLOCK_OK);
+    char n[64];
+    snprintf(n, sizeof n, "%s-rw", name);
+    assert_int_equal(dlock_rwlock_new(c, n, rw), DLOCK_OK);
+    snprintf(n, sizeof n, "%s-psem", name);
+    assert_int_equal(dlock_psem_new(c, n, p), DLOCK_OK);
     assert_int_equal(dlock_psem_set_permits(*p, 1, NULL), DLOCK_OK);
 }
 
@@ -407,19 +410,19 @@ static void every_kind_is_counted_apart(void **state)
     assert_int_equal(dlock_lock_acquire(fair, 0, 10000, NULL), DLOCK_OK);
     assert_int_equal(dlock_lock_release(fair), DLOCK_OK);
     dlock_rwlock *rw;
-    assert_int_equal(dlock_rwlock_new(c, "st-kinds", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c, "st-kinds-rw", &rw), DLOCK_OK);
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 10000, NULL), DLOCK_OK);
     assert_int_equal(dlock_rwlock_release(rw, DLOCK_READ), DLOCK_OK);
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 10000, NULL), DLOCK_OK);
     assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
     dlock_semaphore *sem;
-    assert_int_equal(dlock_semaphore_new(c, "st-kinds", &sem), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_new(c, "st-kinds-sem", &sem), DLOCK_OK);
     assert_int_equal(dlock_semaphore_set_permits(sem, 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_semaphore_acquire(sem, 1, 0), DLOCK_OK);
     assert_int_equal(dlock_semaphore_release(sem, 1), DLOCK_OK);
     dlock_psem *p;
     dlock_permit *pm;
-    assert_int_equal(dlock_psem_new(c, "st-kinds", &p), DLOCK_OK);
+    assert_int_equal(dlock_psem_new(c, "st-kinds-psem", &p), DLOCK_OK);
     assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_psem_acquire(p, 0, 10000, &pm), DLOCK_OK);
     assert_int_equal(dlock_psem_release(p, pm), DLOCK_OK);
@@ -428,10 +431,11 @@ static void every_kind_is_counted_apart(void **state)
     assert_int_equal(dlock_redlock_acquire(rl, 0, 10000, NULL, NULL), DLOCK_OK);
     assert_int_equal(dlock_redlock_release(rl), DLOCK_OK);
     dlock_latch *latch;
-    assert_int_equal(dlock_latch_new(c, "st-kinds", &latch), DLOCK_OK);
-    assert_int_equal(dlock_latch_await(latch, 0), DLOCK_OK); /* never set: open */
+    assert_int_equal(dlock_latch_new(c, "st-kinds-latch", &latch), DLOCK_OK);
+    assert_int_equal(dlock_latch_await(latch, 0), DLOCK_ERR_TIMEOUT); /* never set: shut */
     assert_int_equal(dlock_latch_set(latch, 1, NULL), DLOCK_OK);
-    assert_int_equal(dlock_latch_await(latch, 0), DLOCK_ERR_TIMEOUT);
+    assert_int_equal(dlock_latch_count_down(latch, NULL), DLOCK_OK);
+    assert_int_equal(dlock_latch_await(latch, 0), DLOCK_OK);
 
     struct dlock_stats s = stats_of(c);
     check_consistent(&s);
@@ -779,11 +783,13 @@ static void prometheus_text_is_valid_and_matches_the_copy(void **state)
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     }
     dlock_semaphore *sem;
-    assert_int_equal(dlock_semaphore_new(c, "st-prom", &sem), DLOCK_OK);
+    assert_int_equal(dlock_semaphore_new(c, "st-prom-sem", &sem), DLOCK_OK);
     assert_int_equal(dlock_semaphore_set_permits(sem, 2, NULL), DLOCK_OK);
     assert_int_equal(dlock_semaphore_acquire(sem, 1, 0), DLOCK_OK);
     dlock_latch *latch;
-    assert_int_equal(dlock_latch_new(c, "st-prom", &latch), DLOCK_OK);
+    assert_int_equal(dlock_latch_new(c, "st-prom-latch", &latch), DLOCK_OK);
+    assert_int_equal(dlock_latch_set(latch, 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_latch_count_down(latch, NULL), DLOCK_OK);
     assert_int_equal(dlock_latch_await(latch, 0), DLOCK_OK);
 
     struct dlock_stats s = stats_of(c);
@@ -837,12 +843,12 @@ static void prometheus_text_is_valid_and_matches_the_copy(void **state)
     assert_int_equal(dlock_lock_new_fair(c, "st-prom-fair", &fair), DLOCK_OK);
     assert_int_equal(dlock_lock_acquire(fair, 0, 10000, NULL), DLOCK_OK);
     dlock_rwlock *rw;
-    assert_int_equal(dlock_rwlock_new(c, "st-prom", &rw), DLOCK_OK);
+    assert_int_equal(dlock_rwlock_new(c, "st-prom-rw", &rw), DLOCK_OK);
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 10000, NULL), DLOCK_OK);
     assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 10000, NULL), DLOCK_ERR_DEADLOCK);
     dlock_psem *ps;
     dlock_permit *pm;
-    assert_int_equal(dlock_psem_new(c, "st-prom", &ps), DLOCK_OK);
+    assert_int_equal(dlock_psem_new(c, "st-prom-psem", &ps), DLOCK_OK);
     assert_int_equal(dlock_psem_set_permits(ps, 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_psem_acquire(ps, 0, 10000, &pm), DLOCK_OK);
     dlock_redlock *rl;

@@ -81,9 +81,24 @@
 -- strtod and a Lua number passed to redis.call is formatted by printf:
 -- the four conversions this saves on an uncontended pair were 4 % of the
 -- server's instructions for it (measured with callgrind; CHANGELOG.md).
+--
+-- The same EXISTS asks after the other kinds' keys of NAME (a read-write
+-- lock, a semaphore, a latch: lib/kinds.lua), so that one NAME is one
+-- lock: when it finds one, the acquire is refused with an error naming
+-- that kind, before anything is written. The four more keys, made here
+-- from KEYS[1] rather than sent, cost the uncontended pair about 5 % more
+-- server instructions (5 700 of 112 000, measured; CHANGELOG.md).
 local mine = ARGV[3] ~= '0'
 local owner
-if mine or redis.call('EXISTS', KEYS[1], KEYS[3] or KEYS[1]) > 0 then
+local b = KEYS[1]
+if mine or redis.call('EXISTS', b, KEYS[3] or b, b .. ':rw', b .. ':sem', b .. ':psem', b .. ':latch') > 0 then
+    if not mine then
+--@include kinds
+        local clash = kinds_clash(b, '')
+        if clash then
+            return clash
+        end
+    end
     owner = redis.call('HGET', KEYS[1], 'owner')
 else
     KEYS[3] = nil -- not there: nothing to read below

@@ -37,7 +37,10 @@ if ARGV[1] ~= '1' then
     if redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') > 0 then
         return {-1, 'psem'}
     end
-    if redis.call('EXISTS', KEYS[4]) == 1 then
+    -- an open latch is kept as "0" for a while (latch_count_down.lua):
+    -- nothing waits on it any more
+    local count = redis.call('GET', KEYS[4])
+    if count and count ~= '0' then
         return {-1, 'latch'}
     end
 end

@@ -40,8 +40,12 @@
 -- release that hands it the lock.
 --
 -- Fencing tokens as in acquire.lua, see lib/fence.lua.
+--
+-- One NAME, one kind: a NAME held as a read-write lock or used as a
+-- semaphore or latch is refused, as in acquire.lua (lib/kinds.lua).
 
 --@include fence
+--@include kinds
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -62,6 +66,12 @@ local function grant()
 end
 
 local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner ~= me then
+    local clash = kinds_clash(KEYS[1], '')
+    if clash then
+        return clash
+    end
+end
 if owner == me then
     local mine = tonumber(ARGV[3])
     if mine > 0 then

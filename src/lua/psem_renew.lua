@@ -18,6 +18,13 @@ for i, key in ipairs(KEYS) do
         redis.call('ZADD', key, now + tonumber(ARGV[2 * i]), ARGV[2 * i - 1])
         local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
         redis.call('PEXPIREAT', key, last[2])
+        -- the number of permits outlives every lease (psem_acquire.lua):
+        -- its key is this one's without ":held", in the same slot
+        local size = string.sub(key, 1, -6)
+        local ttl = redis.call('PTTL', size)
+        if ttl >= 0 and ttl < tonumber(ARGV[2 * i]) then
+            redis.call('PEXPIREAT', size, last[2])
+        end
         result[i] = 1
     else
         result[i] = 0

@@ -27,7 +27,17 @@
 --
 -- Fencing tokens (write holds only) as in acquire.lua, see lib/fence.lua.
 
+--
+-- One NAME, one kind: a NAME held as a plain or fair lock, or used as a
+-- semaphore or latch, is refused with an error naming it (lib/kinds.lua).
+
 --@include fence
+--@include kinds
+
+local clash = kinds_clash(string.sub(KEYS[1], 1, -4), ':rw')
+if clash then
+    return clash
+end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
