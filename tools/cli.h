@@ -30,7 +30,7 @@
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 #define MAX_MS 2147483647L
 #define MAX_ID_COUNT 1000000L
-#define MAX_URLS 32 /* -u given more than once: RedLock masters */
+#define MAX_URLS DLOCK_REDLOCK_MAX_MASTERS /* -u given more than once: RedLock masters */
 /* -E takes an exit status, which a shell sees modulo 256. */
 #define MAX_EXIT_CODE 255
 

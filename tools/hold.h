@@ -13,15 +13,15 @@
 #include "cli.h"
 #include "dlock.h"
 
-#define DEFAULT_TTL_MS 30000L
-/* The library's watchdog refuses leases under 30 ms: a third of that is
- * already close to one round trip on a busy host. */
-#define MIN_TTL_MS 30L
-/* The library declares a hold lost a margin before its lease could end
- * (dlock_options.safety_margin_pct, --safety-margin): COMMAND gets SIGTERM
- * then, and its whole process group SIGKILL when that margin is over, so
- * that nothing runs under the lock once the server may hand it on. */
-#define DEFAULT_MARGIN_PCT 10
+/* -t and --safety-margin default to the library's own defaults, and -t
+ * is refused below its watchdog's minimum (include/dlock.h). The library
+ * declares a hold lost a margin before its lease could end: COMMAND gets
+ * SIGTERM then, and its whole process group SIGKILL when that margin is
+ * over, so that nothing runs under the lock once the server may hand it
+ * on. */
+#define DEFAULT_TTL_MS DLOCK_WATCHDOG_LEASE_DEFAULT_MS
+#define MIN_TTL_MS DLOCK_WATCHDOG_LEASE_MIN_MS
+#define DEFAULT_MARGIN_PCT DLOCK_SAFETY_MARGIN_DEFAULT_PCT
 
 /* ------------------------------------------------------------------------ */
 /* Kinds of hold (hold_kinds.c)                                              */
@@ -36,7 +36,7 @@ typedef struct holder {
     const struct hold_ops *ops;
     const char *name;
     size_t n;
-    dlock_client *clients[MAX_URLS];
+    dlock_client *clients[DLOCK_REDLOCK_MAX_MASTERS];
     void *handle;         /* the kind's own: dlock_lock, _rwlock, _redlock or _psem */
     dlock_permit *permit; /* a semaphore's, while held */
 } holder;
