@@ -486,10 +486,17 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "-u", "redis://127.0.0.1:3", "lock", "--fair",
          "u1", "--", "sh", "-c", "x", NULL},
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "status", "u1", NULL},
-        /* Durations: a bare number is ms, else one unit of ms, s, m, h. */
+        /* Durations: a bare number is seconds, else one unit of ms, s, m,
+         * h; a fraction only down to a millisecond. */
         {"lock", "-w", "10x", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "-1s", "u1", "--", "sh", "-c", "x", NULL},
-        {"lock", "--wait", "1.5s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--wait", "1.5.0s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "1.", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", ".5", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "0.0001", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "1.5ms", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "2147484", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "0.029", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "--wait=10 s", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "10S", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "s", "u1", "--", "sh", "-c", "x", NULL},
@@ -581,7 +588,7 @@ static void command_exit_status_is_passed_through(void **state)
     expect_status(&r, 127);
     assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
     /* Options after NAME and after -- belong to COMMAND. */
-    RUN(&r, srv.url, "lock", "-w", "5000", "pass", "--", "sh", "-c", "exit $#", "sh", "-t", "-w");
+    RUN(&r, srv.url, "lock", "-w", "5", "pass", "--", "sh", "-c", "exit $#", "sh", "-t", "-w");
     expect_status(&r, 2);
     assert_free("pass");
 }
@@ -669,7 +676,7 @@ static void busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder(void 
     assert_true(r.ms < 5000);
     assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
 
-    RUN(&r, srv.url, "lock", "-w", "300", "busy", "--", "true");
+    RUN(&r, srv.url, "lock", "-w", "0.3", "busy", "--", "true");
     expect_status(&r, 75);
     assert_true(r.ms >= 290);
     assert_true(r.ms < 10000);
@@ -696,7 +703,7 @@ static void busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder(void 
 
     /* A bounded wait that a release ends in time acquires the lock. */
     HOLD(&holder, "busy.ready2", "sleep 0.3", "lock", "busy");
-    RUN(&r, srv.url, "lock", "-w", "15000", "busy", "--", "true");
+    RUN(&r, srv.url, "lock", "-w", "15", "busy", "--", "true");
     expect_status(&r, 0);
     assert_int_equal(wait_dlock(&holder, 10000), 0);
 }
@@ -709,7 +716,7 @@ static void lock_is_renewed_while_a_long_command_runs(void **state)
 {
     (void)state;
     proc holder;
-    HOLD(&holder, "renew.ready", "sleep 1.5", "lock", "-t", "300", "renewed");
+    HOLD(&holder, "renew.ready", "sleep 1.5", "lock", "-t", "0.3", "renewed");
     usleep(900000); /* three TTLs */
     run r;
     RUN(&r, srv.url, "lock", "-w", "0", "renewed", "--", "true");
@@ -731,7 +738,7 @@ static void lost_lease_terminates_command_and_exits_76(void **state)
              "trap 'echo term > %s; kill $p; exit 143' TERM; sleep 20 & p=$!; touch %s; wait $p",
              term, ready);
     proc holder;
-    START(&holder, srv.url, "lock", "-t", "600", "lost", "--", "sh", "-c", script);
+    START(&holder, srv.url, "lock", "-t", "0.6", "lost", "--", "sh", "-c", script);
     assert_true(wait_for_file(ready, 10000));
 
     redisReply *rep = th_target_cmd(&srv, "dlock:{lost}", "DEL %s", "dlock:{lost}");
@@ -1046,7 +1053,7 @@ static void status_shows_the_holder_and_force_unlock_breaks_it(void **state)
     assert_int_equal(status_field(r.out, "last_token"), 0);
 
     proc holder;
-    HOLD(&holder, "force.ready", "exec sleep 30", "lock", "-t", "600", "force");
+    HOLD(&holder, "force.ready", "exec sleep 30", "lock", "-t", "0.6", "force");
     RUN(&r, srv.url, "status", "force");
     expect_status(&r, 0);
 
@@ -1104,7 +1111,7 @@ static void status_shows_read_and_write_holders_and_unlock_breaks_them(void **st
     (void)state;
     proc holder;
     run r;
-    HOLD(&holder, "rwstat.ready", "exec sleep 30", "lock", "--write", "-t", "600", "rwstat");
+    HOLD(&holder, "rwstat.ready", "exec sleep 30", "lock", "--write", "-t", "0.6", "rwstat");
     RUN(&r, srv.url, "status", "rwstat");
     expect_status(&r, 0);
     assert_non_null(strstr(r.out, "holder: -\n"));
@@ -1147,7 +1154,7 @@ static void readers_share_writers_exclude_and_fair_locks_give_tokens(void **stat
     assert_int_equal(wait_dlock(&reader, 10000), 128 + SIGTERM);
     scratch_file(out, sizeof out, "rw.token");
     snprintf(script, sizeof script, "echo $DLOCK_TOKEN > %s", out);
-    RUN(&r, srv.url, "lock", "--write", "-w", "5000", "rwcli", "--", "sh", "-c", script);
+    RUN(&r, srv.url, "lock", "--write", "-w", "5", "rwcli", "--", "sh", "-c", script);
     expect_status(&r, 0);
     char buf[64];
     slurp(out, buf, sizeof buf);
@@ -1169,7 +1176,7 @@ static void semaphore_admits_permits_holders_and_a_killed_ones_permit_returns(vo
     for (int i = 0; i < 2; i++) {
         char n[32];
         snprintf(n, sizeof n, "sem.ready%d", i);
-        HOLD(&holder[i], n, "exec sleep 30", "semaphore", "-p", "2", "-t", "600", "semcli");
+        HOLD(&holder[i], n, "exec sleep 30", "semaphore", "-p", "2", "-t", "0.6", "semcli");
     }
     run r;
     RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "0", "semcli", "--", "true");
@@ -1179,7 +1186,7 @@ static void semaphore_admits_permits_holders_and_a_killed_ones_permit_returns(vo
     waitpid(holder[0].pid, NULL, 0);
     scratch_file(envf, sizeof envf, "sem.env");
     snprintf(script, sizeof script, "echo \"$DLOCK_PERMIT ${DLOCK_TOKEN:-none}\" > %s", envf);
-    RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "5000", "semcli", "--", "sh", "-c", script);
+    RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "5", "semcli", "--", "sh", "-c", script);
     expect_status(&r, 0);
     slurp(envf, buf, sizeof buf);
     assert_int_equal(strlen(buf), 32 + 1 + 4 + 1);
@@ -1198,7 +1205,7 @@ static void latch_sets_once_and_releases_awaiters_at_zero(void **state)
     expect_status(&r, 0);
     RUN(&r, srv.url, "latch", "latchcli", "--set", "2");
     expect_status(&r, 1);
-    RUN(&r, srv.url, "latch", "latchcli", "--await", "-w", "200");
+    RUN(&r, srv.url, "latch", "latchcli", "--await", "-w", "0.2");
     expect_status(&r, 75);
     proc waiter;
     START(&waiter, srv.url, "latch", "latchcli", "--await");
@@ -1227,14 +1234,14 @@ static void redlock_over_three_urls_holds_with_a_majority_only(void **state)
     RL("lock", "-w", "0", "rlcli", "--", "true");
     expect_status(&r, 0);
     th_redis_stop(&m[2]);
-    RL("lock", "-w", "2000", "rlcli", "--", "sh", "-c", "exit 4");
+    RL("lock", "-w", "2", "rlcli", "--", "sh", "-c", "exit 4");
     expect_status(&r, 4);
     th_redis_stop(&m[1]);
-    RL("lock", "-w", "300", "rlcli", "--", "true");
+    RL("lock", "-w", "0.3", "rlcli", "--", "true");
     expect_status(&r, 75);
     assert_non_null(strstr(r.err, "majority"));
     th_redis_stop(&m[0]);
-    RL("lock", "-w", "300", "rlcli", "--", "true");
+    RL("lock", "-w", "0.3", "rlcli", "--", "true");
     expect_status(&r, 69);
 #undef RL
 }
@@ -1311,13 +1318,13 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
              f.ready, f.a);
     snprintf(second, sizeof second, "date +%%s%%N > %s", f.b);
     proc holder;
-    START(&holder, th_proxy_url(px), "lock", "-t", "2000", "cut", "--", "sh", "-c", script);
+    START(&holder, th_proxy_url(px), "lock", "-t", "2", "cut", "--", "sh", "-c", script);
     assert_true(wait_for_file(f.ready, 10000));
     usleep(300000);
     long long cut = th_now_ms();
     th_proxy_partition(px, 1);
     run r;
-    RUN(&r, srv.url, "lock", "-w", "15000", "cut", "--", "sh", "-c", second);
+    RUN(&r, srv.url, "lock", "-w", "15", "cut", "--", "sh", "-c", second);
     int first = wait_dlock(&holder, 15000);
     long long told = th_now_ms() - cut;
     pid_t left = read_pid(f.pid);
@@ -1355,7 +1362,7 @@ static void command_is_not_started_on_a_lease_no_longer_trusted(void **state)
     scratch_file(ran, sizeof ran, "late.ran");
     th_proxy_latency(px, 25);
     run r;
-    RUN(&r, th_proxy_url(px), "lock", "-t", "30", "--safety-margin", "50", "late", "--", "touch", ran);
+    RUN(&r, th_proxy_url(px), "lock", "-t", "30ms", "--safety-margin", "50", "late", "--", "touch", ran);
     th_proxy_latency(px, 0);
     th_proxy_stop(px);
     expect_status(&r, 76);
@@ -1404,7 +1411,7 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
     (void)state;
     proc holder;
     pid_t sh, bg;
-    start_sh_with_child(&holder, "k9", "1000", &sh, &bg);
+    start_sh_with_child(&holder, "k9", "1", &sh, &bg);
     kill(holder.pid, SIGKILL);
     assert_int_equal(wait_dlock(&holder, 5000), 128 + SIGKILL);
     expect_group_gone(sh, bg, "dlock was killed");
@@ -1433,7 +1440,7 @@ static void what_command_left_running_stops_before_the_next_holder_starts(void *
     START(&holder, srv.url, "lock", "left", "--", "sh", "-c", script);
     assert_true(wait_for_file(f.ready, 10000));
     run r;
-    RUN(&r, srv.url, "lock", "-w", "15000", "left", "--", "sh", "-c", second);
+    RUN(&r, srv.url, "lock", "-w", "15", "left", "--", "sh", "-c", second);
     int first = wait_dlock(&holder, 15000);
     pid_t loop = read_pid(f.pid);
     long long t0 = th_now_ms();
@@ -1639,6 +1646,45 @@ static void lock_takes_flock_forms_and_durations_with_units(void **state)
     assert_free("flock1");
 }
 
+/* A bare number is seconds, fractions allowed, as in flock(1), etcdctl
+ * and consul: -w 1 waits a second (not a millisecond), -w 0.5 half of
+ * one; -t 2 and -t 1.5 are leases of seconds (as milliseconds both are
+ * below the 30 ms minimum); --timeout takes the same forms. */
+static void bare_duration_is_seconds_as_in_flock(void **state)
+{
+    (void)state;
+    proc holder;
+    HOLD(&holder, "secs.ready", "exec sleep 30", "lock", "secs");
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "1", "secs", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms >= 950);
+    RUN(&r, srv.url, "lock", "--wait=0.5", "secs", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms >= 450);
+    RUN(&r, srv.url, "--timeout", "1.5", "lock", "-w", "0.25s", "secs", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms >= 240);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+
+    static const char *const ttls[] = {"2", "1.5"};
+    for (size_t i = 0; i < 2; i++) {
+        HOLD(&holder, "secs.ready", "exec sleep 30", "lock", "-t", ttls[i], "secs");
+        redisReply *rep = th_target_cmd(&srv, "dlock:{secs}", "PTTL %s", "dlock:{secs}");
+        assert_non_null(rep);
+        long long limit = i == 0 ? 2000 : 1500;
+        if (rep->type != REDIS_REPLY_INTEGER || rep->integer <= 100 || rep->integer > limit) {
+            print_error("-t %s: PTTL %lld\n", ttls[i], rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1);
+            fail();
+        }
+        freeReplyObject(rep);
+        kill(holder.pid, SIGTERM);
+        assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    }
+    assert_free("secs");
+}
+
 /* Busy: -n and --nonblock give up at once; -E N (--conflict-exit-code)
  * replaces 75 (0 included) and COMMAND does not run; -w 1s waits a
  * second, not a millisecond; free, -E changes nothing. */
@@ -1690,7 +1736,7 @@ static void timeout_gives_up_on_a_server_that_never_answers(void **state)
     expect_status(&r, 69);
     assert_one_line(r.err);
     assert_true(r.ms < 1500);
-    RUN(&r, NULL, "--timeout", "300", "--url", url, "status", "stall");
+    RUN(&r, NULL, "--timeout", "0.3", "--url", url, "status", "stall");
     expect_status(&r, 69);
     assert_true(r.ms < 1500);
     close(fd);
@@ -1965,6 +2011,7 @@ int main(void)
         cmocka_unit_test(a_dlock_killed_while_it_waits_takes_its_guard_along),
         cmocka_unit_test(every_subcommand_prints_its_help),
         cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),
+        cmocka_unit_test(bare_duration_is_seconds_as_in_flock),
         cmocka_unit_test(busy_lock_exits_with_the_conflict_exit_code),
         cmocka_unit_test(timeout_gives_up_on_a_server_that_never_answers),
         cmocka_unit_test(status_json_names_the_holders_host_pid_command_and_token),

@@ -47,8 +47,8 @@
 #define USAGE_UNLOCK "dlock [-u URL] unlock --force NAME"
 #define USAGE_MISC "dlock --help | --version | dlock SUBCOMMAND --help"
 /* How a duration is written, for help and usage errors. */
-#define DURATION_FORMS "milliseconds, or a number with a unit: 500ms, 10s, 2m, 1h"
-#define DURATION_UNITS "a bare number is milliseconds; units: 500ms, 10s, 2m, 1h"
+#define DURATION_FORMS "seconds (10, 1.5), or a number with a unit: 500ms, 10s, 1.5s, 2m, 1h"
+#define DURATION_UNITS "a bare number is seconds; units: 500ms, 10s, 1.5s, 2m, 1h"
 
 /* ------------------------------------------------------------------------ */
 /* Messages (message.c)                                                      */

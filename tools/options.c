@@ -66,28 +66,43 @@ int cli_parse_token(const char *s, uint64_t *out)
 }
 
 /*
- * A duration: digits, then nothing (milliseconds, as every duration was
- * before units) or one of the units ms, s, m, h, into milliseconds within
- * [lo, hi]. As strict as cli_parse_number: no sign, space, fraction or other
- * unit, and no overflow when the unit multiplies, so that "10x", "-1s" or
- * "99999999999h" is an error and never some other lease.
+ * A duration, into milliseconds within [lo, hi]: digits, an optional
+ * fraction (".5"), then nothing (seconds, as in flock(1), etcdctl and
+ * consul) or one of the units ms, s, m, h. As strict as cli_parse_number:
+ * no sign, space or other unit, no fraction finer than a millisecond and
+ * no overflow when the unit multiplies, so that "10x", "-1s", "1.", "0.0001"
+ * or "99999999999h" is an error and never some other lease.
  */
 int cli_parse_duration(const char *s, long lo, long hi, long *out)
 {
     static const struct {
         const char *unit;
-        long ms;
-    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+        long long ms;
+    } units[] = {{"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
     if (!s || *s < '0' || *s > '9') return -1;
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
+    long long whole = strtoll(s, &end, 10);
     if (errno != 0) return -1;
+    /* The fraction as frac / scale, at most 9 digits (a nanosecond of a
+     * second, far below a millisecond of any unit). */
+    long long frac = 0, scale = 1;
+    if (*end == '.') {
+        end++;
+        if (*end < '0' || *end > '9') return -1;
+        for (; *end >= '0' && *end <= '9'; end++) {
+            if (scale == 1000000000LL) return -1;
+            frac = frac * 10 + (*end - '0');
+            scale *= 10;
+        }
+    }
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].unit) != 0) continue;
-        if (v > hi / units[i].ms) return -1;
-        v *= units[i].ms;
-        if (v < lo) return -1;
+        long long unit = units[i].ms;
+        if (whole > hi / unit) return -1;
+        if (frac * unit % scale != 0) return -1; /* finer than a millisecond */
+        long long v = whole * unit + frac * unit / scale;
+        if (v < lo || v > hi) return -1;
         *out = (long)v;
         return 0;
     }
