@@ -107,8 +107,9 @@ static int wait_for_file(const char *path, long timeout_ms)
 
 /* Start the dlock binary with `args` (NULL-terminated, without argv[0]).
  * `url_env` is put in DLOCK_URL (NULL: removed from the environment);
- * `extra_env` ("NAME=value" or NULL) is added too. */
-static void start_dlock(proc *p, const char *url_env, const char *extra_env, const char *const *args)
+ * `extra_env` ("NAME=value" or NULL) is added too; its stdin is `in_fd`
+ * (-1: /dev/null). */
+static void start_dlock_in(proc *p, const char *url_env, const char *extra_env, const char *const *args, int in_fd)
 {
     char *argv[MAX_ARGS + 2];
     int n = 0;
@@ -124,7 +125,7 @@ static void start_dlock(proc *p, const char *url_env, const char *extra_env, con
     p->pid = fork();
     assert_true(p->pid >= 0);
     if (p->pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
+        int in = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
         int out = open(p->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int err = open(p->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (in < 0 || out < 0 || err < 0) _exit(125);
@@ -139,6 +140,11 @@ static void start_dlock(proc *p, const char *url_env, const char *extra_env, con
         execv(bin, argv);
         _exit(125);
     }
+}
+
+static void start_dlock(proc *p, const char *url_env, const char *extra_env, const char *const *args)
+{
+    start_dlock_in(p, url_env, extra_env, args, -1);
 }
 
 /* Wait for a started dlock, at most timeout_ms; on timeout kill it and
@@ -437,8 +443,10 @@ static void every_usage_error_exits_64_with_one_line(void **state)
     const char *const cases[][16] = {
         {"frob", NULL},
         {"lock", NULL},
-        {"lock", "u1", NULL},
         {"lock", "u1", "--", NULL},
+        {"lock", "--until-eof", "u1", "true", NULL},
+        {"lock", "-s", "-x", "u1", NULL},
+        {"lock", "--shared", "--fair", "u1", NULL},
         {"lock", "-t", "abc", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-t", "-5", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-t", "0", "u1", "--", "sh", "-c", "x", NULL},
@@ -450,7 +458,7 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"lock", "-w", "x", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "-1", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-t", NULL},
-        {"lock", "-q", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-k", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "bad{name}", "--", "sh", "-c", "x", NULL},
         {"id", NULL},
         {"id", "-n", "0", "p", NULL},
@@ -470,11 +478,11 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"--bogus", NULL},
         {"lock", "--read", "--write", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "--fair", "--read", "u1", "--", "sh", "-c", "x", NULL},
-        {"lock", "--shared", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--sharde", "u1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "s1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "-p", "0", "s1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "-p", "x2", "s1", "--", "sh", "-c", "x", NULL},
-        {"semaphore", "-p", "2", "s1", NULL},
+        {"semaphore", "-p", "2", "s1", "--", NULL},
         {"latch", "l1", NULL},
         {"latch", "--set", "2", NULL},
         {"latch", "l1", "--set", "0", NULL},
@@ -526,8 +534,6 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"lock", "u1", "-c", "x", "extra", NULL},
         {"lock", "u1", "--command", NULL},
         {"lock", "-c", NULL},
-        {"lock", "-n", "u1", NULL},
-        {"semaphore", "-p", "1", "-n", "s1", NULL},
         /* id --count and --date; status --json. */
         {"id", "--count", NULL},
         {"id", "--count", "-n", "3", "p", NULL},
@@ -674,7 +680,7 @@ static void busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder(void 
     RUN(&r, srv.url, "lock", "-w", "0", "busy", "--", "true");
     expect_status(&r, 75);
     assert_true(r.ms < 5000);
-    assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
+    assert_string_equal(r.err, "");
 
     RUN(&r, srv.url, "lock", "-w", "0.3", "busy", "--", "true");
     expect_status(&r, 75);
@@ -1237,7 +1243,7 @@ static void redlock_over_three_urls_holds_with_a_majority_only(void **state)
     RL("lock", "-w", "2", "rlcli", "--", "sh", "-c", "exit 4");
     expect_status(&r, 4);
     th_redis_stop(&m[1]);
-    RL("lock", "-w", "0.3", "rlcli", "--", "true");
+    RL("lock", "-v", "-w", "0.3", "rlcli", "--", "true");
     expect_status(&r, 75);
     assert_non_null(strstr(r.err, "majority"));
     th_redis_stop(&m[0]);
@@ -1685,6 +1691,266 @@ static void bare_duration_is_seconds_as_in_flock(void **state)
     assert_free("secs");
 }
 
+/* As flock(1): a lock that -n or -w does not get prints nothing (exit 75
+ * or -E's), -v says why (and, when it gets it, after how long); -q is
+ * taken; -s/--shared and -x/--exclusive are the read and write sides. */
+static void busy_lock_is_silent_unless_verbose(void **state)
+{
+    (void)state;
+    proc holder;
+    HOLD(&holder, "silent.ready", "exec sleep 30", "lock", "silent");
+    run r;
+    static const char *const quiet_forms[][4] = {{"-n", NULL}, {"-w", "0.2", NULL}, {"-n", "-E", "3", NULL},
+                                                  {"-q", "-n", NULL}};
+    for (size_t i = 0; i < sizeof quiet_forms / sizeof quiet_forms[0]; i++) {
+        const char *args[12] = {"lock"};
+        size_t n = 1;
+        for (size_t k = 0; quiet_forms[i][k]; k++) args[n++] = quiet_forms[i][k];
+        args[n++] = "silent";
+        args[n++] = "true";
+        args[n] = NULL;
+        run_argv(&r, srv.url, NULL, args);
+        expect_status(&r, strcmp(quiet_forms[i][1] ? quiet_forms[i][1] : "", "-E") == 0 ? 3 : 75);
+        if (r.err[0] || r.out[0]) {
+            print_error("form %zu printed: [%s][%s]\n", i, r.out, r.err);
+            fail();
+        }
+    }
+    RUN(&r, srv.url, "lock", "-v", "-n", "silent", "true");
+    expect_status(&r, 75);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "not acquired"));
+    RUN(&r, srv.url, "semaphore", "-p", "1", "--verbose", "-n", "silent-sem", "true");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.err, "acquired after"));
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+
+    HOLD(&holder, "silent.ready", "exec sleep 30", "lock", "-s", "silent-rw");
+    RUN(&r, srv.url, "lock", "--shared", "-n", "silent-rw", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "lock", "-x", "-n", "silent-rw", "true");
+    expect_status(&r, 75);
+    RUN(&r, srv.url, "lock", "--exclusive", "-n", "silent-rw", "true");
+    expect_status(&r, 75);
+    assert_string_equal(r.err, "");
+    RUN(&r, srv.url, "lock", "--write", "-n", "silent-rw", "true");
+    expect_status(&r, 75);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    RUN(&r, srv.url, "lock", "-x", "-n", "silent-rw", "true");
+    expect_status(&r, 0);
+}
+
+/* -w is a deadline whatever the server does: stopped (SIGSTOP) before we
+ * connect, or while we wait, `lock -w D` is back within D plus the 2 s
+ * dlock(1) states, with 69. The bounds here add 1.5 s for a loaded
+ * machine; before, a stopped server cost 5 s (one command timeout) and
+ * one stopped during the wait 12 s. */
+static void wait_is_a_deadline_when_redis_stops_answering(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    run x;
+    th_redis_pause(&r);
+    RUN(&x, r.tcp_url, "lock", "-w", "1", "deadline", "true");
+    th_redis_resume(&r);
+    print_message("lock -w 1, server stopped: exit %d after %lld ms\n", x.status, x.ms);
+    expect_status(&x, 69);
+    assert_one_line(x.err);
+    assert_true(x.ms < 1000 + 2000 + 1500);
+    th_redis_pause(&r);
+    RUN(&x, r.tcp_url, "lock", "-n", "deadline", "true");
+    th_redis_resume(&r);
+    print_message("lock -n, server stopped: exit %d after %lld ms\n", x.status, x.ms);
+    expect_status(&x, 69);
+    assert_true(x.ms < 2000 + 1500);
+
+    char ready[256], script[300];
+    scratch_file(ready, sizeof ready, "deadline.ready");
+    unlink(ready);
+    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
+    proc holder, waiter;
+    START(&holder, r.url, "lock", "deadline", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    START(&waiter, r.tcp_url, "lock", "-w", "3", "deadline", "true");
+    usleep(500000);
+    th_redis_pause(&r);
+    int st = wait_dlock(&waiter, RUN_TIMEOUT_MS);
+    long long ms = th_now_ms() - waiter.started;
+    th_redis_resume(&r);
+    print_message("lock -w 3, server stopped during the wait: exit %d after %lld ms\n", st, ms);
+    assert_int_equal(st, 69);
+    assert_true(ms < 3000 + 2000 + 1500);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    th_redis_stop(&r);
+}
+
+/* --retry-connect: a waiter started while Redis is down keeps trying
+ * within its -w, and runs COMMAND once the server is back on the same
+ * port; without it, the first refusal is 69. */
+static void retry_connect_waits_through_an_outage(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    kill(r.pid, SIGKILL);
+    waitpid(r.pid, NULL, 0);
+    r.pid = -1;
+    run x;
+    RUN(&x, r.tcp_url, "lock", "-w", "5", "outage", "true");
+    expect_status(&x, 69);
+    assert_one_line(x.err);
+
+    char ran[256], touch[300];
+    scratch_file(ran, sizeof ran, "outage.ran");
+    unlink(ran);
+    snprintf(touch, sizeof touch, "touch %s", ran);
+    proc waiter;
+    START(&waiter, r.tcp_url, "lock", "--retry-connect", "-w", "15", "outage", "--", "sh", "-c", touch);
+    usleep(1000000);
+    assert_int_equal(waitpid(waiter.pid, NULL, WNOHANG), 0);
+    assert_int_equal(th_redis_restart(&r), 0);
+    assert_int_equal(wait_dlock(&waiter, RUN_TIMEOUT_MS), 0);
+    assert_true(file_exists(ran));
+    th_redis_stop(&r);
+}
+
+/* The first line of dlock's stdout once it has one (the token of a hold
+ * without COMMAND), waiting at most 10 s; "" if none came. */
+static void first_line(const proc *p, char *buf, size_t size)
+{
+    long long until = th_now_ms() + 10000;
+    do {
+        slurp(p->out_path, buf, size);
+        char *nl = strchr(buf, '\n');
+        if (nl) {
+            *nl = '\0';
+            return;
+        }
+        usleep(5000);
+    } while (th_now_ms() < until);
+    buf[0] = '\0';
+}
+
+/* `dlock lock NAME` without COMMAND prints the fencing token, holds the
+ * lock (others get 75) until SIGTERM (exit 0, released), or with
+ * --until-eof until its stdin ends; a hold lost meanwhile exits 76. */
+static void lock_without_command_holds_until_told_to_stop(void **state)
+{
+    (void)state;
+    proc holder;
+    START(&holder, srv.url, "lock", "idle");
+    char line[64];
+    first_line(&holder, line, sizeof line);
+    assert_true(strtoull(line, NULL, 10) > 0);
+    run r;
+    RUN(&r, srv.url, "lock", "-n", "idle", "true");
+    expect_status(&r, 75);
+    RUN(&r, srv.url, "status", "idle");
+    expect_status(&r, 0);
+    assert_int_equal(status_field(r.out, "last_token"), (long long)strtoull(line, NULL, 10));
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 0);
+    assert_free("idle");
+
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0); /* only stdin, a dup, stays open in dlock */
+    static const char *const eof_args[] = {"lock", "--until-eof", "idle", NULL};
+    start_dlock_in(&holder, srv.url, NULL, eof_args, p[0]);
+    close(p[0]);
+    first_line(&holder, line, sizeof line);
+    assert_true(strtoull(line, NULL, 10) > 0);
+    assert_int_equal(write(p[1], "x\n", 2), 2); /* input is read and dropped */
+    RUN(&r, srv.url, "lock", "-n", "idle", "true");
+    expect_status(&r, 75);
+    close(p[1]);
+    assert_int_equal(wait_dlock(&holder, 10000), 0);
+    assert_free("idle");
+
+    /* Broken by `unlock --force`: the next renewal (every third of 1 s)
+     * finds it gone. */
+    START(&holder, srv.url, "lock", "-t", "1", "idle");
+    first_line(&holder, line, sizeof line);
+    assert_true(line[0] != '\0');
+    RUN(&r, srv.url, "unlock", "--force", "idle");
+    expect_status(&r, 0);
+    assert_int_equal(wait_dlock(&holder, 10000), 76);
+
+    START(&holder, srv.url, "semaphore", "-p", "1", "idle-sem");
+    first_line(&holder, line, sizeof line);
+    assert_true(line[0] != '\0');
+    RUN(&r, srv.url, "semaphore", "-p", "1", "-n", "idle-sem", "true");
+    expect_status(&r, 75);
+    kill(holder.pid, SIGINT);
+    assert_int_equal(wait_dlock(&holder, 10000), 0);
+    RUN(&r, srv.url, "semaphore", "-p", "1", "-n", "idle-sem", "true");
+    expect_status(&r, 0);
+}
+
+/* A process of ours on a loopback port that answers every connection with
+ * an HTTP error and closes it: a server that is not Redis. */
+static pid_t start_http_liar(int *port)
+{
+    int fd = loopback_socket(port);
+    assert_int_equal(listen(fd, 16), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (;;) {
+            int c = accept(fd, NULL, NULL);
+            if (c < 0) _exit(0);
+            char buf[256];
+            ssize_t n = read(c, buf, sizeof buf);
+            (void)n;
+            static const char answer[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+            n = write(c, answer, sizeof answer - 1);
+            close(c);
+        }
+    }
+    close(fd);
+    return pid;
+}
+
+/* Small edges: a 10 KB NAME is cut in the message, with its length; a
+ * global option after the subcommand says where it goes; a server that
+ * is not Redis is named as such, with what it answered. */
+static void long_names_misplaced_options_and_other_servers_are_explained(void **state)
+{
+    (void)state;
+    static char big[10241];
+    memset(big, 'n', sizeof big - 1);
+    run r;
+    RUN(&r, srv.url, "lock", big, "true");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
+    assert_true(strlen(r.err) < 600);
+    assert_non_null(strstr(r.err, "(10240 bytes)"));
+
+    RUN(&r, srv.url, "lock", "-u", srv.url, "misplaced", "true");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "-u is a global option: put it before the subcommand"));
+    RUN(&r, srv.url, "status", "--timeout", "1", "misplaced");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "--timeout is a global option"));
+    RUN(&r, srv.url, "unlock", "--force", "--url", "misplaced");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "--url is a global option"));
+
+    int port;
+    pid_t liar = start_http_liar(&port);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    RUN(&r, url, "lock", "-n", "other", "true");
+    kill(liar, SIGKILL);
+    waitpid(liar, NULL, 0);
+    expect_status(&r, 69);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "not a Redis server (it answered 'HTTP/1.1 400 Bad Request')"));
+}
+
 /* Busy: -n and --nonblock give up at once; -E N (--conflict-exit-code)
  * replaces 75 (0 included) and COMMAND does not run; -w 1s waits a
  * second, not a millisecond; free, -E changes nothing. */
@@ -2012,6 +2278,11 @@ int main(void)
         cmocka_unit_test(every_subcommand_prints_its_help),
         cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),
         cmocka_unit_test(bare_duration_is_seconds_as_in_flock),
+        cmocka_unit_test(busy_lock_is_silent_unless_verbose),
+        cmocka_unit_test(wait_is_a_deadline_when_redis_stops_answering),
+        cmocka_unit_test(retry_connect_waits_through_an_outage),
+        cmocka_unit_test(lock_without_command_holds_until_told_to_stop),
+        cmocka_unit_test(long_names_misplaced_options_and_other_servers_are_explained),
         cmocka_unit_test(busy_lock_exits_with_the_conflict_exit_code),
         cmocka_unit_test(timeout_gives_up_on_a_server_that_never_answers),
         cmocka_unit_test(status_json_names_the_holders_host_pid_command_and_token),

@@ -62,6 +62,11 @@ void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_usage_error(const char *synopsis, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A usage error pointing at --help; returns EXIT_USAGE. */
 int cli_general_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A warning, not shown under -q (cli_set_quiet). */
+void cli_warnf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_set_quiet(int on);
+/* A long argument cut for a message, with its length (one static buffer). */
+const char *cli_shown(const char *s);
 
 /* ------------------------------------------------------------------------ */
 /* Options (options.c)                                                       */
@@ -69,6 +74,9 @@ int cli_general_usage_error(const char *fmt, ...) __attribute__((format(printf, 
 
 int cli_check_name(const char *synopsis, const char *name, int is_prefix);
 const char *cli_bad_option(char **argv);
+/* The usage error of an option (as typed) the subcommand does not know, with a hint when it is
+ * a global option given after the subcommand. */
+int cli_unknown_option(const char *synopsis, const char *opt);
 int cli_parse_number(const char *s, long lo, long hi, long *out);
 int cli_parse_token(const char *s, uint64_t *out);
 int cli_parse_duration(const char *s, long lo, long hi, long *out);

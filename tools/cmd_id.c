@@ -60,7 +60,7 @@ int cli_cmd_id(const char *url, int argc, char **argv)
             break;
         case 'h': cli_print_sub_help(argv[0]); return cli_help_done();
         case ':': return cli_usage_error(USAGE_ID, "option %s needs a value", cli_bad_option(argv));
-        default: return cli_usage_error(USAGE_ID, "unknown option '%s'", cli_bad_option(argv));
+        default: return cli_unknown_option(USAGE_ID, cli_bad_option(argv));
         }
     }
     if (counting && numbered) return cli_usage_error(USAGE_ID, "id: -n makes IDs, --count counts them: not both");

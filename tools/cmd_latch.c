@@ -36,7 +36,7 @@ int cli_cmd_latch(const char *url, int argc, char **argv)
             break;
         case 'h': cli_print_sub_help(argv[0]); return cli_help_done();
         case ':': return cli_usage_error(USAGE_LATCH, "option %s needs a value", cli_bad_option(argv));
-        default: return cli_usage_error(USAGE_LATCH, "unknown option '%s'", cli_bad_option(argv));
+        default: return cli_unknown_option(USAGE_LATCH, cli_bad_option(argv));
         }
     }
     if (actions != 1) return cli_usage_error(USAGE_LATCH, "latch: give exactly one of --set, --count-down, --await");

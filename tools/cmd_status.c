@@ -13,7 +13,7 @@
 static int one_name(const char *synopsis, int argc, char **argv, int first, const char **name)
 {
     if (first < argc && argv[first][0] == '-' && argv[first][1] != '\0' && strcmp(argv[first], "--") != 0)
-        return cli_usage_error(synopsis, "unknown option '%s'", argv[first]);
+        return cli_unknown_option(synopsis, argv[first]);
     if (first < argc && strcmp(argv[first], "--") == 0) first++;
     if (first >= argc) return cli_usage_error(synopsis, "%s: missing NAME", argv[0]);
     if (first + 1 < argc) return cli_usage_error(synopsis, "%s: too many arguments", argv[0]);
@@ -149,7 +149,7 @@ int cli_cmd_status(const char *url, int argc, char **argv)
         switch (opt) {
         case 'j': json = 1; break;
         case 'h': cli_print_sub_help(argv[0]); return cli_help_done();
-        default: return cli_usage_error(USAGE_STATUS, "unknown option '%s'", cli_bad_option(argv));
+        default: return cli_unknown_option(USAGE_STATUS, cli_bad_option(argv));
         }
     }
     status_report r = {.name = NULL};

@@ -84,5 +84,16 @@ int cli_start_command(child *c, const char *name, uint64_t token, const char *pe
 int cli_wait_command(child *c, const char *name, const char *command0, long margin_ms, int (*lost)(void *),
                      void *hold);
 void cli_test_stop_after_release(void);
+/* Keep a hold without COMMAND until a signal ends it (0), stdin ends when
+ * `until_eof` (0), or it is lost (EXIT_LOST). */
+int cli_hold_idle(const char *name, int until_eof, long margin_ms, int (*lost)(void *), void *hold);
+
+/* How late, past -w, `lock` and `semaphore` may return: what the alarm of
+ * cli_deadline_arm() allows the library to finish a call in flight. */
+#define DEADLINE_GRACE_MS 2000L
+/* Exit EXIT_UNAVAILABLE, saying Redis did not answer in time, `after_ms`
+ * from now unless cli_deadline_disarm() comes first. 0, or -1. */
+int cli_deadline_arm(const char *name, long after_ms);
+void cli_deadline_disarm(void);
 
 #endif

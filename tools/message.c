@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -72,3 +73,36 @@ int cli_general_usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+
+/* -q: warnings about things that still worked are not wanted. */
+static int quiet;
+
+void cli_set_quiet(int on)
+{
+    quiet = on;
+}
+
+/* A warning: something worked, but not quite as asked (TLS without
+ * verification, a release that failed after COMMAND ran). -q hides it;
+ * errors are never hidden. */
+void cli_warnf(const char *fmt, ...)
+{
+    if (quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(NULL, fmt, ap);
+    va_end(ap);
+}
+
+/* `s` as a message shows it: whole up to SHOWN_MAX bytes, else its start,
+ * "..." and its length, so that a 10 KB argument does not bury the line
+ * that says what is wrong with it. */
+#define SHOWN_MAX 64
+const char *cli_shown(const char *s)
+{
+    static char buf[SHOWN_MAX + 48];
+    size_t n = strlen(s);
+    if (n <= SHOWN_MAX) return s;
+    snprintf(buf, sizeof buf, "%.*s... (%zu bytes)", SHOWN_MAX, s, n);
+    return buf;
+}

@@ -14,7 +14,25 @@
 int cli_check_name(const char *synopsis, const char *name, int is_prefix)
 {
     if ((is_prefix ? dlock_check_id_prefix(name) : dlock_check_name(name)) == DLOCK_OK) return 0;
-    return cli_usage_error(synopsis, "bad %s '%s': %s", is_prefix ? "PREFIX" : "NAME", name, dlock_last_error());
+    return cli_usage_error(synopsis, "bad %s '%s': %s", is_prefix ? "PREFIX" : "NAME", cli_shown(name),
+                           dlock_last_error());
+}
+
+/* The options main() takes before the subcommand: given after it, they
+ * are unknown to the subcommand, and saying only that would puzzle. */
+static int is_global_option(const char *opt)
+{
+    static const char *const globals[] = {"-u", "--url", "--password-file", "--timeout", "-V", "--version", NULL};
+    for (size_t i = 0; globals[i]; i++)
+        if (strcmp(opt, globals[i]) == 0) return 1;
+    return 0;
+}
+
+int cli_unknown_option(const char *synopsis, const char *opt)
+{
+    if (is_global_option(opt))
+        return cli_usage_error(synopsis, "%s is a global option: put it before the subcommand", opt);
+    return cli_usage_error(synopsis, "unknown option '%s'", cli_shown(opt));
 }
 
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -300,3 +301,116 @@ int cli_prepare_guard(child *c, const char *name, char **command, sigset_t *hand
     return EXIT_SOFTWARE;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* A hold without COMMAND                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* What ends a hold without COMMAND: the signals a user or a service
+ * manager stops a program with. SIGUSR1 and SIGUSR2 are caught and
+ * ignored (by default they would kill us without a release). */
+static int ends_idle_hold(int sig)
+{
+    return sig == SIGHUP || sig == SIGINT || sig == SIGQUIT || sig == SIGTERM;
+}
+
+/*
+ * Keep the hold just taken, the watchdog renewing it, until SIGINT,
+ * SIGTERM, SIGHUP or SIGQUIT (0), until stdin reaches its end when
+ * `until_eof` (0), or until the hold is lost (EXIT_LOST, said on stderr).
+ * The same self-pipe as supervise(): the handlers only write a byte, and
+ * the hold's own query is asked every quarter margin, so that a loss the
+ * watchdog thread reports late is still seen in time.
+ */
+int cli_hold_idle(const char *name, int until_eof, long margin_ms, int (*lost)(void *), void *hold)
+{
+    sigset_t handled, block, old_mask;
+    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0 || handled_signals(&handled) != 0) {
+        cli_errorf("pipe: %s", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    sigemptyset(&block);
+    for (size_t i = 0; i < N_FORWARDED; i++) sigaddset(&block, forwarded_signals[i]);
+    pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+    int err = install_handlers(&handled);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (err != 0) {
+        cli_errorf("sigaction: %s", strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+    long every = margin_ms / 4 < 10 ? 10 : margin_ms / 4;
+    int watch_stdin = until_eof;
+    for (;;) {
+        if (lost(hold)) {
+            cli_lost_reported = 1;
+            cli_errorf("lost lock '%s' while holding it", name);
+            return EXIT_LOST;
+        }
+        struct pollfd pfd[2] = {{wake_pipe[0], POLLIN, 0}, {watch_stdin ? 0 : -1, POLLIN, 0}};
+        if (poll(pfd, 2, (int)every) < 0 && errno != EINTR) {
+            cli_errorf("waiting: %s", strerror(errno));
+            return EXIT_SOFTWARE;
+        }
+        unsigned char buf[512];
+        ssize_t n;
+        while ((n = read(wake_pipe[0], buf, sizeof buf)) > 0)
+            for (ssize_t i = 0; i < n; i++)
+                if (buf[i] != PIPE_LOST && ends_idle_hold(buf[i])) return 0;
+        if (watch_stdin && pfd[1].revents) {
+            /* Whatever is written to us is read and dropped: only its end
+             * (the writer closed it, or died) counts. */
+            n = read(0, buf, sizeof buf);
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return 0;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The -w deadline                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Armed while the hold is being taken: the alarm exits with this message
+ * and EXIT_UNAVAILABLE unless the main thread has disarmed it first. */
+static atomic_int deadline_armed;
+static char deadline_msg[256];
+static size_t deadline_msg_len;
+
+/* The library's calls can each take up to a command timeout, and a server
+ * that stopped answering (SIGSTOPped, a half-open link) costs several:
+ * the alarm is what makes -w a deadline whatever the server does. It runs
+ * as a signal handler, so only write(2) and _exit(2); the guard sees our
+ * death through its lifeline and goes without COMMAND. */
+static void on_deadline(int sig)
+{
+    (void)sig;
+    if (!atomic_load(&deadline_armed)) return;
+    ssize_t n = write(2, deadline_msg, deadline_msg_len);
+    (void)n;
+    _exit(EXIT_UNAVAILABLE);
+}
+
+int cli_deadline_arm(const char *name, long after_ms)
+{
+    char shown[80];
+    snprintf(shown, sizeof shown, "%s", cli_shown(name));
+    int n = snprintf(deadline_msg, sizeof deadline_msg,
+                     "dlock: Redis did not answer in time: gave up on '%s' %ld ms after the wait began\n", shown,
+                     after_ms);
+    deadline_msg_len = n < 0 ? 0 : (size_t)n < sizeof deadline_msg ? (size_t)n : sizeof deadline_msg - 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_deadline;
+    sigfillset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, NULL) != 0) return -1;
+    atomic_store(&deadline_armed, 1);
+    struct itimerval it = {{0, 0}, {after_ms / 1000, (after_ms % 1000) * 1000}};
+    if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0) it.it_value.tv_usec = 1;
+    return setitimer(ITIMER_REAL, &it, NULL);
+}
+
+void cli_deadline_disarm(void)
+{
+    atomic_store(&deadline_armed, 0);
+    struct itimerval it = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &it, NULL);
+}
