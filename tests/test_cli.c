@@ -418,7 +418,7 @@ static void help_and_version_need_no_server(void **state)
     RUN(&r, "redis://127.0.0.1:1", "--help");
     expect_status(&r, 0);
     assert_non_null(strstr(r.out, "usage:"));
-    assert_non_null(strstr(r.out, "[--safety-margin PCT] NAME {[--] COMMAND [ARG...] | -c 'SHELL COMMAND'}"));
+    assert_non_null(strstr(r.out, "[--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND']"));
     assert_non_null(strstr(r.out, "--timeout DURATION"));
     assert_non_null(strstr(r.out, "--url URL"));
     assert_non_null(strstr(r.out, "semaphore -p PERMITS"));
@@ -1585,7 +1585,7 @@ static void every_subcommand_prints_its_help(void **state)
     static const struct {
         const char *sub, *synopsis, *option;
     } subs[] = {
-        {"lock", "lock [--fair|--read|--write] [-w WAIT] [-n]", "--conflict-exit-code N"},
+        {"lock", "lock [--fair|--read|--write|-s|-x] [-w WAIT] [-n]", "--conflict-exit-code N"},
         {"semaphore", "semaphore -p PERMITS", "--permits PERMITS"},
         {"latch", "latch NAME --set N", "--wait DURATION"},
         {"id", "id [-n COUNT] PREFIX | id --count PREFIX", "--date YYYY-MM-DD"},

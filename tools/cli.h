@@ -35,12 +35,13 @@
 #define MAX_EXIT_CODE 255
 
 /* The synopsis of each subcommand: --help, and every usage error. */
-#define USAGE_LOCK                                                                                             \
-    "dlock [-u URL]... lock [--fair|--read|--write] [-w WAIT] [-n] [-t TTL] [-E N] [--fence-floor TOKEN] " \
-    "[--safety-margin PCT] NAME {[--] COMMAND [ARG...] | -c 'SHELL COMMAND'}"
+#define USAGE_LOCK                                                                                    \
+    "dlock [-u URL]... lock [--fair|--read|--write|-s|-x] [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] "  \
+    "[--retry-connect] [--fence-floor TOKEN] [--safety-margin PCT] [--until-eof] NAME "               \
+    "[[--] COMMAND [ARG...] | -c 'SHELL COMMAND']"
 #define USAGE_SEM                                                                                    \
-    "dlock [-u URL] semaphore -p PERMITS [-w WAIT] [-n] [-t TTL] [-E N] [--safety-margin PCT] NAME " \
-    "{[--] COMMAND [ARG...] | -c 'SHELL COMMAND'}"
+    "dlock [-u URL] semaphore -p PERMITS [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] [--retry-connect] " \
+    "[--safety-margin PCT] [--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND']"
 #define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]"
 #define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]"
 #define USAGE_STATUS "dlock [-u URL] status [--json] NAME"

@@ -46,17 +46,22 @@ void cli_print_help(void)
           "COMMAND gets DLOCK_NAME and DLOCK_TOKEN (the fencing token) in its environment.\n"
           "\n"
           "Exit status: COMMAND's own (128+N if killed by signal N); 75 lock busy\n"
-          "(or -E N); 76 lock lost while COMMAND ran; 69 Redis unreachable or AUTH\n"
-          "failed; 64 usage error; 127 COMMAND not executable; 70 internal error.\n"
+          "(or -E N), printing nothing unless -v; 76 lock lost while held; 69 Redis\n"
+          "unreachable, not answering in time or AUTH failed; 64 usage error; 127\n"
+          "COMMAND not executable; 70 internal error.\n"
           "See dlock(1).\n",
           stdout);
 }
 
 /* The options `lock` and `semaphore` share, in their --help ... */
 #define HELP_HOLD_COMMON                                                                             \
-    "  -w, --wait DURATION   give up after DURATION, exit 75 (default: wait forever)\n"              \
+    "  -w, --wait DURATION   give up after DURATION, exit 75 quietly (default: wait\n"               \
+    "                        forever); back within DURATION + 2 s whatever Redis does\n"            \
     "  -n, --nonblock        try once: the same as -w 0\n"                                           \
-    "  -t, --ttl DURATION    lease, renewed every third of it while COMMAND runs\n"                  \
+    "  --retry-connect       wait through a Redis outage (within -w) instead of exit 69\n"          \
+    "  -v, --verbose         say why the lock was not acquired, or after how long it was\n"         \
+    "  -q, --quiet           no warnings (errors are still printed)\n"                              \
+    "  -t, --ttl DURATION    lease, renewed every third of it while held\n"                         \
     "                        (default 30s)\n"                                                        \
     "  -E, --conflict-exit-code N  exit N (0 to 255) instead of 75 when not acquired\n"              \
     "  -c, --command 'SHELL COMMAND'  run it with /bin/sh -c (also after NAME, as\n"                 \
@@ -64,14 +69,17 @@ void cli_print_help(void)
     "  --safety-margin PCT   when renewals fail, stop trusting the lease PCT % of TTL\n"             \
     "                        (+1 % + 2 ms) before it could end: COMMAND gets SIGTERM,\n"             \
     "                        its process group SIGKILL PCT % later (default 10)\n"                   \
+    "  --until-eof           without COMMAND: hold until stdin ends\n"                               \
     "  -h, --help            this text\n"
 /* ... and what follows them. */
 #define HELP_HOLD_END                                                                                \
     "\n"                                                                                             \
     "Options end at NAME: everything after it is COMMAND and its arguments ('--'\n"                  \
     "before COMMAND is optional). COMMAND gets DLOCK_NAME and DLOCK_TOKEN (a\n"                      \
-    "semaphore's: DLOCK_PERMIT). Exit status: COMMAND's; 75 (or -E N) not acquired,\n"              \
-    "76 lost while COMMAND ran, 69 Redis unreachable, 64 usage, 127 not executable.\n"
+    "semaphore's: DLOCK_PERMIT). Without COMMAND, the token is printed and the hold\n"              \
+    "kept until SIGTERM or SIGINT (or, with --until-eof, the end of stdin), exit 0.\n"             \
+    "Exit status: COMMAND's; 75 (or -E N) not acquired, 76 lost while held, 69 Redis\n"            \
+    "unreachable or not answering in time, 64 usage, 127 not executable.\n"
 
 /* `dlock SUBCOMMAND --help`: that subcommand's synopsis and options, for
  * someone who knows which subcommand they want and not its flags. */
@@ -80,10 +88,12 @@ void cli_print_sub_help(const char *cmd)
     if (strcmp(cmd, "lock") == 0) {
         fputs("usage: " USAGE_LOCK "\n"
               "\n"
-              "Run COMMAND while holding the lock NAME, and exit with its status.\n"
+              "Run COMMAND while holding the lock NAME, and exit with its status; without\n"
+              "COMMAND, hold NAME until told to stop.\n"
               "\n" HELP_HOLD_COMMON
               "  --fair                FIFO lock: waiters get it in the order they came\n"
               "  --read, --write       shared / exclusive side of a read-write lock\n"
+              "  -s, --shared, -x, --exclusive  the same, as flock(1) names them\n"
               "  --fence-floor TOKEN   the fencing token handed out is above TOKEN\n" HELP_HOLD_END,
               stdout);
     } else if (strcmp(cmd, "semaphore") == 0) {
