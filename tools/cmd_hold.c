@@ -145,7 +145,6 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     return parse_command(synopsis, argc, argv, optind, h);
 }
 
-
 /* Milliseconds on the monotonic clock. */
 static long long now_ms(void)
 {

@@ -43,7 +43,6 @@ static void utc_time(long long ms, char *buf, size_t size)
     if (!gmtime_r(&t, &tm) || strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) snprintf(buf, size, "?");
 }
 
-
 /* What `status` reports, gathered before printing it either way. */
 typedef struct status_report {
     const char *name;

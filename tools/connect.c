@@ -12,7 +12,6 @@ static const char *password;
  * library's defaults (2 s to connect, 5 s a command). */
 static long timeout_ms;
 
-
 /* Set once by main() before any client is made. */
 void cli_set_client_globals(const char *pw, long timeout)
 {

@@ -73,7 +73,6 @@ int cli_general_usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-
 /* -q: warnings about things that still worked are not wanted. */
 static int quiet;
 

@@ -35,7 +35,6 @@ int cli_unknown_option(const char *synopsis, const char *opt)
     return cli_usage_error(synopsis, "unknown option '%s'", cli_shown(opt));
 }
 
-
 /* The offending option as the user typed it, for an error line: a long
  * one is in argv (getopt has stepped past it), a short one in optopt
  * (argv may hold several, as in -nq). */

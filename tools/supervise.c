@@ -42,7 +42,6 @@ atomic_int cli_lease_lost;
 /* Main thread only: the loss was already reported on stderr. */
 int cli_lost_reported;
 
-
 /* Milliseconds on the monotonic clock. */
 static int64_t mono_ms(void)
 {
@@ -201,7 +200,6 @@ static int supervise(child *c, const char *name, long margin_ms, int (*lost)(voi
     }
 }
 
-
 /* Start COMMAND, through the guard child_prepare() started, under the
  * hold just acquired: its token (or permit) goes in COMMAND's
  * environment. Returns 0 when COMMAND was started, else the status dlock
@@ -300,7 +298,6 @@ int cli_prepare_guard(child *c, const char *name, char **command, sigset_t *hand
     cli_errorf("cannot run '%s': %s", command[0], strerror(err));
     return EXIT_SOFTWARE;
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* A hold without COMMAND                                                    */
