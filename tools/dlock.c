@@ -1,8 +1,9 @@
 /*
  * dlock -- a distributed flock(1) on Redis.
  *
- *   dlock [-u URL] lock [--fair|--read|--write] [-w WAIT] [-n] [-t TTL] [-E N] NAME [--] COMMAND [ARG...]
+ *   dlock [-u URL] lock [--fair|--read|--write|-s|-x] [-w WAIT] [-n] [-t TTL] [-E N] NAME [--] COMMAND [ARG...]
  *   dlock [-u URL] lock [OPTIONS] NAME -c 'SHELL COMMAND'
+ *   dlock [-u URL] lock [OPTIONS] [--until-eof] NAME      (hold; print the token)
  *   dlock -u URL1 -u URL2 -u URL3 ... lock [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
  *   dlock [-u URL] semaphore -p PERMITS [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
  *   dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]
@@ -13,7 +14,8 @@
  *
  * Every form takes --password-file FILE and --timeout DURATION before the
  * subcommand, as it takes -u (--url). The options follow flock(1) where it
- * has one: -w/--wait, -n/--nonblock, -E/--conflict-exit-code, -c.
+ * has one: -w/--wait (seconds, or with a unit), -n/--nonblock, -s, -x,
+ * -v, -E/--conflict-exit-code, -c; a busy lock prints nothing.
  *
  * This file is main(): the global options, then the subcommand. The rest
  * is one concern per file (see cli.h): cmd_hold.c runs COMMAND under a
