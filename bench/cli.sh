@@ -21,7 +21,7 @@
 #                clock reading to the waiter's first, which includes the
 #                holder's exit, its release, the waiter's wake-up and the
 #                exec of date; median and p99.
-#    dlock runs as `dlock -u unix://SOCK lock --wait 10s NAME -- CMD`, flock
+#    dlock runs as `dlock -u unix://SOCK lock -w 10 NAME -- CMD`, flock
 #    as `flock -w 10 FILE CMD`, etcdctl as `etcdctl --endpoints URL lock NAME
 #    -- CMD`.
 # 3. Prints one JSON line per tool and measure on stdout (progress on
@@ -131,7 +131,7 @@ while [ "$r" -lt "$rounds" ]; do
     # The round's own steal; the run's mark is put back after it.
     run_s0=$_steal0 run_t0=$_steal_t0
     steal_mark
-    d_line=$(measure dlock other "$dlock" -u "unix://$sock" lock --wait 10s)
+    d_line=$(measure dlock other "$dlock" -u "unix://$sock" lock -w 10)
     echo "$d_line"
     f_line=$(measure flock flock flock -w 10)
     echo "$f_line"

@@ -114,6 +114,14 @@ typedef enum dlock_status {
  * it (the queue keys live twice as long).
  */
 #define DLOCK_LEASE_MAX_MS 2147483647L
+/* dlock_options.watchdog_lease_ms: at least this (a third of it is already
+ * close to one round trip on a busy host), and this when left 0. */
+#define DLOCK_WATCHDOG_LEASE_MIN_MS 30L
+#define DLOCK_WATCHDOG_LEASE_DEFAULT_MS 30000L
+/* dlock_options.safety_margin_pct when left 0. */
+#define DLOCK_SAFETY_MARGIN_DEFAULT_PCT 10
+/* dlock_redlock_new() takes at most this many masters. */
+#define DLOCK_REDLOCK_MAX_MASTERS 32
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;

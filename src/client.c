@@ -17,13 +17,15 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0 ||
         o.fair_waiter_timeout_ms < 0)
         return dlock__fail(DLOCK_ERR_INVALID, "negative timeout or lease in options");
-    if (o.watchdog_lease_ms != 0 && (o.watchdog_lease_ms < 30 || o.watchdog_lease_ms > DLOCK_LEASE_MAX_MS))
-        return dlock__fail(DLOCK_ERR_INVALID, "watchdog lease must be 30 to %ld ms", DLOCK_LEASE_MAX_MS);
+    if (o.watchdog_lease_ms != 0 &&
+        (o.watchdog_lease_ms < DLOCK_WATCHDOG_LEASE_MIN_MS || o.watchdog_lease_ms > DLOCK_LEASE_MAX_MS))
+        return dlock__fail(DLOCK_ERR_INVALID, "watchdog lease must be %ld to %ld ms", DLOCK_WATCHDOG_LEASE_MIN_MS,
+                           DLOCK_LEASE_MAX_MS);
     if (o.fair_waiter_timeout_ms > DLOCK_LEASE_MAX_MS / 2) /* queue keys live twice as long */
         return dlock__fail(DLOCK_ERR_INVALID, "fair waiter timeout must be at most %ld ms", DLOCK_LEASE_MAX_MS / 2);
     if (!o.connect_timeout_ms) o.connect_timeout_ms = 2000;
     if (!o.command_timeout_ms) o.command_timeout_ms = 5000;
-    if (!o.watchdog_lease_ms) o.watchdog_lease_ms = 30000;
+    if (!o.watchdog_lease_ms) o.watchdog_lease_ms = DLOCK_WATCHDOG_LEASE_DEFAULT_MS;
     if (!o.fair_waiter_timeout_ms) o.fair_waiter_timeout_ms = 5000;
     if (o.fair_waiter_timeout_ms < 20)
         return dlock__fail(DLOCK_ERR_INVALID, "fair waiter timeout must be at least 20 ms");
@@ -32,7 +34,7 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (o.replica_acks && !o.replica_timeout_ms) o.replica_timeout_ms = 100;
     if (o.safety_margin_pct < 0 || o.safety_margin_pct > 50)
         return dlock__fail(DLOCK_ERR_INVALID, "safety margin must be 1 to 50 percent of the lease");
-    if (!o.safety_margin_pct) o.safety_margin_pct = 10;
+    if (!o.safety_margin_pct) o.safety_margin_pct = DLOCK_SAFETY_MARGIN_DEFAULT_PCT;
     if (o.replica_acks && o.replica_timeout_ms >= o.command_timeout_ms)
         return dlock__fail(DLOCK_ERR_INVALID, "replica timeout must be shorter than the command timeout");
     if (o.busy_poll_us < -1 || o.busy_poll_us > 10000)

@@ -264,6 +264,21 @@ const char *dlock__link_strerror(dlock__link *l, int err)
     return strerror(err ? err : EIO);
 }
 
+/* A port that answers, but not in RESP, is almost always the wrong port:
+ * saying what it answered tells the user which service is there. */
+const char *dlock__link_protocol_error(const char *buf, size_t n, char *out, size_t size)
+{
+    /* Every RESP2 and RESP3 reply starts with one of these. */
+    if (n == 0 || strchr("+-:$*_,#!=(|%~>", buf[0])) return "protocol error";
+    char first[48];
+    size_t k = 0;
+    for (; k < n && k < sizeof first - 1 && buf[k] != '\r' && buf[k] != '\n'; k++)
+        first[k] = buf[k] >= 0x20 && buf[k] < 0x7f ? buf[k] : '.';
+    first[k] = '\0';
+    snprintf(out, size, "not a Redis server (it answered '%s')", first);
+    return out;
+}
+
 void dlock__link_shutdown(dlock__link *l)
 {
     shutdown(l->c->fd, SHUT_RDWR);
@@ -286,11 +301,12 @@ dlock_status dlock__link_pipeline(dlock__link *l, int n, const int *argcs, const
          * whose send failed did not, and their resend is no "maybe twice". */
         why->sent = 1;
         int got = 0;
-        char buf[16384];
+        char buf[16384], why_buf[96];
+        ssize_t last = 0; /* bytes of the chunk last fed, still in buf */
         while (got < n) {
             redisReply *r;
             if (dlock__link_reply(l, &r) != 0) {
-                what = "protocol error";
+                what = dlock__link_protocol_error(buf, (size_t)last, why_buf, sizeof why_buf);
                 break;
             }
             if (r) {
@@ -307,6 +323,7 @@ dlock_status dlock__link_pipeline(dlock__link *l, int n, const int *argcs, const
                 what = "protocol error";
                 break;
             }
+            last = k;
         }
         if (got == n) return DLOCK_OK;
     }

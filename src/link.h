@@ -107,6 +107,13 @@ int dlock__link_feed(dlock__link *l, const char *buf, size_t len);
  * on a protocol error. */
 int dlock__link_reply(dlock__link *l, redisReply **out);
 
+/* The reason to give for a protocol error on the chunk `buf` (n bytes)
+ * just read: "protocol error", or, when it does not start like any RESP
+ * reply (an HTTP server, a TLS port spoken to in plain text), "not a Redis
+ * server (it answered '...')" with the start of its first line, formatted
+ * in out[size]. */
+const char *dlock__link_protocol_error(const char *buf, size_t n, char *out, size_t size);
+
 /* What a failed send or recv with errno `err` means: TLS's own reason
  * when OpenSSL gave one (an alert from the server, say), else strerror. */
 const char *dlock__link_strerror(dlock__link *l, int err);

@@ -348,8 +348,9 @@ static void read_some(dlock__mux *m, mux_req *self)
     mux_req *woken = NULL; /* finished synchronous requests, woken below */
     for (;;) {
         if (dlock__link_reply(m->c, &reply) != 0) {
+            char why[96];
             wake_all(woken);
-            fail_all(m, "protocol error", 0);
+            fail_all(m, dlock__link_protocol_error(buf, (size_t)n, why, sizeof why), 0);
             return;
         }
         if (!reply) break;

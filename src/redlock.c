@@ -52,7 +52,7 @@
 #include "util.h"
 #include "wait.h"
 
-#define MAX_MASTERS 32
+#define MAX_MASTERS DLOCK_REDLOCK_MAX_MASTERS
 
 struct dlock_redlock;
 

@@ -107,8 +107,9 @@ static int wait_for_file(const char *path, long timeout_ms)
 
 /* Start the dlock binary with `args` (NULL-terminated, without argv[0]).
  * `url_env` is put in DLOCK_URL (NULL: removed from the environment);
- * `extra_env` ("NAME=value" or NULL) is added too. */
-static void start_dlock(proc *p, const char *url_env, const char *extra_env, const char *const *args)
+ * `extra_env` ("NAME=value" or NULL) is added too; its stdin is `in_fd`
+ * (-1: /dev/null). */
+static void start_dlock_in(proc *p, const char *url_env, const char *extra_env, const char *const *args, int in_fd)
 {
     char *argv[MAX_ARGS + 2];
     int n = 0;
@@ -124,7 +125,7 @@ static void start_dlock(proc *p, const char *url_env, const char *extra_env, con
     p->pid = fork();
     assert_true(p->pid >= 0);
     if (p->pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
+        int in = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
         int out = open(p->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int err = open(p->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (in < 0 || out < 0 || err < 0) _exit(125);
@@ -139,6 +140,11 @@ static void start_dlock(proc *p, const char *url_env, const char *extra_env, con
         execv(bin, argv);
         _exit(125);
     }
+}
+
+static void start_dlock(proc *p, const char *url_env, const char *extra_env, const char *const *args)
+{
+    start_dlock_in(p, url_env, extra_env, args, -1);
 }
 
 /* Wait for a started dlock, at most timeout_ms; on timeout kill it and
@@ -412,7 +418,7 @@ static void help_and_version_need_no_server(void **state)
     RUN(&r, "redis://127.0.0.1:1", "--help");
     expect_status(&r, 0);
     assert_non_null(strstr(r.out, "usage:"));
-    assert_non_null(strstr(r.out, "[--safety-margin PCT] NAME {[--] COMMAND [ARG...] | -c 'SHELL COMMAND'}"));
+    assert_non_null(strstr(r.out, "[--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND']"));
     assert_non_null(strstr(r.out, "--timeout DURATION"));
     assert_non_null(strstr(r.out, "--url URL"));
     assert_non_null(strstr(r.out, "semaphore -p PERMITS"));
@@ -437,8 +443,10 @@ static void every_usage_error_exits_64_with_one_line(void **state)
     const char *const cases[][16] = {
         {"frob", NULL},
         {"lock", NULL},
-        {"lock", "u1", NULL},
         {"lock", "u1", "--", NULL},
+        {"lock", "--until-eof", "u1", "true", NULL},
+        {"lock", "-s", "-x", "u1", NULL},
+        {"lock", "--shared", "--fair", "u1", NULL},
         {"lock", "-t", "abc", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-t", "-5", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-t", "0", "u1", "--", "sh", "-c", "x", NULL},
@@ -450,7 +458,7 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"lock", "-w", "x", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "-1", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-t", NULL},
-        {"lock", "-q", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-k", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "bad{name}", "--", "sh", "-c", "x", NULL},
         {"id", NULL},
         {"id", "-n", "0", "p", NULL},
@@ -470,11 +478,11 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"--bogus", NULL},
         {"lock", "--read", "--write", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "--fair", "--read", "u1", "--", "sh", "-c", "x", NULL},
-        {"lock", "--shared", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--sharde", "u1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "s1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "-p", "0", "s1", "--", "sh", "-c", "x", NULL},
         {"semaphore", "-p", "x2", "s1", "--", "sh", "-c", "x", NULL},
-        {"semaphore", "-p", "2", "s1", NULL},
+        {"semaphore", "-p", "2", "s1", "--", NULL},
         {"latch", "l1", NULL},
         {"latch", "--set", "2", NULL},
         {"latch", "l1", "--set", "0", NULL},
@@ -486,10 +494,17 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "-u", "redis://127.0.0.1:3", "lock", "--fair",
          "u1", "--", "sh", "-c", "x", NULL},
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "status", "u1", NULL},
-        /* Durations: a bare number is ms, else one unit of ms, s, m, h. */
+        /* Durations: a bare number is seconds, else one unit of ms, s, m,
+         * h; a fraction only down to a millisecond. */
         {"lock", "-w", "10x", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "-1s", "u1", "--", "sh", "-c", "x", NULL},
-        {"lock", "--wait", "1.5s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "--wait", "1.5.0s", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "1.", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", ".5", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "0.0001", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "1.5ms", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-w", "2147484", "u1", "--", "sh", "-c", "x", NULL},
+        {"lock", "-t", "0.029", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "--wait=10 s", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "10S", "u1", "--", "sh", "-c", "x", NULL},
         {"lock", "-w", "s", "u1", "--", "sh", "-c", "x", NULL},
@@ -519,8 +534,6 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"lock", "u1", "-c", "x", "extra", NULL},
         {"lock", "u1", "--command", NULL},
         {"lock", "-c", NULL},
-        {"lock", "-n", "u1", NULL},
-        {"semaphore", "-p", "1", "-n", "s1", NULL},
         /* id --count and --date; status --json. */
         {"id", "--count", NULL},
         {"id", "--count", "-n", "3", "p", NULL},
@@ -581,7 +594,7 @@ static void command_exit_status_is_passed_through(void **state)
     expect_status(&r, 127);
     assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
     /* Options after NAME and after -- belong to COMMAND. */
-    RUN(&r, srv.url, "lock", "-w", "5000", "pass", "--", "sh", "-c", "exit $#", "sh", "-t", "-w");
+    RUN(&r, srv.url, "lock", "-w", "5", "pass", "--", "sh", "-c", "exit $#", "sh", "-t", "-w");
     expect_status(&r, 2);
     assert_free("pass");
 }
@@ -667,9 +680,9 @@ static void busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder(void 
     RUN(&r, srv.url, "lock", "-w", "0", "busy", "--", "true");
     expect_status(&r, 75);
     assert_true(r.ms < 5000);
-    assert_int_equal(strncmp(r.err, "dlock: ", 7), 0);
+    assert_string_equal(r.err, "");
 
-    RUN(&r, srv.url, "lock", "-w", "300", "busy", "--", "true");
+    RUN(&r, srv.url, "lock", "-w", "0.3", "busy", "--", "true");
     expect_status(&r, 75);
     assert_true(r.ms >= 290);
     assert_true(r.ms < 10000);
@@ -696,7 +709,7 @@ static void busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder(void 
 
     /* A bounded wait that a release ends in time acquires the lock. */
     HOLD(&holder, "busy.ready2", "sleep 0.3", "lock", "busy");
-    RUN(&r, srv.url, "lock", "-w", "15000", "busy", "--", "true");
+    RUN(&r, srv.url, "lock", "-w", "15", "busy", "--", "true");
     expect_status(&r, 0);
     assert_int_equal(wait_dlock(&holder, 10000), 0);
 }
@@ -709,7 +722,7 @@ static void lock_is_renewed_while_a_long_command_runs(void **state)
 {
     (void)state;
     proc holder;
-    HOLD(&holder, "renew.ready", "sleep 1.5", "lock", "-t", "300", "renewed");
+    HOLD(&holder, "renew.ready", "sleep 1.5", "lock", "-t", "0.3", "renewed");
     usleep(900000); /* three TTLs */
     run r;
     RUN(&r, srv.url, "lock", "-w", "0", "renewed", "--", "true");
@@ -731,7 +744,7 @@ static void lost_lease_terminates_command_and_exits_76(void **state)
              "trap 'echo term > %s; kill $p; exit 143' TERM; sleep 20 & p=$!; touch %s; wait $p",
              term, ready);
     proc holder;
-    START(&holder, srv.url, "lock", "-t", "600", "lost", "--", "sh", "-c", script);
+    START(&holder, srv.url, "lock", "-t", "0.6", "lost", "--", "sh", "-c", script);
     assert_true(wait_for_file(ready, 10000));
 
     redisReply *rep = th_target_cmd(&srv, "dlock:{lost}", "DEL %s", "dlock:{lost}");
@@ -1046,7 +1059,7 @@ static void status_shows_the_holder_and_force_unlock_breaks_it(void **state)
     assert_int_equal(status_field(r.out, "last_token"), 0);
 
     proc holder;
-    HOLD(&holder, "force.ready", "exec sleep 30", "lock", "-t", "600", "force");
+    HOLD(&holder, "force.ready", "exec sleep 30", "lock", "-t", "0.6", "force");
     RUN(&r, srv.url, "status", "force");
     expect_status(&r, 0);
 
@@ -1104,7 +1117,7 @@ static void status_shows_read_and_write_holders_and_unlock_breaks_them(void **st
     (void)state;
     proc holder;
     run r;
-    HOLD(&holder, "rwstat.ready", "exec sleep 30", "lock", "--write", "-t", "600", "rwstat");
+    HOLD(&holder, "rwstat.ready", "exec sleep 30", "lock", "--write", "-t", "0.6", "rwstat");
     RUN(&r, srv.url, "status", "rwstat");
     expect_status(&r, 0);
     assert_non_null(strstr(r.out, "holder: -\n"));
@@ -1147,7 +1160,7 @@ static void readers_share_writers_exclude_and_fair_locks_give_tokens(void **stat
     assert_int_equal(wait_dlock(&reader, 10000), 128 + SIGTERM);
     scratch_file(out, sizeof out, "rw.token");
     snprintf(script, sizeof script, "echo $DLOCK_TOKEN > %s", out);
-    RUN(&r, srv.url, "lock", "--write", "-w", "5000", "rwcli", "--", "sh", "-c", script);
+    RUN(&r, srv.url, "lock", "--write", "-w", "5", "rwcli", "--", "sh", "-c", script);
     expect_status(&r, 0);
     char buf[64];
     slurp(out, buf, sizeof buf);
@@ -1169,7 +1182,7 @@ static void semaphore_admits_permits_holders_and_a_killed_ones_permit_returns(vo
     for (int i = 0; i < 2; i++) {
         char n[32];
         snprintf(n, sizeof n, "sem.ready%d", i);
-        HOLD(&holder[i], n, "exec sleep 30", "semaphore", "-p", "2", "-t", "600", "semcli");
+        HOLD(&holder[i], n, "exec sleep 30", "semaphore", "-p", "2", "-t", "0.6", "semcli");
     }
     run r;
     RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "0", "semcli", "--", "true");
@@ -1179,7 +1192,7 @@ static void semaphore_admits_permits_holders_and_a_killed_ones_permit_returns(vo
     waitpid(holder[0].pid, NULL, 0);
     scratch_file(envf, sizeof envf, "sem.env");
     snprintf(script, sizeof script, "echo \"$DLOCK_PERMIT ${DLOCK_TOKEN:-none}\" > %s", envf);
-    RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "5000", "semcli", "--", "sh", "-c", script);
+    RUN(&r, srv.url, "semaphore", "-p", "2", "-w", "5", "semcli", "--", "sh", "-c", script);
     expect_status(&r, 0);
     slurp(envf, buf, sizeof buf);
     assert_int_equal(strlen(buf), 32 + 1 + 4 + 1);
@@ -1198,7 +1211,7 @@ static void latch_sets_once_and_releases_awaiters_at_zero(void **state)
     expect_status(&r, 0);
     RUN(&r, srv.url, "latch", "latchcli", "--set", "2");
     expect_status(&r, 1);
-    RUN(&r, srv.url, "latch", "latchcli", "--await", "-w", "200");
+    RUN(&r, srv.url, "latch", "latchcli", "--await", "-w", "0.2");
     expect_status(&r, 75);
     proc waiter;
     START(&waiter, srv.url, "latch", "latchcli", "--await");
@@ -1227,14 +1240,14 @@ static void redlock_over_three_urls_holds_with_a_majority_only(void **state)
     RL("lock", "-w", "0", "rlcli", "--", "true");
     expect_status(&r, 0);
     th_redis_stop(&m[2]);
-    RL("lock", "-w", "2000", "rlcli", "--", "sh", "-c", "exit 4");
+    RL("lock", "-w", "2", "rlcli", "--", "sh", "-c", "exit 4");
     expect_status(&r, 4);
     th_redis_stop(&m[1]);
-    RL("lock", "-w", "300", "rlcli", "--", "true");
+    RL("lock", "-v", "-w", "0.3", "rlcli", "--", "true");
     expect_status(&r, 75);
     assert_non_null(strstr(r.err, "majority"));
     th_redis_stop(&m[0]);
-    RL("lock", "-w", "300", "rlcli", "--", "true");
+    RL("lock", "-w", "0.3", "rlcli", "--", "true");
     expect_status(&r, 69);
 #undef RL
 }
@@ -1311,13 +1324,13 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
              f.ready, f.a);
     snprintf(second, sizeof second, "date +%%s%%N > %s", f.b);
     proc holder;
-    START(&holder, th_proxy_url(px), "lock", "-t", "2000", "cut", "--", "sh", "-c", script);
+    START(&holder, th_proxy_url(px), "lock", "-t", "2", "cut", "--", "sh", "-c", script);
     assert_true(wait_for_file(f.ready, 10000));
     usleep(300000);
     long long cut = th_now_ms();
     th_proxy_partition(px, 1);
     run r;
-    RUN(&r, srv.url, "lock", "-w", "15000", "cut", "--", "sh", "-c", second);
+    RUN(&r, srv.url, "lock", "-w", "15", "cut", "--", "sh", "-c", second);
     int first = wait_dlock(&holder, 15000);
     long long told = th_now_ms() - cut;
     pid_t left = read_pid(f.pid);
@@ -1355,7 +1368,7 @@ static void command_is_not_started_on_a_lease_no_longer_trusted(void **state)
     scratch_file(ran, sizeof ran, "late.ran");
     th_proxy_latency(px, 25);
     run r;
-    RUN(&r, th_proxy_url(px), "lock", "-t", "30", "--safety-margin", "50", "late", "--", "touch", ran);
+    RUN(&r, th_proxy_url(px), "lock", "-t", "30ms", "--safety-margin", "50", "late", "--", "touch", ran);
     th_proxy_latency(px, 0);
     th_proxy_stop(px);
     expect_status(&r, 76);
@@ -1404,7 +1417,7 @@ static void killed_dlock_takes_command_and_its_group_down(void **state)
     (void)state;
     proc holder;
     pid_t sh, bg;
-    start_sh_with_child(&holder, "k9", "1000", &sh, &bg);
+    start_sh_with_child(&holder, "k9", "1", &sh, &bg);
     kill(holder.pid, SIGKILL);
     assert_int_equal(wait_dlock(&holder, 5000), 128 + SIGKILL);
     expect_group_gone(sh, bg, "dlock was killed");
@@ -1433,7 +1446,7 @@ static void what_command_left_running_stops_before_the_next_holder_starts(void *
     START(&holder, srv.url, "lock", "left", "--", "sh", "-c", script);
     assert_true(wait_for_file(f.ready, 10000));
     run r;
-    RUN(&r, srv.url, "lock", "-w", "15000", "left", "--", "sh", "-c", second);
+    RUN(&r, srv.url, "lock", "-w", "15", "left", "--", "sh", "-c", second);
     int first = wait_dlock(&holder, 15000);
     pid_t loop = read_pid(f.pid);
     long long t0 = th_now_ms();
@@ -1572,7 +1585,7 @@ static void every_subcommand_prints_its_help(void **state)
     static const struct {
         const char *sub, *synopsis, *option;
     } subs[] = {
-        {"lock", "lock [--fair|--read|--write] [-w WAIT] [-n]", "--conflict-exit-code N"},
+        {"lock", "lock [--fair|--read|--write|-s|-x] [-w WAIT] [-n]", "--conflict-exit-code N"},
         {"semaphore", "semaphore -p PERMITS", "--permits PERMITS"},
         {"latch", "latch NAME --set N", "--wait DURATION"},
         {"id", "id [-n COUNT] PREFIX | id --count PREFIX", "--date YYYY-MM-DD"},
@@ -1639,6 +1652,305 @@ static void lock_takes_flock_forms_and_durations_with_units(void **state)
     assert_free("flock1");
 }
 
+/* A bare number is seconds, fractions allowed, as in flock(1), etcdctl
+ * and consul: -w 1 waits a second (not a millisecond), -w 0.5 half of
+ * one; -t 2 and -t 1.5 are leases of seconds (as milliseconds both are
+ * below the 30 ms minimum); --timeout takes the same forms. */
+static void bare_duration_is_seconds_as_in_flock(void **state)
+{
+    (void)state;
+    proc holder;
+    HOLD(&holder, "secs.ready", "exec sleep 30", "lock", "secs");
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "1", "secs", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms >= 950);
+    RUN(&r, srv.url, "lock", "--wait=0.5", "secs", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms >= 450);
+    RUN(&r, srv.url, "--timeout", "1.5", "lock", "-w", "0.25s", "secs", "true");
+    expect_status(&r, 75);
+    assert_true(r.ms >= 240);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+
+    static const char *const ttls[] = {"2", "1.5"};
+    for (size_t i = 0; i < 2; i++) {
+        HOLD(&holder, "secs.ready", "exec sleep 30", "lock", "-t", ttls[i], "secs");
+        redisReply *rep = th_target_cmd(&srv, "dlock:{secs}", "PTTL %s", "dlock:{secs}");
+        assert_non_null(rep);
+        long long limit = i == 0 ? 2000 : 1500;
+        if (rep->type != REDIS_REPLY_INTEGER || rep->integer <= 100 || rep->integer > limit) {
+            print_error("-t %s: PTTL %lld\n", ttls[i], rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1);
+            fail();
+        }
+        freeReplyObject(rep);
+        kill(holder.pid, SIGTERM);
+        assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    }
+    assert_free("secs");
+}
+
+/* As flock(1): a lock that -n or -w does not get prints nothing (exit 75
+ * or -E's), -v says why (and, when it gets it, after how long); -q is
+ * taken; -s/--shared and -x/--exclusive are the read and write sides. */
+static void busy_lock_is_silent_unless_verbose(void **state)
+{
+    (void)state;
+    proc holder;
+    HOLD(&holder, "silent.ready", "exec sleep 30", "lock", "silent");
+    run r;
+    static const char *const quiet_forms[][4] = {{"-n", NULL}, {"-w", "0.2", NULL}, {"-n", "-E", "3", NULL},
+                                                  {"-q", "-n", NULL}};
+    for (size_t i = 0; i < sizeof quiet_forms / sizeof quiet_forms[0]; i++) {
+        const char *args[12] = {"lock"};
+        size_t n = 1;
+        for (size_t k = 0; quiet_forms[i][k]; k++) args[n++] = quiet_forms[i][k];
+        args[n++] = "silent";
+        args[n++] = "true";
+        args[n] = NULL;
+        run_argv(&r, srv.url, NULL, args);
+        expect_status(&r, strcmp(quiet_forms[i][1] ? quiet_forms[i][1] : "", "-E") == 0 ? 3 : 75);
+        if (r.err[0] || r.out[0]) {
+            print_error("form %zu printed: [%s][%s]\n", i, r.out, r.err);
+            fail();
+        }
+    }
+    RUN(&r, srv.url, "lock", "-v", "-n", "silent", "true");
+    expect_status(&r, 75);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "not acquired"));
+    RUN(&r, srv.url, "semaphore", "-p", "1", "--verbose", "-n", "silent-sem", "true");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.err, "acquired after"));
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+
+    HOLD(&holder, "silent.ready", "exec sleep 30", "lock", "-s", "silent-rw");
+    RUN(&r, srv.url, "lock", "--shared", "-n", "silent-rw", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "lock", "-x", "-n", "silent-rw", "true");
+    expect_status(&r, 75);
+    RUN(&r, srv.url, "lock", "--exclusive", "-n", "silent-rw", "true");
+    expect_status(&r, 75);
+    assert_string_equal(r.err, "");
+    RUN(&r, srv.url, "lock", "--write", "-n", "silent-rw", "true");
+    expect_status(&r, 75);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    RUN(&r, srv.url, "lock", "-x", "-n", "silent-rw", "true");
+    expect_status(&r, 0);
+}
+
+/* -w is a deadline whatever the server does: stopped (SIGSTOP) before we
+ * connect, or while we wait, `lock -w D` is back within D plus the 2 s
+ * dlock(1) states, with 69. The bounds here add 1.5 s for a loaded
+ * machine; before, a stopped server cost 5 s (one command timeout) and
+ * one stopped during the wait 12 s. */
+static void wait_is_a_deadline_when_redis_stops_answering(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    run x;
+    th_redis_pause(&r);
+    RUN(&x, r.tcp_url, "lock", "-w", "1", "deadline", "true");
+    th_redis_resume(&r);
+    print_message("lock -w 1, server stopped: exit %d after %lld ms\n", x.status, x.ms);
+    expect_status(&x, 69);
+    assert_one_line(x.err);
+    assert_true(x.ms < 1000 + 2000 + 1500);
+    th_redis_pause(&r);
+    RUN(&x, r.tcp_url, "lock", "-n", "deadline", "true");
+    th_redis_resume(&r);
+    print_message("lock -n, server stopped: exit %d after %lld ms\n", x.status, x.ms);
+    expect_status(&x, 69);
+    assert_true(x.ms < 2000 + 1500);
+
+    char ready[256], script[300];
+    scratch_file(ready, sizeof ready, "deadline.ready");
+    unlink(ready);
+    snprintf(script, sizeof script, "touch %s; exec sleep 30", ready);
+    proc holder, waiter;
+    START(&holder, r.url, "lock", "deadline", "--", "sh", "-c", script);
+    assert_true(wait_for_file(ready, 10000));
+    START(&waiter, r.tcp_url, "lock", "-w", "3", "deadline", "true");
+    usleep(500000);
+    th_redis_pause(&r);
+    int st = wait_dlock(&waiter, RUN_TIMEOUT_MS);
+    long long ms = th_now_ms() - waiter.started;
+    th_redis_resume(&r);
+    print_message("lock -w 3, server stopped during the wait: exit %d after %lld ms\n", st, ms);
+    assert_int_equal(st, 69);
+    assert_true(ms < 3000 + 2000 + 1500);
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 128 + SIGTERM);
+    th_redis_stop(&r);
+}
+
+/* --retry-connect: a waiter started while Redis is down keeps trying
+ * within its -w, and runs COMMAND once the server is back on the same
+ * port; without it, the first refusal is 69. */
+static void retry_connect_waits_through_an_outage(void **state)
+{
+    (void)state;
+    th_redis r;
+    assert_int_equal(th_redis_start(&r, NULL), 0);
+    kill(r.pid, SIGKILL);
+    waitpid(r.pid, NULL, 0);
+    r.pid = -1;
+    run x;
+    RUN(&x, r.tcp_url, "lock", "-w", "5", "outage", "true");
+    expect_status(&x, 69);
+    assert_one_line(x.err);
+
+    char ran[256], touch[300];
+    scratch_file(ran, sizeof ran, "outage.ran");
+    unlink(ran);
+    snprintf(touch, sizeof touch, "touch %s", ran);
+    proc waiter;
+    START(&waiter, r.tcp_url, "lock", "--retry-connect", "-w", "15", "outage", "--", "sh", "-c", touch);
+    usleep(1000000);
+    assert_int_equal(waitpid(waiter.pid, NULL, WNOHANG), 0);
+    assert_int_equal(th_redis_restart(&r), 0);
+    assert_int_equal(wait_dlock(&waiter, RUN_TIMEOUT_MS), 0);
+    assert_true(file_exists(ran));
+    th_redis_stop(&r);
+}
+
+/* The first line of dlock's stdout once it has one (the token of a hold
+ * without COMMAND), waiting at most 10 s; "" if none came. */
+static void first_line(const proc *p, char *buf, size_t size)
+{
+    long long until = th_now_ms() + 10000;
+    do {
+        slurp(p->out_path, buf, size);
+        char *nl = strchr(buf, '\n');
+        if (nl) {
+            *nl = '\0';
+            return;
+        }
+        usleep(5000);
+    } while (th_now_ms() < until);
+    buf[0] = '\0';
+}
+
+/* `dlock lock NAME` without COMMAND prints the fencing token, holds the
+ * lock (others get 75) until SIGTERM (exit 0, released), or with
+ * --until-eof until its stdin ends; a hold lost meanwhile exits 76. */
+static void lock_without_command_holds_until_told_to_stop(void **state)
+{
+    (void)state;
+    proc holder;
+    START(&holder, srv.url, "lock", "idle");
+    char line[64];
+    first_line(&holder, line, sizeof line);
+    assert_true(strtoull(line, NULL, 10) > 0);
+    run r;
+    RUN(&r, srv.url, "lock", "-n", "idle", "true");
+    expect_status(&r, 75);
+    RUN(&r, srv.url, "status", "idle");
+    expect_status(&r, 0);
+    assert_int_equal(status_field(r.out, "last_token"), (long long)strtoull(line, NULL, 10));
+    kill(holder.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&holder, 10000), 0);
+    assert_free("idle");
+
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0); /* only stdin, a dup, stays open in dlock */
+    static const char *const eof_args[] = {"lock", "--until-eof", "idle", NULL};
+    start_dlock_in(&holder, srv.url, NULL, eof_args, p[0]);
+    close(p[0]);
+    first_line(&holder, line, sizeof line);
+    assert_true(strtoull(line, NULL, 10) > 0);
+    assert_int_equal(write(p[1], "x\n", 2), 2); /* input is read and dropped */
+    RUN(&r, srv.url, "lock", "-n", "idle", "true");
+    expect_status(&r, 75);
+    close(p[1]);
+    assert_int_equal(wait_dlock(&holder, 10000), 0);
+    assert_free("idle");
+
+    /* Broken by `unlock --force`: the next renewal (every third of 1 s)
+     * finds it gone. */
+    START(&holder, srv.url, "lock", "-t", "1", "idle");
+    first_line(&holder, line, sizeof line);
+    assert_true(line[0] != '\0');
+    RUN(&r, srv.url, "unlock", "--force", "idle");
+    expect_status(&r, 0);
+    assert_int_equal(wait_dlock(&holder, 10000), 76);
+
+    START(&holder, srv.url, "semaphore", "-p", "1", "idle-sem");
+    first_line(&holder, line, sizeof line);
+    assert_true(line[0] != '\0');
+    RUN(&r, srv.url, "semaphore", "-p", "1", "-n", "idle-sem", "true");
+    expect_status(&r, 75);
+    kill(holder.pid, SIGINT);
+    assert_int_equal(wait_dlock(&holder, 10000), 0);
+    RUN(&r, srv.url, "semaphore", "-p", "1", "-n", "idle-sem", "true");
+    expect_status(&r, 0);
+}
+
+/* A process of ours on a loopback port that answers every connection with
+ * an HTTP error and closes it: a server that is not Redis. */
+static pid_t start_http_liar(int *port)
+{
+    int fd = loopback_socket(port);
+    assert_int_equal(listen(fd, 16), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (;;) {
+            int c = accept(fd, NULL, NULL);
+            if (c < 0) _exit(0);
+            char buf[256];
+            ssize_t n = read(c, buf, sizeof buf);
+            (void)n;
+            static const char answer[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+            n = write(c, answer, sizeof answer - 1);
+            close(c);
+        }
+    }
+    close(fd);
+    return pid;
+}
+
+/* Small edges: a 10 KB NAME is cut in the message, with its length; a
+ * global option after the subcommand says where it goes; a server that
+ * is not Redis is named as such, with what it answered. */
+static void long_names_misplaced_options_and_other_servers_are_explained(void **state)
+{
+    (void)state;
+    static char big[10241];
+    memset(big, 'n', sizeof big - 1);
+    run r;
+    RUN(&r, srv.url, "lock", big, "true");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
+    assert_true(strlen(r.err) < 600);
+    assert_non_null(strstr(r.err, "(10240 bytes)"));
+
+    RUN(&r, srv.url, "lock", "-u", srv.url, "misplaced", "true");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "-u is a global option: put it before the subcommand"));
+    RUN(&r, srv.url, "status", "--timeout", "1", "misplaced");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "--timeout is a global option"));
+    RUN(&r, srv.url, "unlock", "--force", "--url", "misplaced");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "--url is a global option"));
+
+    int port;
+    pid_t liar = start_http_liar(&port);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    RUN(&r, url, "lock", "-n", "other", "true");
+    kill(liar, SIGKILL);
+    waitpid(liar, NULL, 0);
+    expect_status(&r, 69);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "not a Redis server (it answered 'HTTP/1.1 400 Bad Request')"));
+}
+
 /* Busy: -n and --nonblock give up at once; -E N (--conflict-exit-code)
  * replaces 75 (0 included) and COMMAND does not run; -w 1s waits a
  * second, not a millisecond; free, -E changes nothing. */
@@ -1690,7 +2002,7 @@ static void timeout_gives_up_on_a_server_that_never_answers(void **state)
     expect_status(&r, 69);
     assert_one_line(r.err);
     assert_true(r.ms < 1500);
-    RUN(&r, NULL, "--timeout", "300", "--url", url, "status", "stall");
+    RUN(&r, NULL, "--timeout", "0.3", "--url", url, "status", "stall");
     expect_status(&r, 69);
     assert_true(r.ms < 1500);
     close(fd);
@@ -1965,6 +2277,12 @@ int main(void)
         cmocka_unit_test(a_dlock_killed_while_it_waits_takes_its_guard_along),
         cmocka_unit_test(every_subcommand_prints_its_help),
         cmocka_unit_test(lock_takes_flock_forms_and_durations_with_units),
+        cmocka_unit_test(bare_duration_is_seconds_as_in_flock),
+        cmocka_unit_test(busy_lock_is_silent_unless_verbose),
+        cmocka_unit_test(wait_is_a_deadline_when_redis_stops_answering),
+        cmocka_unit_test(retry_connect_waits_through_an_outage),
+        cmocka_unit_test(lock_without_command_holds_until_told_to_stop),
+        cmocka_unit_test(long_names_misplaced_options_and_other_servers_are_explained),
         cmocka_unit_test(busy_lock_exits_with_the_conflict_exit_code),
         cmocka_unit_test(timeout_gives_up_on_a_server_that_never_answers),
         cmocka_unit_test(status_json_names_the_holders_host_pid_command_and_token),

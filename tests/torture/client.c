@@ -731,9 +731,12 @@ static void run_cs(worker *w)
 static void run_cli(worker *w, int64_t end, const char *self)
 {
     cfg *c = w->c;
-    char lease[24], wait[24], client[24], seed[24], spawned[24], pidfile[512];
+    char lease[24], ttl[24], wait[24], client[24], seed[24], spawned[24], pidfile[512];
+    /* dlock's durations carry their unit (a bare number is seconds);
+     * --lease is ours, in milliseconds. */
     snprintf(lease, sizeof lease, "%ld", c->lease_ms);
-    snprintf(wait, sizeof wait, "%ld", 2 * c->lease_ms);
+    snprintf(ttl, sizeof ttl, "%ldms", c->lease_ms);
+    snprintf(wait, sizeof wait, "%ldms", 2 * c->lease_ms);
     snprintf(client, sizeof client, "%d", c->client);
     snprintf(pidfile, sizeof pidfile, "%s/cli-%d.pid", c->dir, c->client);
     while (tt_now_us() < end) {
@@ -750,7 +753,7 @@ static void run_cli(worker *w, int64_t end, const char *self)
         for (char *tok = strtok(extra, " "); tok && a < 40; tok = strtok(NULL, " ")) argv[a++] = tok;
         int64_t t0 = tt_now_us();
         snprintf(spawned, sizeof spawned, "%lld", (long long)t0);
-        const char *tail[] = {"-t", lease, "-w", wait, c->names[0], "--", self, "--kind", "cs", "--dir", c->dir,
+        const char *tail[] = {"-t", ttl, "-w", wait, c->names[0], "--", self, "--kind", "cs", "--dir", c->dir,
                               "--client", client, "--resource", c->resource, "--name", c->names[0], "--lease", lease,
                               "--seed", seed, "--mode", c->mode_arg ? c->mode_arg : "x", "--spawned", spawned, NULL};
         for (int i = 0; tail[i]; i++) argv[a++] = tail[i];
