@@ -30,7 +30,7 @@ rm -rf "$dir/src/build" "$dir/src/"*.egg-info
     exit 1
 }
 site=$("$dir/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-for f in __init__.py _client.py _native.py _errors.py py.typed; do
+for f in __init__.py _client.py _native.py _errors.py _args.py _service.py _handles.py _aio.py py.typed; do
     [ -f "$site/dlock/$f" ] || { echo "install_test: $site/dlock/$f not installed" >&2; exit 1; }
 done
 # Redis must not inherit a sanitizer preload meant for python.
