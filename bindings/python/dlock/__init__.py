@@ -18,7 +18,8 @@ loader (see README.md).
 How the modules fit, from the C library up:
 
 - _native: loads libdlock with ctypes, mirrors dlock.h's structs and
-  declares every function the package calls.
+  declares every function the package calls (tests/check_header.py,
+  the ctest entry python_header, checks this copy against dlock.h).
 - _errors: one exception class per dlock_status.
 - _args: what callers pass, checked (TypeError, ValueError) and turned
   into the library's arguments (milliseconds, bytes).

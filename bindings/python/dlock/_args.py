@@ -11,6 +11,7 @@ import ctypes
 import math
 from typing import Any, Optional, Union
 
+from . import _native
 from ._errors import InvalidArgument
 
 Name = Union[str, bytes]
@@ -18,8 +19,8 @@ Seconds = Optional[float]
 
 _LONG_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_long) - 1)) - 1
 _INT_MAX = (1 << 31) - 1
-_FOREVER = -1  # DLOCK_WAIT_FOREVER
-_WATCHDOG = 0  # DLOCK_LEASE_WATCHDOG
+_FOREVER = _native.WAIT_FOREVER
+_WATCHDOG = _native.LEASE_WATCHDOG
 
 
 class _Default:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _lib = _native.lib
 _log = _service.log
 
-_READ, _WRITE = 0, 1  # dlock_rw_mode
+_READ, _WRITE = _native.READ, _native.WRITE
 
 
 # ---------------------------------------------------------------------------
