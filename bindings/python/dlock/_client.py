@@ -22,9 +22,10 @@ from ._aio import (on_acquired as _on_acquired, on_counted as _on_counted, on_id
                    on_latch as _on_latch, on_released as _on_released,
                    on_rw_acquired as _on_rw_acquired, on_rw_released as _on_rw_released,
                    on_sem as _on_sem)
-from ._args import (_DEFAULT, _FOREVER, _INT_MAX, _LONG_MAX, Name, Seconds, _busy_poll_us, _cname,
-                    _lease_ms, _option_ms, _wait_ms)
-from ._errors import InvalidArgument, check as _check, fail
+from ._args import (_DEFAULT, _FOREVER, _INT_MAX, Name, Seconds, _busy_poll_us, _callback, _cname,
+                    _count, _fair_waiter_ms, _fence_floor, _flag, _int, _lease_ms, _option_ms, _permits,
+                    _wait_ms, _watchdog_lease_ms)
+from ._errors import check as _check, fail
 from ._handles import _FREE, _NEW, _READ, _WRITE, _Handle, _State
 
 if TYPE_CHECKING:
@@ -164,11 +165,13 @@ class _Exclusive(_OnHandle):
 
     _mode: Optional[int] = None
 
-    def __init__(self, handle: _Handle, wait: Seconds, lease: Seconds,
+    def __init__(self, handle: _Handle, wait_ms: int, lease_ms: int,
                  on_lost: Optional[LostCallback]) -> None:
+        # wait_ms, lease_ms: checked already (_wait_ms, _lease_ms), so
+        # that a bad argument is refused before the handle is made.
         self._h = handle
-        self._wait = _wait_ms(wait)
-        self._lease = _lease_ms(lease)
+        self._wait = wait_ms
+        self._lease = lease_ms
         #: Called with the Hold when the library finds it lost, on a
         #: thread of this package (not the library's watchdog thread), so
         #: it may take its time and call into the library.
@@ -421,7 +424,7 @@ class Lock(_Exclusive):
     def set_fence_floor(self, floor: int) -> None:
         """Every later acquisition gets a token greater than ``floor`` (the
         highest token your fenced resource has accepted)."""
-        _lib.dlock_lock_set_fence_floor(self._h.ptr, floor)
+        _lib.dlock_lock_set_fence_floor(self._h.ptr, _fence_floor(floor))
 
     def __repr__(self) -> str:
         return "<dlock.Lock %r%s>" % (self.name, " fair" if self.fair else "")
@@ -431,7 +434,7 @@ class RWLockMode(_Exclusive):
     """The read or the write side of an RWLock, used like a Lock."""
 
     def __init__(self, rw: "RWLock", mode: int, wait: Seconds, lease: Seconds) -> None:
-        super().__init__(rw._h, wait, lease, None)
+        super().__init__(rw._h, _wait_ms(wait), _lease_ms(lease), None)
         self._rw = rw
         self._mode = mode
 
@@ -472,7 +475,7 @@ class RWLock(_OnHandle):
     def __init__(self, handle: _Handle, on_lost: Optional[LostCallback]) -> None:
         self._h = handle
         #: Called with the lost Hold (see Lock.on_lost); hold.mode tells
-        #: which side.
+        #: which side (checked callable by Client.rw_lock).
         self.on_lost = on_lost
 
     def read(self, wait: Seconds = None, lease: Seconds = None) -> RWLockMode:
@@ -483,7 +486,7 @@ class RWLock(_OnHandle):
 
     def set_fence_floor(self, floor: int) -> None:
         """As Lock.set_fence_floor, for the write holds."""
-        _lib.dlock_rwlock_set_fence_floor(self._h.ptr, floor)
+        _lib.dlock_rwlock_set_fence_floor(self._h.ptr, _fence_floor(floor))
 
     def __repr__(self) -> str:
         return "<dlock.RWLock %r>" % self.name
@@ -493,25 +496,27 @@ class Semaphore(_OnHandle):
     """A counting semaphore without owners (any process may release), made
     by Client.semaphore(). ``with sem:`` takes one permit and returns it."""
 
-    def __init__(self, handle: _Handle, wait: Seconds) -> None:
+    def __init__(self, handle: _Handle, wait_ms: int) -> None:
         self._h = handle
-        self._wait = _wait_ms(wait)
+        self._wait = wait_ms
 
     def set_permits(self, permits: int) -> bool:
         """Set the number of permits if the semaphore does not exist yet;
         True when this call set it."""
+        n = _permits(permits)
         was = ctypes.c_int()
-        self._call(_lib.dlock_semaphore_set_permits, permits, ctypes.byref(was))
+        self._call(_lib.dlock_semaphore_set_permits, n, ctypes.byref(was))
         return bool(was.value)
 
     def acquire(self, permits: int = 1, wait: Seconds = _DEFAULT) -> None:
         """Take ``permits``, all or nothing; NotAcquired when too few became
         free within ``wait`` seconds (None: forever)."""
+        n = _count(permits)
         wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
-        self._call(_lib.dlock_semaphore_acquire, permits, wait_ms)
+        self._call(_lib.dlock_semaphore_acquire, n, wait_ms)
 
     def release(self, permits: int = 1) -> None:
-        self._call(_lib.dlock_semaphore_release, permits)
+        self._call(_lib.dlock_semaphore_release, _count(permits))
 
     @property
     def available(self) -> int:
@@ -581,8 +586,9 @@ class Latch(_OnHandle):
 
     def set(self, count: int) -> bool:
         """Set the count if the latch is not set; True when this call set it."""
+        n = _count(count, "count")
         was = ctypes.c_int()
-        self._call(_lib.dlock_latch_set, count, ctypes.byref(was))
+        self._call(_lib.dlock_latch_set, n, ctypes.byref(was))
         return bool(was.value)
 
     def count_down(self) -> int:
@@ -594,7 +600,7 @@ class Latch(_OnHandle):
     def wait(self, timeout: Seconds = None) -> bool:
         """Wait until the count is zero: True, or False when ``timeout``
         seconds passed first (as threading.Event.wait)."""
-        rc = self._rc(_lib.dlock_latch_await, _wait_ms(timeout))
+        rc = self._rc(_lib.dlock_latch_await, _wait_ms(timeout, "timeout"))
         if rc == _errors.ERR_TIMEOUT:
             return False
         _check(rc)
@@ -603,7 +609,7 @@ class Latch(_OnHandle):
     async def wait_async(self, timeout: Seconds = None) -> bool:
         """wait() for a task, on the library's asynchronous await: the
         waiting task holds no thread, and is woken by the last count-down."""
-        wait_ms = _wait_ms(timeout)
+        wait_ms = _wait_ms(timeout, "timeout")
         try:
             await self._spare_call(
                 lambda h, key: _lib.dlock_latch_await_async(h.ptr, wait_ms, *_bridge.via(key, "latch", _on_latch)))
@@ -698,12 +704,13 @@ class Client:
         o = _native.Options()
         o.connect_timeout_ms = _option_ms(connect_timeout, "connect_timeout", _INT_MAX)
         o.command_timeout_ms = _option_ms(command_timeout, "command_timeout", _INT_MAX)
-        o.watchdog_lease_ms = _option_ms(watchdog_lease, "watchdog_lease", _LONG_MAX)
-        o.fair_waiter_timeout_ms = _option_ms(fair_waiter_timeout, "fair_waiter_timeout", _LONG_MAX)
-        o.offline_ok = 1 if offline_ok else 0
-        o.replica_acks = int(replica_acks)
+        o.watchdog_lease_ms = _watchdog_lease_ms(watchdog_lease)
+        o.fair_waiter_timeout_ms = _fair_waiter_ms(fair_waiter_timeout)
+        o.offline_ok = _flag(offline_ok, "offline_ok")
+        o.replica_acks = _int(replica_acks, "replica_acks", 0, _INT_MAX)
         o.replica_timeout_ms = _option_ms(replica_timeout, "replica_timeout", _INT_MAX)
-        o.safety_margin_pct = int(safety_margin_pct or 0)
+        o.safety_margin_pct = (0 if safety_margin_pct is None
+                               else _int(safety_margin_pct, "safety_margin_pct", 1, 50))
         o.username = None if username is None else _cname(username, "username")
         o.password = None if password is None else _cname(password, "password")
         o.busy_poll_us = _busy_poll_us(busy_poll)
@@ -765,24 +772,30 @@ class Client:
         and ``lease`` (seconds, None: renewed by the watchdog) are the
         defaults of its acquisitions; ``on_lost(hold)`` is called when a
         hold is found lost."""
-        return Lock(self._handle("lock", name), wait, lease, on_lost)
+        wait_ms, lease_ms, fn = _wait_ms(wait), _lease_ms(lease), _callback(on_lost)
+        return Lock(self._handle("lock", name), wait_ms, lease_ms, fn)
 
     def fair_lock(self, name: Name, wait: Seconds = None, lease: Seconds = None,
                   on_lost: Optional[LostCallback] = None) -> Lock:
         """The fair (FIFO) lock ``name``; do not mix with lock() on one name.
         A fair wait in the main thread is not cut short by Ctrl-C: give it
         a wait bound."""
-        return Lock(self._handle("fair", name), wait, lease, on_lost)
+        wait_ms, lease_ms, fn = _wait_ms(wait), _lease_ms(lease), _callback(on_lost)
+        return Lock(self._handle("fair", name), wait_ms, lease_ms, fn)
 
     def rw_lock(self, name: Name, on_lost: Optional[LostCallback] = None) -> RWLock:
         """The read-write lock ``name``: ``rw.read()`` and ``rw.write()``."""
-        return RWLock(self._handle("rw", name), on_lost)
+        fn = _callback(on_lost)
+        return RWLock(self._handle("rw", name), fn)
 
     def semaphore(self, name: Name, permits: Optional[int] = None,
                   wait: Seconds = None) -> Semaphore:
         """The semaphore ``name``, created with ``permits`` if it does not
         exist yet (every process may pass the same number at start-up)."""
-        sem = Semaphore(self._handle("sem", name), wait)
+        if permits is not None:
+            _permits(permits)
+        wait_ms = _wait_ms(wait)
+        sem = Semaphore(self._handle("sem", name), wait_ms)
         if permits is not None:
             sem.set_permits(permits)
         return sem
@@ -809,8 +822,7 @@ class Client:
     def ids(self, prefix: Name, n: int = 1) -> List[int]:
         """``n`` (1 to 1,000,000) unique 64-bit IDs for ``prefix``:
         (seconds since 2022-01-01Z) << 32 | the day's sequence."""
-        if not isinstance(n, int) or not 1 <= n <= 1_000_000:
-            raise InvalidArgument("n must be an int from 1 to 1000000, not %r" % (n,))
+        n = _int(n, "n", 1, 1_000_000)
         out = (ctypes.c_uint64 * n)()
         self._call(_lib.dlock_id_next, _cname(prefix, "prefix"), out, n)
         return list(out)
@@ -818,8 +830,7 @@ class Client:
     async def ids_async(self, prefix: Name, n: int = 1) -> List[int]:
         """ids() for a task, on the library's asynchronous batch: many
         tasks' batches may be in flight at once, none holding a thread."""
-        if not isinstance(n, int) or not 1 <= n <= 1_000_000:
-            raise InvalidArgument("n must be an int from 1 to 1000000, not %r" % (n,))
+        n = _int(n, "n", 1, 1_000_000)
         b = _cname(prefix, "prefix")
         key, fut = _bridge.call_start(asyncio.get_running_loop(), None)
         assert fut is not None

@@ -16,8 +16,8 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _aio, _args, _client, _errors, _handles, _native, _service
-from ._args import _DEFAULT, Name, Seconds, _cname, _lease_ms, _wait_ms
+from . import _aio, _client, _errors, _handles, _native, _service
+from ._args import _DEFAULT, Name, Seconds, _callback, _cname, _lease_ms, _permits, _wait_ms
 from ._client import _OnHandle, _wait_in_slices
 
 _lib = _native.lib
@@ -171,11 +171,12 @@ class ExpirableSemaphore(_OnHandle):
     pool when its lease ends, with nobody's help. ``acquire()`` returns the
     Permit; ``with sem as permit:`` takes one and gives it back."""
 
-    def __init__(self, handle: _handles._Handle, wait: Seconds, lease: Seconds,
+    def __init__(self, handle: _handles._Handle, wait_ms: int, lease_ms: int,
                  on_lost: Optional[PermitLostCallback]) -> None:
+        # wait_ms, lease_ms: checked already, before the handle was made.
         self._h = handle
-        self._wait = _wait_ms(wait)
-        self._lease = _lease_ms(lease)
+        self._wait = wait_ms
+        self._lease = lease_ms
         #: Called with the Permit when the library finds it lost, on a
         #: thread of this package (as Lock.on_lost).
         self.on_lost: Optional[PermitLostCallback] = on_lost
@@ -188,8 +189,9 @@ class ExpirableSemaphore(_OnHandle):
     def set_permits(self, permits: int) -> bool:
         """Set the number of permits if the semaphore does not exist yet;
         True when this call set it."""
+        n = _permits(permits)
         was = ctypes.c_int()
-        self._call(_lib.dlock_psem_set_permits, permits, ctypes.byref(was))
+        self._call(_lib.dlock_psem_set_permits, n, ctypes.byref(was))
         return bool(was.value)
 
     def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> Permit:
@@ -243,9 +245,7 @@ class ExpirableSemaphore(_OnHandle):
     def renew(self, permit_id: str, lease: float) -> None:
         """Extend the lease of the permit with this id to ``lease`` seconds
         from now; LockLost when it had expired already."""
-        ms = _lease_ms(lease)
-        if ms == _args._WATCHDOG:
-            raise _errors.InvalidArgument("renew needs a lease in seconds")
+        ms = _lease_ms(lease, watchdog=False)
         self._call(_lib.dlock_psem_renew, _cname(permit_id, "permit id"), ms)
 
     @property
@@ -364,8 +364,11 @@ class ExpirableSemaphore(_OnHandle):
 
 def expirable_semaphore(client: "_client.Client", name: Name, permits: Optional[int], wait: Seconds,
                         lease: Seconds, on_lost: Optional[PermitLostCallback]) -> ExpirableSemaphore:
+    if permits is not None:
+        _permits(permits)
+    wait_ms, lease_ms, fn = _wait_ms(wait), _lease_ms(lease), _callback(on_lost)
     h = client._handle("psem", name)
-    sem = ExpirableSemaphore(h, wait, lease, on_lost)
+    sem = ExpirableSemaphore(h, wait_ms, lease_ms, fn)
     if permits is not None:
         sem.set_permits(permits)
     return sem

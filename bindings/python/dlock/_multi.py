@@ -15,8 +15,9 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _aio, _args, _client, _errors, _handles, _native, _service
-from ._args import _DEFAULT, Name, Seconds, _cname, _lease_ms, _wait_ms
+from . import _aio, _client, _errors, _handles, _native, _service
+from ._args import (_DEFAULT, REDLOCK_LEASE_MIN_MS, Name, Seconds, _callback, _cname, _fence_floor,
+                    _lease_ms, _wait_ms)
 from ._client import Client, Hold, Lock, _wait_in_slices
 from ._handles import _State
 
@@ -344,10 +345,10 @@ class RedLock:
             raise _errors.InvalidArgument("a RedLock needs at least one master")
         self._name = _cname(name)
         self._wait = _wait_ms(wait)
-        self._lease = _lease_ms(lease)
+        self._lease = _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS)
         #: Called with the RedLockHold when the library finds it lost, on a
         #: thread of this package (as Lock.on_lost).
-        self.on_lost = on_lost
+        self.on_lost = _callback(on_lost)
         self._hold: Optional[RedLockHold] = None
         self._mu = threading.Lock()
         self._busy = False  # an asynchronous call is under way
@@ -393,7 +394,7 @@ class RedLock:
         ``lease`` None: each master's share is renewed by its client's
         watchdog, and the hold is lost when fewer than a majority remain."""
         wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
-        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS)
         validity = ctypes.c_long()
         token = ctypes.c_uint64()
         rc = self._run(lambda ptr: _wait_in_slices(
@@ -408,9 +409,7 @@ class RedLock:
         """Extend an explicit lease on all masters to ``lease`` seconds;
         returns the new validity in seconds. LockLost when fewer than a
         majority renewed in time."""
-        ms = _lease_ms(lease)
-        if ms == _args._WATCHDOG:
-            raise _errors.InvalidArgument("extend needs a lease in seconds")
+        ms = _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS, watchdog=False)
         validity = ctypes.c_long()
         _errors.check(self._run(lambda ptr: _lib.dlock_redlock_extend(ptr, ms, ctypes.byref(validity))))
         if self._hold is not None:
@@ -443,7 +442,8 @@ class RedLock:
 
     def set_fence_floor(self, floor: int) -> None:
         """As Lock.set_fence_floor, passed to every master."""
-        self._run(lambda ptr: _lib.dlock_redlock_set_fence_floor(ptr, floor) or 0)
+        f = _fence_floor(floor)
+        self._run(lambda ptr: _lib.dlock_redlock_set_fence_floor(ptr, f) or 0)
 
     def __enter__(self) -> RedLockHold:
         return self.acquire()
@@ -480,7 +480,7 @@ class RedLock:
         while waiting leaves nothing held (a hold granted after the
         cancellation is released in the background)."""
         wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
-        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS)
 
         def hook(status: int, _token: int, awaited: bool) -> None:
             if status == 0 and not awaited:
