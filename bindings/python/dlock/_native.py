@@ -33,6 +33,7 @@ DEFINES = {
     "DLOCK_LEASE_WATCHDOG": LEASE_WATCHDOG,
     "DLOCK_LEASE_MAX_MS": LEASE_MAX_MS,
     "DLOCK_QUEUE_ERROR_MAX": QUEUE_ERROR_MAX,
+    "DLOCK_VERSION_MAJOR": ABI_MAJOR,  # dlock_version.h, which dlock.h includes
 }
 # Enums by their C type name (the status codes are _errors' ERR_*).
 ENUMS = {"dlock_rw_mode": {"DLOCK_READ": READ, "DLOCK_WRITE": WRITE}}
