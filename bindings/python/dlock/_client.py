@@ -834,7 +834,8 @@ class Client:
         b = _cname(prefix, "prefix")
         key, fut = _bridge.call_start(asyncio.get_running_loop(), None)
         assert fut is not None
-        _bridge.call_submit(key, lambda: self._state.call(_lib.dlock_id_next_async, b, n, *_bridge.via(key, "ids", _on_ids)))
+        _bridge.call_submit(key, lambda: self._state.call(_lib.dlock_id_next_async, b, n,
+                                                          *_bridge.via(key, "ids", _on_ids)))
         first = await _bridge.await_call(key, fut)
         return list(range(first, first + n))
 
