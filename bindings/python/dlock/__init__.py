@@ -14,6 +14,25 @@ Waiting sleeps until a release is announced (no polling) and releases the
 GIL. Every failure raises a DlockError subclass carrying the library's
 explanation. The C library is found through $DLOCK_LIBRARY or the dynamic
 loader (see README.md).
+
+How the modules fit, from the C library up:
+
+- _native: loads libdlock with ctypes, mirrors dlock.h's structs and
+  declares every function the package calls (tests/check_header.py,
+  the ctest entry python_header, checks this copy against dlock.h).
+- _errors: one exception class per dlock_status.
+- _args: what callers pass, checked (TypeError, ValueError) and turned
+  into the library's arguments (milliseconds, bytes).
+- _service: the package's service thread (loss callbacks, frees) and
+  what fork() renews in a child.
+- _handles: a Client's C state (the guard of calls under way, close) and
+  the C handles shared by every object of one name, with their holds and
+  loss reports.
+- _aio: the asyncio bridge: asynchronous calls, each loop's completion
+  queue, each task's own handles.
+- _client: the public Client, Lock, RWLock, Semaphore, Latch and Hold.
+- _expirable (ExpirableSemaphore, Permit) and _multi (MultiLock, RedLock)
+  build on _client the same way.
 """
 from ._errors import (AuthenticationError, ClientClosed, ConnectionError, Deadlock, DlockError,
                       ForkedClient, IdOverflow, InvalidArgument, InvalidURL, LockLost, NotAcquired,

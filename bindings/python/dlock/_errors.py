@@ -148,3 +148,9 @@ def from_status(status: int, message: Optional[str] = None) -> DlockError:
 
 def fail(status: int) -> NoReturn:
     raise from_status(status)
+
+
+def check(status: int) -> None:
+    """Raise the status's exception unless it is DLOCK_OK."""
+    if status:
+        fail(status)

@@ -16,8 +16,9 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _client, _errors, _native
-from ._client import _DEFAULT, Name, Seconds, _cname, _lease_ms, _OnHandle, _wait_in_slices, _wait_ms
+from . import _aio, _client, _errors, _handles, _native, _service
+from ._args import _DEFAULT, Name, Seconds, _callback, _cname, _lease_ms, _permits, _wait_ms
+from ._client import _OnHandle, _wait_in_slices
 
 _lib = _native.lib
 
@@ -127,21 +128,21 @@ def _lost(psem: int, permit: int) -> None:
     p._flag = True
     fn = p.sem.on_lost
     if fn is not None:
-        _client._service.put(_report, fn, p)
+        _service.put(_report, fn, p)
 
 
 def _report(fn: PermitLostCallback, p: Permit) -> None:
     try:
         fn(p)
     except Exception:
-        _client._log.exception("dlock: exception in the on_lost callback of %r", p.sem)
+        _service.log.exception("dlock: exception in the on_lost callback of %r", p.sem)
 
 
 @_native.PERMIT_FN
 def _on_permit(_psem: Optional[int], status: int, permit: Optional[int], arg: Optional[int]) -> None:
     # The asynchronous calls' callback when the loop has no completion
-    # queue (see _client._call_start); the permit travels as the token.
-    _client._call_end(arg, status, permit or 0)
+    # queue (see _aio.bridge.call_start); the permit travels as the token.
+    _aio.bridge.call_end(arg, status, permit or 0)
 
 
 def _record(sem: "ExpirableSemaphore", ptr: int, psem: int) -> Permit:
@@ -161,7 +162,7 @@ def _on_permit_lost(permit: Optional[int], arg: Optional[int]) -> None:
         if permit is not None and arg is not None:
             _lost(arg, permit)
     except Exception:
-        _client._log.exception("dlock: loss report failed")
+        _service.log.exception("dlock: loss report failed")
 
 
 class ExpirableSemaphore(_OnHandle):
@@ -170,11 +171,12 @@ class ExpirableSemaphore(_OnHandle):
     pool when its lease ends, with nobody's help. ``acquire()`` returns the
     Permit; ``with sem as permit:`` takes one and gives it back."""
 
-    def __init__(self, handle: _client._Handle, wait: Seconds, lease: Seconds,
+    def __init__(self, handle: _handles._Handle, wait_ms: int, lease_ms: int,
                  on_lost: Optional[PermitLostCallback]) -> None:
+        # wait_ms, lease_ms: checked already, before the handle was made.
         self._h = handle
-        self._wait = _wait_ms(wait)
-        self._lease = _lease_ms(lease)
+        self._wait = wait_ms
+        self._lease = lease_ms
         #: Called with the Permit when the library finds it lost, on a
         #: thread of this package (as Lock.on_lost).
         self.on_lost: Optional[PermitLostCallback] = on_lost
@@ -187,8 +189,9 @@ class ExpirableSemaphore(_OnHandle):
     def set_permits(self, permits: int) -> bool:
         """Set the number of permits if the semaphore does not exist yet;
         True when this call set it."""
+        n = _permits(permits)
         was = ctypes.c_int()
-        self._call(_lib.dlock_psem_set_permits, permits, ctypes.byref(was))
+        self._call(_lib.dlock_psem_set_permits, n, ctypes.byref(was))
         return bool(was.value)
 
     def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> Permit:
@@ -228,7 +231,7 @@ class ExpirableSemaphore(_OnHandle):
             st.leave()
         if rc == _errors.ERR_LOST:
             permit._flag = True
-        _client._check(rc)
+        _errors.check(rc)
 
     def release(self, permit: Permit) -> None:
         """Give back ``permit`` (as permit.release())."""
@@ -242,9 +245,7 @@ class ExpirableSemaphore(_OnHandle):
     def renew(self, permit_id: str, lease: float) -> None:
         """Extend the lease of the permit with this id to ``lease`` seconds
         from now; LockLost when it had expired already."""
-        ms = _lease_ms(lease)
-        if ms == _client._WATCHDOG:
-            raise _errors.InvalidArgument("renew needs a lease in seconds")
+        ms = _lease_ms(lease, watchdog=False)
         self._call(_lib.dlock_psem_renew, _cname(permit_id, "permit id"), ms)
 
     @property
@@ -265,23 +266,23 @@ class ExpirableSemaphore(_OnHandle):
         wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
         lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
         shared = self._h
-        h = _client._spare_handle(shared)
+        h = _aio.bridge.spare_handle(shared)
 
         def hook(status: int, token: int, awaited: bool) -> None:
             # The C handle is free again once the library called back.
-            _client._spare_done(shared, h)
+            _aio.bridge.spare_done(shared, h)
             if status == 0 and not awaited:
                 self._give_back(token)
 
-        key, fut = _client._call_start(asyncio.get_running_loop(), hook)
+        key, fut = _aio.bridge.call_start(asyncio.get_running_loop(), hook)
         assert fut is not None
-        _client._call_submit(key, lambda: self._rc(lambda _p: _lib.dlock_psem_acquire_async(
-            h.ptr, wait_ms, lease_ms, *_client._via(key, "permit", _on_permit))),
-            lambda: _client._spare_done(shared, h))
+        _aio.bridge.call_submit(key, lambda: self._rc(lambda _p: _lib.dlock_psem_acquire_async(
+            h.ptr, wait_ms, lease_ms, *_aio.bridge.via(key, "permit", _on_permit))),
+            lambda: _aio.bridge.spare_done(shared, h))
         try:
             ptr = await fut
         except asyncio.CancelledError:
-            _client._divert(key)
+            _aio.bridge.divert(key)
             # Cancelled after the outcome arrived: the hook saw it awaited.
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._give_back(fut.result())
@@ -306,20 +307,20 @@ class ExpirableSemaphore(_OnHandle):
             ptr = permit._take()
             if ptr is None:
                 raise _errors.NotOwner("the permit %s was released already" % permit.id)
-            h = _client._spare_handle(shared)
+            h = _aio.bridge.spare_handle(shared)
 
             def hook(status: int, _token: int, _awaited: bool) -> None:
-                _client._spare_done(shared, h)
+                _aio.bridge.spare_done(shared, h)
                 if status == _errors.ERR_LOST:
                     permit._flag = True
 
-            key, fut = _client._call_start(asyncio.get_running_loop(), hook)
+            key, fut = _aio.bridge.call_start(asyncio.get_running_loop(), hook)
             assert fut is not None
-            rc = _lib.dlock_psem_release_async(h.ptr, ptr, *_client._via(key, "permit", _on_permit))
+            rc = _lib.dlock_psem_release_async(h.ptr, ptr, *_aio.bridge.via(key, "permit", _on_permit))
             if rc:
                 # Not started: the permit is as it was, still out.
-                _client._call_drop(key)
-                _client._spare_done(shared, h)
+                _aio.bridge.call_drop(key)
+                _aio.bridge.spare_done(shared, h)
                 with permit._mu:
                     permit._ptr = ptr
                 with _out_mu:
@@ -328,15 +329,15 @@ class ExpirableSemaphore(_OnHandle):
             st.leave()
         if rc:
             _errors.fail(rc)
-        await _client._await_call(key, fut)
+        await _aio.bridge.await_call(key, fut)
 
     async def __aenter__(self) -> Permit:
         p = await self.acquire_async()
-        self._tasks.setdefault(_client._current_task(), []).append(p)
+        self._tasks.setdefault(_aio.current_task(), []).append(p)
         return p
 
     async def __aexit__(self, *exc: Any) -> None:
-        p = self._tasks[_client._current_task()].pop()
+        p = self._tasks[_aio.current_task()].pop()
         if not p.held:
             return
         try:
@@ -363,8 +364,11 @@ class ExpirableSemaphore(_OnHandle):
 
 def expirable_semaphore(client: "_client.Client", name: Name, permits: Optional[int], wait: Seconds,
                         lease: Seconds, on_lost: Optional[PermitLostCallback]) -> ExpirableSemaphore:
+    if permits is not None:
+        _permits(permits)
+    wait_ms, lease_ms, fn = _wait_ms(wait), _lease_ms(lease), _callback(on_lost)
     h = client._handle("psem", name)
-    sem = ExpirableSemaphore(h, wait, lease, on_lost)
+    sem = ExpirableSemaphore(h, wait_ms, lease_ms, fn)
     if permits is not None:
         sem.set_permits(permits)
     return sem

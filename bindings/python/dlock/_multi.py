@@ -15,9 +15,11 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _client, _errors, _native
-from ._client import (_DEFAULT, Client, Hold, Lock, Name, Seconds, _cname, _lease_ms, _State,
-                      _wait_in_slices, _wait_ms)
+from . import _aio, _client, _errors, _handles, _native, _service
+from ._args import (_DEFAULT, REDLOCK_LEASE_MIN_MS, Name, Seconds, _callback, _cname, _fence_floor,
+                    _lease_ms, _wait_ms)
+from ._client import Client, Hold, Lock, _wait_in_slices
+from ._handles import _State
 
 _lib = _native.lib
 
@@ -123,16 +125,16 @@ class MultiLock:
         with lock`` makes them: an ``async with`` of one of the locks
         inside re-enters. Unlike ``acquire()``, a server error is not
         retried within the wait: it is raised, with nothing held."""
-        task = _client._current_task()
-        made: List[_client._TaskHandle] = []
+        task = _aio.current_task()
+        made: List[_aio._TaskHandle] = []
 
         def done_all() -> None:
             for lk, th in zip(self.locks, made):
-                _client._task_handle_done(task, lk._h.key, th)
+                _aio.bridge.task_handle_done(task, lk._h.key, th)
 
         try:
             for lk in self.locks:
-                th = _client._task_handle(lk._h, task, enter=True)
+                th = _aio.bridge.task_handle(lk._h, task, enter=True)
                 assert th is not None
                 made.append(th)
         except BaseException:
@@ -153,9 +155,9 @@ class MultiLock:
                 return
             for lk, th, v in zip(self.locks, made, views):
                 v._release_in_background(
-                    lambda k=lk._h.key, t=th: _client._task_handle_done(task, k, t))
+                    lambda k=lk._h.key, t=th: _aio.bridge.task_handle_done(task, k, t))
 
-        key, fut = _client._call_start(task.get_loop(), hook)
+        key, fut = _aio.bridge.call_start(task.get_loop(), hook)
         assert fut is not None
 
         def start() -> int:
@@ -164,15 +166,15 @@ class MultiLock:
                 ptrs = (ctypes.c_void_p * n)(*[th.handle.ptr for th in made])
                 return int(_lib.dlock_multilock_acquire_async(
                     ptrs, n, self._wait, self._lease, tokens,
-                    *_client._via(key, "multilock", _client._on_multilock)))
+                    *_aio.bridge.via(key, "multilock", _aio.on_multilock)))
             finally:
                 _leave_all(self._states)
 
-        _client._call_submit(key, start, done_all)
+        _aio.bridge.call_submit(key, start, done_all)
         try:
             await fut
         except asyncio.CancelledError:
-            _client._divert(key)
+            _aio.bridge.divert(key)
             # Cancelled after the outcome arrived: the hook saw it awaited.
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 hook(0, 0, False)
@@ -192,7 +194,7 @@ class MultiLock:
         has a handle of its own for the task); every release ends even when
         the exit is cancelled. The first failure is raised, unless the
         block is raising already."""
-        task = _client._current_task()
+        task = _aio.current_task()
         first: Optional[_errors.DlockError] = None
         started = []
         for lk in reversed(self.locks):
@@ -206,7 +208,7 @@ class MultiLock:
                 await fut
             except asyncio.CancelledError:
                 for k, _f in started[i:]:
-                    _client._divert(k)
+                    _aio.bridge.divert(k)
                 raise
             except _errors.DlockError as e:
                 first = first or e
@@ -247,7 +249,7 @@ class _Shared:
     def reap(self) -> None:
         """The collector's free (on the service thread): not in a child
         made by fork(), whose copies of the clients are not its own."""
-        if all(st.pid == _client._pid for st in self.states):
+        if all(st.pid == _service.pid for st in self.states):
             self.free()
 
 
@@ -269,16 +271,16 @@ def _on_redlock_lost(_rl: Optional[int], arg: Optional[int]) -> None:
         hold._flag = True
         fn = rl.on_lost
         if fn is not None:
-            _client._service.put(_report, fn, hold)
+            _service.put(_report, fn, hold)
     except Exception:
-        _client._log.exception("dlock: loss report failed")
+        _service.log.exception("dlock: loss report failed")
 
 
 def _report(fn: RedLockLostCallback, hold: "RedLockHold") -> None:
     try:
         fn(hold)
     except Exception:
-        _client._log.exception("dlock: exception in the on_lost callback of %r", hold.lock)
+        _service.log.exception("dlock: exception in the on_lost callback of %r", hold.lock)
 
 
 class RedLockHold:
@@ -343,10 +345,10 @@ class RedLock:
             raise _errors.InvalidArgument("a RedLock needs at least one master")
         self._name = _cname(name)
         self._wait = _wait_ms(wait)
-        self._lease = _lease_ms(lease)
+        self._lease = _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS)
         #: Called with the RedLockHold when the library finds it lost, on a
         #: thread of this package (as Lock.on_lost).
-        self.on_lost = on_lost
+        self.on_lost = _callback(on_lost)
         self._hold: Optional[RedLockHold] = None
         self._mu = threading.Lock()
         self._busy = False  # an asynchronous call is under way
@@ -355,8 +357,8 @@ class RedLock:
         _enter_all(self._states)
         try:
             ptrs = (ctypes.c_void_p * len(masters))(*[m._state.ptr for m in masters])
-            _client._check(_lib.dlock_redlock_new(ptrs, len(masters), self._name, ctypes.byref(out)))
-            key = next(_client._keys)
+            _errors.check(_lib.dlock_redlock_new(ptrs, len(masters), self._name, ctypes.byref(out)))
+            key = next(_handles._keys)
             self._shared = _Shared(out.value, self._states, key)
         finally:
             _leave_all(self._states)
@@ -392,7 +394,7 @@ class RedLock:
         ``lease`` None: each master's share is renewed by its client's
         watchdog, and the hold is lost when fewer than a majority remain."""
         wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
-        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS)
         validity = ctypes.c_long()
         token = ctypes.c_uint64()
         rc = self._run(lambda ptr: _wait_in_slices(
@@ -407,11 +409,9 @@ class RedLock:
         """Extend an explicit lease on all masters to ``lease`` seconds;
         returns the new validity in seconds. LockLost when fewer than a
         majority renewed in time."""
-        ms = _lease_ms(lease)
-        if ms == _client._WATCHDOG:
-            raise _errors.InvalidArgument("extend needs a lease in seconds")
+        ms = _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS, watchdog=False)
         validity = ctypes.c_long()
-        _client._check(self._run(lambda ptr: _lib.dlock_redlock_extend(ptr, ms, ctypes.byref(validity))))
+        _errors.check(self._run(lambda ptr: _lib.dlock_redlock_extend(ptr, ms, ctypes.byref(validity))))
         if self._hold is not None:
             self._hold.validity = validity.value / 1000.0
         return validity.value / 1000.0
@@ -427,7 +427,7 @@ class RedLock:
             hold._open = False
             if rc:
                 hold._flag = True
-        _client._check(rc)
+        _errors.check(rc)
 
     def _release(self, _what: Any) -> None:
         self.release()
@@ -442,7 +442,8 @@ class RedLock:
 
     def set_fence_floor(self, floor: int) -> None:
         """As Lock.set_fence_floor, passed to every master."""
-        self._run(lambda ptr: _lib.dlock_redlock_set_fence_floor(ptr, floor) or 0)
+        f = _fence_floor(floor)
+        self._run(lambda ptr: _lib.dlock_redlock_set_fence_floor(ptr, f) or 0)
 
     def __enter__(self) -> RedLockHold:
         return self.acquire()
@@ -462,7 +463,7 @@ class RedLock:
             self._busy = False
             hook(status, token, awaited)
 
-        key, fut = _client._call_start(loop, done)
+        key, fut = _aio.bridge.call_start(loop, done)
 
         def call(ptr: int) -> int:
             self._busy = True
@@ -471,7 +472,7 @@ class RedLock:
                 self._busy = False
             return rc
 
-        _client._call_submit(key, lambda: self._run(call))
+        _aio.bridge.call_submit(key, lambda: self._run(call))
         return key, fut
 
     async def acquire_async(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> RedLockHold:
@@ -479,19 +480,19 @@ class RedLock:
         while waiting leaves nothing held (a hold granted after the
         cancellation is released in the background)."""
         wait_ms = self._wait if wait is _DEFAULT else _wait_ms(wait)
-        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease)
+        lease_ms = self._lease if lease is _DEFAULT else _lease_ms(lease, min_ms=REDLOCK_LEASE_MIN_MS)
 
         def hook(status: int, _token: int, awaited: bool) -> None:
             if status == 0 and not awaited:
                 self._release_in_background()
 
         key, fut = self._start(hook, asyncio.get_running_loop(), lambda ptr, k: _lib.dlock_redlock_acquire_async(
-            ptr, wait_ms, lease_ms, *_client._via(k, "redlock_acquired", _client._on_acquired)))
+            ptr, wait_ms, lease_ms, *_aio.bridge.via(k, "redlock_acquired", _aio.on_acquired)))
         assert fut is not None
         try:
             token = await fut
         except asyncio.CancelledError:
-            _client._divert(key)
+            _aio.bridge.divert(key)
             # Cancelled after the outcome arrived: the hook saw it awaited.
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._release_in_background()
@@ -504,7 +505,7 @@ class RedLock:
         """Release a hold nobody awaits (its task was cancelled)."""
         try:
             self._start(lambda _st, _tok, _aw: None, None, lambda ptr, k: _lib.dlock_redlock_release_async(
-                ptr, *_client._via(k, "redlock_released", _client._on_released)))
+                ptr, *_aio.bridge.via(k, "redlock_released", _aio.on_released)))
         except _errors.DlockError:
             pass  # the client closed: the hold ends with its lease
 
@@ -522,9 +523,9 @@ class RedLock:
                     hold._flag = True
 
         key, fut = self._start(hook, asyncio.get_running_loop(), lambda ptr, k: _lib.dlock_redlock_release_async(
-            ptr, *_client._via(k, "redlock_released", _client._on_released)))
+            ptr, *_aio.bridge.via(k, "redlock_released", _aio.on_released)))
         assert fut is not None
-        await _client._await_call(key, fut)
+        await _aio.bridge.await_call(key, fut)
 
     async def __aenter__(self) -> RedLockHold:
         return await self.acquire_async()
@@ -548,4 +549,4 @@ def _reap(shared: _Shared) -> None:
 
 def _queue_reap(shared: _Shared) -> None:
     # Never inside the collector (see _client's service thread).
-    _client._service.put(_reap, shared)
+    _service.put(_reap, shared)

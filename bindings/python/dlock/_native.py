@@ -21,6 +21,23 @@ ABI_MAJOR = 0
 # (its defaults) or writes into the padding, never past the allocation.
 _SPARE = 256
 
+# Constants of dlock.h that the package uses, under their C names in
+# DEFINES and ENUMS: tests/check_header.py compares each with the header.
+WAIT_FOREVER = -1  # DLOCK_WAIT_FOREVER
+LEASE_WATCHDOG = 0  # DLOCK_LEASE_WATCHDOG
+LEASE_MAX_MS = 2147483647  # DLOCK_LEASE_MAX_MS
+QUEUE_ERROR_MAX = 512  # DLOCK_QUEUE_ERROR_MAX
+READ, WRITE = 0, 1  # dlock_rw_mode
+DEFINES = {
+    "DLOCK_WAIT_FOREVER": WAIT_FOREVER,
+    "DLOCK_LEASE_WATCHDOG": LEASE_WATCHDOG,
+    "DLOCK_LEASE_MAX_MS": LEASE_MAX_MS,
+    "DLOCK_QUEUE_ERROR_MAX": QUEUE_ERROR_MAX,
+    "DLOCK_VERSION_MAJOR": ABI_MAJOR,  # dlock_version.h, which dlock.h includes
+}
+# Enums by their C type name (the status codes are _errors' ERR_*).
+ENUMS = {"dlock_rw_mode": {"DLOCK_READ": READ, "DLOCK_WRITE": WRITE}}
+
 c_long = ctypes.c_long
 c_int = ctypes.c_int
 c_char_p = ctypes.c_char_p
@@ -106,8 +123,19 @@ class Completion(ctypes.Structure):
         ("key", c_uint64),
         ("status", c_int),
         ("token", c_uint64),
-        ("error", ctypes.c_char * 512),  # DLOCK_QUEUE_ERROR_MAX
+        ("error", ctypes.c_char * QUEUE_ERROR_MAX),
     ]
+
+
+# The structs above by their C names, with the fields each mirrors (all
+# but the spare room). The library's struct must have exactly these
+# fields, in this order, at these offsets (tests/check_header.py).
+STRUCTS = {
+    "dlock_options": Options,
+    "dlock_lock_info": LockInfo,
+    "dlock_rwlock_info": RWLockInfo,
+    "dlock_completion": Completion,
+}
 
 
 _P = ctypes.POINTER

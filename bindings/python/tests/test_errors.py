@@ -77,8 +77,11 @@ def test_bad_ids(client):
         client.ids("bad prefix!", 1)
     with pytest.raises(dlock.InvalidArgument):
         dlock.check_id_prefix("x" * 65)
-    for n in (0, 1_000_001, 2.0):
+    for n in (0, 1_000_001):
         with pytest.raises(dlock.InvalidArgument):
+            client.ids("ok", n)
+    for n in (2.0, True, "2"):  # an int is asked for: a float, a bool or a str is the wrong type
+        with pytest.raises(TypeError):
             client.ids("ok", n)
 
 
