@@ -36,7 +36,7 @@ How the modules fit, from the C library up:
 """
 from ._errors import (AuthenticationError, ClientClosed, ConnectionError, Deadlock, DlockError,
                       ForkedClient, IdOverflow, InvalidArgument, InvalidURL, LockLost, NotAcquired,
-                      NotOwner, NotReplicated, OutOfMemory, RedisError, SystemFailure)
+                      NotOwner, NotReplicated, OutOfMemory, RedisError, SystemFailure, WrongKind)
 from ._client import (Client, Hold, Latch, Lock, LockInfo, RWLock, RWLockInfo, RWLockMode,
                       Semaphore, check_id_prefix, check_name)
 from ._expirable import ExpirableSemaphore, Permit
@@ -64,5 +64,5 @@ __all__ = [
     "RWLockInfo", "check_name", "check_id_prefix", "library_version", "library_path",
     "DlockError", "InvalidArgument", "InvalidURL", "ConnectionError", "AuthenticationError",
     "NotAcquired", "NotOwner", "LockLost", "RedisError", "OutOfMemory", "IdOverflow",
-    "SystemFailure", "Deadlock", "NotReplicated", "ClientClosed", "ForkedClient",
+    "SystemFailure", "Deadlock", "NotReplicated", "WrongKind", "ClientClosed", "ForkedClient",
 ]

@@ -508,6 +508,19 @@ class Semaphore(_OnHandle):
         self._call(_lib.dlock_semaphore_set_permits, n, ctypes.byref(was))
         return bool(was.value)
 
+    def resize(self, permits: int) -> None:
+        """Make the semaphore ``permits`` large, whatever it was (Redisson's
+        setPermits): permits held beyond a smaller size stay held until
+        released."""
+        self._call(_lib.dlock_semaphore_resize, _permits(permits))
+
+    def add_permits(self, change: int) -> None:
+        """Grow (or, with a negative ``change``, shrink) the semaphore by
+        ``change`` permits (Redisson's addPermits)."""
+        if isinstance(change, bool) or not isinstance(change, int):
+            raise TypeError("change must be an int, not %s" % type(change).__name__)
+        self._call(_lib.dlock_semaphore_add_permits, change)
+
     def acquire(self, permits: int = 1, wait: Seconds = _DEFAULT) -> None:
         """Take ``permits``, all or nothing; NotAcquired when too few became
         free within ``wait`` seconds (None: forever)."""

@@ -22,6 +22,7 @@ ERR_OVERFLOW = -10
 ERR_SYS = -11
 ERR_DEADLOCK = -12
 ERR_REPLICA = -13
+ERR_WRONG_KIND = -14
 
 
 class DlockError(Exception):
@@ -120,6 +121,14 @@ class NotReplicated(DlockError):
     status = ERR_REPLICA
 
 
+class WrongKind(DlockError, RuntimeError):
+    """DLOCK_ERR_WRONG_KIND: the name is in use as another kind (a plain
+    lock asked for while the name is held as a read-write lock, a semaphore
+    on a lock's name, ...); the message names the kind that holds it."""
+
+    status = ERR_WRONG_KIND
+
+
 class ClientClosed(DlockError):
     """The Client (or the object made from it) was used after close()."""
 
@@ -134,7 +143,7 @@ _BY_STATUS: Dict[int, Type[DlockError]] = {
     cls.status: cls
     for cls in (InvalidArgument, InvalidURL, ConnectionError, AuthenticationError, NotAcquired,
                 NotOwner, LockLost, RedisError, OutOfMemory, IdOverflow, SystemFailure, Deadlock,
-                NotReplicated)
+                NotReplicated, WrongKind)
 }
 
 

@@ -194,6 +194,19 @@ class ExpirableSemaphore(_OnHandle):
         self._call(_lib.dlock_psem_set_permits, n, ctypes.byref(was))
         return bool(was.value)
 
+    def resize(self, permits: int) -> None:
+        """Make the semaphore ``permits`` large, whatever it was (Redisson's
+        setPermits): permits held beyond a smaller size stay held until
+        released."""
+        self._call(_lib.dlock_psem_resize, _permits(permits))
+
+    def add_permits(self, change: int) -> None:
+        """Grow (or, with a negative ``change``, shrink) the semaphore by
+        ``change`` permits (Redisson's addPermits)."""
+        if isinstance(change, bool) or not isinstance(change, int):
+            raise TypeError("change must be an int, not %s" % type(change).__name__)
+        self._call(_lib.dlock_psem_add_permits, change)
+
     def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> Permit:
         """Take one permit: NotAcquired when none became free within
         ``wait`` seconds (None: forever). ``lease``: seconds after which the

@@ -43,8 +43,13 @@ def test_permits_are_limited_and_come_back_on_release(client, name):
     assert not d.held
     b.release()
     assert sem.available == 2
-    # Set once: a second size is ignored.
-    assert client.expirable_semaphore(name, 5).set_permits(5) is False
+    # Another size is refused with both numbers, unless resized.
+    with pytest.raises(dlock.InvalidArgument, match="has 2 permits, not 5"):
+        client.expirable_semaphore(name, 5)
+    sem.resize(3)
+    assert sem.available == 3
+    sem.add_permits(-1)
+    assert sem.available == 2
 
 
 def test_a_waiter_gets_the_permit_another_thread_releases(client, name):

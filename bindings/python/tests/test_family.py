@@ -70,7 +70,8 @@ def test_rw_lock_readers_share_writer_excludes(redis, client, name):
 
 def test_semaphore(redis, client, name):
     sem = client.semaphore(name, 2)
-    assert client.semaphore(name, 5).available == 2  # set once
+    with pytest.raises(dlock.InvalidArgument, match="has 2 permits, not 5"):
+        client.semaphore(name, 5)  # another size is refused
     sem.acquire(2)
     assert sem.available == 0
     with pytest.raises(dlock.NotAcquired):
