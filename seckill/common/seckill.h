@@ -101,6 +101,10 @@ typedef struct sk_strategy_ops {
     sk_result (*order_of_user)(void *ctx, int64_t user_id, int64_t voucher_id, sk_order *out);
     /* What does not answer: 0, or SK_DOWN_REDIS and/or SK_DOWN_DB. */
     int (*health)(void *ctx);
+    /* Optional (NULL: health only). The same without waiting for Redis:
+     * 1 when the answer will be passed to done(arg, down) on another
+     * thread, possibly before this returns; 0 when it is in *down now. */
+    int (*health_async)(void *ctx, void (*done)(void *arg, int down), void *arg, int *down);
     void (*destroy)(void *ctx);
     /* Optional (NULL: order_create only). The same decision without making
      * the caller wait: 1 when the outcome will be passed to done(arg, ...)

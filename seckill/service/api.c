@@ -484,7 +484,7 @@ static void my_order(sk_app *app, int64_t uid, int64_t vid, sk_response *resp)
 /* Liveness: the process answers. Nothing else is asked, so a Redis or
  * database outage never gets the service restarted (readiness, below,
  * takes it out of rotation instead). */
-static void healthz(sk_app *app, sk_response *resp)
+static void healthz(const sk_app *app, sk_response *resp)
 {
     json_reply(resp, 200, json_pack("{ss ss}", "status", "ok", "strategy", app->strategy.ops->name));
 }
@@ -492,9 +492,9 @@ static void healthz(sk_app *app, sk_response *resp)
 /* Readiness, for load balancers: 200 only when Redis and the database
  * both answer, so a server that cannot sell is taken out of rotation; the
  * 503 names what does not answer ("down": ["redis", "database"]). */
-static void readyz(sk_app *app, sk_response *resp)
+static void readyz_reply(const sk_app *app, int down, sk_response *resp)
 {
-    int down = app->strategy.ops->health(app->strategy.ctx);
+    resp->route = SK_ROUTE_READYZ;
     if (!down) {
         json_reply(resp, 200, json_pack("{ss ss}", "status", "ok", "strategy", app->strategy.ops->name));
         return;
@@ -507,6 +507,50 @@ static void readyz(sk_app *app, sk_response *resp)
     if (list && (down & SK_DOWN_DB)) json_array_append_new(list, json_string("database"));
     json_reply(resp, 503, list ? json_pack("{ss so ss}", "error", "unavailable", "down", list, "message", msg) : NULL);
     if (resp->status == 503) resp->retry_after = 1;
+}
+
+/* A readiness probe answered later: the strategy's answer, for the HTTP
+ * layer. */
+typedef struct pending_ready {
+    const sk_app *app;
+    sk_api_done *done;
+    void *arg;
+} pending_ready;
+
+static void ready_decided(void *arg, int down)
+{
+    pending_ready *p = arg;
+    sk_response resp;
+    memset(&resp, 0, sizeof resp);
+    readyz_reply(p->app, down, &resp);
+    sk_api_done *done = p->done;
+    void *darg = p->arg;
+    free(p);
+    done(darg, &resp);
+}
+
+/* Without a thread waiting for Redis where the strategy can: a Redis that
+ * hangs gets the probe its 503 at the order timeout, like an order. */
+static int readyz(sk_app *app, sk_response *resp, sk_api_done *done, void *arg)
+{
+    int down = 0;
+    pending_ready *p = done && app->strategy.ops->health_async ? malloc(sizeof *p) : NULL;
+    if (!p) {
+        readyz_reply(app, app->strategy.ops->health(app->strategy.ctx), resp);
+        return 0;
+    }
+    *p = (pending_ready){app, done, arg};
+    sk_response fallback;
+    memset(&fallback, 0, sizeof fallback);
+    readyz_reply(app, SK_DOWN_REDIS, &fallback);
+    if (app->strategy.ops->health_async(app->strategy.ctx, ready_decided, p, &down)) {
+        *resp = fallback;
+        return 1;
+    }
+    free(p);
+    sk_response_free(&fallback);
+    readyz_reply(app, down, resp);
+    return 0;
 }
 
 /* Prometheus scrapes this; it needs no token (it carries no user data). */
@@ -580,7 +624,7 @@ static int handle(sk_app *app, const sk_request *req, sk_response *resp, sk_api_
     }
     switch (rt->route) {
     case SK_ROUTE_HEALTHZ: healthz(app, resp); break;
-    case SK_ROUTE_READYZ: readyz(app, resp); break;
+    case SK_ROUTE_READYZ: return readyz(app, resp, done, arg);
     case SK_ROUTE_METRICS: metrics(resp); break;
     case SK_ROUTE_OPENAPI: openapi(resp); break;
     case SK_ROUTE_VOUCHER_CREATE: voucher_create(app, req, resp); break;

@@ -410,7 +410,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     sk_http *h = cls;
     reqctx *ctx = *con_cls;
     if (!ctx) return;
-    if (ctx->listed) {
+    if (ctx->async && h->timer_started) {
         pthread_mutex_lock(&h->tmu);
         timer_unlink(h, ctx);
         pthread_mutex_unlock(&h->tmu);

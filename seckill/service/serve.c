@@ -54,9 +54,8 @@ static long env_long(const char *name, long dflt)
  * answer before its connection is given up (the library's command
  * timeout); 100 to 600000, default 5000. A WAIT for the replicas is kept
  * to half of it (redis_replica_timeout_ms). Why lower it: it bounds what
- * waits in a thread (the lock strategy, --replica-acks, /readyz) when
- * Redis hangs; orders answered later are bounded by --order-timeout
- * anyway. Why raise it: a Redis
+ * waits in a thread (the lock strategy, --replica-acks) when Redis hangs;
+ * requests answered later are bounded by --order-timeout anyway. Why raise it: a Redis
  * that stalls for longer than this (a slow fork, a paused VM) then
  * answers late instead of failing every order in flight with 429; and
  * tests that stop Redis with orders in flight raise it so that buyers

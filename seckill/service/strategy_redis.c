@@ -42,7 +42,7 @@ typedef struct redis_strategy {
     struct async_order *wq_head, *wq_tail;
     int wq_started, wq_stop;
     pthread_t wq_thread;
-    dlock_script *order, *warm, *pending, *soldout_read, *mine;
+    dlock_script *order, *warm, *pending, *soldout_read, *mine, *ping;
     sk_soldout *soldout;        /* sold-out vouchers this instance remembers */
     sk_batcher *batcher;        /* asynchronous orders, per voucher (batch.h) */
 } redis_strategy;
@@ -648,6 +648,45 @@ static int rs_health(void *ctx)
     return down;
 }
 
+/* One readiness probe in flight: what the database said, and whom to tell. */
+typedef struct health_probe {
+    int down;
+    void (*done)(void *arg, int down);
+    void *arg;
+} health_probe;
+
+static void ping_answered(dlock_status st, redisReply *rep, void *arg)
+{
+    health_probe *p = arg;
+    int down = p->down | (st == DLOCK_OK && rep && rep->type == REDIS_REPLY_INTEGER ? 0 : SK_DOWN_REDIS);
+    if (rep) freeReplyObject(rep);
+    void (*done)(void *, int) = p->done;
+    void *darg = p->arg;
+    free(p);
+    done(darg, down);
+}
+
+/* rs_health without a thread waiting for Redis: the database is asked
+ * here, Redis by a trivial script sent like an order (to the server of a
+ * fixed key), so that a Redis that hangs holds no HTTP thread and the
+ * HTTP layer's deadline answers the probe. */
+static int rs_health_async(void *ctx, void (*done)(void *arg, int down), void *arg, int *down)
+{
+    redis_strategy *s = ctx;
+    *down = s->db->ops->ping(s->db) != SK_OK ? SK_DOWN_DB : 0;
+    health_probe *p = malloc(sizeof *p);
+    if (!p) {
+        *down = rs_health(ctx);
+        return 0;
+    }
+    *p = (health_probe){*down, done, arg};
+    static const char *const key[1] = {"seckill:ready"};
+    if (dlock_script_eval_async(s->ping, 0, 1, key, 0, NULL, ping_answered, p) == DLOCK_OK) return 1;
+    free(p);
+    *down |= SK_DOWN_REDIS;
+    return 0;
+}
+
 /* The client, ids and writer belong to the caller. */
 static void rs_destroy(void *ctx)
 {
@@ -668,6 +707,7 @@ static void rs_destroy(void *ctx)
     dlock_script_free(s->pending);
     dlock_script_free(s->soldout_read);
     dlock_script_free(s->mine);
+    dlock_script_free(s->ping);
     sk_soldout_free(s->soldout);
     sk_batcher_free(s->batcher);
     free(s);
@@ -682,6 +722,7 @@ static const sk_strategy_ops redis_ops = {
     .voucher_list = rs_voucher_list,
     .order_of_user = rs_order_of_user,
     .health = rs_health,
+    .health_async = rs_health_async,
     .destroy = rs_destroy,
     .order_create_async = rs_order_create_async,
 };
@@ -714,7 +755,8 @@ int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk
         dlock_script_new(redis->client, sk_lua_seckill_warm, &s->warm) != DLOCK_OK ||
         dlock_script_new(redis->client, sk_lua_seckill_pending, &s->pending) != DLOCK_OK ||
         dlock_script_new(redis->client, sk_lua_seckill_soldout, &s->soldout_read) != DLOCK_OK ||
-        dlock_script_new(redis->client, sk_lua_seckill_mine, &s->mine) != DLOCK_OK) {
+        dlock_script_new(redis->client, sk_lua_seckill_mine, &s->mine) != DLOCK_OK ||
+        dlock_script_new(redis->client, "return 1", &s->ping) != DLOCK_OK) {
         snprintf(err, errlen, "loading the order scripts: %s", dlock_last_error());
         rs_destroy(s);
         return -1;

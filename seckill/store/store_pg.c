@@ -139,8 +139,9 @@ static void conn_free(pgconn *c)
  * on every connection. */
 static const char *stmt_name(int i)
 {
-    static const char *const names[P_COUNT] = {"sk0", "sk1", "sk2", "sk3", "sk4", "sk5",
-                                               "sk6", "sk7", "sk8", "sk9", "sk10", "sk11", "sk12"};
+    static const char *const names[] = {"sk0", "sk1", "sk2",  "sk3",  "sk4",  "sk5",  "sk6",
+                                        "sk7", "sk8", "sk9", "sk10", "sk11", "sk12", "sk13"};
+    _Static_assert(sizeof names / sizeof *names == P_COUNT, "one name per statement");
     return names[i];
 }
 
