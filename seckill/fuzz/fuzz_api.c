@@ -3,11 +3,11 @@
  * and every error path of api.c, driven in-process against an in-memory
  * strategy (no Redis, no database), so a run does millions of requests.
  *
- * Input: "METHOD PATH\nAUTHORIZATION\nBODY". An AUTHORIZATION line of
+ * Input: "METHOD PATH[?QUERY]\nAUTHORIZATION\nBODY". An AUTHORIZATION line of
  * "-" means no header. Invariants checked for every input: the status is
  * 2xx-4xx (the memory strategy never fails), the body is a JSON object
- * (except /metrics), every 4xx body carries a string "error", and a 405
- * names the allowed method.
+ * (except /metrics), every 4xx body carries a string "error", a 405
+ * names the allowed methods and a 201 names what it made in Location.
  *
  * Built as a libFuzzer target with clang (-DDLOCK_FUZZ=ON) and replayed
  * with generated mutations by replay.c in every test run. The checks are
@@ -168,15 +168,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (auth && strcmp(auth, "-") == 0) auth = NULL;
     char *sp = strchr(line1, ' ');
-    const char *method = line1, *path = "";
+    const char *method = line1;
+    char *path = (char *)"";
     if (sp) {
         *sp = '\0';
         path = sp + 1;
     }
     sk_app app = {.strategy = {&mem_ops, NULL}, .secret = (const unsigned char *)secret,
                   .secret_len = sizeof secret - 1, .now = fixed_now};
-    sk_request req = {.method = method, .path = path, .authorization = auth, .body = body,
-                      .body_len = body_len, .body_too_large = body_len > SK_BODY_MAX};
+    /* "?a=b&c": the query parameters, split as libmicrohttpd splits them. */
+    sk_query_arg q[SK_QUERY_MAX];
+    size_t nq = 0;
+    int too_many = 0;
+    char *qs = strchr(path, '?');
+    if (qs) {
+        *qs++ = '\0';
+        char *save = NULL;
+        for (char *kv = strtok_r(qs, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+            if (nq == SK_QUERY_MAX) {
+                too_many = 1;
+                break;
+            }
+            char *eq = strchr(kv, '=');
+            if (eq) *eq++ = '\0';
+            q[nq++] = (sk_query_arg){kv, eq};
+        }
+    }
+    sk_request req = {.method = method, .path = path, .query = q, .nquery = nq, .query_too_long = too_many,
+                      .authorization = auth, .body = body, .body_len = body_len,
+                      .body_too_large = body_len > SK_BODY_MAX};
     sk_response resp;
     sk_api_handle(&app, &req, &resp);
     FUZZ_CHECK(resp.status >= 200 && resp.status < 500);
