@@ -229,7 +229,7 @@ static void timer_unlink(sk_http *h, reqctx *ctx)
 
 static void timer_wait_until(sk_http *h, int64_t ns)
 {
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+    struct timespec ts = sk_mono_timespec(ns);
     pthread_cond_timedwait(&h->tcv, &h->tmu, &ts);
 }
 
@@ -604,11 +604,7 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->idle, NULL);
     pthread_mutex_init(&h->tmu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->tcv, &ca);
-    pthread_condattr_destroy(&ca);
+    sk_cond_init_mono(&h->tcv);
     if (app->answer_timeout_ms > 0 && pthread_create(&h->timer, NULL, timer_main, h) == 0) h->timer_started = 1;
     /* Suspend and resume: orders are answered when their script's reply
      * comes back, without a thread waiting for each (api.c, sk_api_handle_async). */

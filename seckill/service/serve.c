@@ -39,7 +39,7 @@
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
  * SECKILL_WRITER_LINGER_MS, SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS,
- * SECKILL_SOLD_OUT_MS, SECKILL_REDIS_TIMEOUT_MS;
+ * SECKILL_SOLD_OUT_MS, SECKILL_REDIS_TIMEOUT_MS, SECKILL_ORDER_ID_BATCH;
  * see seckill(1)). */
 static long env_long(const char *name, long dflt)
 {
@@ -372,11 +372,13 @@ int sk_cmd_serve(int argc, char **argv)
                                      sizeof err) == 0;
     sk_passwords_free(&pw);
     if (!connected) goto fail;
-    s.ids = sk_orderids_new(s.client, 128);
+    s.ids = sk_orderids_new(s.client, (int)env_long("SECKILL_ORDER_ID_BATCH", 128));
     if (!s.ids) {
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
+    if (sk_orderids_fill(s.ids) != SK_OK)
+        sk_log(SK_LOG_WARN, "no order ids reserved at start: %s; the first orders ask again", dlock_last_error());
     if (strcmp(o.strategy, "redis") == 0) {
         if (sk_redis_init(&s.redis, s.client, redis_url, o.replica_acks,
                           redis_replica_timeout_ms(), err, sizeof err) != 0)

@@ -221,6 +221,33 @@ static void order_with_redis_hung_is_answered_within_the_order_timeout(void **st
     assert_true(ms >= 250);
     assert_true(ms < 3000);
     assert_int_equal(skt_serve_stop(&fast), 0);
+
+    /* Order ids run out while Redis is stopped (one a batch here, 128 by
+     * default): the next batch is asked for on a thread of its own, and
+     * orders that find none are answered busy at once, instead of waiting
+     * in turn for Redis's command timeout (5 s each). */
+    skt_serve few;
+    const char *env[] = {"SECKILL_ORDER_ID_BATCH=1", NULL};
+    assert_int_equal(skt_serve_start(&few, &dir, srv.url, "redis", NULL, env), 0);
+    skt_token(&dir, 5, 0, tok, sizeof tok);
+    assert_int_equal(skt_http(few.port, "POST", path, tok, NULL, a.body, sizeof a.body), 201);
+    char key[64], raw[1024];
+    stock_key(v, key, sizeof key);
+    assert_int_equal(th_target_pause(&srv, key), 0);
+    long long t0 = th_now_ms();
+    for (int u = 6; u < 10; u++) {
+        skt_token(&dir, u, 0, tok, sizeof tok);
+        snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                 "Content-Length: 0\r\nConnection: close\r\n\r\n", path, tok);
+        st = exchange(few.port, raw, &a);
+        if (st != 429) fprintf(stderr, "user %d: %d %s\n", u, st, a.body);
+        assert_int_equal(st, 429);
+    }
+    ms = th_now_ms() - t0;
+    assert_int_equal(th_target_resume(&srv, key), 0);
+    fprintf(stderr, "4 orders with Redis stopped and the order ids spent: %lld ms in all\n", ms);
+    assert_true(ms < 8000);
+    assert_int_equal(skt_serve_stop(&few), 0);
 }
 
 /*
