@@ -94,8 +94,17 @@ typedef struct sk_strategy_ops {
     sk_result (*order_create)(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now,
                               uint64_t *order_id);
     sk_result (*order_get)(void *ctx, uint64_t order_id, sk_order *out);
-    /* SK_OK when every backend answers. */
-    sk_result (*health)(void *ctx);
+    /* Up to `cap` vouchers with ids above `after`, ascending. */
+    sk_result (*voucher_list)(void *ctx, int64_t after, sk_voucher *out, size_t cap, size_t *n);
+    /* The user's order for the voucher, persisted or still pending;
+     * SK_NO_ORDER when there is none. */
+    sk_result (*order_of_user)(void *ctx, int64_t user_id, int64_t voucher_id, sk_order *out);
+    /* What does not answer: 0, or SK_DOWN_REDIS and/or SK_DOWN_DB. */
+    int (*health)(void *ctx);
+    /* Optional (NULL: health only). The same without waiting for Redis:
+     * 1 when the answer will be passed to done(arg, down) on another
+     * thread, possibly before this returns; 0 when it is in *down now. */
+    int (*health_async)(void *ctx, void (*done)(void *arg, int down), void *arg, int *down);
     void (*destroy)(void *ctx);
     /* Optional (NULL: order_create only). The same decision without making
      * the caller wait: 1 when the outcome will be passed to done(arg, ...)
@@ -104,6 +113,10 @@ typedef struct sk_strategy_ops {
     int (*order_create_async)(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now, sk_order_done *done,
                               void *arg, sk_result *r, uint64_t *order_id);
 } sk_strategy_ops;
+
+/* sk_strategy_ops.health's answer, one bit per backend. */
+#define SK_DOWN_REDIS 1
+#define SK_DOWN_DB 2
 
 typedef struct sk_strategy {
     const sk_strategy_ops *ops;
@@ -117,6 +130,9 @@ struct sk_app {
     const unsigned char *secret; /* token key */
     size_t secret_len;
     int64_t (*now)(void);        /* Unix seconds; NULL means time(NULL) */
+    int answer_timeout_ms;       /* serve's --order-timeout: an order answered later
+                                    (sk_api_handle_async) gets its fallback answer
+                                    once this passes; 0: never */
 };
 
 #endif

@@ -49,6 +49,21 @@ int64_t sk_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Deadlines must not move when the wall clock is stepped either. */
+void sk_cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+struct timespec sk_mono_timespec(int64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+}
+
 /* Back-off and polling loops sleep through signal interruptions. */
 void sk_sleep_ms(long ms)
 {

@@ -5,8 +5,10 @@
 #ifndef SECKILL_SKUTIL_H
 #define SECKILL_SKUTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Parse exactly `len` bytes of s as a decimal in [0, max]: digits only, no
  * sign, no spaces, no leading zero (except "0" itself). 0 on success. */
@@ -26,6 +28,11 @@ int64_t sk_unix_now(void);
 
 /* Monotonic nanoseconds, for latencies and timeouts. */
 int64_t sk_mono_ns(void);
+
+/* A condition variable whose timed waits count on the monotonic clock,
+ * and the deadline to give them: sk_mono_ns() time `ns`. */
+void sk_cond_init_mono(pthread_cond_t *cv);
+struct timespec sk_mono_timespec(int64_t ns);
 
 /* Sleep `ms` milliseconds (restarting on signals). */
 void sk_sleep_ms(long ms);

@@ -3,11 +3,11 @@
  * and every error path of api.c, driven in-process against an in-memory
  * strategy (no Redis, no database), so a run does millions of requests.
  *
- * Input: "METHOD PATH\nAUTHORIZATION\nBODY". An AUTHORIZATION line of
+ * Input: "METHOD PATH[?QUERY]\nAUTHORIZATION\nBODY". An AUTHORIZATION line of
  * "-" means no header. Invariants checked for every input: the status is
  * 2xx-4xx (the memory strategy never fails), the body is a JSON object
- * (except /metrics), every 4xx body carries a string "error", and a 405
- * names the allowed method.
+ * (except /metrics), every 4xx body carries a string "error", a 405
+ * names the allowed methods and a 201 names what it made in Location.
  *
  * Built as a libFuzzer target with clang (-DDLOCK_FUZZ=ON) and replayed
  * with generated mutations by replay.c in every test run. The checks are
@@ -31,6 +31,7 @@ const char *const fuzz_fragments[] = {
     "9223372036854775807", "9223372036854775808", "-1", "007", "Bearer ", "0.1800000000.", ".", "\n",
     "{", "}", "[", "]", "\"", ":", ",", "\"title\"", "\"stock\"", "\"begin\"", "\"end\"", "null", "true",
     "1.5", "1e3", "\\u0000", "\\ud800", "\xff", "\xc3\xa9", " ", "%00", "?x=1", "HEAD ", "DELETE ",
+    "/order", "/readyz", "/openapi.json", "\"colour\"",
     NULL,
 };
 const long fuzz_rounds = 10000;
@@ -92,10 +93,30 @@ static sk_result m_oget(void *ctx, uint64_t id, sk_order *out)
     return SK_NO_ORDER;
 }
 
-static sk_result m_health(void *ctx)
+static sk_result m_vlist(void *ctx, int64_t after, sk_voucher *out, size_t cap, size_t *n)
 {
     (void)ctx;
+    *n = 0;
+    for (int i = 0; i < nv && *n < cap; i++)
+        if (vouchers[i].id > after) out[(*n)++] = vouchers[i];
     return SK_OK;
+}
+
+static sk_result m_mine(void *ctx, int64_t uid, int64_t vid, sk_order *out)
+{
+    (void)ctx;
+    for (int i = 0; i < no; i++)
+        if (orders[i].user_id == uid && orders[i].voucher_id == vid) {
+            *out = orders[i];
+            return SK_OK;
+        }
+    return SK_NO_ORDER;
+}
+
+static int m_health(void *ctx)
+{
+    (void)ctx;
+    return 0;
 }
 
 static void m_destroy(void *ctx)
@@ -103,7 +124,17 @@ static void m_destroy(void *ctx)
     (void)ctx;
 }
 
-static const sk_strategy_ops mem_ops = {"memory", m_vcreate, m_vget, m_ocreate, m_oget, m_health, m_destroy};
+static const sk_strategy_ops mem_ops = {
+    .name = "memory",
+    .voucher_create = m_vcreate,
+    .voucher_get = m_vget,
+    .order_create = m_ocreate,
+    .order_get = m_oget,
+    .voucher_list = m_vlist,
+    .order_of_user = m_mine,
+    .health = m_health,
+    .destroy = m_destroy,
+};
 
 static int64_t fixed_now(void)
 {
@@ -137,15 +168,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (auth && strcmp(auth, "-") == 0) auth = NULL;
     char *sp = strchr(line1, ' ');
-    const char *method = line1, *path = "";
+    const char *method = line1;
+    char *path = (char *)"";
     if (sp) {
         *sp = '\0';
         path = sp + 1;
     }
     sk_app app = {.strategy = {&mem_ops, NULL}, .secret = (const unsigned char *)secret,
                   .secret_len = sizeof secret - 1, .now = fixed_now};
-    sk_request req = {.method = method, .path = path, .authorization = auth, .body = body,
-                      .body_len = body_len, .body_too_large = body_len > SK_BODY_MAX};
+    /* "?a=b&c": the query parameters, split as libmicrohttpd splits them. */
+    sk_query_arg q[SK_QUERY_MAX];
+    size_t nq = 0;
+    int too_many = 0;
+    char *qs = strchr(path, '?');
+    if (qs) {
+        *qs++ = '\0';
+        char *save = NULL;
+        for (char *kv = strtok_r(qs, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+            if (nq == SK_QUERY_MAX) {
+                too_many = 1;
+                break;
+            }
+            char *eq = strchr(kv, '=');
+            if (eq) *eq++ = '\0';
+            q[nq++] = (sk_query_arg){kv, eq};
+        }
+    }
+    sk_request req = {.method = method, .path = path, .query = q, .nquery = nq, .query_too_long = too_many,
+                      .authorization = auth, .body = body, .body_len = body_len,
+                      .body_too_large = body_len > SK_BODY_MAX};
     sk_response resp;
     sk_api_handle(&app, &req, &resp);
     FUZZ_CHECK(resp.status >= 200 && resp.status < 500);
@@ -160,7 +211,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(resp.status == 200 && resp.route == SK_ROUTE_METRICS);
     }
-    if (resp.status == 405) FUZZ_CHECK(resp.allow);
+    if (resp.status == 405) FUZZ_CHECK(resp.allow[0]);
+    if (resp.status == 201) FUZZ_CHECK(resp.location[0] == '/');
     sk_response_free(&resp);
     free(buf);
     return 0;

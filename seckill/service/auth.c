@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/cli.h"
+
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -201,11 +203,36 @@ static int read_small(int fd, unsigned char *buf, size_t cap, size_t *len)
  * token` run from the same directory just work; O_EXCL plus a rename-free
  * write to a fresh file means two processes starting at once cannot end up
  * with different secrets (the loser reads the winner's file). */
-int sk_secret_load(const char *path, unsigned char **secret, size_t *len, int *created, char *err,
+const char *sk_secret_file(const char *given)
+{
+    const char *env = getenv("SECKILL_SECRET_FILE");
+    return given ? given : env && *env ? env : SK_DEFAULT_SECRET_FILE;
+}
+
+/* "where it looked" for a message: the path made absolute, so that a
+ * tool run from another directory than the server says which file it
+ * wanted. */
+static void absolute(const char *path, char *out, size_t cap)
+{
+    char cwd[4096];
+    if (path[0] == '/' || !getcwd(cwd, sizeof cwd)) snprintf(out, cap, "%s", path);
+    else snprintf(out, cap, "%s/%s", cwd, path);
+}
+
+int sk_secret_load(const char *path, int create, unsigned char **secret, size_t *len, int *created, char *err,
                    size_t errlen)
 {
     *created = 0;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = create ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    if (!create && access(path, F_OK) != 0) {
+        char where[4200];
+        absolute(path, where, sizeof where);
+        snprintf(err, errlen,
+                 "no secret file at %s (%s): `seckill serve` creates it on its first start in the directory it "
+                 "runs in; point --secret-file or $SECKILL_SECRET_FILE at the one it uses",
+                 where, strerror(errno));
+        return -1;
+    }
     if (fd >= 0) {
         unsigned char raw[32];
         char hex[65];
@@ -231,7 +258,7 @@ int sk_secret_load(const char *path, unsigned char **secret, size_t *len, int *c
         }
         close(fd);
         *created = 1;
-    } else if (errno != EEXIST) {
+    } else if (create && errno != EEXIST) {
         snprintf(err, errlen, "creating %s: %s", path, strerror(errno));
         return -1;
     }

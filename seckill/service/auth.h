@@ -36,11 +36,19 @@ int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *
 int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now,
                    int64_t *user_id);
 
-/* Load the secret from `path`, creating it with 32 random bytes (64 hex
- * digits, mode 0600) when it does not exist. A trailing newline is not part
- * of the secret. Returns 0 and a malloc'ed buffer; -1 with a message in
- * err[errlen]. *created tells whether this call made the file. */
-int sk_secret_load(const char *path, unsigned char **secret, size_t *len, int *created, char *err,
+/* Where the secret is, the one resolution every subcommand shares:
+ * `given` (--secret-file) when not NULL, else $SECKILL_SECRET_FILE, else
+ * SK_DEFAULT_SECRET_FILE in the current directory. */
+const char *sk_secret_file(const char *given);
+
+/* Load the secret from `path`; with `create`, make it first with 32
+ * random bytes (64 hex digits, mode 0600) when it does not exist. Only
+ * `serve` creates: a token signed with a secret the server does not have
+ * is refused by it, so the tools fail instead, saying where they looked.
+ * A trailing newline is not part of the secret. Returns 0 and a
+ * malloc'ed buffer; -1 with a message in err[errlen]. *created tells
+ * whether this call made the file. */
+int sk_secret_load(const char *path, int create, unsigned char **secret, size_t *len, int *created, char *err,
                    size_t errlen);
 
 #endif

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -35,13 +36,24 @@ struct sk_http {
      * one mutex for all of them was the service's most contended lock. mu
      * and idle only let sk_http_stop sleep until pending drops to 0. */
     atomic_int pending;     /* handed to api.c, answer not yet sent */
+    atomic_int awaiting;    /* taken asynchronously, api.c's answer not yet in */
     atomic_int stopping;    /* sk_http_stop began: answer every request now */
     pthread_mutex_t mu;
     pthread_cond_t idle;
+    /* Requests answered later, oldest first, each given its fallback
+     * answer at its deadline by the timer thread (app->answer_timeout_ms;
+     * none when 0). One timeout for all, so the oldest is the first due. */
+    pthread_mutex_t tmu;
+    pthread_cond_t tcv;     /* on CLOCK_MONOTONIC */
+    struct reqctx *thead, *ttail;
+    int timer_started, timer_stop;
+    pthread_t timer;
 };
 
-/* Where an answer given later stands (reqctx.state). */
-enum { ANSWER_AWAITED, ANSWER_SUSPENDED, ANSWER_READY };
+/* Where an answer given later stands (reqctx.state). EXPIRED: its
+ * deadline passed with the connection suspended, and the timer resumed it
+ * to send the fallback answer (unless the real one comes first). */
+enum { ANSWER_AWAITED, ANSWER_SUSPENDED, ANSWER_READY, ANSWER_EXPIRED };
 
 /* Per-request state, from the first callback to the completion notice. */
 typedef struct reqctx {
@@ -57,8 +69,25 @@ typedef struct reqctx {
     int async;              /* api.c will answer through on_answer */
     int counted;            /* in h->pending until MHD completes it */
     atomic_int state;       /* ANSWER_*: READY once resp holds it */
-    sk_response resp;
+    /* Freed by whichever of MHD's completion and api.c's late answer comes
+     * last: an answer sent at the deadline leaves api.c's still to come. */
+    atomic_int refs;
+    sk_response resp;       /* api.c's answer */
+    sk_response fallback;   /* the answer at the deadline (or the answer now) */
+    /* In h's timer list (under h->tmu). */
+    int listed;
+    int64_t deadline_ns;
+    struct reqctx *prev, *next;
 } reqctx;
+
+static void reqctx_unref(reqctx *ctx)
+{
+    if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
+    sk_response_free(&ctx->resp);
+    sk_response_free(&ctx->fallback);
+    free(ctx->body);
+    free(ctx);
+}
 
 /* MHD copies the body, so the caller frees its buffer at once; no-store
  * because stock and order status change from one request to the next. */
@@ -69,12 +98,17 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, const sk_respo
                                         MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     if (resp->content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
-    if (resp->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    if (resp->allow[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    if (resp->location[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, resp->location);
     if (resp->www_authenticate)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, resp->www_authenticate);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    /* "busy" is an invitation to come back: say when. */
-    if (resp->status == 429) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    /* "busy" and "unavailable" are invitations to come back: say when. */
+    if (resp->retry_after > 0) {
+        char secs[16];
+        snprintf(secs, sizeof secs, "%d", resp->retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+    }
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)resp->status, r);
     MHD_destroy_response(r);
     return ret;
@@ -155,8 +189,108 @@ static void on_answer(void *arg, sk_response *resp)
 {
     reqctx *ctx = arg;
     struct MHD_Connection *conn = ctx->conn;
+    sk_http *h = ctx->h;
     ctx->resp = *resp;
     if (atomic_exchange(&ctx->state, ANSWER_READY) == ANSWER_SUSPENDED) MHD_resume_connection(conn);
+    reqctx_unref(ctx);
+    /* The last touch of h: sk_http_stop frees it once none is awaited. */
+    pthread_mutex_lock(&h->mu);
+    if (atomic_fetch_sub(&h->awaiting, 1) == 1) pthread_cond_broadcast(&h->idle);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* A request taken asynchronously joins the timer's list (its deadline is
+ * the latest, so the list stays in deadline order). */
+static void timer_add(sk_http *h, reqctx *ctx)
+{
+    if (!h->timer_started) return;
+    ctx->deadline_ns = sk_mono_ns() + (int64_t)h->app->answer_timeout_ms * 1000000;
+    pthread_mutex_lock(&h->tmu);
+    ctx->prev = h->ttail;
+    ctx->next = NULL;
+    if (h->ttail) h->ttail->next = ctx;
+    else h->thead = ctx;
+    h->ttail = ctx;
+    ctx->listed = 1;
+    if (h->thead == ctx) pthread_cond_signal(&h->tcv);
+    pthread_mutex_unlock(&h->tmu);
+}
+
+/* Under h->tmu. */
+static void timer_unlink(sk_http *h, reqctx *ctx)
+{
+    if (!ctx->listed) return;
+    if (ctx->prev) ctx->prev->next = ctx->next;
+    else h->thead = ctx->next;
+    if (ctx->next) ctx->next->prev = ctx->prev;
+    else h->ttail = ctx->prev;
+    ctx->listed = 0;
+}
+
+static void timer_wait_until(sk_http *h, int64_t ns)
+{
+    struct timespec ts = sk_mono_timespec(ns);
+    pthread_cond_timedwait(&h->tcv, &h->tmu, &ts);
+}
+
+/*
+ * Why a deadline here and not only Redis's command timeout: a Redis that
+ * hangs (stopped, swapping, a paused VM) holds an order until the
+ * library gives its connection up, seconds later, while a buyer's client
+ * and the load balancer in front have long given up themselves. At the
+ * deadline the order is answered with api.c's fallback (429 busy, retry
+ * safe); the script may still run later, which the retry's 409 reports.
+ * A request still on its way into suspension (AWAITED) is looked at
+ * again a millisecond later; one whose answer is in (READY) is left to
+ * be sent.
+ */
+static void *timer_main(void *arg)
+{
+    sk_http *h = arg;
+    pthread_setname_np(pthread_self(), "sk-deadline");
+    pthread_mutex_lock(&h->tmu);
+    while (!h->timer_stop) {
+        reqctx *c = h->thead;
+        if (!c) {
+            pthread_cond_wait(&h->tcv, &h->tmu);
+            continue;
+        }
+        int64_t now = sk_mono_ns();
+        if (c->deadline_ns > now) {
+            timer_wait_until(h, c->deadline_ns);
+            continue;
+        }
+        int st = ANSWER_SUSPENDED;
+        if (atomic_compare_exchange_strong(&c->state, &st, ANSWER_EXPIRED)) {
+            timer_unlink(h, c);
+            MHD_resume_connection(c->conn);
+        } else if (st == ANSWER_READY) {
+            timer_unlink(h, c);
+        } else {
+            timer_wait_until(h, now + 1000000);
+        }
+    }
+    pthread_mutex_unlock(&h->tmu);
+    return NULL;
+}
+
+/* A request's query parameters, for api.c. */
+typedef struct query_args {
+    sk_query_arg args[SK_QUERY_MAX];
+    size_t n;
+    int too_many;
+} query_args;
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    query_args *q = cls;
+    if (q->n == SK_QUERY_MAX) {
+        q->too_many = 1;
+        return MHD_NO;
+    }
+    q->args[q->n++] = (sk_query_arg){key, value};
+    return MHD_YES;
 }
 
 /*
@@ -174,6 +308,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx = calloc(1, sizeof *ctx);
         if (!ctx) return MHD_NO;
         atomic_init(&ctx->state, ANSWER_AWAITED);
+        atomic_init(&ctx->refs, 1);
         ctx->start_ns = sk_mono_ns();
         ctx->method = method;
         ctx->url = url;
@@ -212,19 +347,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (ctx->async) {
-        /* Resumed: the answer came in meanwhile. */
-        if (atomic_load(&ctx->state) != ANSWER_READY) return MHD_YES; /* cannot happen: resumed once ready */
-        return answer(conn, ctx, &ctx->resp);
+        /* Resumed: the answer came in meanwhile, or the deadline passed. */
+        int st = atomic_load(&ctx->state);
+        if (st == ANSWER_READY) return answer(conn, ctx, &ctx->resp);
+        if (st == ANSWER_EXPIRED) return answer(conn, ctx, &ctx->fallback);
+        return MHD_YES; /* cannot happen: resumed once ready or expired */
     }
+    query_args q = {.n = 0};
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &q);
     sk_request req = {
         .method = method,
         .path = url,
+        .query = q.args,
+        .nquery = q.n,
+        .query_too_long = q.too_many,
         .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
         .body = ctx->body,
         .body_len = ctx->len,
         .body_too_large = ctx->too_large,
     };
-    sk_response resp;
     ctx->h = h;
     ctx->conn = conn;
     /* Counted until on_completed, i.e. until its answer is sent (or the
@@ -233,14 +374,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     atomic_fetch_add(&h->pending, 1);
     if (atomic_load(&h->stopping)) {
         answer_done(h);
-        sk_api_handle(h->app, &req, &resp);
-        return answer(conn, ctx, &resp);
+        sk_api_handle(h->app, &req, &ctx->fallback);
+        return answer(conn, ctx, &ctx->fallback);
     }
-    if (!sk_api_handle_async(h->app, &req, &resp, on_answer, ctx)) {
+    /* Referenced and awaited by on_answer too, should it come. */
+    atomic_fetch_add(&ctx->refs, 1);
+    atomic_fetch_add(&h->awaiting, 1);
+    if (!sk_api_handle_async(h->app, &req, &ctx->fallback, on_answer, ctx)) {
+        atomic_fetch_sub(&ctx->refs, 1);
+        atomic_fetch_sub(&h->awaiting, 1);
         answer_done(h);
-        return answer(conn, ctx, &resp);
+        return answer(conn, ctx, &ctx->fallback);
     }
     ctx->counted = 1;
+    timer_add(h, ctx);
     /* The answer comes on another thread; until then this connection
      * leaves the event loop, and this thread serves others. It may have
      * come already, before or while the connection is being suspended:
@@ -260,13 +407,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     (void)conn;
     (void)toe;
+    sk_http *h = cls;
     reqctx *ctx = *con_cls;
     if (!ctx) return;
-    if (ctx->counted) answer_done(cls);
-    sk_response_free(&ctx->resp); /* an answer the client left before */
-    free(ctx->body);
-    free(ctx);
+    if (ctx->async && h->timer_started) {
+        pthread_mutex_lock(&h->tmu);
+        timer_unlink(h, ctx);
+        pthread_mutex_unlock(&h->tmu);
+    }
+    if (ctx->counted) answer_done(h);
     *con_cls = NULL;
+    reqctx_unref(ctx); /* with an answer the client left before */
 }
 
 /* Once sk_http_stop() has begun, a new connection is closed as soon as it
@@ -412,6 +563,18 @@ int sk_http_event_loop(const sk_http_limits *limits)
     return limits->max_connections <= SK_HTTP_POLL_PER_THREAD * threads ? SK_HTTP_LOOP_POLL : SK_HTTP_LOOP_EPOLL;
 }
 
+/* Stop the timer thread (after the last deadline that matters). */
+static void timer_end(sk_http *h)
+{
+    pthread_mutex_lock(&h->tmu);
+    h->timer_stop = 1;
+    pthread_cond_signal(&h->tcv);
+    pthread_mutex_unlock(&h->tmu);
+    if (h->timer_started) pthread_join(h->timer, NULL);
+    pthread_cond_destroy(&h->tcv);
+    pthread_mutex_destroy(&h->tmu);
+}
+
 /* Why a thread pool: handlers block on Redis and the database for a round
  * trip or two; N threads, each with its own event loop, keep N requests
  * in flight while keep-alive connections cost no thread each. */
@@ -436,9 +599,13 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
     }
     h->app = app;
     atomic_init(&h->pending, 0);
+    atomic_init(&h->awaiting, 0);
     atomic_init(&h->stopping, 0);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->idle, NULL);
+    pthread_mutex_init(&h->tmu, NULL);
+    sk_cond_init_mono(&h->tcv);
+    if (app->answer_timeout_ms > 0 && pthread_create(&h->timer, NULL, timer_main, h) == 0) h->timer_started = 1;
     /* Suspend and resume: orders are answered when their script's reply
      * comes back, without a thread waiting for each (api.c, sk_api_handle_async). */
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
@@ -478,6 +645,7 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
          * a number another thread has reused would cut its connection.
          * serve exits right after. */
         if (ufd >= 0) unlink(h->unix_path);
+        timer_end(h);
         pthread_cond_destroy(&h->idle);
         pthread_mutex_destroy(&h->mu);
         free(h->unix_path);
@@ -509,7 +677,8 @@ void sk_http_url(sk_http *h, const char *listen, char *out, size_t cap)
 }
 
 /* Stop taking connections (on_accept closes new ones); wait until the
- * orders being decided are answered (each within the library's timeouts)
+ * orders being decided are answered (each within the library's timeouts,
+ * also those answered already at their deadline: the strategy goes next)
  * and their answers sent: MHD must not be stopped with a connection
  * suspended, and stopping closes connections whatever they still had to
  * send. New requests on open connections meanwhile are answered
@@ -520,8 +689,9 @@ void sk_http_stop(sk_http *h)
     if (!h) return;
     atomic_store(&h->stopping, 1);
     pthread_mutex_lock(&h->mu);
-    while (atomic_load(&h->pending) > 0) pthread_cond_wait(&h->idle, &h->mu);
+    while (atomic_load(&h->pending) > 0 || atomic_load(&h->awaiting) > 0) pthread_cond_wait(&h->idle, &h->mu);
     pthread_mutex_unlock(&h->mu);
+    timer_end(h);
     MHD_stop_daemon(h->daemon);
     if (h->unix_path) unlink(h->unix_path);
     pthread_cond_destroy(&h->idle);

@@ -12,6 +12,7 @@
 
 static const char *const route_names[SK_ROUTE_COUNT] = {
     "voucher_create", "voucher_get", "order_create", "order_get", "healthz", "metrics", "other",
+    "voucher_list", "my_order", "readyz", "openapi",
 };
 
 /* The statuses the API produces; anything else counts as "other". */

@@ -19,6 +19,10 @@ typedef enum sk_route {
     SK_ROUTE_HEALTHZ,
     SK_ROUTE_METRICS,
     SK_ROUTE_OTHER,
+    SK_ROUTE_VOUCHER_LIST,
+    SK_ROUTE_MY_ORDER,
+    SK_ROUTE_READYZ,
+    SK_ROUTE_OPENAPI,
     SK_ROUTE_COUNT
 } sk_route;
 

@@ -39,7 +39,7 @@
 /* Tuning knobs come from the environment: deployments and tests set them
  * without new flags (SECKILL_CLAIM_IDLE_MS, SECKILL_MAX_DELIVERIES,
  * SECKILL_WRITER_LINGER_MS, SECKILL_WARM_GRACE_S, SECKILL_REPLICA_TIMEOUT_MS,
- * SECKILL_SOLD_OUT_MS, SECKILL_REDIS_TIMEOUT_MS;
+ * SECKILL_SOLD_OUT_MS, SECKILL_REDIS_TIMEOUT_MS, SECKILL_ORDER_ID_BATCH;
  * see seckill(1)). */
 static long env_long(const char *name, long dflt)
 {
@@ -52,8 +52,10 @@ static long env_long(const char *name, long dflt)
 
 /* SECKILL_REDIS_TIMEOUT_MS: how long a Redis command may wait for its
  * answer before its connection is given up (the library's command
- * timeout). At least the library's default, 5000: a WAIT for the replicas
- * (at most 4000, skredis.c) must end well inside it. Why raise it: a Redis
+ * timeout); 100 to 600000, default 5000. A WAIT for the replicas is kept
+ * to half of it (redis_replica_timeout_ms). Why lower it: it bounds what
+ * waits in a thread (the lock strategy, --replica-acks) when Redis hangs;
+ * requests answered later are bounded by --order-timeout anyway. Why raise it: a Redis
  * that stalls for longer than this (a slow fork, a paused VM) then
  * answers late instead of failing every order in flight with 429; and
  * tests that stop Redis with orders in flight raise it so that buyers
@@ -62,8 +64,25 @@ static long env_long(const char *name, long dflt)
 static int redis_timeout_ms(void)
 {
     long v = env_long("SECKILL_REDIS_TIMEOUT_MS", 5000);
-    return v < 5000 ? 5000 : v > 600000 ? 600000 : (int)v;
+    return v < 100 ? 100 : v > 600000 ? 600000 : (int)v;
 }
+
+/* SECKILL_REPLICA_TIMEOUT_MS (default 100), within half the command
+ * timeout: a WAIT that outlasts its connection's timeout would count as
+ * lost. */
+static int redis_replica_timeout_ms(void)
+{
+    long v = env_long("SECKILL_REPLICA_TIMEOUT_MS", 100);
+    long most = redis_timeout_ms() / 2;
+    return (int)(v > most ? most : v);
+}
+
+/* serve's --order-timeout, else SECKILL_ORDER_TIMEOUT_MS, else this: at
+ * most a second for a buyer to wait, whatever Redis does. */
+#define DEFAULT_ORDER_TIMEOUT_MS 1000
+#define ORDER_TIMEOUT_MAX_MS 600000
+
+
 
 /* ------------------------------------------------------------------------ */
 /* serve                                                                     */
@@ -73,6 +92,7 @@ typedef struct serve_opts {
     const char *listen, *redis, *db, *strategy, *secret_file;
     int threads;
     int replica_acks;
+    int order_timeout_ms;
     const char *log_level, *log_format, *access_log;
     sk_http_limits limits;
     const char *redis_password_file, *db_password_file;
@@ -117,19 +137,26 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"idle-timeout", required_argument, NULL, 'I'},  {"event-loop", required_argument, NULL, 'E'},
         {"redis-password-file", required_argument, NULL, 'R'},
         {"db-password-file", required_argument, NULL, 'D'},
+        {"order-timeout", required_argument, NULL, 'O'},
         {NULL, 0, NULL, 0},
     };
-    *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", SK_DEFAULT_SECRET_FILE,
-                      0, 0, NULL, NULL, NULL,
+    *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", sk_secret_file(NULL),
+                      0, 0, DEFAULT_ORDER_TIMEOUT_MS, NULL, NULL, NULL,
                       {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S, SK_HTTP_LOOP_AUTO},
                       NULL, NULL};
     o->redis = sk_env_url("SECKILL_REDIS_URL");
     if (sk_env_url("SECKILL_DB_URL")) o->db = sk_env_url("SECKILL_DB_URL");
+    const char *ot = sk_env_url("SECKILL_ORDER_TIMEOUT_MS");
+    uint64_t n;
+    if (ot && (sk_parse_u64(ot, strlen(ot), ORDER_TIMEOUT_MAX_MS, &n) != 0)) {
+        fprintf(stderr, "seckill: SECKILL_ORDER_TIMEOUT_MS wants 0 (never) to 600000 ms\n");
+        return -1;
+    }
+    if (ot) o->order_timeout_ms = (int)n;
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
-        uint64_t n;
         switch (c) {
         case 'l': o->listen = optarg; break;
         case 'r': o->redis = optarg; break;
@@ -179,6 +206,13 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
                 fprintf(stderr, "seckill: --event-loop is auto, poll or epoll\n");
                 return -1;
             }
+            break;
+        case 'O':
+            if (sk_parse_u64(optarg, strlen(optarg), ORDER_TIMEOUT_MAX_MS, &n) != 0) {
+                fprintf(stderr, "seckill: --order-timeout wants 0 (never) to 600000 ms\n");
+                return -1;
+            }
+            o->order_timeout_ms = (int)n;
             break;
         case 'R': o->redis_password_file = optarg; break;
         case 'D': o->db_password_file = optarg; break;
@@ -280,10 +314,12 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
     sk_http_url(s->http, o->listen, url, sizeof url);
     sk_log(SK_LOG_INFO,
            "seckill %s (libdlock %s) listening on %s, strategy %s, redis %s, db %s, %d threads, "
-           "max-connections %d (%d per client), idle-timeout %d s, event loop %s, replica-acks %d, access log %s",
+           "max-connections %d (%d per client), idle-timeout %d s, event loop %s, replica-acks %d, "
+           "order-timeout %d ms, redis command timeout %d ms, access log %s",
            DLOCK_VERSION, dlock_version(), url, o->strategy, rs, db, o->threads, o->limits.max_connections,
            o->limits.per_client, o->limits.idle_timeout_s,
            sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks,
+           o->order_timeout_ms, redis_timeout_ms(),
            o->access_log ? o->access_log : "off");
     /* verify=no must be a choice somebody sees, not a default nobody does. */
     dlock_url u;
@@ -322,7 +358,7 @@ int sk_cmd_serve(int argc, char **argv)
     }
     int created = 0;
     const char *redis_url = o.redis;
-    if (sk_secret_load(o.secret_file, &s.secret, &s.secret_len, &created, err, sizeof err) != 0) goto fail;
+    if (sk_secret_load(o.secret_file, 1, &s.secret, &s.secret_len, &created, err, sizeof err) != 0) goto fail;
     if (created) sk_log(SK_LOG_INFO, "created secret file %s", o.secret_file);
     if (o.access_log && sk_log_access_open(o.access_log, err, sizeof err) != 0) goto fail;
     if (!redis_url) {
@@ -336,14 +372,16 @@ int sk_cmd_serve(int argc, char **argv)
                                      sizeof err) == 0;
     sk_passwords_free(&pw);
     if (!connected) goto fail;
-    s.ids = sk_orderids_new(s.client, 128);
+    s.ids = sk_orderids_new(s.client, (int)env_long("SECKILL_ORDER_ID_BATCH", 128));
     if (!s.ids) {
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
+    if (sk_orderids_fill(s.ids) != SK_OK)
+        sk_log(SK_LOG_WARN, "no order ids reserved at start: %s; the first orders ask again", dlock_last_error());
     if (strcmp(o.strategy, "redis") == 0) {
         if (sk_redis_init(&s.redis, s.client, redis_url, o.replica_acks,
-                          (int)env_long("SECKILL_REPLICA_TIMEOUT_MS", 100), err, sizeof err) != 0)
+                          redis_replica_timeout_ms(), err, sizeof err) != 0)
             goto fail;
         long linger = env_long("SECKILL_WRITER_LINGER_MS", 20);
         sk_writer_config wc = {
@@ -367,7 +405,7 @@ int sk_cmd_serve(int argc, char **argv)
         if (sk_strategy_redis_new(s.db, &s.redis, s.ids, s.writer, grace, sold_out_ms, &s.app.strategy, err,
                                   sizeof err) != 0)
             goto fail;
-    } else if (sk_strategy_lock_new(s.db, s.client, s.ids, &s.app.strategy) != 0) {
+    } else if (sk_strategy_lock_new(s.db, s.client, s.ids, o.order_timeout_ms, &s.app.strategy) != 0) {
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
@@ -375,6 +413,7 @@ int sk_cmd_serve(int argc, char **argv)
     sk_metrics_lock_client(s.client);
     s.app.secret = s.secret;
     s.app.secret_len = s.secret_len;
+    s.app.answer_timeout_ms = o.order_timeout_ms;
     raise_fd_limit(o.limits.max_connections);
     if (sk_http_start(&s.app, o.listen, &o.limits, &s.http, err, sizeof err) != 0) goto fail;
 
@@ -389,10 +428,14 @@ int sk_cmd_serve(int argc, char **argv)
     sigwait(&sigs, &sig);
     sk_log(SK_LOG_INFO, "signal %d (%s), stopping", sig, sig == SIGTERM ? "SIGTERM" : "SIGINT");
     server_down(&s);
+    /* The last line: whoever stopped it knows the orders in flight were
+     * answered and the writer's batch committed. */
+    sk_log(SK_LOG_INFO, "stopped");
     return 0;
 fail:
     sk_log(SK_LOG_ERROR, "%s", err);
     sk_passwords_free(&pw);
     server_down(&s);
+    sk_log(SK_LOG_INFO, "stopped without serving");
     return EXIT_UNAVAILABLE;
 }

@@ -33,6 +33,9 @@ struct sk_writer;
  * in err when that fails. */
 int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, struct sk_writer *writer, int grace_s,
                           long sold_out_ms, sk_strategy *out, char *err, size_t errlen);
-int sk_strategy_lock_new(sk_db *db, dlock_client *client, sk_orderids *ids, sk_strategy *out);
+/* `order_timeout_ms` (serve's --order-timeout; 0: none) caps how long an
+ * order waits for its user's lock (2 s at most): this strategy answers in
+ * the request's thread, where the HTTP layer's deadline cannot reach. */
+int sk_strategy_lock_new(sk_db *db, dlock_client *client, sk_orderids *ids, int order_timeout_ms, sk_strategy *out);
 
 #endif

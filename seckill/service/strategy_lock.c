@@ -19,13 +19,14 @@
 #include "common/log.h"
 #include "common/skutil.h"
 
-#define LOCK_WAIT_MS 2000   /* longer than this and the user gets 429 busy */
+#define LOCK_WAIT_MS 2000   /* longer than this and the user gets 429 busy (at most) */
 #define LOCK_LEASE_MS 10000 /* far above one transaction; bounds a crashed holder */
 
 typedef struct lock_strategy {
     sk_db *db;
     dlock_client *client;
     sk_orderids *ids;
+    long wait_ms;           /* for the user's lock: LOCK_WAIT_MS or less */
 } lock_strategy;
 
 /* Nothing to warm: this strategy reads the database only. */
@@ -74,7 +75,7 @@ static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
      * (like the redis strategy) answers 409 before 410. One more read,
      * only for the late buyers. */
     if (v.stock <= 0) {
-        r = s->db->ops->order_of_user(s->db, user_id, voucher_id);
+        r = s->db->ops->order_of_user(s->db, user_id, voucher_id, NULL);
         return r == SK_OK ? SK_SOLD_OUT : r;
     }
 
@@ -84,7 +85,7 @@ static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
     dlock_status st = dlock_lock_new(s->client, name, &lock);
     if (st != DLOCK_OK) return from_dlock(st);
     uint64_t token = 0;
-    st = dlock_lock_acquire(lock, LOCK_WAIT_MS, LOCK_LEASE_MS, &token);
+    st = dlock_lock_acquire(lock, s->wait_ms, LOCK_LEASE_MS, &token);
     if (st != DLOCK_OK) {
         if (st != DLOCK_ERR_TIMEOUT) SK_LOG_REPEATED(SK_LOG_ERROR, "lock %s: %s", name, dlock_last_error());
         dlock_lock_free(lock);
@@ -110,14 +111,33 @@ static sk_result ls_order_get(void *ctx, uint64_t order_id, sk_order *out)
     return s->db->ops->order_get(s->db, order_id, out);
 }
 
+static sk_result ls_voucher_list(void *ctx, int64_t after, sk_voucher *out, size_t cap, size_t *n)
+{
+    lock_strategy *s = ctx;
+    return s->db->ops->voucher_list(s->db, after, out, cap, n);
+}
+
+/* Committed before 201: the database alone knows. */
+static sk_result ls_order_of_user(void *ctx, int64_t user_id, int64_t voucher_id, sk_order *out)
+{
+    lock_strategy *s = ctx;
+    uint64_t oid = 0;
+    sk_result r = s->db->ops->order_of_user(s->db, user_id, voucher_id, &oid);
+    if (r == SK_OK) return SK_NO_ORDER;
+    if (r != SK_ALREADY) return r;
+    return s->db->ops->order_get(s->db, oid, out);
+}
+
 /* Both stores must answer: the lock needs Redis, the order the database. */
-static sk_result ls_health(void *ctx)
+static int ls_health(void *ctx)
 {
     lock_strategy *s = ctx;
     dlock_lock_info info;
+    int down = 0;
     /* Any read through the client proves Redis answers. */
-    if (dlock_lock_inspect(s->client, "seckill:health", &info) != DLOCK_OK) return SK_UNAVAILABLE;
-    return s->db->ops->ping(s->db);
+    if (dlock_lock_inspect(s->client, "seckill:health", &info) != DLOCK_OK) down |= SK_DOWN_REDIS;
+    if (s->db->ops->ping(s->db) != SK_OK) down |= SK_DOWN_DB;
+    return down;
 }
 
 /* The database, client and ids belong to the caller. */
@@ -132,18 +152,21 @@ static const sk_strategy_ops lock_ops = {
     .voucher_get = ls_voucher_get,
     .order_create = ls_order_create,
     .order_get = ls_order_get,
+    .voucher_list = ls_voucher_list,
+    .order_of_user = ls_order_of_user,
     .health = ls_health,
     .destroy = ls_destroy,
 };
 
 /* No I/O here: `serve` has already connected everything. */
-int sk_strategy_lock_new(sk_db *db, dlock_client *client, sk_orderids *ids, sk_strategy *out)
+int sk_strategy_lock_new(sk_db *db, dlock_client *client, sk_orderids *ids, int order_timeout_ms, sk_strategy *out)
 {
     lock_strategy *s = calloc(1, sizeof *s);
     if (!s) return -1;
     s->db = db;
     s->client = client;
     s->ids = ids;
+    s->wait_ms = order_timeout_ms > 0 && order_timeout_ms < LOCK_WAIT_MS ? order_timeout_ms : LOCK_WAIT_MS;
     out->ops = &lock_ops;
     out->ctx = s;
     return 0;

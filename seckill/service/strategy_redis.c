@@ -42,7 +42,7 @@ typedef struct redis_strategy {
     struct async_order *wq_head, *wq_tail;
     int wq_started, wq_stop;
     pthread_t wq_thread;
-    dlock_script *order, *warm, *pending, *soldout_read;
+    dlock_script *order, *warm, *pending, *soldout_read, *mine, *ping;
     sk_soldout *soldout;        /* sold-out vouchers this instance remembers */
     sk_batcher *batcher;        /* asynchronous orders, per voucher (batch.h) */
 } redis_strategy;
@@ -104,22 +104,42 @@ static sk_result rs_voucher_create(void *ctx, const sk_voucher *v, int64_t *id)
 }
 
 /* Remaining stock comes from Redis, where the sale happens; the database
- * lags behind by the orders still in the stream. */
+ * lags behind by the orders still in the stream. Kept as the database
+ * has it when Redis does not answer. */
+static int stock_from_redis(redis_strategy *s, sk_voucher *v)
+{
+    char keys[SK_K_COUNT][SK_KEY_MAX];
+    sk_voucher_keys(v->id, keys);
+    redisReply *rep;
+    sk_redis_cmd(s->redis, keys[SK_K_STOCK], 0, &rep, "GET", keys[SK_K_STOCK], NULL);
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        int64_t left;
+        if (sk_parse_i64(rep->str, rep->len, INT64_MAX, &left) == 0) v->stock = left;
+    }
+    if (!rep) return -1;
+    freeReplyObject(rep);
+    return 0;
+}
+
 static sk_result rs_voucher_get(void *ctx, int64_t id, sk_voucher *out)
 {
     redis_strategy *s = ctx;
     sk_result r = s->db->ops->voucher_get(s->db, id, out);
     if (r != SK_OK) return r;
-    char keys[SK_K_COUNT][SK_KEY_MAX];
-    sk_voucher_keys(id, keys);
-    redisReply *rep;
-    sk_redis_cmd(s->redis, keys[SK_K_STOCK], 0, &rep, "GET", keys[SK_K_STOCK], NULL);
-    if (rep && rep->type == REDIS_REPLY_STRING) {
-        int64_t left;
-        if (sk_parse_i64(rep->str, rep->len, INT64_MAX, &left) == 0) out->stock = left;
-    }
-    if (rep) freeReplyObject(rep);
+    stock_from_redis(s, out);
     return SK_OK;
+}
+
+/* A page as the database has it, each stock as Redis has it (one GET a
+ * voucher: on a cluster they live in different slots). A Redis that does
+ * not answer is asked once a page, not once a voucher: the rest of the
+ * page keeps the database's stock rather than wait a timeout each. */
+static sk_result rs_voucher_list(void *ctx, int64_t after, sk_voucher *out, size_t cap, size_t *n)
+{
+    redis_strategy *s = ctx;
+    sk_result r = s->db->ops->voucher_list(s->db, after, out, cap, n);
+    for (size_t i = 0; r == SK_OK && i < *n && stock_from_redis(s, &out[i]) == 0; i++) {}
+    return r;
 }
 
 /* The most orders one script call decides, and how many calls of one
@@ -587,16 +607,88 @@ static sk_result rs_order_get(void *ctx, uint64_t order_id, sk_order *out)
     return s->db->ops->order_get(s->db, order_id, out);
 }
 
+/*
+ * The same order as rs_order_get, by (user, voucher): the database, the
+ * voucher's pending hash, the database again, so an order committed
+ * between the first read and the scan is found by the second.
+ */
+static sk_result rs_order_of_user(void *ctx, int64_t user_id, int64_t voucher_id, sk_order *out)
+{
+    redis_strategy *s = ctx;
+    uint64_t oid = 0;
+    sk_result r = s->db->ops->order_of_user(s->db, user_id, voucher_id, &oid);
+    if (r == SK_ALREADY) return s->db->ops->order_get(s->db, oid, out);
+    if (r != SK_OK) return r;
+    char keys[SK_K_COUNT][SK_KEY_MAX], uid[24];
+    sk_voucher_keys(voucher_id, keys);
+    snprintf(uid, sizeof uid, "%lld", (long long)user_id);
+    const char *keyv[1] = {keys[SK_K_PENDING]};
+    const char *argv[1] = {uid};
+    redisReply *rep = NULL;
+    if (dlock_script_eval(s->mine, 0, 1, keyv, 1, argv, &rep) != DLOCK_OK) {
+        if (rep) freeReplyObject(rep);
+        return SK_UNAVAILABLE;
+    }
+    int pending = rep->type == REDIS_REPLY_STRING && sk_parse_u64(rep->str, rep->len, UINT64_MAX, &oid) == 0;
+    freeReplyObject(rep);
+    if (pending) {
+        *out = (sk_order){.id = oid, .user_id = user_id, .voucher_id = voucher_id, .status = SK_ORDER_PENDING};
+        return SK_OK;
+    }
+    r = s->db->ops->order_of_user(s->db, user_id, voucher_id, &oid);
+    if (r == SK_ALREADY) return s->db->ops->order_get(s->db, oid, out);
+    return r == SK_OK ? SK_NO_ORDER : r;
+}
+
 /* Orders need Redis; the writer and GETs need the database. */
-static sk_result rs_health(void *ctx)
+static int rs_health(void *ctx)
 {
     redis_strategy *s = ctx;
     redisReply *rep;
     sk_redis_cmd(s->redis, NULL, 0, &rep, "PING", NULL);
-    int ok = rep && rep->type == REDIS_REPLY_STATUS;
+    int down = rep && rep->type == REDIS_REPLY_STATUS ? 0 : SK_DOWN_REDIS;
     if (rep) freeReplyObject(rep);
-    if (!ok) return SK_UNAVAILABLE;
-    return s->db->ops->ping(s->db);
+    if (s->db->ops->ping(s->db) != SK_OK) down |= SK_DOWN_DB;
+    return down;
+}
+
+/* One readiness probe in flight: what the database said, and whom to tell. */
+typedef struct health_probe {
+    int down;
+    void (*done)(void *arg, int down);
+    void *arg;
+} health_probe;
+
+static void ping_answered(dlock_status st, redisReply *rep, void *arg)
+{
+    health_probe *p = arg;
+    int down = p->down | (st == DLOCK_OK && rep && rep->type == REDIS_REPLY_INTEGER ? 0 : SK_DOWN_REDIS);
+    if (rep) freeReplyObject(rep);
+    void (*done)(void *, int) = p->done;
+    void *darg = p->arg;
+    free(p);
+    done(darg, down);
+}
+
+/* rs_health without a thread waiting for Redis: the database is asked
+ * here, Redis by a trivial script sent like an order (to the server of a
+ * fixed key), so that a Redis that hangs holds no HTTP thread and the
+ * HTTP layer's deadline answers the probe. */
+static int rs_health_async(void *ctx, void (*done)(void *arg, int down), void *arg, int *down)
+{
+    redis_strategy *s = ctx;
+    *down = s->db->ops->ping(s->db) != SK_OK ? SK_DOWN_DB : 0;
+    health_probe *p = malloc(sizeof *p);
+    if (!p) {
+        *down = rs_health(ctx);
+        return 0;
+    }
+    *p = (health_probe){*down, done, arg};
+    static const char *const key[1] = {"seckill:ready"};
+    if (dlock_script_eval_async(s->ping, 0, 1, key, 0, NULL, ping_answered, p) == DLOCK_OK) return 1;
+    free(p);
+    *down |= SK_DOWN_REDIS;
+    return 0;
 }
 
 /* The client, ids and writer belong to the caller. */
@@ -618,6 +710,8 @@ static void rs_destroy(void *ctx)
     dlock_script_free(s->warm);
     dlock_script_free(s->pending);
     dlock_script_free(s->soldout_read);
+    dlock_script_free(s->mine);
+    dlock_script_free(s->ping);
     sk_soldout_free(s->soldout);
     sk_batcher_free(s->batcher);
     free(s);
@@ -629,7 +723,10 @@ static const sk_strategy_ops redis_ops = {
     .voucher_get = rs_voucher_get,
     .order_create = rs_order_create,
     .order_get = rs_order_get,
+    .voucher_list = rs_voucher_list,
+    .order_of_user = rs_order_of_user,
     .health = rs_health,
+    .health_async = rs_health_async,
     .destroy = rs_destroy,
     .order_create_async = rs_order_create_async,
 };
@@ -661,7 +758,9 @@ int sk_strategy_redis_new(sk_db *db, const sk_redis *redis, sk_orderids *ids, sk
     if (dlock_script_new(redis->client, sk_lua_seckill_order, &s->order) != DLOCK_OK ||
         dlock_script_new(redis->client, sk_lua_seckill_warm, &s->warm) != DLOCK_OK ||
         dlock_script_new(redis->client, sk_lua_seckill_pending, &s->pending) != DLOCK_OK ||
-        dlock_script_new(redis->client, sk_lua_seckill_soldout, &s->soldout_read) != DLOCK_OK) {
+        dlock_script_new(redis->client, sk_lua_seckill_soldout, &s->soldout_read) != DLOCK_OK ||
+        dlock_script_new(redis->client, sk_lua_seckill_mine, &s->mine) != DLOCK_OK ||
+        dlock_script_new(redis->client, "return 1", &s->ping) != DLOCK_OK) {
         snprintf(err, errlen, "loading the order scripts: %s", dlock_last_error());
         rs_destroy(s);
         return -1;

@@ -43,6 +43,9 @@ typedef struct sk_db_ops {
     sk_result (*voucher_get)(sk_db *db, int64_t id, sk_voucher *out);
     /* Up to `cap` ids of vouchers whose sale ended after `ended_after`, newest first. */
     sk_result (*voucher_ids)(sk_db *db, int64_t ended_after, int64_t *ids, size_t cap, size_t *n);
+    /* Up to `cap` vouchers with ids above `after`, ascending: a page of
+     * GET /api/vouchers, whose cursor is the last id given. */
+    sk_result (*voucher_list)(sk_db *db, int64_t after, sk_voucher *out, size_t cap, size_t *n);
     /* A voucher, its order counts and (when uids is not NULL) the user of
      * every order, all from one snapshot: warming Redis and `seckill
      * verify` compare them with each other. *uids is malloc'ed (caller
@@ -51,10 +54,11 @@ typedef struct sk_db_ops {
                                size_t *n);
     /* A persisted or rejected order; SK_NO_ORDER when neither. */
     sk_result (*order_get)(sk_db *db, uint64_t id, sk_order *out);
-    /* SK_ALREADY when the user has a persisted order for the voucher,
-     * SK_OK when not: a read outside any transaction, for the lock
-     * strategy's early refusals. */
-    sk_result (*order_of_user)(sk_db *db, int64_t user_id, int64_t voucher_id);
+    /* SK_ALREADY when the user has a persisted order for the voucher
+     * (its id in *order_id unless NULL), SK_OK when not: a read outside
+     * any transaction, for the lock strategy's early refusals and for a
+     * buyer looking up its own order. */
+    sk_result (*order_of_user)(sk_db *db, int64_t user_id, int64_t voucher_id, uint64_t *order_id);
     /* The lock strategy's whole decision in one transaction: window, one
      * order per user, stock > 0, insert. Returns the business outcome. */
     sk_result (*order_place)(sk_db *db, const sk_order *o, int64_t now);

@@ -68,7 +68,7 @@ static const char schema[] =
     "RESET client_min_messages;";
 
 enum {
-    P_V_INSERT, P_V_GET, P_V_IDS, P_V_BUYERS, P_V_COUNTS, P_V_TAKE,
+    P_V_INSERT, P_V_GET, P_V_IDS, P_V_LIST, P_V_BUYERS, P_V_COUNTS, P_V_TAKE,
     P_O_GET, P_O_BY_USER, P_O_INSERT, P_O_INSERT_NEW, P_O_DELETE, P_R_GET, P_R_INSERT,
     P_COUNT
 };
@@ -81,13 +81,15 @@ static const char *const stmt_sql[P_COUNT] = {
                    " RETURNING id",
     [P_V_GET] = "SELECT id, title, stock, initial_stock, begin_at, end_at FROM vouchers WHERE id = $1::bigint",
     [P_V_IDS] = "SELECT id FROM vouchers WHERE end_at > $1::bigint ORDER BY id DESC LIMIT $2::bigint",
+    [P_V_LIST] = "SELECT id, title, stock, initial_stock, begin_at, end_at FROM vouchers WHERE id > $1::bigint"
+                 " ORDER BY id LIMIT $2::bigint",
     [P_V_BUYERS] = "SELECT user_id FROM orders WHERE voucher_id = $1::bigint ORDER BY user_id",
     [P_V_COUNTS] = "SELECT (SELECT count(*) FROM orders WHERE voucher_id = $1::bigint),"
                    " (SELECT count(DISTINCT user_id) FROM orders WHERE voucher_id = $1::bigint),"
                    " (SELECT count(*) FROM rejected_orders WHERE voucher_id = $1::bigint)",
     [P_V_TAKE] = "UPDATE vouchers SET stock = stock - 1 WHERE id = $1::bigint AND stock > 0",
     [P_O_GET] = "SELECT user_id, voucher_id, fence FROM orders WHERE id = $1::bigint",
-    [P_O_BY_USER] = "SELECT 1 FROM orders WHERE user_id = $1::bigint AND voucher_id = $2::bigint",
+    [P_O_BY_USER] = "SELECT id FROM orders WHERE user_id = $1::bigint AND voucher_id = $2::bigint",
     [P_O_INSERT] = "INSERT INTO orders(id, user_id, voucher_id, fence, created_at)"
                    " VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::bigint)"
                    " ON CONFLICT DO NOTHING",
@@ -137,8 +139,9 @@ static void conn_free(pgconn *c)
  * on every connection. */
 static const char *stmt_name(int i)
 {
-    static const char *const names[P_COUNT] = {"sk0", "sk1", "sk2", "sk3", "sk4", "sk5",
-                                               "sk6", "sk7", "sk8", "sk9", "sk10", "sk11", "sk12"};
+    static const char *const names[] = {"sk0", "sk1", "sk2",  "sk3",  "sk4",  "sk5",  "sk6",
+                                        "sk7", "sk8", "sk9", "sk10", "sk11", "sk12", "sk13"};
+    _Static_assert(sizeof names / sizeof *names == P_COUNT, "one name per statement");
     return names[i];
 }
 
@@ -367,6 +370,18 @@ static sk_result pg_voucher_create(sk_db *db, const sk_voucher *v, int64_t now, 
     return res;
 }
 
+/* Row i of P_V_GET or P_V_LIST, whose columns are the same. */
+static void voucher_row(PGresult *r, int i, sk_voucher *out)
+{
+    memset(out, 0, sizeof *out);
+    out->id = val(r, i, 0);
+    snprintf(out->title, sizeof out->title, "%s", PQgetvalue(r, i, 1));
+    out->stock = val(r, i, 2);
+    out->initial_stock = val(r, i, 3);
+    out->begin = val(r, i, 4);
+    out->end = val(r, i, 5);
+}
+
 /* One voucher through a borrowed connection (shared by get, state, place). */
 static sk_result read_voucher(pgconn *c, int64_t id, sk_voucher *out)
 {
@@ -379,13 +394,7 @@ static sk_result read_voucher(pgconn *c, int64_t id, sk_voucher *out)
     } else if (PQntuples(r) == 0) {
         res = SK_NO_VOUCHER;
     } else {
-        memset(out, 0, sizeof *out);
-        out->id = val(r, 0, 0);
-        snprintf(out->title, sizeof out->title, "%s", PQgetvalue(r, 0, 1));
-        out->stock = val(r, 0, 2);
-        out->initial_stock = val(r, 0, 3);
-        out->begin = val(r, 0, 4);
-        out->end = val(r, 0, 5);
+        voucher_row(r, 0, out);
     }
     PQclear(r);
     return res;
@@ -400,6 +409,25 @@ static sk_result pg_voucher_get(sk_db *db, int64_t id, sk_voucher *out)
     sk_result r = read_voucher(c, id, out);
     give_back(d, c);
     return r;
+}
+
+/* A page of vouchers, a plain read like pg_voucher_get. */
+static sk_result pg_voucher_list(sk_db *db, int64_t after, sk_voucher *out, size_t cap, size_t *n)
+{
+    pg_db *d = (pg_db *)db;
+    pgconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    char a[2][24];
+    const char *p[2] = {i64s(a[0], after), i64s(a[1], (int64_t)cap)};
+    PGresult *r = run(c, P_V_LIST, 2, p);
+    sk_result res = SK_OK;
+    *n = 0;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) res = fail(c, r, "voucher list");
+    else
+        for (int i = 0; i < PQntuples(r) && *n < cap; i++) voucher_row(r, i, &out[(*n)++]);
+    PQclear(r);
+    give_back(d, c);
+    return res;
 }
 
 /* The writer follows these vouchers' streams. */
@@ -520,7 +548,7 @@ static sk_result pg_order_get(sk_db *db, uint64_t id, sk_order *out)
 }
 
 /* See sq_order_of_user: a read of the last commit, no transaction. */
-static sk_result pg_order_of_user(sk_db *db, int64_t user_id, int64_t voucher_id)
+static sk_result pg_order_of_user(sk_db *db, int64_t user_id, int64_t voucher_id, uint64_t *order_id)
 {
     pg_db *d = (pg_db *)db;
     pgconn *c = borrow(d);
@@ -531,6 +559,7 @@ static sk_result pg_order_of_user(sk_db *db, int64_t user_id, int64_t voucher_id
     sk_result res = PQresultStatus(r) != PGRES_TUPLES_OK ? fail(c, r, "order lookup")
                     : PQntuples(r) > 0                   ? SK_ALREADY
                                                          : SK_OK;
+    if (res == SK_ALREADY && order_id) *order_id = (uint64_t)val(r, 0, 0);
     PQclear(r);
     give_back(d, c);
     return res;
@@ -665,6 +694,7 @@ static const sk_db_ops pg_ops = {
     .voucher_create = pg_voucher_create,
     .voucher_get = pg_voucher_get,
     .voucher_ids = pg_voucher_ids,
+    .voucher_list = pg_voucher_list,
     .voucher_state = pg_voucher_state,
     .order_get = pg_order_get,
     .order_of_user = pg_order_of_user,

@@ -47,7 +47,7 @@ static const char schema[] =
 
 enum {
     ST_BEGIN, ST_BEGIN_READ, ST_COMMIT, ST_ROLLBACK,
-    ST_V_INSERT, ST_V_GET, ST_V_IDS, ST_V_BUYERS, ST_V_COUNTS, ST_V_TAKE,
+    ST_V_INSERT, ST_V_GET, ST_V_IDS, ST_V_LIST, ST_V_BUYERS, ST_V_COUNTS, ST_V_TAKE,
     ST_O_GET, ST_O_BY_USER, ST_O_INSERT, ST_O_INSERT_NEW, ST_O_DELETE, ST_R_GET, ST_R_INSERT, ST_PING,
     ST_COUNT
 };
@@ -61,6 +61,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                     " VALUES (?1, ?2, ?2, ?3, ?4, ?5)",
     [ST_V_GET] = "SELECT id, title, stock, initial_stock, begin_at, end_at FROM vouchers WHERE id = ?1",
     [ST_V_IDS] = "SELECT id FROM vouchers WHERE end_at > ?1 ORDER BY id DESC LIMIT ?2",
+    [ST_V_LIST] = "SELECT id, title, stock, initial_stock, begin_at, end_at FROM vouchers WHERE id > ?1"
+                  " ORDER BY id LIMIT ?2",
     [ST_V_BUYERS] = "SELECT user_id FROM orders WHERE voucher_id = ?1 ORDER BY user_id",
     [ST_V_COUNTS] = "SELECT (SELECT count(*) FROM orders WHERE voucher_id = ?1),"
                     " (SELECT count(DISTINCT user_id) FROM orders WHERE voucher_id = ?1),"
@@ -246,6 +248,19 @@ static sk_result sq_voucher_create(sk_db *db, const sk_voucher *v, int64_t now, 
     return r;
 }
 
+/* A row of ST_V_GET or ST_V_LIST, whose columns are the same. */
+static void voucher_row(sqlite3_stmt *st, sk_voucher *out)
+{
+    memset(out, 0, sizeof *out);
+    out->id = sqlite3_column_int64(st, 0);
+    const unsigned char *t = sqlite3_column_text(st, 1);
+    snprintf(out->title, sizeof out->title, "%s", t ? (const char *)t : "");
+    out->stock = sqlite3_column_int64(st, 2);
+    out->initial_stock = sqlite3_column_int64(st, 3);
+    out->begin = sqlite3_column_int64(st, 4);
+    out->end = sqlite3_column_int64(st, 5);
+}
+
 /* Read one voucher with a borrowed connection (shared by get and place). */
 static sk_result read_voucher(sqconn *c, int64_t id, sk_voucher *out)
 {
@@ -254,20 +269,32 @@ static sk_result read_voucher(sqconn *c, int64_t id, sk_voucher *out)
     int rc = sqlite3_step(st);
     sk_result r = SK_OK;
     if (rc == SQLITE_ROW) {
-        memset(out, 0, sizeof *out);
-        out->id = sqlite3_column_int64(st, 0);
-        const unsigned char *t = sqlite3_column_text(st, 1);
-        snprintf(out->title, sizeof out->title, "%s", t ? (const char *)t : "");
-        out->stock = sqlite3_column_int64(st, 2);
-        out->initial_stock = sqlite3_column_int64(st, 3);
-        out->begin = sqlite3_column_int64(st, 4);
-        out->end = sqlite3_column_int64(st, 5);
+        voucher_row(st, out);
     } else if (rc == SQLITE_DONE) {
         r = SK_NO_VOUCHER;
     } else {
         r = fail(c, rc, "voucher get");
     }
     finish(st);
+    return r;
+}
+
+/* Read-only, like sq_voucher_get. */
+static sk_result sq_voucher_list(sk_db *db, int64_t after, sk_voucher *out, size_t cap, size_t *n)
+{
+    sqlite_db *d = (sqlite_db *)db;
+    sqconn *c = borrow(d);
+    if (!c) return SK_UNAVAILABLE;
+    sqlite3_stmt *st = c->st[ST_V_LIST];
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)cap);
+    int rc;
+    *n = 0;
+    while (*n < cap && (rc = sqlite3_step(st)) == SQLITE_ROW) voucher_row(st, &out[(*n)++]);
+    if (*n == cap) rc = SQLITE_DONE;
+    sk_result r = rc == SQLITE_DONE ? SK_OK : fail(c, rc, "voucher list");
+    finish(st);
+    give_back(d, c);
     return r;
 }
 
@@ -417,12 +444,13 @@ static sk_result sq_order_get(sk_db *db, uint64_t id, sk_order *out)
 }
 
 /* 1 when (user, voucher) already has an order, 0 when not, -rc on error. */
-static int has_order(sqconn *c, int64_t user_id, int64_t voucher_id)
+static int has_order(sqconn *c, int64_t user_id, int64_t voucher_id, uint64_t *order_id)
 {
     sqlite3_stmt *st = c->st[ST_O_BY_USER];
     sqlite3_bind_int64(st, 1, user_id);
     sqlite3_bind_int64(st, 2, voucher_id);
     int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && order_id) *order_id = (uint64_t)sqlite3_column_int64(st, 0);
     finish(st);
     if (rc == SQLITE_ROW) return 1;
     if (rc == SQLITE_DONE) return 0;
@@ -431,12 +459,12 @@ static int has_order(sqconn *c, int64_t user_id, int64_t voucher_id)
 
 /* Outside a transaction: the lock strategy asks it before taking the
  * user's lock, where a plain read of the last commit is what it needs. */
-static sk_result sq_order_of_user(sk_db *db, int64_t user_id, int64_t voucher_id)
+static sk_result sq_order_of_user(sk_db *db, int64_t user_id, int64_t voucher_id, uint64_t *order_id)
 {
     sqlite_db *d = (sqlite_db *)db;
     sqconn *c = borrow(d);
     if (!c) return SK_UNAVAILABLE;
-    int k = has_order(c, user_id, voucher_id);
+    int k = has_order(c, user_id, voucher_id, order_id);
     sk_result r = k < 0 ? fail(c, -k, "order lookup") : k == 1 ? SK_ALREADY : SK_OK;
     give_back(d, c);
     return r;
@@ -514,7 +542,7 @@ static sk_result sq_order_place(sk_db *db, const sk_order *o, int64_t now)
         else if (now >= v.end) r = SK_ENDED;
     }
     if (r == SK_OK) {
-        k = has_order(c, o->user_id, o->voucher_id);
+        k = has_order(c, o->user_id, o->voucher_id, NULL);
         if (k < 0) r = fail(c, -k, "order lookup");
         else if (k == 1) r = SK_ALREADY;
     }
@@ -630,6 +658,7 @@ static const sk_db_ops sqlite_ops = {
     .voucher_create = sq_voucher_create,
     .voucher_get = sq_voucher_get,
     .voucher_ids = sq_voucher_ids,
+    .voucher_list = sq_voucher_list,
     .voucher_state = sq_voucher_state,
     .order_get = sq_order_get,
     .order_of_user = sq_order_of_user,

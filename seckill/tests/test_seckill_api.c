@@ -362,11 +362,11 @@ static void malformed_requests_get_a_json_4xx_and_the_server_lives_on(void **sta
     expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 413, "too_large");
     /* Unknown paths and wrong methods. */
     static const char *const paths[] = {"/", "/api", "/api/", "/api/vouchers/", "/api/vouchers//orders",
-                                        "/api/vouchers/1/orders/", "/api/vouchers/1/order", "/api/orders",
+                                        "/api/vouchers/1/orders/", "/api/vouchers/1/orderx", "/api/orders",
                                         "/api/orders/1/x", "/healthz/", "/API/vouchers", "/api/vouchers/1/orders/1"};
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++)
         expect_error(skt_http(sv.port, "GET", paths[i], admin, NULL, resp, sizeof resp), resp, 404, "not_found");
-    expect_error(skt_http(sv.port, "GET", "/api/vouchers", admin, NULL, resp, sizeof resp), resp, 405,
+    expect_error(skt_http(sv.port, "DELETE", "/api/vouchers", admin, NULL, resp, sizeof resp), resp, 405,
                  "method_not_allowed");
     expect_error(skt_http(sv.port, "DELETE", "/api/vouchers/1", admin, NULL, resp, sizeof resp), resp, 405,
                  "method_not_allowed");

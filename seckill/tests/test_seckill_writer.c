@@ -475,12 +475,15 @@ static long long two_persisted_orders(skt_dir *dir, skt_serve *sv, const char *e
 {
     flush();
     assert_int_equal(skt_dir_make(dir), 0);
-    const char *env[] = {env1, NULL, NULL};
+    const char *env[] = {env1, NULL, NULL, NULL};
     /* Tests that stop Redis with orders in flight give the orders a
-     * minute: the buyers' threads may reach the service seconds apart on
-     * a loaded machine, and with the default 5 s the first orders could
-     * time out before the last were sent. */
-    if (strstr(env1, "SECKILL_REDIS_TIMEOUT_MS") == NULL) env[1] = "SECKILL_REDIS_TIMEOUT_MS=60000";
+     * minute, in Redis and at the HTTP deadline: the buyers' threads may
+     * reach the service seconds apart on a loaded machine, and with the
+     * defaults (5 s, 1 s) the first orders could time out before the last
+     * were sent. */
+    int n = 1;
+    if (strstr(env1, "SECKILL_REDIS_TIMEOUT_MS") == NULL) env[n++] = "SECKILL_REDIS_TIMEOUT_MS=60000";
+    if (strstr(env1, "SECKILL_ORDER_TIMEOUT_MS") == NULL) env[n++] = "SECKILL_ORDER_TIMEOUT_MS=60000";
     assert_int_equal(skt_serve_start(sv, dir, srv.url, "redis", NULL, env), 0);
     long long v = skt_voucher(sv->port, dir, "recovery", stock, now_s() - 5, now_s() + 3600);
     assert_true(v > 0);

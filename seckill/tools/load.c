@@ -355,7 +355,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (opts){.url = NULL, .secret_file = SK_DEFAULT_SECRET_FILE, .attempts = 1,
+    *o = (opts){.url = NULL, .secret_file = NULL, .attempts = 1,
                 .threads = (uint64_t)(ncpu > 2 ? ncpu / 2 : 1)};
     int c, li = 0;
     optind = 1;
@@ -587,7 +587,7 @@ int sk_cmd_load(int argc, char **argv)
     size_t slen;
     int created;
     char err[512];
-    if (sk_secret_load(o.secret_file, &secret, &slen, &created, err, sizeof err) != 0) {
+    if (sk_secret_load(sk_secret_file(o.secret_file), 0, &secret, &slen, &created, err, sizeof err) != 0) {
         fprintf(stderr, "seckill: %s\n", err);
         free(r);
         return EXIT_UNAVAILABLE;

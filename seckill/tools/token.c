@@ -1,6 +1,7 @@
 /*
  * `seckill token`: print a bearer token for a user, signed with the
- * service's secret (service/auth.c), for scripts and the demo.
+ * service's secret (service/auth.c), for scripts and the demo. It reads
+ * the secret `serve` uses and never makes one (sk_secret_file says where).
  *
  *   seckill token [--secret-file FILE] [--ttl S] USER_ID
  *
@@ -26,7 +27,7 @@ int sk_cmd_token(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *secret_file = SK_DEFAULT_SECRET_FILE;
+    const char *secret_file = NULL;
     uint64_t ttl = 86400;
     int c;
     optind = 1;
@@ -53,11 +54,10 @@ int sk_cmd_token(int argc, char **argv)
     size_t len;
     int created;
     char err[512];
-    if (sk_secret_load(secret_file, &secret, &len, &created, err, sizeof err) != 0) {
+    if (sk_secret_load(sk_secret_file(secret_file), 0, &secret, &len, &created, err, sizeof err) != 0) {
         fprintf(stderr, "seckill: %s\n", err);
         return EXIT_UNAVAILABLE;
     }
-    if (created) fprintf(stderr, "seckill: created secret file %s\n", secret_file);
     char tok[SK_TOKEN_MAX + 1];
     int rc = sk_token_make(secret, len, uid, sk_unix_now() + (int64_t)ttl, tok, sizeof tok);
     free(secret);
