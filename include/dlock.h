@@ -855,6 +855,124 @@ DLOCK_API dlock_status dlock_latch_count_down_async(dlock_latch *latch, dlock_la
 DLOCK_API dlock_status dlock_latch_count(dlock_latch *latch, long *count);
 
 /* ------------------------------------------------------------------------ */
+/* Rate limiter                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A distributed rate limit: `rate` permits per `interval_ms`, of which up
+ * to `burst` may be taken at once by a caller that has been idle. It is
+ * GCRA (the generic cell rate algorithm): one timestamp per bucket, one
+ * script per decision, exact at any rate and with no window edges, so no
+ * stretch of time t admits more than burst + rate * t / interval. Time is
+ * the server's, never the clients'. One limit may keep a bucket per
+ * subject (a user id, an address: a limit per subject), each a key that
+ * expires as soon as its bucket is full again, so subjects seen once
+ * leave nothing behind. The settings are stored with the limit, and every
+ * client follows the stored ones. A waiter sleeps until its permits are
+ * due, woken early when the settings change; it never polls.
+ * Keys: "dlock:{NAME}:rate" (hash: rate, interval, burst; kept until
+ * deleted), "dlock:{NAME}:rate:tat" (the whole limit's bucket),
+ * "dlock:{NAME}:rate:tat:SUBJECT" (a subject's), channel
+ * "dlock:{NAME}:rate:ch". All of one limit share a Cluster slot, so one
+ * limit's decisions are made on one node. A server that loses its data
+ * (restart without persistence, failover before replication) forgets the
+ * buckets and admits a new burst. A rate limit holds nothing, so it is
+ * not one of the kinds a NAME is checked against: a lock and a rate limit
+ * may share a name. See docs/design/rate.md.
+ */
+typedef struct dlock_rate dlock_rate;
+
+/* The longest interval: 2^31-1 ms, about 24.8 days. */
+#define DLOCK_RATE_INTERVAL_MAX_MS 2147483647L
+/* burst * interval_ms may be at most this (4 * 10^12: a burst of 46 000
+ * over a day), so the scripts' arithmetic stays exact in Lua's doubles. */
+#define DLOCK_RATE_SPAN_MAX 4000000000000LL
+
+/* Settings of dlock_rate_new(). `dlock_rate_options o = {0};` then set
+ * the rate. */
+typedef struct dlock_rate_options {
+    long rate;        /* permits per interval, 1 to 2^31-1 */
+    long interval_ms; /* the interval; 0: 1000 (a rate per second) */
+    long burst;       /* permits a full bucket holds, 1 to 2^31-1; 0: rate */
+    int change;       /* 1: when the limit is stored with other settings,
+                         replace them (and wake its waiters); 0: refuse
+                         them with DLOCK_ERR_INVALID */
+} dlock_rate_options;
+
+/* What a decision or a look reports, read in one atomic step. */
+typedef struct dlock_rate_result {
+    int allowed;         /* 1: granted (dlock_rate_status: would be granted now) */
+    long remaining;      /* permits that could be taken at once after this call */
+    long retry_after_ms; /* when the permits asked for are due: 0 now, else
+                            ms from now (rounded up); -1 never (more than the burst) */
+    long reset_ms;       /* until the bucket is full again (0: full) */
+    long rate;           /* the limit's settings as stored, which this */
+    long interval_ms;    /* decision followed */
+    long burst;
+} dlock_rate_result;
+
+/*
+ * Open rate limit `name` (same rules as lock names) with the settings in
+ * *opts, storing them when the limit has none. When it is stored with
+ * others: DLOCK_ERR_INVALID, the message giving both (nothing changes),
+ * as a semaphore of another size is refused, unless opts->change, which
+ * replaces them. DLOCK_ERR_INVALID too for a setting out of range (see
+ * DLOCK_RATE_SPAN_MAX).
+ */
+DLOCK_API dlock_status dlock_rate_new(dlock_client *client, const char *name, const dlock_rate_options *opts,
+                                      dlock_rate **out);
+
+/* Free a handle. The limit and its buckets stay. */
+DLOCK_API void dlock_rate_free(dlock_rate *rate);
+
+/*
+ * Replace the limit's settings with *opts (opts->change is ignored),
+ * waking its waiters so each sleeps for its permits under the new ones.
+ * Buckets keep their state: a bucket deeper than the new burst counts as
+ * empty. *changed (if not NULL): 1 when the stored settings were others.
+ */
+DLOCK_API dlock_status dlock_rate_set(dlock_rate *rate, const dlock_rate_options *opts, int *changed);
+
+/*
+ * Take `permits` (1 to the burst) from the bucket of `subject` (1 to 512
+ * bytes, any but NUL; NULL: the whole limit's bucket), all or nothing,
+ * waiting up to `wait_ms` (0: not at all; DLOCK_WAIT_FOREVER) for them to
+ * be due. A waiter sleeps exactly until they are due, on a timer; it
+ * makes one script call per wake-up, and a change of the settings wakes
+ * it at once. DLOCK_ERR_TIMEOUT, without waiting, when they are due only
+ * after wait_ms (res->retry_after_ms says when); DLOCK_ERR_INVALID when
+ * they are more than the burst. `res` (may be NULL) gets the last
+ * decision, on DLOCK_OK and DLOCK_ERR_TIMEOUT. Thread-safe: any number of
+ * threads may use one handle.
+ */
+DLOCK_API dlock_status dlock_rate_acquire(dlock_rate *rate, const char *subject, long permits, long wait_ms,
+                                          dlock_rate_result *res);
+
+/* dlock_rate_acquire() with wait_ms 0: one script call, no wait. */
+DLOCK_API dlock_status dlock_rate_try(dlock_rate *rate, const char *subject, long permits, dlock_rate_result *res);
+
+/* What taking `permits` from the bucket of `subject` would give now,
+ * without taking anything (res->allowed, remaining, when due). */
+DLOCK_API dlock_status dlock_rate_status(dlock_rate *rate, const char *subject, long permits,
+                                         dlock_rate_result *res);
+
+/* What an asynchronous acquire ends with: `status` as dlock_rate_acquire()
+ * would return it, and its result (NULL on other failures), valid during
+ * the call only. */
+typedef void (*dlock_rate_fn)(dlock_rate *rate, dlock_status status, const dlock_rate_result *res, void *arg);
+
+/*
+ * dlock_rate_acquire() without a thread that waits, under the rules of
+ * dlock_lock_acquire_async(): cb runs once later on a library thread; one
+ * asynchronous call runs on a handle at a time (a second one fails with
+ * DLOCK_ERR_INVALID until the first one's callback has begun: use a
+ * handle per call in flight); a status other than DLOCK_OK means nothing
+ * was started and cb will not run. `subject` is copied.
+ */
+DLOCK_API dlock_status dlock_rate_acquire_async(dlock_rate *rate, const char *subject, long permits, long wait_ms,
+                                                dlock_rate_fn cb, void *arg);
+
+/* ------------------------------------------------------------------------ */
 /* Read-write lock                                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -1357,7 +1475,8 @@ DLOCK_API void dlock_queue_on_redlock_released(dlock_redlock *rl, dlock_status s
     X(SEMAPHORE, "semaphore", "dlock_semaphore")                  \
     X(PERMIT, "permit", "dlock_psem")                             \
     X(REDLOCK, "redlock", "dlock_redlock")                        \
-    X(LATCH, "latch", "dlock_latch_await()")
+    X(LATCH, "latch", "dlock_latch_await()")                      \
+    X(RATE, "rate", "dlock_rate_acquire() and its try and async")
 
 /* Why an acquire call failed, from its status. LOST: a re-entry into a
  * lost hold, or a grant answered too late. */

@@ -129,13 +129,13 @@ dlock_status dlock_stats(dlock_client *client, struct dlock_stats *out)
 /* ---- Prometheus text ---------------------------------------------------- */
 
 /* Which kinds a family shows: a plain semaphore and a latch have no holds
- * (so no hold times, renewals or losses); a RedLock waits by backing off,
+ * (so no hold times, renewals or losses), nor a rate limit; a RedLock waits by backing off,
  * not on a channel (no wake-ups). */
 enum { F_ALL = 0, F_HOLDS = 1, F_WAITS = 2 };
 
 static int kind_in(int kind, int kinds)
 {
-    if (kinds == F_HOLDS) return kind != DLOCK_STATS_SEMAPHORE && kind != DLOCK_STATS_LATCH;
+    if (kinds == F_HOLDS) return kind != DLOCK_STATS_SEMAPHORE && kind != DLOCK_STATS_LATCH && kind != DLOCK_STATS_RATE;
     if (kinds == F_WAITS) return kind != DLOCK_STATS_REDLOCK;
     return 1;
 }
