@@ -277,14 +277,16 @@ static void a_waiter_is_woken_when_the_limit_changes(void **state)
     dlock_client_free(c);
 }
 
-/* A wait of 3 s (one permit per 3 s) is one sleep: the first decision,
- * one more once subscribed, and one when the permit is due. A waiter that
- * polled, or woke on a 2 s safety net, would make more. */
+/* A wait of 6 s (one permit per 6 s) is one sleep: the first decision,
+ * one more once subscribed, and one when the permit is due (one more is
+ * allowed for a subscription slow to be confirmed on a loaded machine).
+ * A waiter that polled, or woke on the locks' 2 s safety net, would make
+ * five or more. */
 static void a_wait_sleeps_until_due_and_does_not_poll(void **state)
 {
     (void)state;
     dlock_client *c = client();
-    dlock_rate *r = open_rate(c, "rate-nopoll", 1, 3000, 1);
+    dlock_rate *r = open_rate(c, "rate-nopoll", 1, 6000, 1);
     dlock_rate_result res;
     assert_int_equal(dlock_rate_try(r, NULL, 1, &res), DLOCK_OK);
     long long before = script_calls();
@@ -292,8 +294,9 @@ static void a_wait_sleeps_until_due_and_does_not_poll(void **state)
     assert_int_equal(dlock_rate_acquire(r, NULL, 1, 20000, &res), DLOCK_OK);
     long long took = th_now_ms() - t0;
     long long calls = script_calls() - before;
-    assert_true(took >= 2500 && took < 10000);
-    assert_true(calls >= 2 && calls <= 3);
+    print_message("waited %lld ms, %lld script calls\n", took, calls);
+    assert_true(took >= 5500 && took < 15000);
+    assert_true(calls >= 2 && calls <= 4);
     dlock_rate_free(r);
     dlock_client_free(c);
 }
@@ -359,7 +362,7 @@ static void an_async_acquire_sleeps_until_due(void **state)
     long long calls = script_calls() - before;
     assert_int_equal(a.st, DLOCK_OK);
     assert_true(a.at - t0 >= 1500 && a.at - t0 < 10000);
-    assert_true(calls >= 2 && calls <= 3);
+    assert_true(calls >= 2 && calls <= 4);
 
     /* Woken by a change: one a minute, changed to 100 a second. */
     dlock_rate_options o = {0};
