@@ -166,6 +166,7 @@ static void other_settings_are_refused_unless_changed(void **state)
     dlock_rate_free(r2);
     o.change = 1;
     assert_int_equal(dlock_rate_new(c, "rate-set", &o, &r2), DLOCK_OK);
+    dlock_rate_free(r2);
     redisReply *rep = th_target_cmd(&server, "dlock:{rate-set}:rate", "HGET dlock:{rate-set}:rate rate");
     assert_non_null(rep);
     assert_string_equal(rep->str, "20");
@@ -188,7 +189,7 @@ static void other_settings_are_refused_unless_changed(void **state)
     o.interval_ms = 86400000;
     o.burst = 1000000;
     assert_int_equal(dlock_rate_new(c, "rate-set", &o, &r2), DLOCK_ERR_INVALID);
-    dlock_rate_free(r2);
+    assert_null(r2);
     dlock_rate_free(r);
     dlock_client_free(c);
 }
