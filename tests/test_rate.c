@@ -194,6 +194,71 @@ static void other_settings_are_refused_unless_changed(void **state)
     dlock_client_free(c);
 }
 
+/* The bucket's remainder, the part of its TAT finer than a microsecond. */
+static long bucket_remainder(const char *key)
+{
+    redisReply *rep = th_target_cmd(&server, key, "GET %s", key);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_STRING);
+    const char *sp = strchr(rep->str, ' ');
+    assert_non_null(sp);
+    long rem = atol(sp + 1);
+    freeReplyObject(rep);
+    return rem;
+}
+
+/* At 3 per second a permit stands for 333 333 1/3 us: the bucket keeps
+ * the third as a remainder, so three permits taken one by one move it by
+ * exactly a second, as three at once do; a rounded TAT would be off by
+ * a microsecond per permit, and drift at high rates. */
+static void a_permit_finer_than_a_microsecond_adds_up_exactly(void **state)
+{
+    (void)state;
+    dlock_client *c = client();
+    dlock_rate *r = open_rate(c, "rate-exact", 3, 1000, 3);
+    const char *key = "dlock:{rate-exact}:rate:tat";
+    dlock_rate_result res;
+    for (long i = 1; i <= 3; i++) {
+        assert_int_equal(dlock_rate_try(r, NULL, 1, &res), DLOCK_OK);
+        assert_int_equal(bucket_remainder(key), i % 3);
+    }
+    assert_int_equal(res.remaining, 0);
+    assert_int_equal(dlock_rate_try(r, NULL, 1, &res), DLOCK_ERR_TIMEOUT);
+    assert_true(res.retry_after_ms > 250 && res.retry_after_ms <= 334);
+    dlock_rate_free(r);
+    dlock_client_free(c);
+}
+
+/* A server that lost the settings (restart, FLUSHALL) gets them back from
+ * the next decision: the ones last stored, which a handle opened before a
+ * change learned from its answers, not the ones it was opened with. */
+static void lost_settings_come_back_as_last_stored(void **state)
+{
+    (void)state;
+    dlock_client *c = client();
+    dlock_rate *r = open_rate(c, "rate-lost", 10, 1000, 10);
+    dlock_rate *other = open_rate(c, "rate-lost", 10, 1000, 10);
+    dlock_rate_options o = {0};
+    o.rate = 4;
+    o.burst = 2;
+    assert_int_equal(dlock_rate_set(other, &o, NULL), DLOCK_OK);
+    dlock_rate_result res;
+    assert_int_equal(dlock_rate_try(r, "u", 1, &res), DLOCK_OK);
+    assert_int_equal(res.rate, 4);
+    redisReply *rep = th_target_cmd(&server, "dlock:{rate-lost}:rate", "DEL dlock:{rate-lost}:rate");
+    freeReplyObject(rep);
+    assert_int_equal(dlock_rate_try(r, "v", 1, &res), DLOCK_OK);
+    assert_int_equal(res.rate, 4);
+    assert_int_equal(res.burst, 2);
+    rep = th_target_cmd(&server, "dlock:{rate-lost}:rate", "HGET dlock:{rate-lost}:rate rate");
+    assert_non_null(rep);
+    assert_string_equal(rep->str, "4");
+    freeReplyObject(rep);
+    dlock_rate_free(other);
+    dlock_rate_free(r);
+    dlock_client_free(c);
+}
+
 static long long pttl(const char *key)
 {
     redisReply *rep = th_target_cmd(&server, key, "PTTL %s", key);
@@ -453,6 +518,8 @@ int main(void)
         cmocka_unit_test(a_waiter_gets_its_permit_when_due),
         cmocka_unit_test(subjects_have_buckets_of_their_own),
         cmocka_unit_test(other_settings_are_refused_unless_changed),
+        cmocka_unit_test(a_permit_finer_than_a_microsecond_adds_up_exactly),
+        cmocka_unit_test(lost_settings_come_back_as_last_stored),
         cmocka_unit_test(a_bucket_key_expires_when_full_again),
         cmocka_unit_test(a_waiter_is_woken_when_the_limit_changes),
         cmocka_unit_test(a_wait_sleeps_until_due_and_does_not_poll),
