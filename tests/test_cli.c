@@ -2496,6 +2496,14 @@ static void delete_refuses_while_held_and_force_breaks_the_hold(void **state)
     RUN(&r, srv.url, "delete", "dl-job");
     RUN(&r, srv.url, "delete", "bad{name}");
     expect_status(&r, 64);
+    RUN(&r, srv.url, "delete");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
+    RUN(&r, srv.url, "delete", "--force", "a", "b");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "list", "a*", "b*");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
 }
 
 /* One kind of hold, as `dlock` is asked for it, for the pairs below. */
@@ -2583,9 +2591,18 @@ static void every_pair_of_kinds_on_one_name_is_refused_without_running_command(v
             if (kind_cases[o].group != kind_cases[h].group)
                 expect_kind_refused(names[h], &kind_cases[h], &kind_cases[o]);
     print_message("all pairs refused in %lld ms\n", th_now_ms() - t0);
+    /* With a wait, COMMAND's guard is forked before the lock is asked
+     * for (tools/child.c): it must go without running COMMAND, at once. */
+    char ran[256];
+    scratch_file(ran, sizeof ran, "pair.waited");
+    unlink(ran);
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "5", "pair-write", "--", "touch", ran);
+    expect_status(&r, 65);
+    assert_true(r.ms < 3000);
+    assert_false(file_exists(ran));
     for (size_t h = 0; h < KIND_CASES; h++) {
         if (kind_cases[h].group == 3) {
-            run r;
             RUN(&r, srv.url, "delete", "--force", names[h]);
             expect_status(&r, 0);
             continue;
