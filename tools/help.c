@@ -40,8 +40,7 @@ void cli_print_help(void)
     fputs("\n"
           "Run COMMAND while holding the Redis lock NAME (a distributed flock),\n"
           "make global IDs, or list, inspect, break and delete locks, semaphores and\n"
-          "latches. `dlock SUBCOMMAND --help`\n"
-          "lists each subcommand's options.\n"
+          "latches. `dlock SUBCOMMAND --help` lists each subcommand's options.\n"
           "\n" HELP_GLOBAL
           "  -u given 3 or more times: `lock` is a RedLock over those independent\n"
           "  masters (twice is refused: a majority of two masters is both).\n"
