@@ -1586,11 +1586,13 @@ static void every_subcommand_prints_its_help(void **state)
         const char *sub, *synopsis, *option;
     } subs[] = {
         {"lock", "lock [--fair|--read|--write|-s|-x] [-w WAIT] [-n]", "--conflict-exit-code N"},
-        {"semaphore", "semaphore -p PERMITS", "--permits PERMITS"},
+        {"semaphore", "semaphore -p PERMITS", "--set-permits N"},
         {"latch", "latch NAME --set N", "--wait DURATION"},
         {"id", "id [-n COUNT] PREFIX | id --count PREFIX", "--date YYYY-MM-DD"},
         {"status", "status [--json] NAME", "--json"},
         {"unlock", "unlock --force NAME", "--help"},
+        {"list", "list [--json] [PATTERN]", "--json"},
+        {"delete", "delete [--force] NAME", "--force"},
     };
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
@@ -2216,6 +2218,429 @@ static void id_count_tells_how_many_ids_a_day_handed_out(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The admin view: list, status of every kind, delete, semaphore sizes,     */
+/* one NAME one kind                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Line `i` (0: the first) of `text` into out[size], without its newline;
+ * "" past the end. */
+static void nth_line(const char *text, int i, char *out, size_t size)
+{
+    const char *p = text;
+    for (; i > 0 && p; i--) {
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    size_t n = p ? strcspn(p, "\n") : 0;
+    snprintf(out, size, "%.*s", (int)n, p ? p : "");
+}
+
+/* The column at which `word` starts in `line` (-1: not there). */
+static int column_of(const char *line, const char *word)
+{
+    const char *p = strstr(line, word);
+    return p ? (int)(p - line) : -1;
+}
+
+/* The object of `list --json`'s line `i` (1: the first object) as
+ * json_get() reads it: one flat object ending in "}\n". */
+static void list_json_object(const char *out, int i, char *obj, size_t size)
+{
+    char line[1024];
+    nth_line(out, i, line, sizeof line);
+    size_t n = strlen(line);
+    if (n && line[n - 1] == ',') line[--n] = '\0';
+    snprintf(obj, size, "%s\n", line);
+}
+
+/* `list PATTERN`: nothing matching is a header and exit 0 (`[]` with
+ * --json); then a held write lock, a plain lock, a semaphore with one of
+ * two permits used and a latch at 3 are one aligned line each, sorted by
+ * name, with the lock's token and lease, and one JSON object each; names
+ * hash to different Cluster masters, so all of them are asked. 69 when
+ * Redis cannot be reached. */
+static void list_shows_every_kind_held_as_a_table_and_as_json(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "list", "ls-*");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "NAME  KIND  STATE  TOKEN  TTL\n");
+    RUN(&r, srv.url, "list", "--json", "ls-*");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "[]\n");
+
+    proc lock, write, sem;
+    const char *plain_opts[] = {NULL}, *write_opts[] = {"--write", NULL};
+    unsigned long long token = hold_with_token(&lock, "ls-a", plain_opts);
+    unsigned long long wtoken = hold_with_token(&write, "ls-job", write_opts);
+    HOLD(&sem, "ls.sem", "exec sleep 30", "semaphore", "-p", "2", "ls-pool");
+    RUN(&r, srv.url, "latch", "ls-go", "--set", "3");
+    expect_status(&r, 0);
+
+    RUN(&r, srv.url, "list", "ls-*");
+    expect_status(&r, 0);
+    char line[5][512], want[64];
+    for (int i = 0; i < 5; i++) nth_line(r.out, i, line[i], sizeof line[i]);
+    nth_line(r.out, 5, want, sizeof want);
+    assert_string_equal(want, "");
+    assert_int_equal(column_of(line[0], "NAME"), 0);
+    static const char *const names[] = {"ls-a", "ls-go", "ls-job", "ls-pool"};
+    static const char *const kinds[] = {"lock", "latch", "rwlock", "psem"};
+    for (int i = 0; i < 4; i++) {
+        if (strncmp(line[i + 1], names[i], strlen(names[i])) != 0 ||
+            column_of(line[i + 1], kinds[i]) != column_of(line[0], "KIND"))
+            fail_msg("row %d not aligned under the header:\n%s", i + 1, r.out);
+    }
+    snprintf(want, sizeof want, "%llu", token);
+    assert_int_equal(column_of(line[1], want), column_of(line[0], "TOKEN"));
+    snprintf(want, sizeof want, "%llu", wtoken);
+    assert_int_equal(column_of(line[3], want), column_of(line[0], "TOKEN"));
+    assert_int_equal(column_of(line[2], "count 3"), column_of(line[0], "STATE"));
+    assert_int_equal(column_of(line[3], "writer "), column_of(line[0], "STATE"));
+    assert_int_equal(column_of(line[4], "1/2 permits used"), column_of(line[0], "STATE"));
+
+    RUN(&r, srv.url, "list", "--json", "ls-*");
+    expect_status(&r, 0);
+    char obj[1024], v[128];
+    nth_line(r.out, 0, want, sizeof want);
+    assert_string_equal(want, "[");
+    nth_line(r.out, 5, want, sizeof want);
+    assert_string_equal(want, "]");
+    list_json_object(r.out, 1, obj, sizeof obj);
+    json_get(obj, "kind", v, sizeof v);
+    assert_string_equal(v, "lock");
+    json_get(obj, "token", v, sizeof v);
+    assert_int_equal(strtoull(v, NULL, 10), token);
+    assert_true(json_num(obj, "ttl_ms") > 0);
+    list_json_object(r.out, 2, obj, sizeof obj);
+    assert_int_equal(json_num(obj, "count"), 3);
+    list_json_object(r.out, 3, obj, sizeof obj);
+    json_get(obj, "kind", v, sizeof v);
+    assert_string_equal(v, "rwlock");
+    json_get(obj, "token", v, sizeof v);
+    assert_int_equal(strtoull(v, NULL, 10), wtoken);
+    list_json_object(r.out, 4, obj, sizeof obj);
+    json_get(obj, "name", v, sizeof v);
+    assert_string_equal(v, "ls-pool");
+    assert_int_equal(json_num(obj, "permits"), 2);
+    assert_int_equal(json_num(obj, "used"), 1);
+    assert_int_equal(json_num(obj, "count"), -1);
+
+    RUN(&r, srv.url, "list", "ls-p*");
+    expect_status(&r, 0);
+    nth_line(r.out, 2, want, sizeof want);
+    assert_string_equal(want, "");
+    assert_non_null(strstr(r.out, "ls-pool"));
+
+    proc *holders[] = {&lock, &write, &sem};
+    for (int i = 0; i < 3; i++) {
+        kill(holders[i]->pid, SIGTERM);
+        assert_int_equal(wait_dlock(holders[i], 10000), 128 + SIGTERM);
+    }
+    RUN(&r, srv.url, "delete", "ls-go");
+    RUN(&r, srv.url, "list", "bad{");
+    expect_status(&r, 64);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    RUN(&r, url, "list");
+    expect_status(&r, 69);
+    assert_one_line(r.err);
+}
+
+/* `status` of a semaphore: its kind, size, permits used and the longest
+ * lease left, exit 0 while one is used; of a latch: its count, shut (exit
+ * 0) until counted down to zero, then open (exit 1); as text and JSON. */
+static void status_shows_semaphores_and_latches(void **state)
+{
+    (void)state;
+    proc sem;
+    HOLD(&sem, "st.sem", "exec sleep 30", "semaphore", "-p", "3", "st-pool");
+    run r;
+    RUN(&r, srv.url, "status", "st-pool");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "kind: psem\n"));
+    assert_int_equal(status_field(r.out, "permits"), 3);
+    assert_int_equal(status_field(r.out, "permits_used"), 1);
+    assert_null(strstr(r.out, "permits_ttl: -\n"));
+    RUN(&r, srv.url, "status", "--json", "st-pool");
+    expect_status(&r, 0);
+    char v[64];
+    json_get(r.out, "kind", v, sizeof v);
+    assert_string_equal(v, "psem");
+    assert_int_equal(json_num(r.out, "permits"), 3);
+    assert_int_equal(json_num(r.out, "permits_used"), 1);
+    long long ttl = json_num(r.out, "permits_ttl_ms");
+    assert_true(ttl > 0 && ttl <= 30000);
+    kill(sem.pid, SIGTERM);
+    assert_int_equal(wait_dlock(&sem, 10000), 128 + SIGTERM);
+    RUN(&r, srv.url, "status", "st-pool");
+    expect_status(&r, 1);
+    assert_int_equal(status_field(r.out, "permits_used"), 0);
+    assert_non_null(strstr(r.out, "permits_ttl: -\n"));
+
+    RUN(&r, srv.url, "latch", "st-go", "--set", "2");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "status", "st-go");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "kind: latch\n"));
+    assert_int_equal(status_field(r.out, "latch_count"), 2);
+    assert_non_null(strstr(r.out, "latch: shut\n"));
+    RUN(&r, srv.url, "latch", "st-go", "--count-down");
+    RUN(&r, srv.url, "latch", "st-go", "--count-down");
+    RUN(&r, srv.url, "status", "--json", "st-go");
+    expect_status(&r, 1);
+    assert_int_equal(json_num(r.out, "latch_count"), 0);
+    json_get(r.out, "latch", v, sizeof v);
+    assert_string_equal(v, "open");
+    RUN(&r, srv.url, "status", "st-none");
+    expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "kind: -\n"));
+    assert_non_null(strstr(r.out, "latch: -\n"));
+    RUN(&r, srv.url, "delete", "st-go");
+    RUN(&r, srv.url, "delete", "st-pool");
+}
+
+/* `semaphore NAME --set-permits N` resizes and runs nothing; -p with
+ * another size than the stored one runs nothing either and exits 78
+ * naming both numbers and the way to resize; the new size is then the
+ * one -p must give. */
+static void semaphore_set_permits_resizes_and_another_size_is_refused(void **state)
+{
+    (void)state;
+    char ran[256];
+    scratch_file(ran, sizeof ran, "sz.ran");
+    unlink(ran);
+    run r;
+    RUN(&r, srv.url, "semaphore", "sz-pool", "--set-permits", "2");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "sz-pool: 2 permits\n");
+    RUN(&r, srv.url, "status", "sz-pool");
+    assert_int_equal(status_field(r.out, "permits"), 2);
+    RUN(&r, srv.url, "semaphore", "-p", "3", "-n", "sz-pool", "--", "touch", ran);
+    expect_status(&r, 78);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "2 permits, not 3"));
+    assert_non_null(strstr(r.err, "dlock semaphore sz-pool --set-permits 3"));
+    assert_false(file_exists(ran));
+    RUN(&r, srv.url, "semaphore", "--set-permits", "3", "sz-pool");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "semaphore", "-p", "3", "-n", "sz-pool", "--", "touch", ran);
+    expect_status(&r, 0);
+    assert_true(file_exists(ran));
+    RUN(&r, srv.url, "semaphore", "sz-pool", "--set-permits");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "semaphore", "sz-pool", "--set-permits", "-1");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "semaphore", "-p", "3", "--set-permits", "3", "sz-pool");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "semaphore", "--set-permits", "3", "sz-pool", "true");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "delete", "sz-pool");
+    expect_status(&r, 0);
+}
+
+/* The fencing token a plain `lock NAME` hands its COMMAND. */
+static unsigned long long token_of_a_run(const char *name)
+{
+    char tokf[256], script[400], buf[64];
+    scratch_file_of(tokf, sizeof tokf, name, "tok");
+    snprintf(script, sizeof script, "echo $DLOCK_TOKEN > %s", tokf);
+    run r;
+    RUN(&r, srv.url, "lock", name, "--", "sh", "-c", script);
+    expect_status(&r, 0);
+    slurp(tokf, buf, sizeof buf);
+    return strtoull(buf, NULL, 10);
+}
+
+/* `delete NAME`: a latch left shut and a semaphore's size are deleted
+ * (after which NAME is free for any kind), nothing is exit 1; while a
+ * lock is held, or a latch shut, it is refused with 75 naming what holds
+ * it and the holder keeps running; --force deletes anyway (the holder
+ * finds its lease gone: 76). A token handed out after is above the one
+ * before: delete never makes tokens go back. */
+static void delete_refuses_while_held_and_force_breaks_the_hold(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "delete", "dl-none");
+    expect_status(&r, 1);
+    assert_string_equal(r.out, "dl-none: nothing to delete\n");
+    RUN(&r, srv.url, "latch", "dl-go", "--set", "2");
+    RUN(&r, srv.url, "delete", "dl-go");
+    expect_status(&r, 75);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "latch"));
+    RUN(&r, srv.url, "delete", "--force", "dl-go");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "lock", "-n", "dl-go", "--", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "semaphore", "dl-go", "--set-permits", "4");
+    RUN(&r, srv.url, "delete", "dl-go");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "status", "dl-go");
+    assert_non_null(strstr(r.out, "kind: -\n"));
+
+    unsigned long long before = token_of_a_run("dl-job");
+    proc holder;
+    HOLD(&holder, "dl.ready", "exec sleep 30", "lock", "-t", "2", "dl-job");
+    RUN(&r, srv.url, "delete", "dl-job");
+    expect_status(&r, 75);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "in use (lock)"));
+    assert_int_equal(waitpid(holder.pid, NULL, WNOHANG), 0);
+    RUN(&r, srv.url, "delete", "--force", "dl-job");
+    expect_status(&r, 0);
+    assert_int_equal(wait_dlock(&holder, 10000), 76);
+    assert_true(token_of_a_run("dl-job") > before);
+    RUN(&r, srv.url, "delete", "dl-job");
+    RUN(&r, srv.url, "delete", "bad{name}");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "delete");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
+    RUN(&r, srv.url, "delete", "--force", "a", "b");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "list", "a*", "b*");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
+}
+
+/* One kind of hold, as `dlock` is asked for it, for the pairs below. */
+typedef struct kind_case {
+    const char *tag;      /* names the NAME and files */
+    const char *args[4];  /* the subcommand and its options before NAME */
+    int group;            /* kinds of one group share keys and wait instead */
+    const char *held_as;  /* what the refusal says of a NAME held so */
+} kind_case;
+
+static const kind_case kind_cases[] = {
+    {"plain", {"lock"}, 0, "is held as a lock"},
+    {"fair", {"lock", "--fair"}, 0, "is held as a lock"},
+    {"read", {"lock", "--read"}, 1, "is held as a read lock"},
+    {"write", {"lock", "-x"}, 1, "is held as a write lock"},
+    {"sem", {"semaphore", "-p", "2"}, 2, "in use as a permit-expirable semaphore"},
+    {"latch", {"latch"}, 3, "in use as a latch"},
+};
+#define KIND_CASES (sizeof kind_cases / sizeof kind_cases[0])
+
+/* Try `other` on `name` held as `held` without waiting: refused at once
+ * with 65 and one line naming the kind that holds it, COMMAND not run
+ * (a latch has no COMMAND: --set must change nothing). */
+static void expect_kind_refused(const char *name, const kind_case *held, const kind_case *other)
+{
+    char ran[256], file[64];
+    const char *argv[MAX_ARGS];
+    size_t n = 0;
+    snprintf(file, sizeof file, "%.30s.%.10s", name, other->tag);
+    scratch_file(ran, sizeof ran, file);
+    unlink(ran);
+    for (size_t i = 0; other->args[i]; i++) argv[n++] = other->args[i];
+    if (other->group == 3) {
+        argv[n++] = name;
+        argv[n++] = "--set";
+        argv[n++] = "2";
+    } else {
+        argv[n++] = "-n";
+        argv[n++] = name;
+        argv[n++] = "--";
+        argv[n++] = "touch";
+        argv[n++] = ran;
+    }
+    argv[n] = NULL;
+    run r;
+    run_argv(&r, srv.url, NULL, argv);
+    if (r.status != 65 || !strstr(r.err, held->held_as) || file_exists(ran)) {
+        print_error("%s on a NAME held as %s: exit %d, COMMAND %s\nstderr: %s\n", other->tag, held->tag, r.status,
+                    file_exists(ran) ? "ran" : "not run", r.err);
+        fail();
+    }
+    assert_one_line(r.err);
+}
+
+/* One NAME, one kind: for every pair of plain, fair, read, write,
+ * semaphore and latch that do not share keys, the second on a NAME the
+ * first holds is refused at once (exit 65, the kind named, COMMAND not
+ * run), and the first holder goes on. */
+static void every_pair_of_kinds_on_one_name_is_refused_without_running_command(void **state)
+{
+    (void)state;
+    proc holders[KIND_CASES];
+    char names[KIND_CASES][32];
+    for (size_t h = 0; h < KIND_CASES; h++) {
+        const kind_case *k = &kind_cases[h];
+        snprintf(names[h], sizeof names[h], "pair-%s", k->tag);
+        if (k->group == 3) {
+            run r;
+            RUN(&r, srv.url, "latch", names[h], "--set", "2");
+            expect_status(&r, 0);
+            continue;
+        }
+        const char *argv[MAX_ARGS];
+        size_t n = 0;
+        char ready[64];
+        for (size_t i = 0; k->args[i]; i++) argv[n++] = k->args[i];
+        argv[n++] = names[h];
+        argv[n] = NULL;
+        snprintf(ready, sizeof ready, "pair.%s", k->tag);
+        start_holder(&holders[h], ready, "exec sleep 30", argv);
+    }
+    long long t0 = th_now_ms();
+    for (size_t h = 0; h < KIND_CASES; h++)
+        for (size_t o = 0; o < KIND_CASES; o++)
+            if (kind_cases[o].group != kind_cases[h].group)
+                expect_kind_refused(names[h], &kind_cases[h], &kind_cases[o]);
+    print_message("all pairs refused in %lld ms\n", th_now_ms() - t0);
+    /* With a wait, COMMAND's guard is forked before the lock is asked
+     * for (tools/child.c): it must go without running COMMAND, at once. */
+    char ran[256];
+    scratch_file(ran, sizeof ran, "pair.waited");
+    unlink(ran);
+    run r;
+    RUN(&r, srv.url, "lock", "-w", "5", "pair-write", "--", "touch", ran);
+    expect_status(&r, 65);
+    assert_true(r.ms < 3000);
+    assert_false(file_exists(ran));
+    for (size_t h = 0; h < KIND_CASES; h++) {
+        if (kind_cases[h].group == 3) {
+            RUN(&r, srv.url, "delete", "--force", names[h]);
+            expect_status(&r, 0);
+            continue;
+        }
+        assert_int_equal(waitpid(holders[h].pid, NULL, WNOHANG), 0);
+        kill(holders[h].pid, SIGTERM);
+        assert_int_equal(wait_dlock(&holders[h], 10000), 128 + SIGTERM);
+    }
+}
+
+/* `latch --await` started before the latch is set waits for the set and
+ * then for the last count-down: with --set 2 it is still waiting after
+ * the first --count-down, and exits 0 soon after the second. */
+static void latch_await_before_the_set_waits_for_the_last_count_down(void **state)
+{
+    (void)state;
+    proc waiter;
+    START(&waiter, srv.url, "latch", "lr-go", "--await", "-w", "10");
+    usleep(300000);
+    assert_int_equal(waitpid(waiter.pid, NULL, WNOHANG), 0);
+    run r;
+    RUN(&r, srv.url, "latch", "lr-go", "--set", "2");
+    expect_status(&r, 0);
+    usleep(200000);
+    assert_int_equal(waitpid(waiter.pid, NULL, WNOHANG), 0);
+    RUN(&r, srv.url, "latch", "lr-go", "--count-down");
+    assert_string_equal(r.out, "1\n");
+    usleep(200000);
+    assert_int_equal(waitpid(waiter.pid, NULL, WNOHANG), 0);
+    RUN(&r, srv.url, "latch", "lr-go", "--count-down");
+    assert_string_equal(r.out, "0\n");
+    long long t0 = th_now_ms();
+    assert_int_equal(wait_dlock(&waiter, 10000), 0);
+    assert_true(th_now_ms() - t0 < 5000);
+    RUN(&r, srv.url, "delete", "lr-go");
+}
+
+/* ------------------------------------------------------------------------ */
 
 static int setup(void **state)
 {
@@ -2288,6 +2713,12 @@ int main(void)
         cmocka_unit_test(status_json_names_the_holders_host_pid_command_and_token),
         cmocka_unit_test(status_escapes_the_command_and_shows_only_the_current_holds_record),
         cmocka_unit_test(id_count_tells_how_many_ids_a_day_handed_out),
+        cmocka_unit_test(list_shows_every_kind_held_as_a_table_and_as_json),
+        cmocka_unit_test(status_shows_semaphores_and_latches),
+        cmocka_unit_test(semaphore_set_permits_resizes_and_another_size_is_refused),
+        cmocka_unit_test(delete_refuses_while_held_and_force_breaks_the_hold),
+        cmocka_unit_test(every_pair_of_kinds_on_one_name_is_refused_without_running_command),
+        cmocka_unit_test(latch_await_before_the_set_waits_for_the_last_count_down),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -21,10 +21,12 @@
  * code can be checked against each other at a glance). */
 #define EXIT_NOT_HELD 1     /* status: lock free; unlock --force: nothing held */
 #define EXIT_USAGE 64       /* EX_USAGE: bad arguments or malformed URL */
+#define EXIT_WRONG_KIND 65  /* EX_DATAERR: NAME is in use as another kind */
 #define EXIT_UNAVAILABLE 69 /* EX_UNAVAILABLE: Redis unreachable or AUTH refused */
 #define EXIT_SOFTWARE 70    /* EX_SOFTWARE: any other internal error */
 #define EXIT_BUSY 75        /* EX_TEMPFAIL: lock not acquired within WAIT */
 #define EXIT_LOST 76        /* the lease was lost before or while COMMAND ran */
+#define EXIT_CONFIG 78      /* EX_CONFIG: semaphore -p differs from the size stored */
 #define EXIT_NOEXEC 127     /* COMMAND could not be executed, as in sh(1) */
 
 #define DEFAULT_URL "redis://127.0.0.1:6379"
@@ -41,11 +43,14 @@
     "[[--] COMMAND [ARG...] | -c 'SHELL COMMAND']"
 #define USAGE_SEM                                                                                    \
     "dlock [-u URL] semaphore -p PERMITS [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] [--retry-connect] " \
-    "[--safety-margin PCT] [--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND']"
+    "[--safety-margin PCT] [--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND'] | "      \
+    "semaphore NAME --set-permits N"
 #define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]"
 #define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]"
 #define USAGE_STATUS "dlock [-u URL] status [--json] NAME"
+#define USAGE_LIST "dlock [-u URL] list [--json] [PATTERN]"
 #define USAGE_UNLOCK "dlock [-u URL] unlock --force NAME"
+#define USAGE_DELETE "dlock [-u URL] delete [--force] NAME"
 #define USAGE_MISC "dlock --help | --version | dlock SUBCOMMAND --help"
 /* How a duration is written, for help and usage errors. */
 #define DURATION_FORMS "seconds (10, 1.5), or a number with a unit: 500ms, 10s, 1.5s, 2m, 1h"
@@ -68,6 +73,8 @@ void cli_warnf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_set_quiet(int on);
 /* A long argument cut for a message, with its length (one static buffer). */
 const char *cli_shown(const char *s);
+/* A span of time as a person reads it: 850ms, 12.3s, 3m12s, 2h05m, 3d04h. */
+void cli_human_ms(long long ms, char *buf, size_t size);
 
 /* ------------------------------------------------------------------------ */
 /* Options (options.c)                                                       */
@@ -83,6 +90,7 @@ int cli_parse_token(const char *s, uint64_t *out);
 int cli_parse_duration(const char *s, long lo, long hi, long *out);
 const char *cli_typed_option(char **argv);
 int cli_duration_arg(const char *synopsis, char **argv, long lo, long hi, long *out);
+int cli_json_options(const char *synopsis, int argc, char **argv, int *json);
 
 /* ------------------------------------------------------------------------ */
 /* Help (help.c)                                                             */
@@ -124,5 +132,12 @@ int cli_cmd_latch(const char *url, int argc, char **argv);
 int cli_cmd_id(const char *url, int argc, char **argv);
 int cli_cmd_status(const char *url, int argc, char **argv);
 int cli_cmd_unlock(const char *url, int argc, char **argv);
+int cli_cmd_list(const char *url, int argc, char **argv);
+int cli_cmd_delete(const char *url, int argc, char **argv);
+/* `semaphore NAME --set-permits N`: resize, run nothing. */
+int cli_sem_resize(const char *url, const char *name, long permits);
+/* Check that a subcommand got exactly one NAME from argv[first] on (a
+ * leading "--" allowed, no options). Returns 0 or a usage exit status. */
+int cli_one_name(const char *synopsis, int argc, char **argv, int first, const char **name);
 
 #endif

@@ -18,6 +18,7 @@
 typedef struct hold_args {
     hold_kind kind;
     long ttl, wait_ms, permits;
+    long set_permits; /* semaphore --set-permits: the new size, or -1 */
     long margin_pct; /* --safety-margin */
     long busy_exit;  /* -E: the exit status when not acquired */
     uint64_t fence_floor; /* --fence-floor: tokens go above it */
@@ -60,6 +61,14 @@ static int parse_command(const char *synopsis, int argc, char **argv, int at, ho
     return 0;
 }
 
+/* The N of --set-permits: 0 (nobody gets a permit until it grows) up. */
+static int set_permits_arg(const char *s, hold_args *h)
+{
+    if (cli_parse_number(s, 0, MAX_MS, &h->set_permits) == 0) return 0;
+    cli_usage_error(USAGE_SEM, "bad --set-permits '%s': expected a number from 0 to %ld", s, MAX_MS);
+    return -1;
+}
+
 /* Parse the arguments of `lock` (is_sem 0) or `semaphore` (is_sem 1).
  * Returns 0, the exit status of a usage error, or -1 after printing the
  * subcommand's help. `argv[0]` is the subcommand. */
@@ -85,6 +94,7 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     static const struct option sem_opts[] = {
         HOLD_COMMON_OPTS,
         {"permits", required_argument, NULL, 'p'},
+        {"set-permits", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
 #undef HOLD_COMMON_OPTS
@@ -114,6 +124,9 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
             if (cli_parse_number(optarg, 1, MAX_MS, &h->permits) != 0)
                 return cli_usage_error(synopsis, "bad PERMITS '%s': expected a number from 1 to %ld", optarg, MAX_MS);
             break;
+        case 'S':
+            if (set_permits_arg(optarg, h) != 0) return EXIT_USAGE;
+            break;
         case 'f':
             if (cli_parse_token(optarg, &h->fence_floor) != 0)
                 return cli_usage_error(synopsis, "bad --fence-floor '%s': expected a fencing token (digits)", optarg);
@@ -137,11 +150,24 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
         }
     }
     if (kinds > 1) return cli_usage_error(synopsis, "lock: --fair, --read (-s) and --write (-x) exclude each other");
-    if (is_sem && h->permits <= 0) return cli_usage_error(synopsis, "semaphore: -p PERMITS is required");
     if (optind >= argc) return cli_usage_error(synopsis, "%s: missing NAME", argv[0]);
     h->name = argv[optind++];
     int bad = cli_check_name(synopsis, h->name, 0);
     if (bad) return bad;
+    /* The form the man page shows, `semaphore NAME --set-permits N`: after
+     * NAME, where a COMMAND would be, since no command is called that. */
+    if (is_sem && optind < argc && strcmp(argv[optind], "--set-permits") == 0) {
+        if (optind + 2 != argc) return cli_usage_error(synopsis, "semaphore: --set-permits takes one N and nothing after");
+        if (set_permits_arg(argv[optind + 1], h) != 0) return EXIT_USAGE;
+        optind = argc;
+    }
+    if (h->set_permits >= 0) {
+        if (h->permits > 0) return cli_usage_error(synopsis, "semaphore: give -p or --set-permits, not both");
+        if (optind < argc || h->shell_command)
+            return cli_usage_error(synopsis, "semaphore: --set-permits runs no COMMAND");
+        return 0;
+    }
+    if (is_sem && h->permits <= 0) return cli_usage_error(synopsis, "semaphore: -p PERMITS is required");
     return parse_command(synopsis, argc, argv, optind, h);
 }
 
@@ -232,7 +258,7 @@ static int print_hold(const holder *h, uint64_t token)
 int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, char **argv)
 {
     hold_args a = {.kind = HOLD_PLAIN, .ttl = DEFAULT_TTL_MS, .wait_ms = DLOCK_WAIT_FOREVER,
-                   .margin_pct = DEFAULT_MARGIN_PCT, .busy_exit = EXIT_BUSY};
+                   .margin_pct = DEFAULT_MARGIN_PCT, .busy_exit = EXIT_BUSY, .set_permits = -1};
     int rc = parse_hold_args(argc, argv, is_sem, &a);
     if (rc < 0) return cli_help_done();
     if (rc != 0) return rc;
@@ -245,6 +271,7 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
             return cli_usage_error(synopsis, "RedLock needs at least 3 masters (-u given %zu times)", n_urls);
         a.kind = HOLD_REDLOCK;
     }
+    if (a.set_permits >= 0) return cli_sem_resize(urls[0], a.name, a.set_permits);
     long long started = now_ms();
     long long deadline = a.wait_ms == DLOCK_WAIT_FOREVER ? -1 : started + a.wait_ms;
 
@@ -282,6 +309,13 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
         if (a.verbose)
             cli_errorf("%s '%s' not acquired within %ld ms: %s", h.ops->what, a.name, a.wait_ms, dlock_last_error());
         rc = (int)a.busy_exit;
+        goto out;
+    } else if (st == DLOCK_ERR_INVALID && a.kind == HOLD_PERMIT) {
+        /* -p was checked: what the library refuses is a semaphore stored
+         * with another size (its message names both), a setting to fix,
+         * not a usage error. */
+        cli_errorf("%s: dlock semaphore %s --set-permits %ld", dlock_last_error(), a.name, a.permits);
+        rc = EXIT_CONFIG;
         goto out;
     } else if (st != DLOCK_OK) {
         if (h.handle) cli_errorf("cannot acquire '%s': %s", a.name, dlock_last_error());

@@ -8,32 +8,6 @@
 #include "cli.h"
 #include "holdinfo.h"
 
-/* Check that a subcommand got exactly one NAME and no options; shared by
- * status and unlock. Returns 0 or a usage exit status. */
-static int one_name(const char *synopsis, int argc, char **argv, int first, const char **name)
-{
-    if (first < argc && argv[first][0] == '-' && argv[first][1] != '\0' && strcmp(argv[first], "--") != 0)
-        return cli_unknown_option(synopsis, argv[first]);
-    if (first < argc && strcmp(argv[first], "--") == 0) first++;
-    if (first >= argc) return cli_usage_error(synopsis, "%s: missing NAME", argv[0]);
-    if (first + 1 < argc) return cli_usage_error(synopsis, "%s: too many arguments", argv[0]);
-    *name = argv[first];
-    return cli_check_name(synopsis, *name, 0);
-}
-
-/* A span of time as a person reads it at a glance: 850ms, 12.3s, 3m12s,
- * 2h05m, 3d04h. */
-static void human_ms(long long ms, char *buf, size_t size)
-{
-    if (ms < 0) ms = 0;
-    long long s = ms / 1000;
-    if (ms < 1000) snprintf(buf, size, "%lldms", ms);
-    else if (s < 60) snprintf(buf, size, "%lld.%llds", s, ms % 1000 / 100);
-    else if (s < 3600) snprintf(buf, size, "%lldm%02llds", s / 60, s % 60);
-    else if (s < 86400) snprintf(buf, size, "%lldh%02lldm", s / 3600, s % 3600 / 60);
-    else snprintf(buf, size, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
-}
-
 /* Milliseconds since 1970 as an ISO 8601 UTC time, e.g.
  * 2026-11-25T10:00:00Z: one spelling for every host's time zone. */
 static void utc_time(long long ms, char *buf, size_t size)
@@ -48,13 +22,38 @@ typedef struct status_report {
     const char *name;
     dlock_lock_info lock;
     dlock_rwlock_info rw;
+    dlock_psem_info psem;      /* what `dlock semaphore` holds */
+    dlock_semaphore_info sem;  /* the library's semaphore without leases */
+    dlock_latch_info latch;
     holdinfo_view v;
     /* The hold described by token..lease_left: the plain or fair lock when
      * held, else the write hold, else none. */
     const char *token;
     const holdinfo_meta *meta;
     long lease_left_ms; /* -1 when free */
+    const char *kind;   /* what NAME is used as (dlock_kind_name), NULL: nothing */
+    int in_use;         /* exit 0: a lock or permit held, a latch shut */
 } status_report;
+
+/* A latch is open once counted down to zero (kept as 0 a while), shut
+ * while set above it; NULL when not set. */
+static const char *latch_state(const dlock_latch_info *l)
+{
+    return !l->exists ? NULL : l->count > 0 ? "shut" : "open";
+}
+
+/* What NAME is in use as, one kind at most (the library refuses a
+ * second), and whether that counts as held for the exit status. */
+static void classify(status_report *r)
+{
+    r->in_use = 1;
+    if (r->lock.held) r->kind = dlock_kind_name(DLOCK_KIND_LOCK);
+    else if (r->rw.held) r->kind = dlock_kind_name(DLOCK_KIND_RWLOCK);
+    else if (r->psem.exists) r->kind = dlock_kind_name(DLOCK_KIND_PSEM), r->in_use = r->psem.used > 0;
+    else if (r->sem.exists) r->kind = dlock_kind_name(DLOCK_KIND_SEMAPHORE), r->in_use = 0;
+    else if (r->latch.exists) r->kind = dlock_kind_name(DLOCK_KIND_LATCH), r->in_use = r->latch.count > 0;
+    else r->in_use = 0;
+}
 
 /* The JSON form: the same facts as the text, as one object, with tokens as
  * strings (they may pass 2^53, beyond what a double holds exactly) and
@@ -87,6 +86,13 @@ static void print_status_json(const status_report *r)
     cli_json_num_member(stdout, "since_ms", m ? m->since_ms : 0, m != NULL);
     cli_json_num_member(stdout, "held_for_ms", m ? r->v.now_ms - m->since_ms : 0, m != NULL);
     cli_json_num_member(stdout, "lease_left_ms", r->lease_left_ms, r->lease_left_ms >= 0);
+    cli_json_str_member(stdout, "kind", r->kind);
+    cli_json_num_member(stdout, "permits", r->psem.permits, r->psem.exists);
+    cli_json_num_member(stdout, "permits_used", r->psem.used, r->psem.exists);
+    cli_json_num_member(stdout, "permits_ttl_ms", r->psem.ttl_ms, r->psem.exists && r->psem.ttl_ms >= 0);
+    cli_json_num_member(stdout, "available", r->sem.available, r->sem.exists);
+    cli_json_num_member(stdout, "latch_count", r->latch.count, r->latch.exists);
+    cli_json_str_member(stdout, "latch", latch_state(&r->latch));
     fputs("}\n", stdout);
 }
 
@@ -121,41 +127,39 @@ static void print_status_text(const status_report *r)
     if (m) {
         char ago[32];
         utc_time(m->since_ms, buf, sizeof buf);
-        human_ms(r->v.now_ms - m->since_ms, ago, sizeof ago);
+        cli_human_ms(r->v.now_ms - m->since_ms, ago, sizeof ago);
         printf("\nsince: %s (%s ago)\n", buf, ago);
     } else {
         fputs("\nsince: -\n", stdout);
     }
-    if (r->lease_left_ms >= 0) human_ms(r->lease_left_ms, buf, sizeof buf);
+    if (r->lease_left_ms >= 0) cli_human_ms(r->lease_left_ms, buf, sizeof buf);
     printf("lease_left: %s\n", r->lease_left_ms >= 0 ? buf : "-");
+    printf("kind: %s\n", r->kind ? r->kind : "-");
+    put_count("permits", r->psem.exists ? r->psem.permits : -1);
+    put_count("permits_used", r->psem.exists ? r->psem.used : -1);
+    if (r->psem.exists && r->psem.ttl_ms >= 0) cli_human_ms(r->psem.ttl_ms, buf, sizeof buf);
+    printf("permits_ttl: %s\n", r->psem.exists && r->psem.ttl_ms >= 0 ? buf : "-");
+    put_count("available", r->sem.exists ? r->sem.available : -1);
+    put_count("latch_count", r->latch.exists ? r->latch.count : -1);
+    printf("latch: %s\n", r->latch.exists ? latch_state(&r->latch) : "-");
 }
 
 /* Show who holds NAME, for operators and for scripts (`key: value` lines
- * or --json, exit 0 when held, 1 when free). One NAME may be used as a
- * plain or fair lock (`lock`, `lock --fair`) and as a read-write lock
- * (`lock --read`, `--write`): they are different keys, and either kind of
- * holder counts, so both are shown. */
+ * or --json, exit 0 when in use, 1 when free). NAME may be a plain or
+ * fair lock (`lock`, `lock --fair`), a read-write lock (`lock --read`,
+ * `--write`), a semaphore or a latch: different keys, one kind at a time,
+ * and the lock lines come first as they always did, so scripts that read
+ * them keep working; `kind` says which it is. */
 int cli_cmd_status(const char *url, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int json = 0, opt;
-    optind = 0;
-    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'j': json = 1; break;
-        case 'h': cli_print_sub_help(argv[0]); return cli_help_done();
-        default: return cli_unknown_option(USAGE_STATUS, cli_bad_option(argv));
-        }
-    }
+    int json = 0, rc = cli_json_options(USAGE_STATUS, argc, argv, &json);
+    if (rc < 0) return cli_help_done();
+    if (rc != 0) return rc;
     status_report r = {.name = NULL};
     /* getopt took a "--" that ends the options: one_name wants it back, so
      * that a NAME starting with '-' is still a NAME. */
     int first = optind > 1 && strcmp(argv[optind - 1], "--") == 0 ? optind - 1 : optind;
-    int rc = one_name(USAGE_STATUS, argc, argv, first, &r.name);
+    rc = cli_one_name(USAGE_STATUS, argc, argv, first, &r.name);
     if (rc != 0) return rc;
     dlock_url parsed;
     int cluster = 0;
@@ -167,9 +171,12 @@ int cli_cmd_status(const char *url, int argc, char **argv)
     if ((rc = cli_open_client(url, NULL, &client)) != 0) return rc;
     dlock_status st = dlock_lock_inspect(client, r.name, &r.lock);
     if (st == DLOCK_OK) st = dlock_rwlock_inspect(client, r.name, &r.rw);
+    if (st == DLOCK_OK) st = dlock_psem_inspect(client, r.name, &r.psem);
+    if (st == DLOCK_OK) st = dlock_semaphore_inspect(client, r.name, &r.sem);
+    if (st == DLOCK_OK) st = dlock_latch_inspect(client, r.name, &r.latch);
     if (st == DLOCK_OK) st = holdinfo_read(client, r.name, cluster, &r.v);
     if (st != DLOCK_OK) {
-        cli_errorf("cannot inspect lock '%s': %s", r.name, dlock_last_error());
+        cli_errorf("cannot inspect '%s': %s", r.name, dlock_last_error());
         rc = cli_exit_for(st);
     } else {
         r.lease_left_ms = -1;
@@ -182,9 +189,10 @@ int cli_cmd_status(const char *url, int argc, char **argv)
             r.meta = r.v.rw.known ? &r.v.rw : NULL;
             r.lease_left_ms = r.rw.ttl_ms;
         }
+        classify(&r);
         if (json) print_status_json(&r);
         else print_status_text(&r);
-        rc = r.lock.held || r.rw.held ? 0 : EXIT_NOT_HELD;
+        rc = r.in_use ? 0 : EXIT_NOT_HELD;
         if (fflush(stdout) != 0) rc = EXIT_SOFTWARE;
     }
     dlock_client_free(client);
@@ -202,7 +210,7 @@ int cli_cmd_unlock(const char *url, int argc, char **argv)
     }
     if (argc < 2 || strcmp(argv[1], "--force") != 0)
         return cli_usage_error(USAGE_UNLOCK, "unlock: --force is required (this breaks another holder's lock)");
-    int rc = one_name(USAGE_UNLOCK, argc, argv, 2, &name);
+    int rc = cli_one_name(USAGE_UNLOCK, argc, argv, 2, &name);
     if (rc != 0) return rc;
     dlock_client *client = NULL;
     if ((rc = cli_open_client(url, NULL, &client)) != 0) return rc;

@@ -27,7 +27,8 @@ long cli_timeout_ms(void)
 
 /* The sysexits status for a failed library call outside of `lock`'s own
  * special cases: callers of the tool care whether retrying later can help
- * (69) or whether they typed something wrong (64). */
+ * (69), whether they typed something wrong (64), or whether NAME is used
+ * as another kind of lock, semaphore or latch (65), which no retry mends. */
 int cli_exit_for(dlock_status st)
 {
     switch (st) {
@@ -37,6 +38,7 @@ int cli_exit_for(dlock_status st)
     case DLOCK_ERR_INVALID: return EXIT_USAGE;
     case DLOCK_ERR_TIMEOUT: return EXIT_BUSY;
     case DLOCK_ERR_LOST: return EXIT_LOST;
+    case DLOCK_ERR_WRONG_KIND: return EXIT_WRONG_KIND;
     default: return EXIT_SOFTWARE;
     }
 }

@@ -6,10 +6,13 @@
  *   dlock [-u URL] lock [OPTIONS] [--until-eof] NAME      (hold; print the token)
  *   dlock -u URL1 -u URL2 -u URL3 ... lock [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
  *   dlock [-u URL] semaphore -p PERMITS [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
+ *   dlock [-u URL] semaphore NAME --set-permits N
  *   dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]
  *   dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]
  *   dlock [-u URL] status [--json] NAME
+ *   dlock [-u URL] list [--json] [PATTERN]
  *   dlock [-u URL] unlock --force NAME
+ *   dlock [-u URL] delete [--force] NAME
  *   dlock --help | --version | dlock SUBCOMMAND --help
  *
  * Every form takes --password-file FILE and --timeout DURATION before the
@@ -58,6 +61,8 @@ static int run_subcommand(const char *cmd, const char *url, const char *const *u
     if (strcmp(cmd, "id") == 0) return cli_cmd_id(url, argc, argv);
     if (strcmp(cmd, "status") == 0) return cli_cmd_status(url, argc, argv);
     if (strcmp(cmd, "unlock") == 0) return cli_cmd_unlock(url, argc, argv);
+    if (strcmp(cmd, "list") == 0) return cli_cmd_list(url, argc, argv);
+    if (strcmp(cmd, "delete") == 0) return cli_cmd_delete(url, argc, argv);
     return cli_general_usage_error("unknown command '%s'", cmd);
 }
 

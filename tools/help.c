@@ -14,7 +14,9 @@ void cli_print_synopsis(FILE *f)
           "       " USAGE_LATCH "\n"
           "       " USAGE_ID "\n"
           "       " USAGE_STATUS "\n"
+          "       " USAGE_LIST "\n"
           "       " USAGE_UNLOCK "\n"
+          "       " USAGE_DELETE "\n"
           "       " USAGE_MISC "\n",
           f);
 }
@@ -37,8 +39,8 @@ void cli_print_help(void)
     cli_print_synopsis(stdout);
     fputs("\n"
           "Run COMMAND while holding the Redis lock NAME (a distributed flock),\n"
-          "make global IDs, or inspect and break locks. `dlock SUBCOMMAND --help`\n"
-          "lists each subcommand's options.\n"
+          "make global IDs, or list, inspect, break and delete locks, semaphores and\n"
+          "latches. `dlock SUBCOMMAND --help` lists each subcommand's options.\n"
           "\n" HELP_GLOBAL
           "  -u given 3 or more times: `lock` is a RedLock over those independent\n"
           "  masters (twice is refused: a majority of two masters is both).\n"
@@ -47,8 +49,10 @@ void cli_print_help(void)
           "\n"
           "Exit status: COMMAND's own (128+N if killed by signal N); 75 lock busy\n"
           "(or -E N), printing nothing unless -v; 76 lock lost while held; 69 Redis\n"
-          "unreachable, not answering in time or AUTH failed; 64 usage error; 127\n"
-          "COMMAND not executable; 70 internal error.\n"
+          "unreachable, not answering in time or AUTH failed; 64 usage error; 65 NAME\n"
+          "in use as another kind (a lock, a read-write lock, a semaphore, a latch);\n"
+          "78 semaphore -p differs from the size stored; 127 COMMAND not executable;\n"
+          "70 internal error.\n"
           "See dlock(1).\n",
           stdout);
 }
@@ -79,7 +83,8 @@ void cli_print_help(void)
     "semaphore's: DLOCK_PERMIT). Without COMMAND, the token is printed and the hold\n"              \
     "kept until SIGTERM or SIGINT (or, with --until-eof, the end of stdin), exit 0.\n"             \
     "Exit status: COMMAND's; 75 (or -E N) not acquired, 76 lost while held, 69 Redis\n"            \
-    "unreachable or not answering in time, 64 usage, 127 not executable.\n"
+    "unreachable or not answering in time, 64 usage, 65 NAME in use as another kind\n"             \
+    "(COMMAND not run), 127 not executable.\n"
 
 /* `dlock SUBCOMMAND --help`: that subcommand's synopsis and options, for
  * someone who knows which subcommand they want and not its flags. */
@@ -101,14 +106,18 @@ void cli_print_sub_help(const char *cmd)
               "\n"
               "Run COMMAND holding one of PERMITS permits of the semaphore NAME.\n"
               "\n"
-              "  -p, --permits PERMITS the semaphore's size, set by its first user\n" HELP_HOLD_COMMON
+              "  -p, --permits PERMITS the semaphore's size, set by its first user; another\n"
+              "                        size than the one stored exits 78\n"
+              "  --set-permits N       resize NAME to N permits (0 or more) and exit 0,\n"
+              "                        running nothing (also as NAME --set-permits N)\n" HELP_HOLD_COMMON
                   HELP_HOLD_END,
               stdout);
     } else if (strcmp(cmd, "latch") == 0) {
         fputs("usage: " USAGE_LATCH "\n"
               "\n"
               "A count-down latch: --set N once, --count-down (prints what is left),\n"
-              "--await until it is zero.\n"
+              "--await until it is zero (a latch not set yet is waited for too).\n"
+              "Exit 65 when NAME is a lock or semaphore.\n"
               "\n"
               "  -w, --wait DURATION   --await gives up after DURATION, exit 75\n"
               "  -h, --help            this text\n",
@@ -126,9 +135,30 @@ void cli_print_sub_help(const char *cmd)
     } else if (strcmp(cmd, "status") == 0) {
         fputs("usage: " USAGE_STATUS "\n"
               "\n"
-              "Show who holds NAME: key: value lines (exit 0 held, 1 free).\n"
+              "Show who holds NAME, a lock, semaphore or latch: key: value lines (exit 0\n"
+              "held, a permit used or the latch shut; 1 free).\n"
               "\n"
               "  --json                the same as one JSON object\n"
+              "  -h, --help            this text\n",
+              stdout);
+    } else if (strcmp(cmd, "list") == 0) {
+        fputs("usage: " USAGE_LIST "\n"
+              "\n"
+              "List every held lock, set semaphore and shut latch whose name matches the\n"
+              "glob PATTERN (default *), on every master of a Cluster: one line each\n"
+              "(NAME KIND STATE TOKEN TTL), exit 0 even when none.\n"
+              "\n"
+              "  --json                a JSON array of objects instead\n"
+              "  -h, --help            this text\n",
+              stdout);
+    } else if (strcmp(cmd, "delete") == 0) {
+        fputs("usage: " USAGE_DELETE "\n"
+              "\n"
+              "Delete every key of NAME (exit 0; 1 when there was none). Refused while\n"
+              "NAME is held or in use (exit 75, naming what holds it) unless --force.\n"
+              "Fencing tokens never go back: the counter they come from is kept.\n"
+              "\n"
+              "  --force               delete even while held: the holders lose it\n"
               "  -h, --help            this text\n",
               stdout);
     } else {

@@ -16,8 +16,8 @@
  *
  * Readers, RedLock and semaphore permits record nothing: a read-write lock
  * has one hash for any number of readers, a RedLock's hold is spread over
- * masters that `status` does not ask, and `status` does not show
- * semaphores.
+ * masters that `status` does not ask, and `status` shows a semaphore's
+ * counts, not who holds its permits.
  */
 #ifndef DLOCK_TOOLS_HOLDINFO_H
 #define DLOCK_TOOLS_HOLDINFO_H

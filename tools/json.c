@@ -1,5 +1,5 @@
-/* The JSON printer of `dlock status --json`: strings escaped and made
- * valid UTF-8, and members that may be null. */
+/* The JSON printer of `dlock status --json` and `dlock list --json`:
+ * strings escaped and made valid UTF-8, and members that may be null. */
 #include <stdio.h>
 
 #include "cli.h"

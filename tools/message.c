@@ -105,3 +105,16 @@ const char *cli_shown(const char *s)
     snprintf(buf, sizeof buf, "%.*s... (%zu bytes)", SHOWN_MAX, s, n);
     return buf;
 }
+
+/* A span of time as a person reads it at a glance: 850ms, 12.3s, 3m12s,
+ * 2h05m, 3d04h. */
+void cli_human_ms(long long ms, char *buf, size_t size)
+{
+    if (ms < 0) ms = 0;
+    long long s = ms / 1000;
+    if (ms < 1000) snprintf(buf, size, "%lldms", ms);
+    else if (s < 60) snprintf(buf, size, "%lld.%llds", s, ms % 1000 / 100);
+    else if (s < 3600) snprintf(buf, size, "%lldm%02llds", s / 60, s % 60);
+    else if (s < 86400) snprintf(buf, size, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+    else snprintf(buf, size, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+}

@@ -146,3 +146,37 @@ int cli_duration_arg(const char *synopsis, char **argv, long lo, long hi, long *
                        optarg, lo, hi, DURATION_UNITS);
 }
 
+/* Check that a subcommand got exactly one NAME and no options; shared by
+ * status, unlock and delete. Returns 0 or a usage exit status. */
+int cli_one_name(const char *synopsis, int argc, char **argv, int first, const char **name)
+{
+    if (first < argc && argv[first][0] == '-' && argv[first][1] != '\0' && strcmp(argv[first], "--") != 0)
+        return cli_unknown_option(synopsis, argv[first]);
+    if (first < argc && strcmp(argv[first], "--") == 0) first++;
+    if (first >= argc) return cli_usage_error(synopsis, "%s: missing NAME", argv[0]);
+    if (first + 1 < argc) return cli_usage_error(synopsis, "%s: too many arguments", argv[0]);
+    *name = argv[first];
+    return cli_check_name(synopsis, *name, 0);
+}
+
+/* The options of `status` and `list`: --json and --help, nothing else.
+ * 0 with *json set, -1 after printing the subcommand's help, or a usage
+ * exit status. optind is left at the first operand. */
+int cli_json_options(const char *synopsis, int argc, char **argv, int *json)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    optind = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'j': *json = 1; break;
+        case 'h': cli_print_sub_help(argv[0]); return -1;
+        default: return cli_unknown_option(synopsis, cli_bad_option(argv));
+        }
+    }
+    return 0;
+}
