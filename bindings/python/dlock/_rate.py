@@ -158,13 +158,25 @@ class RateLimiter:
         return await _bridge.await_call(key, fut)
 
     def _spare(self) -> _Handle:
+        """An idle C handle of the limit for one asynchronous call. It is
+        opened with the settings last known here; when another client has
+        changed them since, with the ones stored now, read through the
+        limiter's own handle (opening never replaces them)."""
         h = self._handle()
         with self._mu:
             if self._idle:
                 return self._idle.pop()
             opts = _native.RateOptions(rate=self._opts.rate, interval_ms=self._opts.interval_ms,
                                        burst=self._opts.burst)
-        return _open(h.state, h.name, opts)
+        try:
+            return _open(h.state, h.name, opts)
+        except _errors.InvalidArgument:
+            res = _native.RateResult()
+            _check(self._rc(h, _lib.dlock_rate_status, None, 1, ctypes.byref(res)))
+            with self._mu:
+                self._opts.rate, self._opts.interval_ms, self._opts.burst = res.rate, res.interval_ms, res.burst
+            opts = _native.RateOptions(rate=res.rate, interval_ms=res.interval_ms, burst=res.burst)
+            return _open(h.state, h.name, opts)
 
     def _spare_done(self, h: _Handle) -> None:
         with self._mu:

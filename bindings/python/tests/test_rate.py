@@ -139,6 +139,17 @@ def test_async_acquire_from_asyncio(client, name, loop):
             lp.close()
 
 
+def test_async_acquire_follows_settings_another_client_changed(client, name, redis):
+    # The asynchronous acquire opens a handle of its own, after the
+    # settings were changed elsewhere: it follows the stored ones rather
+    # than being refused for the ones this limiter was opened with.
+    r = client.rate_limiter(name, 5, per=1.0)
+    with dlock.Client(redis.url) as other:
+        other.rate_limiter(name, 7, per=2.0, burst=3, change=True).close()
+    assert asyncio.run(r.acquire_async()) == 2
+    assert r.status().burst == 3
+
+
 def test_wrong_arguments_are_refused_before_the_library(client, name):
     with pytest.raises(TypeError):
         client.rate_limiter(name, 1.5)
