@@ -1141,6 +1141,10 @@ DLOCK_API void dlock_queue_on_counted(dlock_latch *latch, dlock_status status, l
 DLOCK_API void dlock_queue_on_ids(dlock_client *client, dlock_status status, uint64_t first, size_t count,
                                   void *ticket);
 DLOCK_API void dlock_queue_on_multilock(dlock_status status, void *ticket);
+/* For dlock_rate_acquire_async(): the token is the result's remaining on
+ * DLOCK_OK, its retry_after_ms on DLOCK_ERR_TIMEOUT, else 0. */
+DLOCK_API void dlock_queue_on_rate(dlock_rate *rate, dlock_status status, const dlock_rate_result *res,
+                                   void *ticket);
 
 /* What dlock_rwlock_inspect() reports. */
 typedef struct dlock_rwlock_info {

@@ -288,6 +288,18 @@ void dlock_queue_on_multilock(dlock_status status, void *ticket)
     post(ticket, status, 0);
 }
 
+/* A rate limit's outcome carries one number of its result: what the
+ * waiting caller most wants next, the permits left after a grant or, when
+ * they were due too late, the milliseconds until they are. */
+void dlock_queue_on_rate(dlock_rate *rate, dlock_status status, const dlock_rate_result *res, void *ticket)
+{
+    (void)rate;
+    uint64_t token = 0;
+    if (res && status == DLOCK_OK) token = (uint64_t)res->remaining;
+    else if (res && status == DLOCK_ERR_TIMEOUT && res->retry_after_ms > 0) token = (uint64_t)res->retry_after_ms;
+    post(ticket, status, token);
+}
+
 void dlock_queue_on_redlock_acquired(dlock_redlock *rl, dlock_status status, uint64_t token, void *ticket)
 {
     (void)rl;

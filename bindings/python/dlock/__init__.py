@@ -8,8 +8,8 @@
 
 Reentrant locks with fencing tokens, renewed by a watchdog and told when
 lost; fair locks, read-write locks, semaphores (also with permits that
-expire), latches, multi-locks, RedLock over independent masters and
-global IDs.
+expire), latches, multi-locks, RedLock over independent masters, rate
+limits and global IDs.
 Waiting sleeps until a release is announced (no polling) and releases the
 GIL. Every failure raises a DlockError subclass carrying the library's
 explanation. The C library is found through $DLOCK_LIBRARY or the dynamic
@@ -31,8 +31,8 @@ How the modules fit, from the C library up:
 - _aio: the asyncio bridge: asynchronous calls, each loop's completion
   queue, each task's own handles.
 - _client: the public Client, Lock, RWLock, Semaphore, Latch and Hold.
-- _expirable (ExpirableSemaphore, Permit) and _multi (MultiLock, RedLock)
-  build on _client the same way.
+- _expirable (ExpirableSemaphore, Permit), _multi (MultiLock, RedLock)
+  and _rate (RateLimiter) build on _client the same way.
 """
 from ._errors import (AuthenticationError, ClientClosed, ConnectionError, Deadlock, DlockError,
                       ForkedClient, IdOverflow, InvalidArgument, InvalidURL, LockLost, NotAcquired,
@@ -41,6 +41,7 @@ from ._client import (Client, Hold, Latch, Lock, LockInfo, RWLock, RWLockInfo, R
                       Semaphore, check_id_prefix, check_name)
 from ._expirable import ExpirableSemaphore, Permit
 from ._multi import MultiLock, RedLock, RedLockHold
+from ._rate import RateLimiter, RateStatus
 from . import _native
 
 # The package's own version, kept equal to the C library's VERSION file of
@@ -61,7 +62,7 @@ def library_version() -> str:
 __all__ = [
     "Client", "Lock", "RWLock", "RWLockMode", "Semaphore", "Latch", "Hold", "LockInfo",
     "ExpirableSemaphore", "Permit", "MultiLock", "RedLock", "RedLockHold",
-    "RWLockInfo", "check_name", "check_id_prefix", "library_version", "library_path",
+    "RWLockInfo", "RateLimiter", "RateStatus", "check_name", "check_id_prefix", "library_version", "library_path",
     "DlockError", "InvalidArgument", "InvalidURL", "ConnectionError", "AuthenticationError",
     "NotAcquired", "NotOwner", "LockLost", "RedisError", "OutOfMemory", "IdOverflow",
     "SystemFailure", "Deadlock", "NotReplicated", "WrongKind", "ClientClosed", "ForkedClient",

@@ -518,3 +518,17 @@ def on_counted(_latch: Optional[int], status: int, remaining: int, arg: Optional
 @_native.IDS_FN
 def on_ids(_client: Optional[int], status: int, first: int, _count: int, arg: Optional[int]) -> None:
     _call_end(arg, status, first)
+
+
+@_native.RATE_FN
+def on_rate(_rate: Optional[int], status: int, res: Any, arg: Optional[int]) -> None:
+    # The token dlock_queue_on_rate() gives: the permits left after a
+    # grant, the milliseconds until due after a timeout.
+    token = 0
+    if res:
+        r = res.contents
+        if status == 0:
+            token = r.remaining
+        elif status == _errors.ERR_TIMEOUT and r.retry_after_ms > 0:
+            token = r.retry_after_ms
+    _call_end(arg, status, token)

@@ -198,3 +198,34 @@ def _cname(name: Name, what: str = "name") -> bytes:
     if b"\0" in b:
         raise InvalidArgument("%s contains a NUL character" % what)
     return b
+
+
+def _rate_settings(rate: Any, per: Seconds, burst: Any) -> "tuple[int, int, int]":
+    """A rate limit's settings as dlock_rate_options: `rate` permits (an
+    int) per `per` seconds, a whole number of milliseconds up to
+    DLOCK_RATE_INTERVAL_MAX_MS; `burst` an int, None for the rate; and
+    burst * interval within DLOCK_RATE_SPAN_MAX."""
+    n = _count(rate, "rate")
+    s = _seconds(per, "per")
+    ms = round(s * 1000) if s == s and 0 < s < math.inf else 0
+    if not 1 <= ms <= _native.RATE_INTERVAL_MAX_MS or abs(s * 1000 - ms) > 1e-6 * max(1, ms):
+        raise InvalidArgument("per must be a whole number of milliseconds from 0.001 to %s seconds "
+                              "(about %.1f days), not %r" % (
+                                  _s(_native.RATE_INTERVAL_MAX_MS),
+                                  math.floor(_native.RATE_INTERVAL_MAX_MS / 8640000.0) / 10, per))
+    b = n if burst is None else _count(burst, "burst")
+    if b * ms > _native.RATE_SPAN_MAX:
+        raise InvalidArgument("burst * per may be at most %d permit-milliseconds (a burst of 46,000 over "
+                              "a day), not %d * %s s" % (_native.RATE_SPAN_MAX, b, _s(ms)))
+    return n, ms, b
+
+
+def _subject(subject: Any) -> Optional[bytes]:
+    """A rate limit's subject: None for the whole limit's bucket, else a
+    str or bytes of 1 to 512 bytes without NUL."""
+    if subject is None:
+        return None
+    b = _cname(subject, "subject")
+    if not 1 <= len(b) <= 512:
+        raise InvalidArgument("subject must be 1 to 512 bytes, not %d" % len(b))
+    return b

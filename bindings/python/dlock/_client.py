@@ -30,6 +30,7 @@ from ._handles import _FREE, _NEW, _READ, _WRITE, _Handle, _State
 
 if TYPE_CHECKING:
     from ._expirable import ExpirableSemaphore
+    from ._rate import RateLimiter
 
 _lib = _native.lib
 _log = _service.log
@@ -824,6 +825,16 @@ class Client:
         permit is found lost."""
         from ._expirable import expirable_semaphore
         return expirable_semaphore(self, name, permits, wait, lease, on_lost)
+
+    def rate_limiter(self, name: Name, rate: int, per: Seconds = 1.0, burst: Optional[int] = None,
+                     change: bool = False) -> "RateLimiter":
+        """The rate limit ``name``: ``rate`` permits per ``per`` seconds (a
+        whole number of milliseconds), up to ``burst`` (None: ``rate``) at
+        once. Stores the settings when the limit has none; when it is
+        stored with others, InvalidArgument naming both, unless ``change``,
+        which replaces them for every client."""
+        from ._rate import rate_limiter
+        return rate_limiter(self._state, name, rate, per, burst, change)
 
     def latch(self, name: Name) -> Latch:
         """The count-down latch ``name``."""

@@ -174,6 +174,7 @@ _FREE = {
     "sem": _lib.dlock_semaphore_free,
     "psem": _free_psem,
     "latch": _lib.dlock_latch_free,
+    "rate": _lib.dlock_rate_free,
 }
 _NEW = {
     "lock": _lib.dlock_lock_new,

@@ -28,11 +28,15 @@ LEASE_WATCHDOG = 0  # DLOCK_LEASE_WATCHDOG
 LEASE_MAX_MS = 2147483647  # DLOCK_LEASE_MAX_MS
 QUEUE_ERROR_MAX = 512  # DLOCK_QUEUE_ERROR_MAX
 READ, WRITE = 0, 1  # dlock_rw_mode
+RATE_INTERVAL_MAX_MS = 2147483647  # DLOCK_RATE_INTERVAL_MAX_MS
+RATE_SPAN_MAX = 4000000000000  # DLOCK_RATE_SPAN_MAX
 DEFINES = {
     "DLOCK_WAIT_FOREVER": WAIT_FOREVER,
     "DLOCK_LEASE_WATCHDOG": LEASE_WATCHDOG,
     "DLOCK_LEASE_MAX_MS": LEASE_MAX_MS,
     "DLOCK_QUEUE_ERROR_MAX": QUEUE_ERROR_MAX,
+    "DLOCK_RATE_INTERVAL_MAX_MS": RATE_INTERVAL_MAX_MS,
+    "DLOCK_RATE_SPAN_MAX": RATE_SPAN_MAX,
     "DLOCK_VERSION_MAJOR": ABI_MAJOR,  # dlock_version.h, which dlock.h includes
 }
 # Enums by their C type name (the status codes are _errors' ERR_*).
@@ -91,6 +95,33 @@ class RWLockInfo(ctypes.Structure):
     ]
 
 
+class RateOptions(ctypes.Structure):
+    """struct dlock_rate_options; zero in a field means the library's default."""
+
+    _fields_ = [
+        ("rate", c_long),
+        ("interval_ms", c_long),
+        ("burst", c_long),
+        ("change", c_int),
+        ("_spare", ctypes.c_char * _SPARE),
+    ]
+
+
+class RateResult(ctypes.Structure):
+    """struct dlock_rate_result."""
+
+    _fields_ = [
+        ("allowed", c_int),
+        ("remaining", c_long),
+        ("retry_after_ms", c_long),
+        ("reset_ms", c_long),
+        ("rate", c_long),
+        ("interval_ms", c_long),
+        ("burst", c_long),
+        ("_spare", ctypes.c_char * _SPARE),
+    ]
+
+
 # void (*)(dlock_lock *, uint64_t token, void *arg)
 LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_void_p)
 # void (*)(dlock_rwlock *, dlock_rw_mode, uint64_t token, void *arg)
@@ -113,6 +144,8 @@ PERMIT_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
 # void (*)(dlock_psem *, dlock_status, dlock_permit *, void *arg)
 PERMIT_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_void_p)
 REDLOCK_LOST_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p)
+# void (*)(dlock_rate *, dlock_status, const dlock_rate_result *, void *arg)
+RATE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, ctypes.POINTER(RateResult), c_void_p)
 
 
 
@@ -135,6 +168,8 @@ STRUCTS = {
     "dlock_lock_info": LockInfo,
     "dlock_rwlock_info": RWLockInfo,
     "dlock_completion": Completion,
+    "dlock_rate_options": RateOptions,
+    "dlock_rate_result": RateResult,
 }
 
 
@@ -227,6 +262,13 @@ _PROTOTYPES = {
     "dlock_redlock_acquire_async": (c_int, [c_void_p, c_long, c_long, ACQUIRED_FN, c_void_p]),
     "dlock_redlock_release_async": (c_int, [c_void_p, RELEASED_FN, c_void_p]),
     "dlock_redlock_validity": (c_long, [c_void_p]),
+    "dlock_rate_new": (c_int, [c_void_p, c_char_p, _P(RateOptions), _P(c_void_p)]),
+    "dlock_rate_free": (None, [c_void_p]),
+    "dlock_rate_set": (c_int, [c_void_p, _P(RateOptions), _P(c_int)]),
+    "dlock_rate_acquire": (c_int, [c_void_p, c_char_p, c_long, c_long, _P(RateResult)]),
+    "dlock_rate_try": (c_int, [c_void_p, c_char_p, c_long, _P(RateResult)]),
+    "dlock_rate_status": (c_int, [c_void_p, c_char_p, c_long, _P(RateResult)]),
+    "dlock_rate_acquire_async": (c_int, [c_void_p, c_char_p, c_long, c_long, RATE_FN, c_void_p]),
     "dlock_queue_new": (c_int, [_P(c_void_p)]),
     "dlock_queue_fd": (c_int, [c_void_p]),
     "dlock_queue_free": (None, [c_void_p]),
@@ -253,6 +295,7 @@ _QUEUE_CALLBACKS = {
     "multilock": ("dlock_queue_on_multilock", MULTILOCK_FN),
     "redlock_acquired": ("dlock_queue_on_redlock_acquired", ACQUIRED_FN),
     "redlock_released": ("dlock_queue_on_redlock_released", RELEASED_FN),
+    "rate": ("dlock_queue_on_rate", RATE_FN),
 }
 
 
