@@ -165,6 +165,14 @@ static void user_over_its_rate_gets_429_and_others_go_on(void **state)
     assert_int_equal(skt_http(sv.port, "GET", path, tok, NULL, resp, sizeof resp), 404);
     assert_int_equal(metric("seckill_rate_limited_total{scope=\"user\"} "), 1);
     assert_int_equal(metric("seckill_rate_limited_total{scope=\"total\"} "), 0);
+    /* The description lists the refusal's members on the error body. */
+    static char doc[131072];
+    assert_int_equal(skt_http(sv.port, "GET", "/openapi.json", NULL, NULL, doc, sizeof doc), 200);
+    json_t *j = json_loads(doc, 0, NULL);
+    json_t *err = json_object_get(json_object_get(json_object_get(j, "components"), "schemas"), "Error");
+    assert_non_null(json_object_get(json_object_get(err, "properties"), "scope"));
+    assert_non_null(json_object_get(json_object_get(err, "properties"), "retry_after_ms"));
+    json_decref(j);
     assert_int_equal(skt_serve_stop(&sv), 0);
 }
 
