@@ -20,8 +20,15 @@
 # sockets; every process is stopped by PID and the temp dir removed,
 # whatever happens.
 #
-# Environment: DEMO_USERS (20000), DEMO_STOCK (1000), DEMO_CONCURRENCY (200).
-# Exit status 0 only when both sales sold exactly the stock and verified.
+# Act 3 (a second or two): the admission limits. DEMO_LIMIT_STOCK (100)
+# users each send 20 orders at once to a serve with --rate-per-user 1/s:
+# each user's first admitted order buys, the others get 429 rate_limited
+# before reaching the stock, and the sale sells exactly its stock.
+#
+# Environment: DEMO_USERS (20000), DEMO_STOCK (1000), DEMO_CONCURRENCY (200),
+# DEMO_LIMIT_STOCK (100).
+# Exit status 0 only when every sale sold exactly its stock (and the two
+# of act 2 verified).
 set -eu
 . "$(dirname "$0")/../scripts/servers.sh"
 build=${1:-build}
@@ -82,6 +89,34 @@ sale() {
 sale redis
 sale lock
 
+# ---- act 3: admission limits ---------------------------------------------------
+# A short sale under --rate-per-user 1/s: every user hammers (20 orders at
+# once); the first admitted one buys, the rest are refused before the
+# stock (429 rate_limited), and the sale still sells exactly its stock.
+limits() {
+    d="$dir/limits"
+    mkdir -p "$d"
+    start_seckill "$d/serve" "$seckill" --db "sqlite://$d/seckill.db" --secret-file "$dir/secret" \
+        --rate-per-user 1/s
+    echo
+    echo "== act 3, admission limits: $lstock users each send 20 orders at once for $lstock units," \
+        "under --rate-per-user 1/s"
+    st=0
+    "$seckill" load --url "http://127.0.0.1:$port" --stock "$lstock" --users "$lstock" --attempts 20 \
+        --concurrency 50 --secret-file "$dir/secret" >"$d/load.out" || st=$?
+    grep -v '^{' "$d/load.out" || true
+    [ $st -eq 0 ] || echo "demo: seckill load exited $st" >&2
+    json=$(grep '^{' "$d/load.out" || true)
+    created=$(field "$json" created)
+    limited=$(field "$json" rate_limited)
+    echo "$st ${created:-0} ${limited:-0}" >"$d/result"
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    spid=""
+}
+lstock=${DEMO_LIMIT_STOCK:-100}
+limits
+
 # ---- side by side ------------------------------------------------------------
 row() { # LABEL FIELD [FORMAT]
     r=$(field "$(grep '^{' "$dir/redis/load.out" || true)" "$2")
@@ -109,3 +144,7 @@ for s in redis lock; do
     [ "$(cat "$dir/$s/verify.status")" = 0 ] && [ "$(orders "$s")" = "$stock" ] || exit 1
 done
 echo "Both strategies sold exactly $stock units, one per user, and the database agrees."
+read -r lst lcreated llimited <"$dir/limits/result"
+[ "$lst" = 0 ] && [ "$lcreated" = "$lstock" ] && [ "$llimited" -gt 0 ] || exit 1
+echo "Under --rate-per-user 1/s, $llimited orders were refused before the stock and the sale still sold" \
+    "exactly $lstock units."

@@ -78,6 +78,13 @@ typedef struct sk_order {
 
 typedef struct sk_app sk_app;
 
+/* Why an order was not admitted (sk_app.admit): which limit refused it
+ * ("user" or "total") and when its next permit is due. */
+typedef struct sk_refusal {
+    const char *scope;
+    long retry_after_ms;
+} sk_refusal;
+
 /*
  * A way of deciding orders. Both implementations share the database for
  * vouchers and persisted orders; they differ in where stock and buyers are
@@ -133,6 +140,12 @@ struct sk_app {
     int answer_timeout_ms;       /* serve's --order-timeout: an order answered later
                                     (sk_api_handle_async) gets its fallback answer
                                     once this passes; 0: never */
+    /* Admission before an order reaches the strategy (serve's --rate-*,
+     * service/admit.c); NULL: every order goes on. SK_OK to go on,
+     * SK_BUSY with *why (answered 429 rate_limited), or another result to
+     * answer instead. */
+    sk_result (*admit)(void *ctx, int64_t user_id, sk_refusal *why);
+    void *admit_ctx;
 };
 
 #endif

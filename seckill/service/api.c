@@ -388,6 +388,28 @@ static void order_create(sk_app *app, int64_t uid, int64_t vid, sk_response *res
     order_reply(resp, r, oid);
 }
 
+/* The admission limits (sk_app.admit) before the strategy: 1 when the
+ * order may go on, 0 when *resp holds its refusal. A refusal says which
+ * limit and when to come back, in ms in the body and in whole seconds
+ * (rounded up) in Retry-After, and the stock is never asked. */
+static int admitted(sk_app *app, int64_t uid, sk_response *resp)
+{
+    if (!app->admit) return 1;
+    sk_refusal why = {NULL, 0};
+    sk_result r = app->admit(app->admit_ctx, uid, &why);
+    if (r == SK_OK) return 1;
+    if (r != SK_BUSY || !why.scope) {
+        result_error(resp, r);
+        return 0;
+    }
+    sk_metrics_rate_limited(why.scope);
+    json_reply(resp, 429, json_pack("{ss ss sI}", "error", "rate_limited", "scope", why.scope, "retry_after_ms",
+                                    (json_int_t)why.retry_after_ms));
+    if (resp->status == 429) resp->retry_after = (int)((why.retry_after_ms + 999) / 1000);
+    if (resp->retry_after < 1) resp->retry_after = 1;
+    return 0;
+}
+
 /* Where an asynchronous order's answer goes. */
 typedef struct pending_order {
     sk_api_done *done;
@@ -583,7 +605,7 @@ static void openapi(sk_response *resp)
 }
 
 /* Checks run cheapest first and in a fixed order (route, method, token,
- * id, body), so a request is refused for the first thing wrong with it and
+ * id, body; for an order then the admission limits), so a request is refused for the first thing wrong with it and
  * nothing reaches a strategy unauthenticated or unparsed. With `done`, an
  * order may be answered later (returns 1); see sk_api_handle_async(). */
 static int handle(sk_app *app, const sk_request *req, sk_response *resp, sk_api_done *done, void *arg)
@@ -631,6 +653,7 @@ static int handle(sk_app *app, const sk_request *req, sk_response *resp, sk_api_
     case SK_ROUTE_VOUCHER_LIST: voucher_list(app, req, resp); break;
     case SK_ROUTE_VOUCHER_GET: voucher_get(app, (int64_t)id, resp); break;
     case SK_ROUTE_ORDER_CREATE:
+        if (!admitted(app, uid, resp)) break;
         if (done && app->strategy.ops->order_create_async)
             return order_create_async(app, uid, (int64_t)id, resp, done, arg);
         order_create(app, uid, (int64_t)id, resp);

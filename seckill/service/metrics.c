@@ -31,6 +31,7 @@ static atomic_uint_fast64_t latency_ns[SK_ROUTE_COUNT];
 static atomic_uint_fast64_t orders[NRESULT];
 static atomic_uint_fast64_t w_created, w_dup, w_rejected, w_dead, w_batches;
 static atomic_int_fast64_t s_lag, s_pending, in_flight;
+static atomic_uint_fast64_t rate_user, rate_total;
 
 /* Relaxed: counters need atomicity, not ordering with other memory. */
 static void add(atomic_uint_fast64_t *c, uint64_t n)
@@ -69,6 +70,13 @@ void sk_metrics_request(sk_route route, int status, int64_t ns)
 void sk_metrics_order(sk_result r)
 {
     if ((unsigned)r < NRESULT) add(&orders[r], 1);
+}
+
+/* Orders the admission limits refused, by the limit that did; they never
+ * reach a strategy, so seckill_orders_total does not count them. */
+void sk_metrics_rate_limited(const char *scope)
+{
+    add(strcmp(scope, "user") == 0 ? &rate_user : &rate_total, 1);
 }
 
 void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead,
@@ -278,6 +286,11 @@ char *sk_metrics_render(void)
     for (int r = 0; r < NRESULT; r++)
         put(&b, "seckill_orders_total{outcome=\"%s\"} %llu\n",
             r == SK_OK ? "accepted" : sk_result_code((sk_result)r), (unsigned long long)get(&orders[r]));
+    put(&b, "# HELP seckill_rate_limited_total Orders refused by --rate-per-user (user) or --rate-total (total).\n"
+            "# TYPE seckill_rate_limited_total counter\n"
+            "seckill_rate_limited_total{scope=\"user\"} %llu\n"
+            "seckill_rate_limited_total{scope=\"total\"} %llu\n",
+        (unsigned long long)get(&rate_user), (unsigned long long)get(&rate_total));
     put(&b, "# HELP seckill_orders_in_flight Orders waiting for their decision (the redis strategy's script).\n"
             "# TYPE seckill_orders_in_flight gauge\n"
             "seckill_orders_in_flight %lld\n",

@@ -36,6 +36,9 @@ void sk_metrics_order(sk_result r);
  * answer (-1): the orders waiting for Redis. */
 void sk_metrics_in_flight(int delta);
 
+/* An order refused by an admission limit: scope "user" or "total". */
+void sk_metrics_rate_limited(const char *scope);
+
 /* The writer's progress. */
 void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead,
                        uint64_t batches);

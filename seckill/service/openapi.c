@@ -30,7 +30,9 @@ static const char *status_text(int status)
     case 413: return "The body is larger than 8192 bytes (too_large)";
     case 429:
         return "Try again after Retry-After seconds (busy): Redis is slow, restarting or failing over, or the "
-               "order's fate is not known yet; a retry is safe (409 if an earlier try was taken)";
+               "order's fate is not known yet; a retry is safe (409 if an earlier try was taken). Or over an "
+               "admission limit (rate_limited, with scope user or total and retry_after_ms): the stock was not "
+               "touched";
     case 500: return "The service failed (internal)";
     case 503: return "Redis or the database does not answer (unavailable); retry after Retry-After seconds";
     }
@@ -123,12 +125,17 @@ static json_t *schemas(void)
     json_t *s = json_object();
     json_object_set_new(
         s, "Error",
-        json_pack("{ss s[s] s{s{ss ss} s{ss ss} s{ss ss} s{ss ss} s{ss s{ss} ss}}}", "type", "object", "required",
+        json_pack("{ss s[s] s{s{ss ss} s{ss ss} s{ss ss} s{ss ss} s{ss s{ss} ss} s{ss s[ss] ss} s{ss ss}}}", "type",
+                  "object", "required",
                   "error", "properties", "error", "type", "string", "description", "a code clients branch on",
                   "field", "type", "string", "description", "the body member or query parameter at fault",
                   "message", "type", "string", "description", "the rule broken, for people", "reason", "type",
                   "string", "description", "401 only: missing, malformed, bad_signature or expired", "down", "type",
-                  "array", "items", "type", "string", "description", "503 of /readyz: redis and/or database"));
+                  "array", "items", "type", "string", "description", "503 of /readyz: redis and/or database", "scope",
+                  "type", "string", "enum", "user", "total", "description",
+                  "429 rate_limited only: the limit that refused, --rate-per-user or --rate-total",
+                  "retry_after_ms", "type", "integer", "description",
+                  "429 rate_limited only: ms until that limit's next permit is due"));
     json_object_set_new(s, "VoucherNew",
                         json_pack("{ss s[ssss] sb s{s{ss si si} s{sO si si} s{sO si} s{sO si}}}", "type", "object",
                                   "required", "title", "stock", "begin", "end", "additionalProperties", 0,

@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "auth.h"
 #include "common/cli.h"
 #include "common/log.h"
@@ -96,6 +97,8 @@ typedef struct serve_opts {
     const char *log_level, *log_format, *access_log;
     sk_http_limits limits;
     const char *redis_password_file, *db_password_file;
+    const char *rate_user, *rate_total;   /* as given, for the start-up line */
+    dlock_rate_options user, total;       /* parsed, when given */
 } serve_opts;
 
 /*
@@ -122,6 +125,17 @@ static int default_threads(const serve_opts *o)
     return (int)(ncpu * per < least ? least : ncpu * per);
 }
 
+/* A --rate-* value (or its environment variable's: the flag wins, and
+ * either is checked the same way); NULL is off. */
+static int parse_rate(const char *flag, const char *env, const char *spec, dlock_rate_options *o)
+{
+    char why[160];
+    if (!spec || sk_rate_parse(spec, o, why, sizeof why) == 0) return 0;
+    fprintf(stderr, "seckill: %s (or %s) wants RATE[/UNIT][:BURST], e.g. 5/s:10: \"%s\": %s\n", flag, env, spec,
+            why);
+    return -1;
+}
+
 /* All of serve's flags are checked before anything starts, so a typo
  * never leaves a half-started server or a stray redis-server. */
 static int parse_serve(int argc, char **argv, serve_opts *o)
@@ -138,12 +152,14 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"redis-password-file", required_argument, NULL, 'R'},
         {"db-password-file", required_argument, NULL, 'D'},
         {"order-timeout", required_argument, NULL, 'O'},
+        {"rate-per-user", required_argument, NULL, 'U'},
+        {"rate-total", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
     *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", sk_secret_file(NULL),
                       0, 0, DEFAULT_ORDER_TIMEOUT_MS, NULL, NULL, NULL,
                       {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S, SK_HTTP_LOOP_AUTO},
-                      NULL, NULL};
+                      NULL, NULL, NULL, NULL, {0}, {0}};
     o->redis = sk_env_url("SECKILL_REDIS_URL");
     if (sk_env_url("SECKILL_DB_URL")) o->db = sk_env_url("SECKILL_DB_URL");
     const char *ot = sk_env_url("SECKILL_ORDER_TIMEOUT_MS");
@@ -153,6 +169,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         return -1;
     }
     if (ot) o->order_timeout_ms = (int)n;
+    o->rate_user = sk_env_url("SECKILL_RATE_PER_USER");
+    o->rate_total = sk_env_url("SECKILL_RATE_TOTAL");
     int c;
     optind = 1;
     opterr = 0;
@@ -214,6 +232,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
             }
             o->order_timeout_ms = (int)n;
             break;
+        case 'U': o->rate_user = optarg; break;
+        case 'T': o->rate_total = optarg; break;
         case 'R': o->redis_password_file = optarg; break;
         case 'D': o->db_password_file = optarg; break;
         case 'L': o->log_level = optarg; break;
@@ -231,6 +251,9 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         fprintf(stderr, "seckill: --strategy is redis or lock\n");
         return -1;
     }
+    if (parse_rate("--rate-per-user", "SECKILL_RATE_PER_USER", o->rate_user, &o->user) != 0 ||
+        parse_rate("--rate-total", "SECKILL_RATE_TOTAL", o->rate_total, &o->total) != 0)
+        return -1;
     if (o->threads == 0) o->threads = default_threads(o);
     /* libmicrohttpd gives each worker thread an equal share of the limit. */
     if (o->limits.max_connections < o->threads) {
@@ -262,6 +285,7 @@ typedef struct server {
     sk_redis redis;
     sk_orderids *ids;
     sk_writer *writer;
+    sk_admit admit;
     sk_app app;
     sk_http *http;
 } server;
@@ -273,6 +297,7 @@ static void server_down(server *s)
     sk_http_stop(s->http);
     if (s->app.strategy.ops) s->app.strategy.ops->destroy(s->app.strategy.ctx);
     sk_writer_stop(s->writer);
+    sk_admit_close(&s->admit);
     sk_orderids_free(s->ids);
     sk_metrics_lock_client(NULL);
     if (s->client) dlock_client_free(s->client);
@@ -315,12 +340,12 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
     sk_log(SK_LOG_INFO,
            "seckill %s (libdlock %s) listening on %s, strategy %s, redis %s, db %s, %d threads, "
            "max-connections %d (%d per client), idle-timeout %d s, event loop %s, replica-acks %d, "
-           "order-timeout %d ms, redis command timeout %d ms, access log %s",
+           "order-timeout %d ms, redis command timeout %d ms, rate per user %s, rate total %s, access log %s",
            DLOCK_VERSION, dlock_version(), url, o->strategy, rs, db, o->threads, o->limits.max_connections,
            o->limits.per_client, o->limits.idle_timeout_s,
            sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks,
-           o->order_timeout_ms, redis_timeout_ms(),
-           o->access_log ? o->access_log : "off");
+           o->order_timeout_ms, redis_timeout_ms(), o->rate_user ? o->rate_user : "off",
+           o->rate_total ? o->rate_total : "off", o->access_log ? o->access_log : "off");
     /* verify=no must be a choice somebody sees, not a default nobody does. */
     dlock_url u;
     if (redis_url && dlock_url_parse(redis_url, &u) == DLOCK_OK) {
@@ -414,6 +439,13 @@ int sk_cmd_serve(int argc, char **argv)
     s.app.secret = s.secret;
     s.app.secret_len = s.secret_len;
     s.app.answer_timeout_ms = o.order_timeout_ms;
+    if (o.rate_user || o.rate_total) {
+        if (sk_admit_open(&s.admit, s.client, o.rate_user ? &o.user : NULL, o.rate_total ? &o.total : NULL, err,
+                          sizeof err) != 0)
+            goto fail;
+        s.app.admit = sk_admit_check;
+        s.app.admit_ctx = &s.admit;
+    }
     raise_fd_limit(o.limits.max_connections);
     if (sk_http_start(&s.app, o.listen, &o.limits, &s.http, err, sizeof err) != 0) goto fail;
 

@@ -220,6 +220,10 @@ static int parse_resp(conn *c, int *close_after)
     return c->in_len >= need ? st : 0;
 }
 
+/* A 429 of the admission limits (serve's --rate-*), told from "busy" by
+ * its body, is recorded as this: it is not a status the server sends. */
+#define RATE_LIMITED 1429
+
 /* Read what arrived; on a complete response record it and go on. */
 static int on_readable(worker *w, conn *c)
 {
@@ -241,6 +245,7 @@ static int on_readable(worker *w, conn *c)
         conn_close(c);
         finish_req(w->r, c, -1);
     } else {
+        if (st == 429 && strstr(c->in, "\"rate_limited\"")) st = RATE_LIMITED;
         finish_req(w->r, c, st);
         if (close_after) conn_close(c);
     }
@@ -415,7 +420,7 @@ static void raise_fd_limit(void)
 
 /* Counts of each kind of answer. */
 typedef struct tally {
-    long long created, already, sold_out, busy, other4xx, server, transport;
+    long long created, already, sold_out, busy, rate_limited, other4xx, server, transport;
 } tally;
 
 /* The table is for people, the JSON line (always last) for scripts. */
@@ -431,20 +436,20 @@ static void report(const run *r, const opts *o, double secs, const tally *t, lon
     printf("  %-22s %12zu in %.3f s = %.0f req/s\n", "requests", total, secs, rps);
     printf("  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n", "201 created", t->created,
            "409 already_ordered", t->already, "410 sold_out", t->sold_out, "429 busy", t->busy);
-    printf("  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n", "other 4xx", t->other4xx, "5xx", t->server,
-           "transport errors", t->transport);
+    printf("  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n", "429 rate_limited",
+           t->rate_limited, "other 4xx", t->other4xx, "5xx", t->server, "transport errors", t->transport);
     printf("  %-22s p50 %.2f  p99 %.2f  p999 %.2f  max %.2f\n", "latency ms", PCT(0.50), PCT(0.99), PCT(0.999),
            PCT(1.0));
     printf("  %-22s %lld -> %lld\n", "stock", before, after);
     printf("{\"tool\":\"seckill-load\",\"voucher\":%lld,\"users\":%llu,\"attempts\":%llu,\"concurrency\":%llu,"
            "\"requests\":%zu,\"seconds\":%.3f,\"requests_per_s\":%.1f,"
            "\"outcomes\":{\"created\":%lld,\"already_ordered\":%lld,\"sold_out\":%lld,\"busy\":%lld,"
-           "\"other_4xx\":%lld,\"server_error\":%lld,\"transport_error\":%lld},"
+           "\"rate_limited\":%lld,\"other_4xx\":%lld,\"server_error\":%lld,\"transport_error\":%lld},"
            "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,"
            "\"stock_before\":%lld,\"stock_after\":%lld,\"ok\":%s}\n",
            (long long)r->voucher, (unsigned long long)o->users, (unsigned long long)o->attempts,
            (unsigned long long)o->conns, total, secs, rps, t->created, t->already, t->sold_out, t->busy,
-           t->other4xx, t->server, t->transport, PCT(0.50), PCT(0.99), PCT(0.999), PCT(1.0), before, after,
+           t->rate_limited, t->other4xx, t->server, t->transport, PCT(0.50), PCT(0.99), PCT(0.999), PCT(1.0), before, after,
            ok ? "true" : "false");
 #undef PCT
     fflush(stdout);
@@ -496,7 +501,7 @@ static int write_csv(const run *r, const char *file, int64_t t0)
             if (st == 201) c201++;
             else if (st == 409) c409++;
             else if (st == 410) c410++;
-            else if (st == 429) c429++;
+            else if (st == 429 || st == RATE_LIMITED) c429++;
             else if (st >= 400 && st < 500) c4xx++;
             else if (st >= 500) c5xx++;
             else ct++;
@@ -653,6 +658,7 @@ int sk_cmd_load(int argc, char **argv)
         case 409: t.already++; break;
         case 410: t.sold_out++; break;
         case 429: t.busy++; break;
+        case RATE_LIMITED: t.rate_limited++; break;
         default:
             if (r->status[i] >= 400 && r->status[i] < 500) t.other4xx++;
             else if (r->status[i] >= 500) t.server++;
