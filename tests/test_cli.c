@@ -2687,8 +2687,6 @@ static void rate_runs_a_burst_then_exits_75_silently(void **state)
     RUN(&r, srv.url, "rate", "-r", "1/h", "-b", "1", "-n", "rt-burst-bare");
     expect_status(&r, 75);
     assert_int_equal(lines_of(runs), 3);
-    RUN(&r, srv.url, "delete", "rt-burst");
-    RUN(&r, srv.url, "delete", "rt-burst-bare");
 }
 
 /* -w waits until the next permit is due and then runs COMMAND: one permit
@@ -2711,7 +2709,6 @@ static void rate_wait_runs_command_once_the_permit_is_due(void **state)
         print_error("second permit after %lld ms from the first run's start (run took %lld ms)\n", ended - t0, r.ms);
         fail();
     }
-    RUN(&r, srv.url, "delete", "rt-wait");
 }
 
 /* --status as text and as JSON: permits left, when the next is due, when
@@ -2777,7 +2774,6 @@ static void rate_status_shows_what_is_left_as_text_and_json(void **state)
     /* A look stores nothing: the limit is still not set. */
     RUN(&r, srv.url, "rate", "rt-status-none", "--status");
     expect_status(&r, 1);
-    RUN(&r, srv.url, "delete", "rt-status");
 }
 
 /* Settings other than those stored: 78, one line naming both and the
@@ -2806,7 +2802,6 @@ static void rate_of_other_settings_exits_78_until_changed(void **state)
     assert_true(file_exists(ran));
     RUN(&r, srv.url, "rate", "rt-change", "--status");
     assert_int_equal(status_field(r.out, "rate"), 6);
-    RUN(&r, srv.url, "delete", "rt-change");
 }
 
 /* RATE[/UNIT]: a bare RATE is per second, UNIT a duration with its 1
@@ -2833,7 +2828,6 @@ static void rate_without_unit_is_per_second(void **state)
             print_error("-r %s: stored as\n%s\n", forms[i].arg, r.out);
             fail();
         }
-        RUN(&r, srv.url, "delete", name);
     }
 }
 
@@ -2885,7 +2879,6 @@ static void rate_runs_a_shell_command_with_c(void **state)
     expect_status(&r, 64);
     RUN(&r, srv.url, "rate", "-r", "5/m", "rt-shell", "--", "/nonexistent/command");
     expect_status(&r, 127);
-    RUN(&r, srv.url, "delete", "rt-shell");
 }
 
 /* `dlock rate --help` and --help tell of it. */
