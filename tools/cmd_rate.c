@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "dlock_redis.h"
-#include "hold.h"
+#include "hold.h" /* cli_deadline_arm(): -w is a deadline here too */
 
 /* The arguments of `rate`. */
 typedef struct rate_args {
