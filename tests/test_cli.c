@@ -2641,6 +2641,261 @@ static void latch_await_before_the_set_waits_for_the_last_count_down(void **stat
 }
 
 /* ------------------------------------------------------------------------ */
+/* dlock rate                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Lines in a scratch file: how many times COMMAND ran. */
+static int lines_of(const char *path)
+{
+    char buf[OUT_MAX];
+    int n = 0;
+    slurp(path, buf, sizeof buf);
+    for (const char *p = buf; *p; p++) n += *p == '\n';
+    return n;
+}
+
+/* A burst of BURST runs of COMMAND, its exit status dlock's; then, with
+ * -n, 75 without running it and without a word (unless -v), or -E N. The
+ * rate is per hour, so no permit comes back while the test runs. */
+static void rate_runs_a_burst_then_exits_75_silently(void **state)
+{
+    (void)state;
+    char runs[256], body[400];
+    scratch_file(runs, sizeof runs, "rate-burst.runs");
+    unlink(runs);
+    snprintf(body, sizeof body, "echo run >> %s; exit 7", runs);
+    run r;
+    for (int i = 0; i < 3; i++) {
+        RUN(&r, srv.url, "rate", "-r", "1/h", "-b", "3", "-n", "rt-burst", "--", "sh", "-c", body);
+        expect_status(&r, 7);
+    }
+    assert_int_equal(lines_of(runs), 3);
+    RUN(&r, srv.url, "rate", "-r", "1/h", "-b", "3", "-n", "rt-burst", "--", "sh", "-c", body);
+    expect_status(&r, 75);
+    assert_string_equal(r.err, "");
+    assert_string_equal(r.out, "");
+    RUN(&r, srv.url, "rate", "-r", "1/h", "-b", "3", "-n", "-v", "rt-burst", "sh", "-c", body);
+    expect_status(&r, 75);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "rt-burst"));
+    RUN(&r, srv.url, "rate", "-r", "1/h", "-b", "3", "-n", "-E", "9", "rt-burst", "sh", "-c", body);
+    expect_status(&r, 9);
+    /* Without COMMAND: the permit alone, exit 0 or 75, as in a shell loop. */
+    RUN(&r, srv.url, "rate", "-r", "1/h", "-b", "1", "-n", "rt-burst-bare");
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "");
+    RUN(&r, srv.url, "rate", "-r", "1/h", "-b", "1", "-n", "rt-burst-bare");
+    expect_status(&r, 75);
+    assert_int_equal(lines_of(runs), 3);
+}
+
+/* -w waits until the next permit is due and then runs COMMAND: one permit
+ * every 3 s, so the second run cannot end before 3 s after the first one
+ * began (the grant is in between), whatever the load; a -w shorter than
+ * that gives up with 75. */
+static void rate_wait_runs_command_once_the_permit_is_due(void **state)
+{
+    (void)state;
+    run r;
+    long long t0 = th_now_ms();
+    RUN(&r, srv.url, "rate", "-r", "1/3s", "-b", "1", "rt-wait", "true");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "rate", "-r", "1/3s", "-b", "1", "-w", "100ms", "rt-wait", "true");
+    expect_status(&r, 75);
+    RUN(&r, srv.url, "rate", "-r", "1/3s", "-b", "1", "-w", "15", "rt-wait", "sh", "-c", "exit 3");
+    expect_status(&r, 3);
+    long long ended = th_now_ms();
+    if (ended - t0 < 2900 || r.ms > 15000) {
+        print_error("second permit after %lld ms from the first run's start (run took %lld ms)\n", ended - t0, r.ms);
+        fail();
+    }
+}
+
+/* --status as text and as JSON: permits left, when the next is due, when
+ * the limit is full again, its settings; a subject's bucket apart; a
+ * limit not set exits 1. */
+static void rate_status_shows_what_is_left_as_text_and_json(void **state)
+{
+    (void)state;
+    run r;
+    for (int i = 0; i < 2; i++) {
+        RUN(&r, srv.url, "rate", "-r", "5/m", "-n", "rt-status");
+        expect_status(&r, 0);
+    }
+    RUN(&r, srv.url, "rate", "-r", "5/m", "-n", "--subject", "alice", "rt-status");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "rate", "rt-status", "--status");
+    expect_status(&r, 0);
+    assert_int_equal(status_field(r.out, "rate"), 5);
+    assert_int_equal(status_field(r.out, "interval_ms"), 60000);
+    assert_int_equal(status_field(r.out, "burst"), 5);
+    assert_int_equal(status_field(r.out, "remaining"), 3);
+    assert_int_equal(status_field(r.out, "next_permit_ms"), 0);
+    long long full = status_field(r.out, "full_in_ms");
+    assert_true(full > 0 && full <= 24000); /* two permits of 12 s each */
+    assert_non_null(strstr(r.out, "limit: 5 per 1m00s, burst 5\n"));
+    assert_non_null(strstr(r.out, "next_permit: now\n"));
+
+    RUN(&r, srv.url, "rate", "rt-status", "--status", "--json");
+    expect_status(&r, 0);
+    char v[64];
+    json_get(r.out, "name", v, sizeof v);
+    assert_string_equal(v, "rt-status");
+    json_get(r.out, "set", v, sizeof v);
+    assert_string_equal(v, "true");
+    assert_int_equal(json_num(r.out, "rate"), 5);
+    assert_int_equal(json_num(r.out, "interval_ms"), 60000);
+    assert_int_equal(json_num(r.out, "burst"), 5);
+    assert_int_equal(json_num(r.out, "remaining"), 3);
+    assert_int_equal(json_num(r.out, "next_permit_ms"), 0);
+    assert_true(json_num(r.out, "full_in_ms") > 0 && json_num(r.out, "full_in_ms") <= 24000);
+
+    RUN(&r, srv.url, "rate", "rt-status", "--status", "--json", "--subject", "alice");
+    expect_status(&r, 0);
+    json_get(r.out, "subject", v, sizeof v);
+    assert_string_equal(v, "alice");
+    assert_int_equal(json_num(r.out, "remaining"), 4);
+
+    /* Empty the bucket: the next permit is due in about 12 s. */
+    for (int i = 0; i < 3; i++) RUN(&r, srv.url, "rate", "-r", "5/m", "-n", "rt-status");
+    RUN(&r, srv.url, "rate", "rt-status", "--status");
+    assert_int_equal(status_field(r.out, "remaining"), 0);
+    long long next = status_field(r.out, "next_permit_ms");
+    assert_true(next > 0 && next <= 12000);
+
+    RUN(&r, srv.url, "rate", "rt-status-none", "--status");
+    expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "limit: -\n"));
+    RUN(&r, srv.url, "rate", "rt-status-none", "--status", "--json");
+    expect_status(&r, 1);
+    json_get(r.out, "set", v, sizeof v);
+    assert_string_equal(v, "false");
+    assert_int_equal(json_num(r.out, "remaining"), -1);
+    /* A look stores nothing: the limit is still not set. */
+    RUN(&r, srv.url, "rate", "rt-status-none", "--status");
+    expect_status(&r, 1);
+}
+
+/* Settings other than those stored: 78, one line naming both and the
+ * --change way out, COMMAND not run; --change replaces them. */
+static void rate_of_other_settings_exits_78_until_changed(void **state)
+{
+    (void)state;
+    char ran[256], body[400];
+    scratch_file(ran, sizeof ran, "rate-change.ran");
+    unlink(ran);
+    snprintf(body, sizeof body, "touch %s", ran);
+    run r;
+    RUN(&r, srv.url, "rate", "-r", "5/m", "rt-change");
+    expect_status(&r, 0);
+    RUN(&r, srv.url, "rate", "-r", "6/m", "rt-change", "sh", "-c", body);
+    expect_status(&r, 78);
+    assert_one_line(r.err);
+    assert_non_null(strstr(r.err, "5 per 1m00s, burst 5"));
+    assert_non_null(strstr(r.err, "6 per 1m00s, burst 6"));
+    assert_non_null(strstr(r.err, "--change"));
+    assert_false(file_exists(ran));
+    RUN(&r, srv.url, "rate", "-r", "5/m", "-b", "2", "rt-change");
+    expect_status(&r, 78);
+    RUN(&r, srv.url, "rate", "-r", "6/m", "--change", "rt-change", "sh", "-c", body);
+    expect_status(&r, 0);
+    assert_true(file_exists(ran));
+    RUN(&r, srv.url, "rate", "rt-change", "--status");
+    assert_int_equal(status_field(r.out, "rate"), 6);
+}
+
+/* RATE[/UNIT]: a bare RATE is per second, UNIT a duration with its 1
+ * optional; what is stored says so. */
+static void rate_without_unit_is_per_second(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *arg;
+        long rate, interval_ms;
+    } forms[] = {
+        {"7", 7, 1000}, {"10/s", 10, 1000}, {"100/m", 100, 60000}, {"5/1.5s", 5, 1500},
+        {"3600/h", 3600, 3600000}, {"20/500ms", 20, 500}, {"3/2", 3, 2000},
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "rt-unit%zu", i);
+        run r;
+        RUN(&r, srv.url, "rate", "-r", forms[i].arg, "-n", name);
+        expect_status(&r, 0);
+        RUN(&r, srv.url, "rate", name, "--status");
+        if (status_field(r.out, "rate") != forms[i].rate || status_field(r.out, "interval_ms") != forms[i].interval_ms ||
+            status_field(r.out, "burst") != forms[i].rate) {
+            print_error("-r %s: stored as\n%s\n", forms[i].arg, r.out);
+            fail();
+        }
+    }
+}
+
+/* A bad RATE[/UNIT], burst or subject is a usage error (64, one line
+ * saying what is expected), even with Redis down. */
+static void bad_rate_is_a_usage_error_naming_the_form(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"10/x", "0", "abc", "10/", "/s", "10/0s", "-5", "10/-1s", "5.5/s", "1/30d", ""};
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    run r;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        RUN(&r, url, "rate", "-r", bad[i], "rt-bad", "true");
+        if (r.status != 64 || !strstr(r.err, "expected RATE[/UNIT]")) {
+            print_error("-r '%s': exit %d, stderr %s\n", bad[i], r.status, r.err);
+            fail();
+        }
+        assert_one_line(r.err);
+    }
+    RUN(&r, url, "rate", "rt-bad", "true");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "-r RATE[/UNIT] is required"));
+    RUN(&r, url, "rate", "-r", "5", "-b", "0", "rt-bad");
+    expect_status(&r, 64);
+    assert_one_line(r.err);
+    RUN(&r, url, "rate", "-r", "1/h", "-b", "2000000", "rt-bad");
+    expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "burst"));
+    RUN(&r, url, "rate", "-r", "5", "rt-bad", "--status");
+    expect_status(&r, 64);
+    RUN(&r, url, "rate", "-r", "5", "--json", "rt-bad");
+    expect_status(&r, 64);
+}
+
+/* -c 'SHELL COMMAND', before NAME or after it as in flock(1): its exit
+ * status is dlock's, and it gets DLOCK_NAME. */
+static void rate_runs_a_shell_command_with_c(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "rate", "-r", "5/m", "-c", "echo \"$DLOCK_NAME\"; exit 4", "rt-shell");
+    expect_status(&r, 4);
+    assert_string_equal(r.out, "rt-shell\n");
+    RUN(&r, srv.url, "rate", "-r", "5/m", "rt-shell", "-c", "echo after; exit 5");
+    expect_status(&r, 5);
+    assert_string_equal(r.out, "after\n");
+    RUN(&r, srv.url, "rate", "-r", "5/m", "rt-shell", "-c", "true", "extra");
+    expect_status(&r, 64);
+    RUN(&r, srv.url, "rate", "-r", "5/m", "rt-shell", "--", "/nonexistent/command");
+    expect_status(&r, 127);
+}
+
+/* `dlock rate --help` and --help tell of it. */
+static void rate_prints_its_help(void **state)
+{
+    (void)state;
+    run r;
+    RUN(&r, srv.url, "rate", "--help");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "usage: dlock [-u URL] rate -r RATE[/UNIT]"));
+    assert_non_null(strstr(r.out, "--change"));
+    assert_non_null(strstr(r.out, "--timeout DURATION"));
+    RUN(&r, srv.url, "--help");
+    assert_non_null(strstr(r.out, "rate NAME --status"));
+}
+
+/* ------------------------------------------------------------------------ */
 
 static int setup(void **state)
 {
@@ -2719,6 +2974,14 @@ int main(void)
         cmocka_unit_test(delete_refuses_while_held_and_force_breaks_the_hold),
         cmocka_unit_test(every_pair_of_kinds_on_one_name_is_refused_without_running_command),
         cmocka_unit_test(latch_await_before_the_set_waits_for_the_last_count_down),
+        cmocka_unit_test(rate_runs_a_burst_then_exits_75_silently),
+        cmocka_unit_test(rate_wait_runs_command_once_the_permit_is_due),
+        cmocka_unit_test(rate_status_shows_what_is_left_as_text_and_json),
+        cmocka_unit_test(rate_of_other_settings_exits_78_until_changed),
+        cmocka_unit_test(rate_without_unit_is_per_second),
+        cmocka_unit_test(bad_rate_is_a_usage_error_naming_the_form),
+        cmocka_unit_test(rate_runs_a_shell_command_with_c),
+        cmocka_unit_test(rate_prints_its_help),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

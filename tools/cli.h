@@ -26,7 +26,7 @@
 #define EXIT_SOFTWARE 70    /* EX_SOFTWARE: any other internal error */
 #define EXIT_BUSY 75        /* EX_TEMPFAIL: lock not acquired within WAIT */
 #define EXIT_LOST 76        /* the lease was lost before or while COMMAND ran */
-#define EXIT_CONFIG 78      /* EX_CONFIG: semaphore -p differs from the size stored */
+#define EXIT_CONFIG 78      /* EX_CONFIG: semaphore -p or rate -r/-b differs from what is stored */
 #define EXIT_NOEXEC 127     /* COMMAND could not be executed, as in sh(1) */
 
 #define DEFAULT_URL "redis://127.0.0.1:6379"
@@ -45,6 +45,10 @@
     "dlock [-u URL] semaphore -p PERMITS [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] [--retry-connect] " \
     "[--safety-margin PCT] [--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND'] | "      \
     "semaphore NAME --set-permits N"
+#define USAGE_RATE                                                                                  \
+    "dlock [-u URL] rate -r RATE[/UNIT] [-b BURST] [-w WAIT] [-n] [-E N] [-v] [-q] [--subject S] "   \
+    "[--change] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND'] | rate NAME --status [--json] "    \
+    "[--subject S]"
 #define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]"
 #define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]"
 #define USAGE_STATUS "dlock [-u URL] status [--json] NAME"
@@ -92,6 +96,16 @@ const char *cli_typed_option(char **argv);
 int cli_duration_arg(const char *synopsis, char **argv, long lo, long hi, long *out);
 int cli_json_options(const char *synopsis, int argc, char **argv, int *json);
 
+/* What `lock`, `semaphore` and `rate` run: COMMAND [ARG...] from argv, or
+ * /bin/sh -c SHELL_COMMAND; `command` NULL when nothing was given. */
+typedef struct cli_command {
+    const char *shell_command; /* -c, given before NAME or right after it */
+    char *shell_argv[4];       /* /bin/sh -c SHELL_COMMAND */
+    char **command;
+} cli_command;
+/* COMMAND from argv[at] on (what follows NAME). 0 or a usage exit status. */
+int cli_command_operands(const char *synopsis, int argc, char **argv, int at, cli_command *c);
+
 /* ------------------------------------------------------------------------ */
 /* Help (help.c)                                                             */
 /* ------------------------------------------------------------------------ */
@@ -114,6 +128,9 @@ long cli_timeout_ms(void);
 int cli_exit_for(dlock_status st);
 dlock_options cli_client_options(const dlock_options *base);
 int cli_open_client(const char *url, const dlock_options *opts, dlock_client **out);
+/* Timeouts of `o` capped at `wait_ms` (a -w; DLOCK_WAIT_FOREVER: none)
+ * plus a second. */
+void cli_cap_timeouts(dlock_options *o, long wait_ms);
 
 /* ------------------------------------------------------------------------ */
 /* JSON (json.c)                                                             */
@@ -129,6 +146,7 @@ void cli_json_num_member(FILE *f, const char *key, long long value, int known);
 
 int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, char **argv);
 int cli_cmd_latch(const char *url, int argc, char **argv);
+int cli_cmd_rate(const char *url, int argc, char **argv);
 int cli_cmd_id(const char *url, int argc, char **argv);
 int cli_cmd_status(const char *url, int argc, char **argv);
 int cli_cmd_unlock(const char *url, int argc, char **argv);

@@ -26,38 +26,17 @@ typedef struct hold_args {
     int retry_connect;    /* --retry-connect: wait through a Redis outage */
     int until_eof;        /* --until-eof: without COMMAND, hold until stdin ends */
     const char *name;
-    const char *shell_command; /* -c */
-    char *shell_argv[4];       /* /bin/sh -c SHELL_COMMAND */
-    char **command;            /* NULL: hold without COMMAND */
+    cli_command operands; /* COMMAND, or -c; none: hold without COMMAND */
 } hold_args;
 
-/* COMMAND from what follows NAME: "[--] COMMAND [ARG...]", or flock(1)'s
- * "-c 'SHELL COMMAND'" right after NAME; nothing else after NAME is read
- * as an option, so COMMAND's own options stay COMMAND's. */
+/* COMMAND from what follows NAME (cli_command_operands), which `lock`
+ * without COMMAND may not combine with --until-eof. */
 static int parse_command(const char *synopsis, int argc, char **argv, int at, hold_args *h)
 {
-    const char *sub = argv[0];
-    if (at < argc && (strcmp(argv[at], "-c") == 0 || strcmp(argv[at], "--command") == 0)) {
-        if (h->shell_command) return cli_usage_error(synopsis, "%s: -c given twice", sub);
-        if (at + 2 != argc) return cli_usage_error(synopsis, "%s: %s takes exactly one SHELL COMMAND", sub, argv[at]);
-        h->shell_command = argv[at + 1];
-        at = argc;
-    } else if (at < argc && strcmp(argv[at], "--") == 0) {
-        if (++at == argc) return cli_usage_error(synopsis, "%s: missing COMMAND after '--'", sub);
-    }
-    if (h->shell_command) {
-        if (at < argc) return cli_usage_error(synopsis, "%s: give COMMAND or -c, not both", sub);
-        h->shell_argv[0] = "/bin/sh";
-        h->shell_argv[1] = "-c";
-        h->shell_argv[2] = (char *)h->shell_command;
-        h->shell_argv[3] = NULL;
-        h->command = h->shell_argv;
-        return 0;
-    }
-    /* Nothing after NAME: hold it without COMMAND (cli_hold_idle). */
-    h->command = at < argc ? argv + at : NULL;
-    if (h->command && h->until_eof)
-        return cli_usage_error(synopsis, "%s: --until-eof is for a hold without COMMAND", sub);
+    int rc = cli_command_operands(synopsis, argc, argv, at, &h->operands);
+    if (rc != 0) return rc;
+    if (h->operands.command && h->until_eof && !h->operands.shell_command)
+        return cli_usage_error(synopsis, "%s: --until-eof is for a hold without COMMAND", argv[0]);
     return 0;
 }
 
@@ -117,8 +96,8 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
                                    optarg, MAX_EXIT_CODE);
             break;
         case 'c':
-            if (h->shell_command) return cli_usage_error(synopsis, "%s: -c given twice", argv[0]);
-            h->shell_command = optarg;
+            if (h->operands.shell_command) return cli_usage_error(synopsis, "%s: -c given twice", argv[0]);
+            h->operands.shell_command = optarg;
             break;
         case 'p':
             if (cli_parse_number(optarg, 1, MAX_MS, &h->permits) != 0)
@@ -163,7 +142,7 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     }
     if (h->set_permits >= 0) {
         if (h->permits > 0) return cli_usage_error(synopsis, "semaphore: give -p or --set-permits, not both");
-        if (optind < argc || h->shell_command)
+        if (optind < argc || h->operands.shell_command)
             return cli_usage_error(synopsis, "semaphore: --set-permits runs no COMMAND");
         return 0;
     }
@@ -230,14 +209,7 @@ static dlock_options hold_options(const hold_args *a)
         o.connect_timeout_ms = o.command_timeout_ms;
         o.offline_ok = 1;
     }
-    if (a->wait_ms != DLOCK_WAIT_FOREVER) {
-        dlock_options g = cli_client_options(&o);
-        long cap = a->wait_ms + 1000;
-        int connect = g.connect_timeout_ms ? g.connect_timeout_ms : 2000;
-        int command = g.command_timeout_ms ? g.command_timeout_ms : 5000;
-        o.connect_timeout_ms = connect < cap ? connect : (int)cap;
-        o.command_timeout_ms = command < cap ? command : (int)cap;
-    }
+    cli_cap_timeouts(&o, a->wait_ms);
     if (a->retry_connect) o.offline_ok = 1;
     return o;
 }
@@ -283,8 +255,8 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
      * lock is held. */
     child c = CHILD_NONE;
     sigset_t handled;
-    int early = a.wait_ms != 0 && a.command;
-    if (early && (rc = cli_prepare_guard(&c, a.name, a.command, &handled)) != 0) return rc;
+    int early = a.wait_ms != 0 && a.operands.command;
+    if (early && (rc = cli_prepare_guard(&c, a.name, a.operands.command, &handled)) != 0) return rc;
     if (deadline >= 0 && cli_deadline_arm(a.name, a.wait_ms + DEADLINE_GRACE_MS) != 0) {
         cli_errorf("setitimer: %s", strerror(errno));
         child_finish(&c);
@@ -326,10 +298,10 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
     if (a.verbose) cli_errorf("%s '%s' acquired after %lld ms", h.ops->what, a.name, now_ms() - started);
 
     long margin_ms = a.ttl * a.margin_pct / 100;
-    if (a.command) {
-        rc = early ? 0 : cli_prepare_guard(&c, a.name, a.command, &handled);
+    if (a.operands.command) {
+        rc = early ? 0 : cli_prepare_guard(&c, a.name, a.operands.command, &handled);
         if (rc == 0)
-            rc = cli_start_command(&c, a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.command[0],
+            rc = cli_start_command(&c, a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.operands.command[0],
                                    &handled, cli_holder_lost, &h);
     } else {
         rc = print_hold(&h, token);
@@ -342,9 +314,9 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
     if (rc == 0 && h.ops->holdinfo_kind >= 0) {
         dlock_options ko = cli_client_options(NULL);
         info = holdinfo_start(h.clients[0], urls[0], &ko, (holdinfo_kind)h.ops->holdinfo_kind, a.name, token, a.ttl,
-                              a.command ? a.command : self, &cli_lease_lost);
+                              a.operands.command ? a.operands.command : self, &cli_lease_lost);
     }
-    if (rc == 0 && a.command) rc = cli_wait_command(&c, a.name, a.command[0], margin_ms, cli_holder_lost, &h);
+    if (rc == 0 && a.operands.command) rc = cli_wait_command(&c, a.name, a.operands.command[0], margin_ms, cli_holder_lost, &h);
     else if (rc == 0) rc = cli_hold_idle(a.name, a.until_eof, margin_ms, cli_holder_lost, &h);
 
     /* The record's delete goes out from the keeper's thread beside the
@@ -358,10 +330,10 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
     holdinfo_free(info);
     if (atomic_load(&cli_lease_lost) || cli_lost_reported) {
         /* Reported when it happened, unless COMMAND had just ended. */
-        if (!cli_lost_reported) cli_errorf("lost '%s' while %s", a.name, a.command ? "COMMAND ran" : "holding it");
+        if (!cli_lost_reported) cli_errorf("lost '%s' while %s", a.name, a.operands.command ? "COMMAND ran" : "holding it");
         rc = EXIT_LOST;
     } else if (st == DLOCK_ERR_LOST) {
-        cli_errorf("'%s' was lost before %s: %s", a.name, a.command ? "COMMAND finished" : "its release",
+        cli_errorf("'%s' was lost before %s: %s", a.name, a.operands.command ? "COMMAND finished" : "its release",
                    dlock_last_error());
         rc = EXIT_LOST;
     } else if (st != DLOCK_OK) {

@@ -83,3 +83,16 @@ int cli_open_client(const char *url, const dlock_options *opts, dlock_client **o
     return 0;
 }
 
+
+/* Cap the connect and command timeouts of `o` at `wait_ms` plus a second,
+ * so that no single call outlasts a -w by much. */
+void cli_cap_timeouts(dlock_options *o, long wait_ms)
+{
+    if (wait_ms == DLOCK_WAIT_FOREVER) return;
+    dlock_options g = cli_client_options(o);
+    long cap = wait_ms + 1000;
+    int connect = g.connect_timeout_ms ? g.connect_timeout_ms : 2000;
+    int command = g.command_timeout_ms ? g.command_timeout_ms : 5000;
+    o->connect_timeout_ms = connect < cap ? connect : (int)cap;
+    o->command_timeout_ms = command < cap ? command : (int)cap;
+}

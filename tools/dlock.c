@@ -7,6 +7,8 @@
  *   dlock -u URL1 -u URL2 -u URL3 ... lock [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
  *   dlock [-u URL] semaphore -p PERMITS [-t TTL] [-w WAIT] NAME [--] COMMAND [ARG...]
  *   dlock [-u URL] semaphore NAME --set-permits N
+ *   dlock [-u URL] rate -r RATE[/UNIT] [-b BURST] [-w WAIT] [-n] NAME [--] COMMAND [ARG...]
+ *   dlock [-u URL] rate NAME --status [--json] [--subject S]
  *   dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]
  *   dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]
  *   dlock [-u URL] status [--json] NAME
@@ -58,6 +60,7 @@ static int run_subcommand(const char *cmd, const char *url, const char *const *u
     if (strcmp(cmd, "semaphore") == 0) return cli_cmd_hold(urls, n_urls, 1, argc, argv);
     if (n_urls > 1) return cli_general_usage_error("%s: only `lock` takes several -u URLs (RedLock)", cmd);
     if (strcmp(cmd, "latch") == 0) return cli_cmd_latch(url, argc, argv);
+    if (strcmp(cmd, "rate") == 0) return cli_cmd_rate(url, argc, argv);
     if (strcmp(cmd, "id") == 0) return cli_cmd_id(url, argc, argv);
     if (strcmp(cmd, "status") == 0) return cli_cmd_status(url, argc, argv);
     if (strcmp(cmd, "unlock") == 0) return cli_cmd_unlock(url, argc, argv);

@@ -11,6 +11,7 @@ void cli_print_synopsis(FILE *f)
 {
     fputs("usage: " USAGE_LOCK "\n"
           "       " USAGE_SEM "\n"
+          "       " USAGE_RATE "\n"
           "       " USAGE_LATCH "\n"
           "       " USAGE_ID "\n"
           "       " USAGE_STATUS "\n"
@@ -38,8 +39,8 @@ void cli_print_help(void)
 {
     cli_print_synopsis(stdout);
     fputs("\n"
-          "Run COMMAND while holding the Redis lock NAME (a distributed flock),\n"
-          "make global IDs, or list, inspect, break and delete locks, semaphores and\n"
+          "Run COMMAND while holding the Redis lock NAME (a distributed flock), or\n"
+          "when the rate limit NAME grants a permit, make global IDs, or list, inspect, break and delete locks, semaphores and\n"
           "latches. `dlock SUBCOMMAND --help` lists each subcommand's options.\n"
           "\n" HELP_GLOBAL
           "  -u given 3 or more times: `lock` is a RedLock over those independent\n"
@@ -51,7 +52,8 @@ void cli_print_help(void)
           "(or -E N), printing nothing unless -v; 76 lock lost while held; 69 Redis\n"
           "unreachable, not answering in time or AUTH failed; 64 usage error; 65 NAME\n"
           "in use as another kind (a lock, a read-write lock, a semaphore, a latch);\n"
-          "78 semaphore -p differs from the size stored; 127 COMMAND not executable;\n"
+          "78 semaphore -p or rate -r/-b differs from what is stored; 127 COMMAND not\n"
+          "executable; rate: 75 no permit within the wait (or -E N), quietly;\n"
           "70 internal error.\n"
           "See dlock(1).\n",
           stdout);
@@ -111,6 +113,35 @@ void cli_print_sub_help(const char *cmd)
               "  --set-permits N       resize NAME to N permits (0 or more) and exit 0,\n"
               "                        running nothing (also as NAME --set-permits N)\n" HELP_HOLD_COMMON
                   HELP_HOLD_END,
+              stdout);
+    } else if (strcmp(cmd, "rate") == 0) {
+        fputs("usage: " USAGE_RATE "\n"
+              "\n"
+              "Run COMMAND (dlock becomes it: its exit status is dlock's) once the rate\n"
+              "limit NAME grants a permit; without COMMAND, take the permit and exit 0, as\n"
+              "in `dlock rate -r 5/s api && curl ...`.\n"
+              "\n"
+              "  -r, --rate RATE[/UNIT] permits per UNIT, a duration (default 1 s): 10/s,\n"
+              "                        100/m, 5/1.5s, 3600/h; a bare RATE is per second\n"
+              "  -b, --burst BURST     permits an idle limit grants at once (default RATE)\n"
+              "  -w, --wait DURATION   give up when no permit is due within DURATION, exit 75\n"
+              "                        quietly (default: wait as long as it takes)\n"
+              "  -n, --nonblock        no waiting: the same as -w 0\n"
+              "  -E, --conflict-exit-code N  exit N (0 to 255) instead of 75\n"
+              "  -c, --command 'SHELL COMMAND'  run it with /bin/sh -c (also after NAME)\n"
+              "  --subject S           a bucket of its own for S (a user, an address)\n"
+              "  --change              replace the settings stored with NAME by -r and -b;\n"
+              "                        without it, others than those stored exit 78\n"
+              "  --status              (after NAME) show the permits left, when the next is\n"
+              "                        due, when the limit is full again, and its settings;\n"
+              "                        exit 0, or 1 when NAME is not set\n"
+              "  --json                with --status: one JSON object\n"
+              "  -v, --verbose         say why no permit was granted, or that one was\n"
+              "  -q, --quiet           no warnings (errors are still printed)\n"
+              "  -h, --help            this text\n"
+              "\n"
+              "Exit status: COMMAND's; 75 (or -E N) no permit within the wait, 78 settings\n"
+              "other than those stored, 69 Redis unreachable, 64 usage, 127 not executable.\n",
               stdout);
     } else if (strcmp(cmd, "latch") == 0) {
         fputs("usage: " USAGE_LATCH "\n"

@@ -180,3 +180,30 @@ int cli_json_options(const char *synopsis, int argc, char **argv, int *json)
     }
     return 0;
 }
+
+/* COMMAND from what follows NAME: "[--] COMMAND [ARG...]", or flock(1)'s
+ * "-c 'SHELL COMMAND'" right after NAME; nothing else after NAME is read
+ * as an option, so COMMAND's own options stay COMMAND's. */
+int cli_command_operands(const char *synopsis, int argc, char **argv, int at, cli_command *c)
+{
+    const char *sub = argv[0];
+    if (at < argc && (strcmp(argv[at], "-c") == 0 || strcmp(argv[at], "--command") == 0)) {
+        if (c->shell_command) return cli_usage_error(synopsis, "%s: -c given twice", sub);
+        if (at + 2 != argc) return cli_usage_error(synopsis, "%s: %s takes exactly one SHELL COMMAND", sub, argv[at]);
+        c->shell_command = argv[at + 1];
+        at = argc;
+    } else if (at < argc && strcmp(argv[at], "--") == 0) {
+        if (++at == argc) return cli_usage_error(synopsis, "%s: missing COMMAND after '--'", sub);
+    }
+    if (c->shell_command) {
+        if (at < argc) return cli_usage_error(synopsis, "%s: give COMMAND or -c, not both", sub);
+        c->shell_argv[0] = "/bin/sh";
+        c->shell_argv[1] = "-c";
+        c->shell_argv[2] = (char *)c->shell_command;
+        c->shell_argv[3] = NULL;
+        c->command = c->shell_argv;
+        return 0;
+    }
+    c->command = at < argc ? argv + at : NULL;
+    return 0;
+}
