@@ -375,7 +375,7 @@ void dlock_list_free(dlock_entry *entries, size_t n)
  * psem.c, latch.c and the CLI's records; docs/design/keys.md). */
 static const char *const delete_suffixes[] = {
     "", ":rw", ":psem:held", ":latch", NULL /* the slot's counter */, ":fence", ":rw:fence",
-    ":w", ":r", ":o", ":q", ":qt", ":qo", ":sem", ":sem:size", ":psem", ":info", ":rw:info",
+    ":w", ":r", ":o", ":q", ":qt", ":qo", ":sem", ":sem:size", ":psem", ":info", ":rw:info", ":rate", ":rate:tat",
 };
 #define DELETE_KEYS (sizeof delete_suffixes / sizeof delete_suffixes[0])
 

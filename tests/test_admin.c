@@ -317,6 +317,19 @@ static void delete_refuses_a_name_in_use(void **state)
     dlock_rwlock_free(rw);
     assert_int_equal(dlock_psem_release(p, permit), DLOCK_OK);
     dlock_psem_free(p);
+    /* A rate limit holds nothing: its settings and its whole-limit bucket
+     * go (a subject's bucket expires once full). */
+    dlock_rate_options ro = {0};
+    ro.rate = 5;
+    dlock_rate *rate;
+    dlock_rate_result rr;
+    assert_int_equal(dlock_rate_new(c, "adm:d6", &ro, &rate), DLOCK_OK);
+    assert_int_equal(dlock_rate_try(rate, NULL, 1, &rr), DLOCK_OK);
+    assert_int_equal(keys_of("adm:d6"), 2);
+    assert_int_equal(dlock_delete(c, "adm:d6", 0, &deleted), DLOCK_OK);
+    assert_int_equal(deleted, 2);
+    assert_int_equal(keys_of("adm:d6"), 0);
+    dlock_rate_free(rate);
     /* An open latch is kept a while as "0", and nothing waits on it: it
      * may go. */
     assert_int_equal(dlock_latch_count_down(la, NULL), DLOCK_OK);
