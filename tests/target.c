@@ -84,7 +84,9 @@ long long th_target_calls(th_target *t, const char *command)
     int n = th_topology_masters(&t->topo, ports, TH_TOPO_MAX_NODES);
     long long sum = 0;
     for (int i = 0; i < n; i++) {
-        long long calls = th_info_calls(th_node_cmd(&t->topo, ports[i], "INFO commandstats"), command);
+        long long calls = -1; /* asked up to three times, as th_redis_calls() */
+        for (int k = 0; k < 3 && calls < 0; k++)
+            calls = th_info_calls(th_node_cmd(&t->topo, ports[i], "INFO commandstats"), command);
         if (calls < 0) return -1;
         sum += calls;
     }

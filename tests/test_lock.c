@@ -1213,7 +1213,7 @@ static void a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(voi
         delay[i] = w.got_at - released;
     }
     for (int i = 1; i <= REPS; i++)
-        if (attempts[i] != 1 || delay[i] >= 150)
+        if (attempts[i] != 1 || delay[i] >= 1000) /* the 2 s cap would wake it 1.7 s after */
             fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i,
                      attempts[i], delay[i]);
     dlock_lock_free(l2);

@@ -322,7 +322,7 @@ static void async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken
         release_ok(waiter);
     }
     for (int i = 1; i <= REPS; i++)
-        if (attempts[i] != 1 || delay[i] >= 150)
+        if (attempts[i] != 1 || delay[i] >= 1000) /* the 2 s cap would wake it 1.7 s after */
             fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i,
                      attempts[i], delay[i]);
     dlock_lock_free(waiter);

@@ -299,7 +299,8 @@ static void redlock_waiter_is_woken_by_the_release(void **state)
         long long got = th_now_ms();
         pthread_join(t, NULL);
         delays[i] = got - r.at;
-        if (redlock_wakeups(p.b[0]) == woken) fail_msg("hand-off %d: granted %lld ms after the release, no wake-up", i, delays[i]);
+        if (redlock_wakeups(p.b[0]) == woken)
+            fail_msg("hand-off %d: granted %lld ms after the release, no wake-up", i, delays[i]);
         assert_int_equal(dlock_redlock_release(waiter), DLOCK_OK);
     }
     (void)median_delay(delays, 20, "release to grant");
@@ -454,7 +455,8 @@ static void redlock_async_waiter_is_woken_by_the_release(void **state)
         assert_int_equal(dlock_redlock_release(holder), DLOCK_OK);
         assert_int_equal(rl_done_wait(&d, 5000), DLOCK_OK);
         delays[i] = d.at - released;
-        if (redlock_wakeups(p.b[0]) == woken) fail_msg("hand-off %d: called back %lld ms after the release, no wake-up", i, delays[i]);
+        if (redlock_wakeups(p.b[0]) == woken)
+            fail_msg("hand-off %d: called back %lld ms after the release, no wake-up", i, delays[i]);
         assert_int_equal(rl_release_async_wait(waiter), DLOCK_OK);
     }
     (void)median_delay(delays, 10, "release to callback");

@@ -201,7 +201,8 @@ static void write_release_wakes_all_readers(void **state)
     for (int i = 0; i < READERS; i++) {
         assert_int_equal(rs[i].status, DLOCK_OK);
         /* All within the first reader's 1200 ms hold: woken together. */
-        if (rs[i].got_at - released >= 1000) fail_msg("reader %d in %lld ms after the release", i, rs[i].got_at - released);
+        if (rs[i].got_at - released >= 1000)
+            fail_msg("reader %d in %lld ms after the release", i, rs[i].got_at - released);
     }
     dlock_rwlock_free(rw);
     dlock_client_free(c);

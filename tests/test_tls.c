@@ -159,7 +159,8 @@ static void lock_wait_and_watchdog_work_over_tls(void **state)
     struct dlock_stats s;
     assert_int_equal(dlock_stats(b, &s), DLOCK_OK);
     if (s.kind[DLOCK_STATS_LOCK].wakeups < 1 || after >= 1000)
-        fail_msg("waiter in %lld ms, %llu wake-ups counted", after, (unsigned long long)s.kind[DLOCK_STATS_LOCK].wakeups);
+        fail_msg("waiter in %lld ms, %llu wake-ups counted", after,
+                 (unsigned long long)s.kind[DLOCK_STATS_LOCK].wakeups);
     dlock_lock_free(l);
     dlock_client_free(b);
     dlock_client_free(a);

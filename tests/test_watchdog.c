@@ -128,9 +128,9 @@ static void watchdog_rides_out_a_server_pause_shorter_than_the_lease(void **stat
 /* Someone deletes the lock key behind the holder's back: the watchdog
  * (renewing every 200 ms for a 600 ms lease) finds it gone, sets
  * dlock_lock_lost() and calls on_lost once with the hold's token, within
- * two leases (one, with room for a loaded machine). Until released the hold cannot be re-entered
- * (DLOCK_ERR_LOST), release reports DLOCK_ERR_LOST, and a new acquisition
- * clears the flag. A watchdog that treated "not renewed" as success would
+ * two leases (one, with room for a loaded machine). Until released the
+ * hold cannot be re-entered (DLOCK_ERR_LOST), release reports
+ * DLOCK_ERR_LOST, and a new acquisition clears the flag. A watchdog that treated "not renewed" as success would
  * never report it. */
 static void deleted_lock_is_reported_lost(void **state)
 {
