@@ -607,6 +607,10 @@ static void release_wakes_a_waiter_at_once(void **state)
         pthread_t th;
         pthread_create(&th, NULL, waiter_main, &w);
         usleep(300000);
+        /* Registered by its attempt once subscribed: asleep, however late
+         * a loaded machine began its thread (a waiter still on its first
+         * attempts would take the lock unwoken). */
+        th_lock_wait_registered(&server, NULL, "wake", 1);
         long long released = th_now_ms();
         assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
         pthread_join(th, NULL);

@@ -275,12 +275,14 @@ static long long median_delay(long long *delays, int n, const char *what)
 }
 
 /* A waiting RedLock tries again when the holder's release is published on
- * the first master, not only at the end of its 20-200 ms pause: in each
+ * the first master, not only at the end of its 20-200 ms pause: in most
  * of twenty hand-offs a message woke it (its client counts the wake-up;
- * a waiter left to its pauses counts none). The median time from the
- * release's start to the grant, far under what the pauses alone give
- * (about 50 ms or more) on an idle machine, is printed, not asserted:
- * a loaded machine's stalls reach the same tens of ms. */
+ * a waiter left to its pauses counts none; a waiter that a loaded machine
+ * kept from going to sleep before the release takes the lock on its own
+ * first rounds, unwoken). The median time from the release's start to
+ * the grant, far under what the pauses alone give (about 50 ms or more)
+ * on an idle machine, is printed, not asserted: a loaded machine's
+ * stalls reach the same tens of ms. */
 static void redlock_waiter_is_woken_by_the_release(void **state)
 {
     (void)state;
@@ -288,6 +290,7 @@ static void redlock_waiter_is_woken_by_the_release(void **state)
     pair_open(&p, "rl-wake", 0);
     dlock_redlock *holder = p.ra, *waiter = p.rb;
     long long delays[20];
+    int woken_rounds = 0;
     for (int i = 0; i < 20; i++) {
         assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
         uint64_t woken = redlock_wakeups(p.b[0]);
@@ -299,11 +302,11 @@ static void redlock_waiter_is_woken_by_the_release(void **state)
         long long got = th_now_ms();
         pthread_join(t, NULL);
         delays[i] = got - r.at;
-        if (redlock_wakeups(p.b[0]) == woken)
-            fail_msg("hand-off %d: granted %lld ms after the release, no wake-up", i, delays[i]);
+        woken_rounds += redlock_wakeups(p.b[0]) > woken;
         assert_int_equal(dlock_redlock_release(waiter), DLOCK_OK);
     }
     (void)median_delay(delays, 20, "release to grant");
+    if (woken_rounds < 15) fail_msg("woken by the release in %d hand-offs of 20", woken_rounds);
     pair_close(&p);
 }
 
@@ -435,7 +438,7 @@ static void redlock_async_calls_keep_the_majority_rule(void **state)
 }
 
 /* An asynchronous waiter is woken by the holder's release as a thread is:
- * a message wakes it in each of ten hand-offs (its client counts the
+ * a message wakes it in most of ten hand-offs (its client counts the
  * wake-up). The median release-to-callback time is printed, not asserted,
  * as above. */
 static void redlock_async_waiter_is_woken_by_the_release(void **state)
@@ -445,6 +448,7 @@ static void redlock_async_waiter_is_woken_by_the_release(void **state)
     pair_open(&p, "rl-async-wake", 0);
     dlock_redlock *holder = p.ra, *waiter = p.rb;
     long long delays[10];
+    int woken_rounds = 0;
     for (int i = 0; i < 10; i++) {
         assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
         uint64_t woken = redlock_wakeups(p.b[0]);
@@ -455,11 +459,11 @@ static void redlock_async_waiter_is_woken_by_the_release(void **state)
         assert_int_equal(dlock_redlock_release(holder), DLOCK_OK);
         assert_int_equal(rl_done_wait(&d, 5000), DLOCK_OK);
         delays[i] = d.at - released;
-        if (redlock_wakeups(p.b[0]) == woken)
-            fail_msg("hand-off %d: called back %lld ms after the release, no wake-up", i, delays[i]);
+        woken_rounds += redlock_wakeups(p.b[0]) > woken;
         assert_int_equal(rl_release_async_wait(waiter), DLOCK_OK);
     }
     (void)median_delay(delays, 10, "release to callback");
+    if (woken_rounds < 7) fail_msg("woken by the release in %d hand-offs of 10", woken_rounds);
     pair_close(&p);
 }
 

@@ -21,6 +21,7 @@
 
 #include "dlock.h"
 #include "harness.h"
+#include "th_lock.h"
 
 static char certs[64];
 
@@ -164,6 +165,7 @@ static void lock_wait_and_watchdog_work_over_tls(void **state)
     w = (struct waiter){b, DLOCK_ERR_SYS, 0};
     assert_int_equal(pthread_create(&t, NULL, wait_for_lock, &w), 0);
     usleep(300000);
+    th_lock_wait_registered(NULL, &r, "tls-lock", 1); /* asleep, however late its thread began */
     released = th_now_ms();
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     pthread_join(t, NULL);

