@@ -758,6 +758,7 @@ static void a_release_hands_the_lock_to_a_waiting_thread_of_another_process(void
         pthread_t th;
         pthread_create(&th, NULL, handed_main, &w);
         usleep(100000); /* the waiter sleeps on its channel, registered with its offer */
+        th_lock_wait_registered(&server, NULL, "handover-x", 1); /* however late a loaded machine began it */
         long long before = th_target_calls(&server, "evalsha");
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
         dlock_lock_info at_release;
