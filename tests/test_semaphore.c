@@ -508,12 +508,15 @@ static void on_permit_lost(dlock_permit *pm, void *arg)
     atomic_fetch_add(&lost_calls, 1);
 }
 
-/* The watchdog keeps a permit with a 300 ms lease for well over a second,
- * and reports it lost once someone removes it behind its back. */
+/* The watchdog keeps a permit with a 600 ms lease for four leases, and
+ * reports it lost once someone removes it behind its back. (Not 300 ms:
+ * a permit is trusted for 90 % of its lease less 8 ms after each
+ * renewal's send, and a loaded machine has stalled a process past
+ * 270 ms.) */
 static void psem_watchdog_renews_and_reports_loss(void **state)
 {
     (void)state;
-    dlock_client *c = client_with_lease(300);
+    dlock_client *c = client_with_lease(600);
     dlock_psem *p;
     dlock_permit *pm;
     long av;
@@ -521,7 +524,7 @@ static void psem_watchdog_renews_and_reports_loss(void **state)
     dlock_psem_on_lost(p, on_permit_lost, NULL);
     assert_int_equal(dlock_psem_set_permits(p, 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_psem_acquire(p, 0, DLOCK_LEASE_WATCHDOG, &pm), DLOCK_OK);
-    usleep(1200000);
+    usleep(2400000);
     assert_int_equal(dlock_permit_lost(pm), 0);
     assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
     assert_int_equal(av, 0);
@@ -643,13 +646,14 @@ static void psem_async_calls_keep_to_the_permits(void **state)
     dlock_client_free(c);
 }
 
-/* A permit taken asynchronously with the watchdog is renewed past its
- * lease, its loss is reported, and its asynchronous release says so. */
+/* A permit taken asynchronously with the watchdog (600 ms, as above) is
+ * renewed past its lease, its loss is reported, and its asynchronous
+ * release says so. */
 static void psem_async_watchdog_permit_is_renewed_and_its_loss_reported(void **state)
 {
     (void)state;
     atomic_store(&lost_calls, 0);
-    dlock_client *c = client_with_lease(300);
+    dlock_client *c = client_with_lease(600);
     dlock_psem *p;
     permit_call pc;
     permit_call_init(&pc);
@@ -660,7 +664,7 @@ static void psem_async_watchdog_permit_is_renewed_and_its_loss_reported(void **s
     assert_true(permit_call_ended(&pc, 5000));
     assert_int_equal(pc.st, DLOCK_OK);
     dlock_permit *pm = pc.pm;
-    usleep(1200000);
+    usleep(2400000);
     assert_int_equal(dlock_permit_lost(pm), 0);
     long av;
     assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
