@@ -1,9 +1,14 @@
 # Convenience front end over CMake. `make` builds, `make test` runs the whole
 # suite twice (plain, then ASan+UBSan), `make demo` runs the main job,
 # `make cluster` starts a Redis Cluster and a Sentinel setup to try.
+# `make test-loaded` runs what `make test` runs with a busy loop on every
+# core beside it (scripts/cpu-hog.sh; HOG_LOOPS of them, nproc by
+# default), as a busy CI machine would: a verdict that hangs on a short
+# lease or a tight deadline fails there. test-loaded-plain and
+# test-loaded-asan run one half each.
 # `make` and `make build` never install anything: `make deps` installs the
 # Debian packages, and the targets that set up a fresh machine (test,
-# test-plain, test-asan, test-valkey, demo, bench, bench-cli, bench-seckill, bench-cluster,
+# test-plain, test-asan, test-valkey, test-loaded, demo, bench, bench-cli, bench-seckill, bench-cluster,
 # bench-tls, bench-redlock, cluster, torture) run it first, then build. Only `make deps` and
 # the test targets install Valkey (from bookworm-backports on bookworm,
 # scripts/install-deps.sh --valkey): the demo, the benchmarks, the torture
@@ -17,8 +22,16 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 # busy on average with a job per core, and halves its time with two.
 TEST_JOBS  ?= $(shell echo $$(( 2 * $(JOBS) )))
 CMAKE_FLAGS ?=
+# Busy loops beside `make test-loaded`: one per core.
+HOG_LOOPS  ?= $(JOBS)
+# The two halves' ctest runs, shared by test-plain/test-asan and their
+# loaded twins.
+CTEST_PLAIN = cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS)
+CTEST_ASAN  = cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(TEST_JOBS) -E @valkey
 
-.PHONY: all deps deps-core build build-asan test test-plain test-asan test-valkey demo bench bench-cli bench-cluster bench-seckill bench-tls bench-redlock cluster install clean torture
+.PHONY: all deps deps-core build build-asan test test-plain test-asan test-valkey test-loaded \
+  test-loaded-plain test-loaded-asan demo bench bench-cli bench-cluster bench-seckill bench-tls bench-redlock cluster install clean torture
 
 all: build
 
@@ -44,12 +57,11 @@ build-asan: $(ASAN_BUILD)/CMakeCache.txt
 # prerequisite that make -j could run beside it).
 test-plain: deps
 	@$(MAKE) --no-print-directory build
-	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS)
+	$(CTEST_PLAIN)
 
 test-asan: deps
 	@$(MAKE) --no-print-directory build-asan
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(TEST_JOBS) -E @valkey
+	$(CTEST_ASAN)
 
 # Only the runs against Valkey (ctest entries NAME@valkey, NAME@valkey-sentinel,
 # NAME@valkey-cluster), which test-plain runs among the rest. test-asan
@@ -63,6 +75,21 @@ test-valkey: deps
 test: deps
 	@$(MAKE) --no-print-directory test-plain
 	@$(MAKE) --no-print-directory test-asan
+
+# The same under load: the build first, unloaded, then ctest with
+# HOG_LOOPS busy loops at normal priority, started before it and stopped
+# by PID after it, whatever its exit (scripts/cpu-hog.sh).
+test-loaded-plain: deps
+	@$(MAKE) --no-print-directory build
+	scripts/cpu-hog.sh -n $(HOG_LOOPS) sh -c '$(CTEST_PLAIN)'
+
+test-loaded-asan: deps
+	@$(MAKE) --no-print-directory build-asan
+	scripts/cpu-hog.sh -n $(HOG_LOOPS) sh -c '$(CTEST_ASAN)'
+
+test-loaded: deps
+	@$(MAKE) --no-print-directory test-loaded-plain
+	@$(MAKE) --no-print-directory test-loaded-asan
 
 demo: deps-core
 	@$(MAKE) --no-print-directory build

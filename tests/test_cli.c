@@ -714,16 +714,18 @@ static void busy_lock_exits_75_after_the_wait_and_signals_reach_the_holder(void 
     assert_int_equal(wait_dlock(&holder, 10000), 0);
 }
 
-/* With a 300 ms TTL and a COMMAND that runs 1.5 s, the lock is renewed
- * (every 100 ms) for as long as COMMAND runs: a second dlock finds it held
+/* With a 600 ms TTL and a COMMAND that runs 4 s, the lock is renewed
+ * (every 200 ms) for as long as COMMAND runs: a second dlock finds it held
  * well past several TTLs, and the first ends with COMMAND's own status,
- * not 76. */
+ * not 76. (Not a shorter TTL: the hold is trusted for 90 % of it less
+ * 8 ms after each renewal's send, and a loaded machine has stalled a
+ * process past 270 ms, which would rightly end the run with 76.) */
 static void lock_is_renewed_while_a_long_command_runs(void **state)
 {
     (void)state;
     proc holder;
-    HOLD(&holder, "renew.ready", "sleep 1.5", "lock", "-t", "0.3", "renewed");
-    usleep(900000); /* three TTLs */
+    HOLD(&holder, "renew.ready", "sleep 4", "lock", "-t", "0.6", "renewed");
+    usleep(1800000); /* three TTLs */
     run r;
     RUN(&r, srv.url, "lock", "-w", "0", "renewed", "--", "true");
     expect_status(&r, 75);

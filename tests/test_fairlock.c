@@ -519,7 +519,7 @@ static void fair_tokens_rise_across_a_redis_restart(void **state)
 }
 
 /* As a_grant_answered_past_its_trusted_time_is_given_back (test_lock),
- * for the fair lock: a grant of a 300 ms lease answered 600 ms late (the
+ * for the fair lock: a grant of a 100 ms lease answered 600 ms late (the
  * server paused with the acquire in its socket) is given back and fails
  * with DLOCK_ERR_LOST; another client takes the lock at once. */
 static void fair_grant_answered_past_its_trusted_time_is_given_back(void **state)
@@ -532,11 +532,11 @@ static void fair_grant_answered_past_its_trusted_time_is_given_back(void **state
     dlock_lock *l, *l2;
     assert_int_equal(dlock_lock_new_fair(c, "fair-late", &l), DLOCK_OK);
     assert_int_equal(dlock_lock_new_fair(other, "fair-late", &l2), DLOCK_OK);
-    assert_int_equal(dlock_lock_acquire(l, 0, 300, NULL), DLOCK_OK); /* connected, routed */
+    assert_int_equal(dlock_lock_acquire(l, 0, 5000, NULL), DLOCK_OK); /* connected, routed */
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     th_pause_timer pt;
     assert_int_equal(th_target_pause_for(&server, "dlock:{fair-late}", 600, &pt), 0);
-    dlock_status st = dlock_lock_acquire(l, 0, 300, NULL);
+    dlock_status st = dlock_lock_acquire(l, 0, 100, NULL);
     char why[512];
     snprintf(why, sizeof why, "%s", dlock_last_error());
     assert_int_equal(th_target_pause_join(&pt), 0);

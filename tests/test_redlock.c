@@ -257,6 +257,15 @@ static int cmp_ll(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* How many times a release's message woke a RedLock waiter of `c` (its
+ * first master's client, whose subscriber wakes it). */
+static uint64_t redlock_wakeups(dlock_client *c)
+{
+    struct dlock_stats s;
+    assert_int_equal(dlock_stats(c, &s), DLOCK_OK);
+    return s.kind[DLOCK_STATS_REDLOCK].wakeups;
+}
+
 /* The median of n hand-off delays (ms), printed with the worst. */
 static long long median_delay(long long *delays, int n, const char *what)
 {
@@ -266,9 +275,14 @@ static long long median_delay(long long *delays, int n, const char *what)
 }
 
 /* A waiting RedLock tries again when the holder's release is published on
- * the first master, not only at the end of its 20-200 ms pause: over
- * twenty hand-offs the median time from the release's start to the grant
- * stays far under what the pauses alone give (about 50 ms or more). */
+ * the first master, not only at the end of its 20-200 ms pause: in most
+ * of twenty hand-offs a message woke it (its client counts the wake-up;
+ * a waiter left to its pauses counts none; a waiter that a loaded machine
+ * kept from going to sleep before the release takes the lock on its own
+ * first rounds, unwoken). The median time from the release's start to
+ * the grant, far under what the pauses alone give (about 50 ms or more)
+ * on an idle machine, is printed, not asserted: a loaded machine's
+ * stalls reach the same tens of ms. */
 static void redlock_waiter_is_woken_by_the_release(void **state)
 {
     (void)state;
@@ -276,8 +290,10 @@ static void redlock_waiter_is_woken_by_the_release(void **state)
     pair_open(&p, "rl-wake", 0);
     dlock_redlock *holder = p.ra, *waiter = p.rb;
     long long delays[20];
+    int woken_rounds = 0;
     for (int i = 0; i < 20; i++) {
         assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
+        uint64_t woken = redlock_wakeups(p.b[0]);
         /* Released after 60-88 ms: the waiter is asleep by then. */
         struct later_release r = {holder, 60 + 7 * (i % 5), 0};
         pthread_t t;
@@ -286,9 +302,11 @@ static void redlock_waiter_is_woken_by_the_release(void **state)
         long long got = th_now_ms();
         pthread_join(t, NULL);
         delays[i] = got - r.at;
+        woken_rounds += redlock_wakeups(p.b[0]) > woken;
         assert_int_equal(dlock_redlock_release(waiter), DLOCK_OK);
     }
-    assert_true(median_delay(delays, 20, "release to grant") < 15);
+    (void)median_delay(delays, 20, "release to grant");
+    if (woken_rounds < 15) fail_msg("woken by the release in %d hand-offs of 20", woken_rounds);
     pair_close(&p);
 }
 
@@ -316,7 +334,7 @@ static void redlock_waiter_keeps_asking_with_the_first_master_down(void **state)
         assert_int_equal(dlock_redlock_release(waiter), DLOCK_OK); /* 2 of 3 masters confirm: a majority */
     }
     print_message("release to grant, first master down: at most %lld ms\n", worst);
-    assert_true(worst < 450);
+    assert_true(worst < 900); /* not the second of a subscription wait; room for a loaded machine */
     pair_close(&p);
 }
 
@@ -420,8 +438,9 @@ static void redlock_async_calls_keep_the_majority_rule(void **state)
 }
 
 /* An asynchronous waiter is woken by the holder's release as a thread is:
- * over ten hand-offs the median release-to-callback time stays far under
- * the 20-200 ms pauses. */
+ * a message wakes it in most of ten hand-offs (its client counts the
+ * wake-up). The median release-to-callback time is printed, not asserted,
+ * as above. */
 static void redlock_async_waiter_is_woken_by_the_release(void **state)
 {
     (void)state;
@@ -429,8 +448,10 @@ static void redlock_async_waiter_is_woken_by_the_release(void **state)
     pair_open(&p, "rl-async-wake", 0);
     dlock_redlock *holder = p.ra, *waiter = p.rb;
     long long delays[10];
+    int woken_rounds = 0;
     for (int i = 0; i < 10; i++) {
         assert_int_equal(dlock_redlock_acquire(holder, 0, 5000, NULL, NULL), DLOCK_OK);
+        uint64_t woken = redlock_wakeups(p.b[0]);
         rl_done d = {PTHREAD_MUTEX_INITIALIZER, 0, DLOCK_OK, 0, 0};
         assert_int_equal(dlock_redlock_acquire_async(waiter, 5000, 5000, on_rl_acquired, &d), DLOCK_OK);
         usleep((useconds_t)(60 + 7 * (i % 5)) * 1000);
@@ -438,9 +459,11 @@ static void redlock_async_waiter_is_woken_by_the_release(void **state)
         assert_int_equal(dlock_redlock_release(holder), DLOCK_OK);
         assert_int_equal(rl_done_wait(&d, 5000), DLOCK_OK);
         delays[i] = d.at - released;
+        woken_rounds += redlock_wakeups(p.b[0]) > woken;
         assert_int_equal(rl_release_async_wait(waiter), DLOCK_OK);
     }
-    assert_true(median_delay(delays, 10, "release to callback") < 15);
+    (void)median_delay(delays, 10, "release to callback");
+    if (woken_rounds < 7) fail_msg("woken by the release in %d hand-offs of 10", woken_rounds);
     pair_close(&p);
 }
 
@@ -505,20 +528,22 @@ static void on_lost(dlock_redlock *rl, void *arg)
     atomic_fetch_add(&lost_calls, 1);
 }
 
-/* With the watchdog (lease 300 ms) the hold outlives its lease on every
+/* With the watchdog (lease 600 ms) the hold outlives its lease on every
  * master; losing one share keeps it (2 of 3), losing a second reports the
- * hold lost through the callback and the query. */
+ * hold lost through the callback and the query. (Not 300 ms: a hold is
+ * trusted for 90 % of its lease less 8 ms after each renewal's send, and
+ * a loaded machine has stalled a process past 270 ms.) */
 static void redlock_watchdog_renews_and_reports_loss_below_majority(void **state)
 {
     (void)state;
     dlock_client *c[N];
-    connect_all(c, 300, 0);
+    connect_all(c, 600, 0);
     dlock_redlock *rl;
     assert_int_equal(dlock_redlock_new(c, N, "rl-wd", &rl), DLOCK_OK);
     dlock_redlock_on_lost(rl, on_lost, NULL);
     atomic_store(&lost_calls, 0);
     assert_int_equal(dlock_redlock_acquire(rl, 0, DLOCK_LEASE_WATCHDOG, NULL, NULL), DLOCK_OK);
-    usleep(1000 * 1000);
+    usleep(2000 * 1000);
     for (int i = 0; i < N; i++) assert_int_equal(exists_on(i, "dlock:{rl-wd}"), 1);
     freeReplyObject(th_redis_cmd(&masters[0], "DEL dlock:{rl-wd}"));
     usleep(500 * 1000);

@@ -566,13 +566,13 @@ static void client_new_reports_unreachable_server_quickly(void **state)
     assert_int_equal(dlock_client_new(url, NULL, &c), DLOCK_ERR_CONNECT);
     long long took = th_now_ms() - t0;
     assert_null(c);
-    assert_true(took < 1000);
+    assert_true(took < 1500); /* under the 2 s timeout, with room for a loaded machine */
     assert_non_null(strstr(dlock_last_error(), where));
 
     t0 = th_now_ms();
     assert_int_equal(dlock_client_new("unix:///nonexistent-dlock-dir/redis.sock", NULL, &c),
                      DLOCK_ERR_CONNECT);
-    assert_true(th_now_ms() - t0 < 1000);
+    assert_true(th_now_ms() - t0 < 1500);
     assert_null(c);
     assert_non_null(strstr(dlock_last_error(), "/nonexistent-dlock-dir/redis.sock"));
 }

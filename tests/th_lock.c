@@ -93,13 +93,14 @@ long long th_lock_wait_lost(dlock_lock *l, long ms)
 
 struct barge_waiter {
     dlock_lock *l;
-    atomic_llong got_at;
+    atomic_llong asked_at, got_at;
     dlock_status status;
 };
 
 static void *barge_waiter_main(void *arg)
 {
     struct barge_waiter *w = arg;
+    atomic_store(&w->asked_at, th_now_ms());
     w->status = dlock_lock_acquire(w->l, 10000, 30000, NULL);
     atomic_store(&w->got_at, th_now_ms());
     usleep(20000);
@@ -111,10 +112,13 @@ void th_lock_no_barging(dlock_lock *l, int rounds)
 {
     for (int i = 0; i < rounds; i++) {
         assert_int_equal(dlock_lock_acquire(l, 0, 30000, NULL), DLOCK_OK);
-        struct barge_waiter w = {l, 0, DLOCK_ERR_INVALID};
+        struct barge_waiter w = {l, 0, 0, DLOCK_ERR_INVALID};
         pthread_t th;
         pthread_create(&th, NULL, barge_waiter_main, &w);
-        usleep(100000); /* the waiter sleeps on the channel, well past the bound */
+        /* The waiter sleeps on the channel, well past the bound: 100 ms
+         * from its own call, however late a loaded machine began it. */
+        while (atomic_load(&w.asked_at) == 0) usleep(1000);
+        while (th_now_ms() - atomic_load(&w.asked_at) < 100) usleep(5000);
         assert_int_equal(dlock_lock_release(l), DLOCK_OK);
         assert_int_equal(dlock_lock_acquire(l, 10000, 30000, NULL), DLOCK_OK);
         int barged = atomic_load(&w.got_at) == 0; /* the waiter has not had it yet */

@@ -34,12 +34,15 @@ static const char *script_path(void)
  * CI can slow every failover down); the password is always ours, because
  * the harness must know it to connect, and so is the server program, so
  * that a suite's single servers and topologies are the same server.
- * Strings live in `store`. */
+ * The wait for a topology to form is 90 s unless the environment says
+ * otherwise: the script's 30 s is a bound a loaded machine has missed
+ * (a cluster's six nodes beside a suite's sanitized programs), and the
+ * wait ends as soon as the topology is up. Strings live in `store`. */
 static char **script_env(const th_topology *t, const th_topology_opts *o,
-                         char store[6][128], char **envp, size_t max)
+                         char store[7][128], char **envp, size_t max)
 {
     size_t n = 0;
-    for (char **e = environ; *e && n + 7 < max; e++)
+    for (char **e = environ; *e && n + 8 < max; e++)
         if (strncmp(*e, "DLOCK_TOPOLOGY_PASSWORD=", 24) != 0 && strncmp(*e, "DLOCK_TOPOLOGY_SERVER=", 22) != 0 &&
             strncmp(*e, "DLOCK_TOPOLOGY_TLS=", 19) != 0)
             envp[n++] = *e;
@@ -49,6 +52,10 @@ static char **script_env(const th_topology *t, const th_topology_opts *o,
     }
     snprintf(store[4], 96, "DLOCK_TOPOLOGY_SERVER=%s", th_server_binary());
     envp[n++] = store[4];
+    if (!getenv("DLOCK_TOPOLOGY_WAIT_S")) {
+        snprintf(store[6], 128, "DLOCK_TOPOLOGY_WAIT_S=90");
+        envp[n++] = store[6];
+    }
     if (o && o->node_timeout_ms > 0) {
         snprintf(store[0], 96, "DLOCK_CLUSTER_NODE_TIMEOUT_MS=%d", o->node_timeout_ms);
         envp[n++] = store[0];
@@ -76,7 +83,7 @@ static char **script_env(const th_topology *t, const th_topology_opts *o,
 static int run_script(const th_topology *t, const th_topology_opts *o,
                       const char *const *args, char *out, size_t outsz)
 {
-    char store[6][128];
+    char store[7][128];
     char *envp[512];
     char *argv[8];
     size_t na = 0;

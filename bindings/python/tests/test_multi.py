@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import threading
 import time
@@ -274,6 +275,22 @@ def test_a_cancelled_async_multi_lock_gives_back_what_it_was_granted(redis, clie
         other.close()
 
 
+def redlock_wakeups(client):
+    """How many times a release's message woke a RedLock waiter of
+    `client` (its first master's), from the library's dlock_stats(): the
+    package does not expose it, so the test reads struct dlock_stats by
+    ctypes, laid out as dlock.h has it (8 kinds of 79 uint64_t each:
+    acquisitions, 5 failures, renewals, renewal failures, losses, wakeups,
+    then three histograms of count, sum and 21 buckets)."""
+    kinds, fields, redlock, wakeups = 8, 1 + 5 + 4 + 3 * (2 + 21), 6, 9
+    out = (ctypes.c_uint64 * (kinds * fields))()
+    fn = dlock._native.lib.dlock_stats
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    assert fn(client._state.ptr, out) == 0
+    return out[redlock * fields + wakeups]
+
+
 def test_a_redlock_from_asyncio_excludes_and_its_waiter_is_woken_by_the_release(masters, name):
     _servers, clients = masters
     one, two = dlock.RedLock(clients, name, lease=10.0), dlock.RedLock(clients, name, lease=10.0)
@@ -284,9 +301,10 @@ def test_a_redlock_from_asyncio_excludes_and_its_waiter_is_woken_by_the_release(
             with pytest.raises(dlock.NotAcquired):
                 await two.acquire_async(wait=0)
         assert not hold.held
-        took = []
+        took, woken_rounds = [], 0
         for _ in range(5):
             first = await one.acquire_async()
+            woken = redlock_wakeups(clients[0])
             threads = threading.active_count()
             waiter = asyncio.ensure_future(two.acquire_async(wait=5.0))
             await asyncio.sleep(0.08)
@@ -297,11 +315,18 @@ def test_a_redlock_from_asyncio_excludes_and_its_waiter_is_woken_by_the_release(
             await one.release_async()
             second = await waiter
             took.append(time.monotonic() - released)
+            # Woken by the release's message, not at the end of a 20-200
+            # ms pause: counted by the library (in most hand-offs: a
+            # waiter a loaded machine kept from its sleep until the
+            # release takes the lock unwoken). The time is printed, not
+            # asserted: a loaded machine's stalls reach tens of ms too.
+            woken_rounds += redlock_wakeups(clients[0]) > woken
             assert second.token > first.token
             await two.release_async()
             assert not second.held
         took.sort()
-        assert took[2] < 0.03, "woken %.3f s after the release (median), not by it" % took[2]
+        print("release to grant: median %.3f s" % took[2])
+        assert woken_rounds >= 4, "woken by the release in %d hand-offs of 5" % woken_rounds
 
     asyncio.run(main())
 
