@@ -469,15 +469,15 @@ end_client:
 #else
             :: true ->
 #endif
-                printf("C%d: HOLDS token %d, trusted %d more ticks\n", c, rtok[c], ptr[c]);
-                hold_begins(c, rtok[c], aloss[c], efloor[c]);
-                hcnt[c] = 1;
-                htok[c] = rtok[c];
 #ifdef MUTANT_M1
                 trust[c] = TRUST;
 #else
                 trust[c] = ptr[c];
 #endif
+                printf("C%d: HOLDS token %d, trusted %d more ticks\n", c, rtok[c], trust[c]);
+                hold_begins(c, rtok[c], aloss[c], efloor[c]);
+                hcnt[c] = 1;
+                htok[c] = rtok[c];
                 cst[c] = HELD
             fi
         fi; tidy(c) }
@@ -507,15 +507,15 @@ end_client:
 #else
             :: true ->
 #endif
-                printf("C%d: HANDED token %d, trusted %d more ticks\n", c, ptok[c], phtr[c]);
-                hold_begins(c, ptok[c], aloss[c], efloor[c]);
-                hcnt[c] = 1;
-                htok[c] = ptok[c];
 #ifdef MUTANT_M1
                 trust[c] = TRUST;
 #else
                 trust[c] = phtr[c];
 #endif
+                printf("C%d: HANDED token %d, trusted %d more ticks\n", c, ptok[c], trust[c]);
+                hold_begins(c, ptok[c], aloss[c], efloor[c]);
+                hcnt[c] = 1;
+                htok[c] = ptok[c];
                 cst[c] = HELD
             fi
         fi; tidy(c) }
