@@ -144,6 +144,12 @@ torture: deps-core
 	  --seconds $$(( $(TORTURE_SECONDS) / n > 5 ? $(TORTURE_SECONDS) / n : 5 )) \
 	  $(if $(TORTURE_SEED),--seed $(TORTURE_SEED))
 
+# The lock protocol model-checked with Spin at larger bounds than
+# `make test` runs (docs/design/model.md: what it covers, how long it takes).
+.PHONY: model
+model:
+	model/check.sh large
+
 # Both topologies of scripts/redis-topology.sh in one temp dir, left running
 # for the user; a failed start stops whatever it had started.
 cluster: deps-core
