@@ -139,13 +139,13 @@ typedef struct hold_rec {
     int64_t t_acq;   /* acquire returned */
     int64_t t_rel;   /* release returned */
     int worker;
-    int measured;    /* completed inside the measured window */
+    int measured; /* completed inside the measured window */
 } hold_rec;
 
 typedef struct worker {
     pthread_t thread;
     int index;
-    dlock_lock *lock; /* uncontended, contended, fair */
+    dlock_lock *lock;  /* uncontended, contended, fair */
     dlock_redlock *rl; /* --redlock: instead of lock */
     uint64_t *hist[N_CLS];
     uint64_t *wait_hist; /* the acquire call alone, every class */
@@ -165,7 +165,7 @@ static long permits;
 static int read_percent = 90;
 
 static atomic_int phase = PHASE_WARMUP;
-static atomic_int failed;           /* a worker hit an error; details below */
+static atomic_int failed; /* a worker hit an error; details below */
 static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
 static char fail_msg[512];
 static int fail_exit;
@@ -178,7 +178,7 @@ static dlock_client *masters[MAX_MASTERS]; /* --redlock: a client per master */
 static size_t n_masters;
 static pthread_mutex_t chains_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t chains_cv = PTHREAD_COND_INITIALIZER;
-static int chains_ended;              /* --async: chains that stopped */
+static int chains_ended; /* --async: chains that stopped */
 
 /* Monotonic nanoseconds: pairs are timed against a clock that never steps. */
 static int64_t now_ns(void)
@@ -279,8 +279,8 @@ static dlock_status take(worker *w, int *cls, dlock_permit **permit)
     switch (mode) {
     case M_RW:
         *cls = (int)(next_rand(&w->rng) % 100) < read_percent ? CLS_READ : CLS_WRITE;
-        return dlock_rwlock_acquire(rw, *cls == CLS_READ ? DLOCK_READ : DLOCK_WRITE, DLOCK_WAIT_FOREVER,
-                                    lease_ms, &token);
+        return dlock_rwlock_acquire(rw, *cls == CLS_READ ? DLOCK_READ : DLOCK_WRITE, DLOCK_WAIT_FOREVER, lease_ms,
+                                    &token);
     case M_SEMAPHORE: return dlock_semaphore_acquire(sem, 1, DLOCK_WAIT_FOREVER);
     case M_PSEM: return dlock_psem_acquire(psem, DLOCK_WAIT_FOREVER, lease_ms, permit);
     default:
@@ -593,8 +593,8 @@ static dlock_status make_shared(dlock_client *client, dlock_lock **shared)
 }
 
 /* The JSON line's mode-specific fields. */
-static void print_extra(worker *ws, int n, const uint64_t *const *hist, const uint64_t *ops, double secs,
-                        int verbose, int *rc)
+static void print_extra(worker *ws, int n, const uint64_t *const *hist, const uint64_t *ops, double secs, int verbose,
+                        int *rc)
 {
     if (single_lock()) {
         int err;
@@ -633,8 +633,7 @@ int main(int argc, char **argv)
         {"permits", required_argument, NULL, 'p'}, {"read-percent", required_argument, NULL, 'r'},
         {"verbose", no_argument, NULL, 'v'},       {"help", no_argument, NULL, 'h'},
         {"async", no_argument, NULL, 'a'},         {"watchdog", no_argument, NULL, 'W'},
-        {"redlock", no_argument, NULL, 'R'},
-        {NULL, 0, NULL, 0}};
+        {"redlock", no_argument, NULL, 'R'},       {NULL, 0, NULL, 0}};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":u:vh", longopts, NULL)) != -1) {

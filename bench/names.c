@@ -67,7 +67,10 @@ int main(int argc, char **argv)
         case 'n': names = atol(optarg); break;
         case 'w': workers = atol(optarg); break;
         case 'p': prefix = optarg; break;
-        default: url = NULL; optind = argc; break;
+        default:
+            url = NULL;
+            optind = argc;
+            break;
         }
     }
     if (!url || names < 0 || workers < 1 || workers > 1024) {

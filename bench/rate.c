@@ -166,7 +166,9 @@ int main(int argc, char **argv)
         case 's': seconds = atoi(optarg); break;
         case 'r': rate = atol(optarg); break;
         case 'b': burst = atol(optarg); break;
-        default: fprintf(stderr, "usage: dlock-rate -u URL -m sync|async|accuracy [-w N] [-s S] [-r R] [-b B]\n"); return 64;
+        default:
+            fprintf(stderr, "usage: dlock-rate -u URL -m sync|async|accuracy [-w N] [-s S] [-r R] [-b B]\n");
+            return 64;
         }
     }
     if (strcmp(mode, "accuracy") == 0) {

@@ -93,8 +93,8 @@ int main(int argc, char **argv)
     for (int b = 0; b < DLOCK_STATS_BUCKETS; b++) held += atomic_load(&cells.kind[DLOCK_STATS_LOCK].hold.bucket[b]);
     if ((double)atomic_load(&cells.kind[DLOCK_STATS_LOCK].acquisitions) != pairs || (double)held != pairs) {
         fprintf(stderr, "dlock-stats-cost: counted %llu acquisitions and %llu holds of %.0f\n",
-                (unsigned long long)atomic_load(&cells.kind[DLOCK_STATS_LOCK].acquisitions),
-                (unsigned long long)held, pairs);
+                (unsigned long long)atomic_load(&cells.kind[DLOCK_STATS_LOCK].acquisitions), (unsigned long long)held,
+                pairs);
         return 70;
     }
     printf("{\"threads\":%d,\"pairs\":%.0f,\"cpu_ns_per_pair\":%.1f,\"wall_ns_per_pair\":%.1f}\n", threads, pairs,

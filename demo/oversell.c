@@ -57,8 +57,7 @@ static redisContext *connect_plain(const dlock_url *u)
     }
     redisReply *r = NULL;
     if (u->password)
-        r = u->user ? redisCommand(c, "AUTH %s %s", u->user, u->password)
-                        : redisCommand(c, "AUTH %s", u->password);
+        r = u->user ? redisCommand(c, "AUTH %s %s", u->user, u->password) : redisCommand(c, "AUTH %s", u->password);
     int ok = !u->password || (r && r->type != REDIS_REPLY_ERROR);
     if (r) freeReplyObject(r);
     if (ok && u->db) {
@@ -118,8 +117,8 @@ static int worker(const char *url, const dlock_url *u, int locked)
     }
     dlock_client *client = NULL;
     dlock_lock *lock = NULL;
-    if (locked && (dlock_client_new(url, NULL, &client) != DLOCK_OK ||
-                   dlock_lock_new(client, LOCK_NAME, &lock) != DLOCK_OK)) {
+    if (locked &&
+        (dlock_client_new(url, NULL, &client) != DLOCK_OK || dlock_lock_new(client, LOCK_NAME, &lock) != DLOCK_OK)) {
         fprintf(stderr, "oversell: %s\n", dlock_last_error());
         dlock_client_free(client);
         redisFree(c);
@@ -151,8 +150,8 @@ static int worker(const char *url, const dlock_url *u, int locked)
 
 /* Run one phase: reset the stock, fork the workers, show progress until
  * they end. Fills sold and seconds; returns 0 if every worker exited 0. */
-static int run_phase(const char *url, const dlock_url *u, redisContext *c, int locked, long stock,
-                     int workers, long long *sold, double *seconds)
+static int run_phase(const char *url, const dlock_url *u, redisContext *c, int locked, long stock, int workers,
+                     long long *sold, double *seconds)
 {
     redisReply *r = redisCommand(c, "MSET %s %ld %s 0", STOCK_KEY, stock, SOLD_KEY);
     if (!r || r->type == REDIS_REPLY_ERROR) {
@@ -187,8 +186,8 @@ static int run_phase(const char *url, const dlock_url *u, redisContext *c, int l
         if (p < 0 && errno != EINTR) break;
         long long now_sold = 0;
         if (isatty(STDERR_FILENO) && get_int(c, SOLD_KEY, &now_sold) == 0)
-            fprintf(stderr, "\r  %-7s sold %lld of %ld, %d workers running   ", locked ? "lock" : "nolock",
-                now_sold, stock, running);
+            fprintf(stderr, "\r  %-7s sold %lld of %ld, %d workers running   ", locked ? "lock" : "nolock", now_sold,
+                    stock, running);
         usleep(100000);
     }
     *seconds = now_s() - t0;
@@ -253,8 +252,7 @@ int main(int argc, char **argv)
         return 70;
     }
     printf("\n%-8s %8s %8s %9s %12s\n", "mode", "sold", "oversold", "time_s", "lock_ops/s");
-    printf("%-8s %8lld %8lld %9.2f %12s\n", "nolock", sold[0], sold[0] > stock ? sold[0] - stock : 0, secs[0],
-           "-");
+    printf("%-8s %8lld %8lld %9.2f %12s\n", "nolock", sold[0], sold[0] > stock ? sold[0] - stock : 0, secs[0], "-");
     printf("%-8s %8lld %8lld %9.2f %12.0f\n", "lock", sold[1], sold[1] > stock ? sold[1] - stock : 0, secs[1],
            (double)(sold[1] + workers) / secs[1]);
     printf("\nstock left after the locked run: %lld\n", left);

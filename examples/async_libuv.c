@@ -28,12 +28,12 @@
 
 typedef struct job {
     int id;
-    dlock_lock *lock;    /* a handle per job: one asynchronous call per handle */
-    uv_timer_t work;     /* the "work" done while holding */
+    dlock_lock *lock; /* a handle per job: one asynchronous call per handle */
+    uv_timer_t work;  /* the "work" done while holding */
 } job;
 
 /* A completion's key says whose it is and which call it ends. */
-#define KEY(id, acquired) ((uint64_t)(id) * 2 + (acquired))
+#define KEY(id, acquired) ((uint64_t)(id)*2 + (acquired))
 
 static job jobs[JOBS];
 static dlock_queue *queue;

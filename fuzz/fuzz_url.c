@@ -15,8 +15,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* For replay.c: pieces of URL syntax worth splicing into a seed. */
 const char *const fuzz_fragments[] = {
-    "redis://", "unix://", "redis-sentinel://", "redis-cluster://", ",", "/mymaster", "/", ":", "@", "[", "]", "?db=", "%", "%4", "%40", "%00",
-    "::1", "127.0.0.1", "6379", "65536", "0", "-1", "user", ":pw@", "?", "=", "\x01", " ",
+    "redis://",
+    "unix://",
+    "redis-sentinel://",
+    "redis-cluster://",
+    ",",
+    "/mymaster",
+    "/",
+    ":",
+    "@",
+    "[",
+    "]",
+    "?db=",
+    "%",
+    "%4",
+    "%40",
+    "%00",
+    "::1",
+    "127.0.0.1",
+    "6379",
+    "65536",
+    "0",
+    "-1",
+    "user",
+    ":pw@",
+    "?",
+    "=",
+    "\x01",
+    " ",
     NULL,
 };
 const long fuzz_rounds = 20000;
@@ -59,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(st == DLOCK_ERR_URL);
         FUZZ_CHECK(u.host == NULL && u.path == NULL && u.user == NULL && u.password == NULL && u.master == NULL &&
-               u.addrs == NULL && u.n_addrs == 0);
+                   u.addrs == NULL && u.n_addrs == 0);
         FUZZ_CHECK(dlock_last_error()[0] != '\0');
     }
     free(s);

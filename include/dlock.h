@@ -55,21 +55,21 @@ extern "C" {
  *   WRONG_KIND the NAME is in use as another kind of lock, semaphore or
  *             latch (the message names it); nothing was changed
  */
-#define DLOCK_STATUS_MAP(XX)                                        \
-    XX(OK, 0, "ok")                                                 \
-    XX(ERR_INVALID, -1, "invalid argument")                         \
-    XX(ERR_URL, -2, "malformed URL")                                \
-    XX(ERR_CONNECT, -3, "cannot reach Redis")                       \
-    XX(ERR_AUTH, -4, "authentication failed")                       \
-    XX(ERR_TIMEOUT, -5, "not acquired in time")                     \
-    XX(ERR_NOT_OWNER, -6, "not owner")                              \
-    XX(ERR_LOST, -7, "lock lost")                                   \
-    XX(ERR_REDIS, -8, "Redis error")                                \
-    XX(ERR_NOMEM, -9, "out of memory")                              \
-    XX(ERR_OVERFLOW, -10, "ID sequence overflow")                   \
-    XX(ERR_SYS, -11, "system error")                                \
-    XX(ERR_DEADLOCK, -12, "would deadlock")                         \
-    XX(ERR_REPLICA, -13, "too few replicas acknowledged")           \
+#define DLOCK_STATUS_MAP(XX)                                                                                           \
+    XX(OK, 0, "ok")                                                                                                    \
+    XX(ERR_INVALID, -1, "invalid argument")                                                                            \
+    XX(ERR_URL, -2, "malformed URL")                                                                                   \
+    XX(ERR_CONNECT, -3, "cannot reach Redis")                                                                          \
+    XX(ERR_AUTH, -4, "authentication failed")                                                                          \
+    XX(ERR_TIMEOUT, -5, "not acquired in time")                                                                        \
+    XX(ERR_NOT_OWNER, -6, "not owner")                                                                                 \
+    XX(ERR_LOST, -7, "lock lost")                                                                                      \
+    XX(ERR_REDIS, -8, "Redis error")                                                                                   \
+    XX(ERR_NOMEM, -9, "out of memory")                                                                                 \
+    XX(ERR_OVERFLOW, -10, "ID sequence overflow")                                                                      \
+    XX(ERR_SYS, -11, "system error")                                                                                   \
+    XX(ERR_DEADLOCK, -12, "would deadlock")                                                                            \
+    XX(ERR_REPLICA, -13, "too few replicas acknowledged")                                                              \
     XX(ERR_WRONG_KIND, -14, "name in use as another kind")
 
 typedef enum dlock_status {
@@ -192,13 +192,13 @@ typedef struct dlock_url_addr {
  */
 typedef struct dlock_url {
     dlock_url_kind kind;
-    char *host;     /* TCP host name or address, without IPv6 brackets */
-    int port;       /* TCP port, 6379 by default */
-    char *path;     /* unix socket path */
-    char *user;     /* ACL user name, or NULL for the default user */
-    char *password; /* password, or NULL for no AUTH */
-    int db;         /* database number for SELECT, 0 by default (always 0 on Cluster) */
-    char *master;   /* Sentinel: the name of the monitored master */
+    char *host;            /* TCP host name or address, without IPv6 brackets */
+    int port;              /* TCP port, 6379 by default */
+    char *path;            /* unix socket path */
+    char *user;            /* ACL user name, or NULL for the default user */
+    char *password;        /* password, or NULL for no AUTH */
+    int db;                /* database number for SELECT, 0 by default (always 0 on Cluster) */
+    char *master;          /* Sentinel: the name of the monitored master */
     dlock_url_addr *addrs; /* Sentinel: the Sentinels; Cluster: seed nodes */
     size_t n_addrs;
     int tls;          /* a rediss scheme: TLS to every server */
@@ -229,25 +229,25 @@ DLOCK_API void dlock_url_free(dlock_url *url);
  * `dlock_options o = {0};` is a valid start.
  */
 typedef struct dlock_options {
-    int connect_timeout_ms;  /* connecting to Redis; default 2000 */
-    int command_timeout_ms;  /* one command's round trip; default 5000 */
-    long watchdog_lease_ms;  /* lease kept alive by the watchdog; default 30000,
+    int connect_timeout_ms;      /* connecting to Redis; default 2000 */
+    int command_timeout_ms;      /* one command's round trip; default 5000 */
+    long watchdog_lease_ms;      /* lease kept alive by the watchdog; default 30000,
                                 renewed every third of it */
     long fair_waiter_timeout_ms; /* fair locks: a waiter that has not retried for
                                     this long is presumed dead and skipped;
                                     default 5000 (see dlock_lock_new_fair) */
-    int offline_ok;          /* 1: if the server cannot be reached now, return
+    int offline_ok;              /* 1: if the server cannot be reached now, return
                                 the client anyway and connect on first use
                                 (RedLock masters, one of which may be down);
                                 a refused password still fails */
-    int replica_acks;        /* replica-safe acquire (off when 0): after each new
+    int replica_acks;            /* replica-safe acquire (off when 0): after each new
                                 lock acquisition (plain or fair), WAIT until this
                                 many replicas have it; if fewer acknowledge in
                                 time the acquisition is undone (see
                                 DLOCK_ERR_REPLICA and docs/design/locks.md) */
-    int replica_timeout_ms;  /* how long to WAIT for them; default 100, must be
+    int replica_timeout_ms;      /* how long to WAIT for them; default 100, must be
                                 under command_timeout_ms */
-    int safety_margin_pct;   /* percent of a lease, 1 to 50 (default 10): a hold
+    int safety_margin_pct;       /* percent of a lease, 1 to 50 (default 10): a hold
                                 is no longer believed by its holder this much
                                 plus the clock-drift allowance (1 % + 2 ms)
                                 before its lease would end, counted by the
@@ -255,15 +255,15 @@ typedef struct dlock_options {
                                 renewal was sent; the watchdog then declares it
                                 lost whether or not a renewal is still on its
                                 way (see dlock_lock_lost) */
-    const char *username;    /* ACL user for AUTH, instead of the URL's; NULL:
+    const char *username;        /* ACL user for AUTH, instead of the URL's; NULL:
                                 the URL's (or the default user) */
-    const char *password;    /* password for AUTH, instead of the URL's (with
+    const char *password;        /* password for AUTH, instead of the URL's (with
                                 the URL's user unless username is set); NULL:
                                 the URL's. Lets a program keep credentials
                                 out of URLs it may print or log, and gives a
                                 unix:// URL a password. Both strings are
                                 copied. */
-    int busy_poll_us;        /* how long the thread that reads replies for
+    int busy_poll_us;            /* how long the thread that reads replies for
                                 every caller of a connection (the
                                 asynchronous API's reader thread, or the
                                 synchronous caller whose turn it is) polls
@@ -516,10 +516,10 @@ DLOCK_API dlock_status dlock_lock_release_async(dlock_lock *lock, dlock_released
 
 /* What dlock_lock_inspect() reports. */
 typedef struct dlock_lock_info {
-    int held;            /* 1 when someone holds the lock */
-    char holder[96];     /* owner string of the holder, empty when free */
-    long hold_count;     /* re-entry count of the holder */
-    long ttl_ms;         /* remaining lease in milliseconds, -1 when free */
+    int held;        /* 1 when someone holds the lock */
+    char holder[96]; /* owner string of the holder, empty when free */
+    long hold_count; /* re-entry count of the holder */
+    long ttl_ms;     /* remaining lease in milliseconds, -1 when free */
     /* the hold's fencing token; when free, the last token of the counter the
      * name shares with its hash slot (at least the name's own last), 0 if none */
     uint64_t last_token;
@@ -784,8 +784,7 @@ typedef void (*dlock_permit_fn)(dlock_psem *psem, dlock_status status, dlock_per
  */
 DLOCK_API dlock_status dlock_psem_acquire_async(dlock_psem *psem, long wait_ms, long lease_ms, dlock_permit_fn cb,
                                                 void *arg);
-DLOCK_API dlock_status dlock_psem_release_async(dlock_psem *psem, dlock_permit *permit, dlock_permit_fn cb,
-                                                void *arg);
+DLOCK_API dlock_status dlock_psem_release_async(dlock_psem *psem, dlock_permit *permit, dlock_permit_fn cb, void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* Count-down latch                                                          */
@@ -953,8 +952,7 @@ DLOCK_API dlock_status dlock_rate_try(dlock_rate *rate, const char *subject, lon
 
 /* What taking `permits` from the bucket of `subject` would give now,
  * without taking anything (res->allowed, remaining, when due). */
-DLOCK_API dlock_status dlock_rate_status(dlock_rate *rate, const char *subject, long permits,
-                                         dlock_rate_result *res);
+DLOCK_API dlock_status dlock_rate_status(dlock_rate *rate, const char *subject, long permits, dlock_rate_result *res);
 
 /* What an asynchronous acquire ends with: `status` as dlock_rate_acquire()
  * would return it, and its result (NULL on other failures), valid during
@@ -1012,7 +1010,7 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
  * write hold's and below the next one's, i.e. the version the reader sees.
  */
 DLOCK_API dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
-                                  uint64_t *token);
+                                            uint64_t *token);
 
 /* Undo one acquisition of `mode` by the calling thread; errors as in
  * dlock_lock_release(). */
@@ -1064,10 +1062,10 @@ typedef struct dlock_queue dlock_queue;
 
 /* One outcome taken from a queue. */
 typedef struct dlock_completion {
-    uint64_t key;                       /* the ticket's key */
-    dlock_status status;                /* what the callback would have been given */
-    uint64_t token;                     /* an acquisition's fencing token, else 0 */
-    char error[DLOCK_QUEUE_ERROR_MAX];  /* dlock_last_error() of a failure, "" on success */
+    uint64_t key;                      /* the ticket's key */
+    dlock_status status;               /* what the callback would have been given */
+    uint64_t token;                    /* an acquisition's fencing token, else 0 */
+    char error[DLOCK_QUEUE_ERROR_MAX]; /* dlock_last_error() of a failure, "" on success */
 } dlock_completion;
 
 /* Where dlock_queue_divert() sends one call's outcome instead. */
@@ -1125,10 +1123,9 @@ DLOCK_API int dlock_queue_divert(dlock_queue *q, void *ticket, dlock_completion 
 /* The callbacks that post to a ticket's queue, one per kind of call. */
 DLOCK_API void dlock_queue_on_acquired(dlock_lock *lock, dlock_status status, uint64_t token, void *ticket);
 DLOCK_API void dlock_queue_on_released(dlock_lock *lock, dlock_status status, void *ticket);
-DLOCK_API void dlock_queue_on_rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status,
-                                          uint64_t token, void *ticket);
-DLOCK_API void dlock_queue_on_rw_released(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status,
+DLOCK_API void dlock_queue_on_rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status, uint64_t token,
                                           void *ticket);
+DLOCK_API void dlock_queue_on_rw_released(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status, void *ticket);
 DLOCK_API void dlock_queue_on_semaphore(dlock_semaphore *sem, dlock_status status, void *ticket);
 /* For the permit calls: the completion's token is the permit's address
  * ((uint64_t)(uintptr_t)permit; 0 for none). */
@@ -1143,16 +1140,15 @@ DLOCK_API void dlock_queue_on_ids(dlock_client *client, dlock_status status, uin
 DLOCK_API void dlock_queue_on_multilock(dlock_status status, void *ticket);
 /* For dlock_rate_acquire_async(): the token is the result's remaining on
  * DLOCK_OK, its retry_after_ms on DLOCK_ERR_TIMEOUT, else 0. */
-DLOCK_API void dlock_queue_on_rate(dlock_rate *rate, dlock_status status, const dlock_rate_result *res,
-                                   void *ticket);
+DLOCK_API void dlock_queue_on_rate(dlock_rate *rate, dlock_status status, const dlock_rate_result *res, void *ticket);
 
 /* What dlock_rwlock_inspect() reports. */
 typedef struct dlock_rwlock_info {
-    int held;            /* 1 when a writer or any reader holds it */
-    char writer[96];     /* owner string of the write hold, empty when none */
-    long write_count;    /* the writer's re-entry count, 0 when none */
-    long readers;        /* owners holding a live read hold */
-    long ttl_ms;         /* remaining lease of the longest hold, -1 when free */
+    int held;         /* 1 when a writer or any reader holds it */
+    char writer[96];  /* owner string of the write hold, empty when none */
+    long write_count; /* the writer's re-entry count, 0 when none */
+    long readers;     /* owners holding a live read hold */
+    long ttl_ms;      /* remaining lease of the longest hold, -1 when free */
     /* the write hold's token; without one, the last token of the counter
      * the name shares with its hash slot (at least its own last), 0 if none */
     uint64_t last_token;
@@ -1318,9 +1314,8 @@ typedef void (*dlock_multilock_fn)(dlock_status status, void *arg);
  * complete starts it over at once while wait time remains. A status other
  * than DLOCK_OK means nothing was started and cb will not run.
  */
-DLOCK_API dlock_status dlock_multilock_acquire_async(dlock_lock *const *locks, size_t n, long wait_ms,
-                                                     long lease_ms, uint64_t *tokens, dlock_multilock_fn cb,
-                                                     void *arg);
+DLOCK_API dlock_status dlock_multilock_acquire_async(dlock_lock *const *locks, size_t n, long wait_ms, long lease_ms,
+                                                     uint64_t *tokens, dlock_multilock_fn cb, void *arg);
 
 /*
  * Release one asynchronous hold of each lock, the last first, each
@@ -1351,8 +1346,7 @@ typedef void (*dlock_redlock_lost_fn)(dlock_redlock *rl, void *arg);
  * A handle holds at most one hold at a time and is not reentrant; any
  * thread may release it, but calls on one handle must not run concurrently.
  */
-DLOCK_API dlock_status dlock_redlock_new(dlock_client *const *masters, size_t n, const char *name,
-                                         dlock_redlock **out);
+DLOCK_API dlock_status dlock_redlock_new(dlock_client *const *masters, size_t n, const char *name, dlock_redlock **out);
 
 /* Free the handle; a hold still open is abandoned (its leases run out). */
 DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
@@ -1471,37 +1465,35 @@ DLOCK_API void dlock_queue_on_redlock_released(dlock_redlock *rl, dlock_status s
  * what it counts). The enums below and the Prometheus labels (src/stats.c)
  * are generated from these lists, so the two cannot disagree.
  */
-#define DLOCK_STATS_KIND_LIST(X)                                  \
-    X(LOCK, "lock", "dlock_lock_new()")                           \
-    X(FAIR, "fair", "dlock_lock_new_fair()")                      \
-    X(READ, "read", "read holds of dlock_rwlock")                 \
-    X(WRITE, "write", "write holds of dlock_rwlock")              \
-    X(SEMAPHORE, "semaphore", "dlock_semaphore")                  \
-    X(PERMIT, "permit", "dlock_psem")                             \
-    X(REDLOCK, "redlock", "dlock_redlock")                        \
-    X(LATCH, "latch", "dlock_latch_await()")                      \
+#define DLOCK_STATS_KIND_LIST(X)                                                                                       \
+    X(LOCK, "lock", "dlock_lock_new()")                                                                                \
+    X(FAIR, "fair", "dlock_lock_new_fair()")                                                                           \
+    X(READ, "read", "read holds of dlock_rwlock")                                                                      \
+    X(WRITE, "write", "write holds of dlock_rwlock")                                                                   \
+    X(SEMAPHORE, "semaphore", "dlock_semaphore")                                                                       \
+    X(PERMIT, "permit", "dlock_psem")                                                                                  \
+    X(REDLOCK, "redlock", "dlock_redlock")                                                                             \
+    X(LATCH, "latch", "dlock_latch_await()")                                                                           \
     X(RATE, "rate", "dlock_rate_acquire() and its try and async")
 
 /* Why an acquire call failed, from its status. LOST: a re-entry into a
  * lost hold, or a grant answered too late. */
-#define DLOCK_STATS_REASON_LIST(X)                                \
-    X(TIMEOUT, "timeout", "DLOCK_ERR_TIMEOUT")                    \
-    X(CONNECT, "connect", "DLOCK_ERR_CONNECT")                    \
-    X(LOST, "lost", "DLOCK_ERR_LOST")                             \
-    X(REDIS, "redis", "DLOCK_ERR_REDIS")                          \
+#define DLOCK_STATS_REASON_LIST(X)                                                                                     \
+    X(TIMEOUT, "timeout", "DLOCK_ERR_TIMEOUT")                                                                         \
+    X(CONNECT, "connect", "DLOCK_ERR_CONNECT")                                                                         \
+    X(LOST, "lost", "DLOCK_ERR_LOST")                                                                                  \
+    X(REDIS, "redis", "DLOCK_ERR_REDIS")                                                                               \
     X(OTHER, "other", "every other status")
 
 #define DLOCK__STATS_ENUM_ITEM(name, label, what) DLOCK_STATS_##name,
 /* DLOCK_STATS_LOCK = 0, DLOCK_STATS_FAIR, ... in the list's order. */
 typedef enum dlock_stats_kind {
-    DLOCK_STATS_KIND_LIST(DLOCK__STATS_ENUM_ITEM)
-    DLOCK_STATS_KINDS /* how many kinds there are */
+    DLOCK_STATS_KIND_LIST(DLOCK__STATS_ENUM_ITEM) DLOCK_STATS_KINDS /* how many kinds there are */
 } dlock_stats_kind;
 
 /* DLOCK_STATS_TIMEOUT = 0, DLOCK_STATS_CONNECT, ... in the list's order. */
 typedef enum dlock_stats_reason {
-    DLOCK_STATS_REASON_LIST(DLOCK__STATS_ENUM_ITEM)
-    DLOCK_STATS_REASONS /* how many reasons there are */
+    DLOCK_STATS_REASON_LIST(DLOCK__STATS_ENUM_ITEM) DLOCK_STATS_REASONS /* how many reasons there are */
 } dlock_stats_reason;
 #undef DLOCK__STATS_ENUM_ITEM
 
@@ -1509,9 +1501,9 @@ typedef enum dlock_stats_reason {
  * uncontended acquire on a local socket, to 60 s, as Prometheus's "le"),
  * for `static const long b[] = {DLOCK_STATS_BOUNDS_US};`. One more bucket
  * takes everything above. */
-#define DLOCK_STATS_BOUNDS_US                                                                             \
-    25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, \
-        5000000, 10000000, 30000000, 60000000
+#define DLOCK_STATS_BOUNDS_US                                                                                          \
+    25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000,   \
+        10000000, 30000000, 60000000
 /* Buckets per histogram: the bounds above and +Inf. */
 #define DLOCK_STATS_BUCKETS 21
 
@@ -1526,15 +1518,15 @@ typedef struct dlock_histogram {
 
 /* The numbers of one kind of lock (see above for what each counts). */
 typedef struct dlock_kind_stats {
-    uint64_t acquisitions;                     /* acquire calls that succeeded, re-entries included */
-    uint64_t failures[DLOCK_STATS_REASONS];    /* acquire calls that failed, by dlock_stats_reason */
-    uint64_t renewals;                         /* watchdog renewals that renewed a hold */
-    uint64_t renewal_failures;                 /* ... that did not (error, or hold gone) */
-    uint64_t losses;                           /* holds found lost */
-    uint64_t wakeups;                          /* waiting calls woken by a release */
-    dlock_histogram wait;                      /* duration of every acquire call */
-    dlock_histogram hold;                      /* holds, acquire return to release */
-    dlock_histogram renewal;                   /* renewal calls, one observation per hold renewed or not
+    uint64_t acquisitions;                  /* acquire calls that succeeded, re-entries included */
+    uint64_t failures[DLOCK_STATS_REASONS]; /* acquire calls that failed, by dlock_stats_reason */
+    uint64_t renewals;                      /* watchdog renewals that renewed a hold */
+    uint64_t renewal_failures;              /* ... that did not (error, or hold gone) */
+    uint64_t losses;                        /* holds found lost */
+    uint64_t wakeups;                       /* waiting calls woken by a release */
+    dlock_histogram wait;                   /* duration of every acquire call */
+    dlock_histogram hold;                   /* holds, acquire return to release */
+    dlock_histogram renewal;                /* renewal calls, one observation per hold renewed or not
                                                   (count == renewals + renewal_failures) */
 } dlock_kind_stats;
 

@@ -87,8 +87,8 @@ DLOCK_API void dlock_script_free(dlock_script *script);
  * dlock_redis_command(); a script that calls redis.error_reply() or fails
  * gives DLOCK_ERR_REDIS with its message.
  */
-DLOCK_API dlock_status dlock_script_eval(dlock_script *script, int flags, int nkeys, const char *const *keys,
-                                         int nargs, const char *const *args, redisReply **reply);
+DLOCK_API dlock_status dlock_script_eval(dlock_script *script, int flags, int nkeys, const char *const *keys, int nargs,
+                                         const char *const *args, redisReply **reply);
 
 /*
  * Run the command, then WAIT `replicas` `timeout_ms` on the same
@@ -146,8 +146,7 @@ typedef void dlock_redis_callback(dlock_status status, redisReply *reply, void *
  * the callbacks of that burst of replies have run (or sooner).
  */
 DLOCK_API dlock_status dlock_script_eval_async(dlock_script *script, int flags, int nkeys, const char *const *keys,
-                                               int nargs, const char *const *args, dlock_redis_callback *cb,
-                                               void *arg);
+                                               int nargs, const char *const *args, dlock_redis_callback *cb, void *arg);
 
 #ifdef __cplusplus
 }

@@ -163,8 +163,11 @@ static int kind_of_suffix(const char *suffix)
     static const struct {
         const char *suffix;
         dlock_kind kind;
-    } kinds[] = {{"", DLOCK_KIND_LOCK},          {":rw", DLOCK_KIND_RWLOCK}, {":sem", DLOCK_KIND_SEMAPHORE},
-                 {":psem", DLOCK_KIND_PSEM}, {":latch", DLOCK_KIND_LATCH}};
+    } kinds[] = {{"", DLOCK_KIND_LOCK},
+                 {":rw", DLOCK_KIND_RWLOCK},
+                 {":sem", DLOCK_KIND_SEMAPHORE},
+                 {":psem", DLOCK_KIND_PSEM},
+                 {":latch", DLOCK_KIND_LATCH}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(suffix, kinds[i].suffix) == 0) return (int)kinds[i].kind;
     return -1;
@@ -374,8 +377,10 @@ void dlock_list_free(dlock_entry *entries, size_t n)
  * earlier versions, then the rest (src/lock.c, rwlock.c, semaphore.c,
  * psem.c, latch.c and the CLI's records; docs/design/keys.md). */
 static const char *const delete_suffixes[] = {
-    "", ":rw", ":psem:held", ":latch", NULL /* the slot's counter */, ":fence", ":rw:fence",
-    ":w", ":r", ":o", ":q", ":qt", ":qo", ":sem", ":sem:size", ":psem", ":info", ":rw:info", ":rate", ":rate:tat",
+    "",       ":rw",       ":psem:held", ":latch", NULL /* the slot's counter */,
+    ":fence", ":rw:fence", ":w",         ":r",     ":o",
+    ":q",     ":qt",       ":qo",        ":sem",   ":sem:size",
+    ":psem",  ":info",     ":rw:info",   ":rate",  ":rate:tat",
 };
 #define DELETE_KEYS (sizeof delete_suffixes / sizeof delete_suffixes[0])
 
@@ -401,8 +406,7 @@ dlock_status dlock_delete(dlock_client *client, const char *name, int force, int
         st = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     } else {
         const char *args[1] = {force ? "1" : "0"};
-        st = dlock__eval(client, DLOCK__SCRIPT_ADMIN_DELETE, (int)DELETE_KEYS, (const char **)keys, 1, args, &r,
-                         NULL);
+        st = dlock__eval(client, DLOCK__SCRIPT_ADMIN_DELETE, (int)DELETE_KEYS, (const char **)keys, 1, args, &r, NULL);
     }
     for (size_t i = 0; i < DELETE_KEYS; i++) free(keys[i]);
     if (st != DLOCK_OK) return st;
@@ -410,8 +414,7 @@ dlock_status dlock_delete(dlock_client *client, const char *name, int force, int
         st = dlock__fail(DLOCK_ERR_REDIS, "delete: unexpected reply");
     } else if (r->element[0]->integer < 0) {
         const char *kind = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "?";
-        st = dlock__fail(DLOCK_ERR_NOT_OWNER, "%s is in use (%s): not deleted; force deletes it anyway", name,
-                         kind);
+        st = dlock__fail(DLOCK_ERR_NOT_OWNER, "%s is in use (%s): not deleted; force deletes it anyway", name, kind);
     } else if (deleted) {
         *deleted = (int)r->element[0]->integer + unlocked + rw_unlocked;
     }

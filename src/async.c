@@ -41,18 +41,18 @@
 
 struct async_call {
     dlock_client *client;
-    const char *sha, *body;  /* the script's: it outlives its calls */
+    const char *sha, *body; /* the script's: it outlives its calls */
     int io_flags;
-    int argc, nkeys;         /* argv: EVALSHA sha nkeys keys... args... */
-    int node;                /* fast path: the node it went to */
-    int resent;              /* the slow lane sends it again */
-    int acked;               /* WAIT for client->replica_acks after it (slow lane only) */
-    long long acks;          /* ... and what WAIT answered (-1: not asked) */
-    int64_t deadline;        /* slow lane: after this it fails unsent */
+    int argc, nkeys;  /* argv: EVALSHA sha nkeys keys... args... */
+    int node;         /* fast path: the node it went to */
+    int resent;       /* the slow lane sends it again */
+    int acked;        /* WAIT for client->replica_acks after it (slow lane only) */
+    long long acks;   /* ... and what WAIT answered (-1: not asked) */
+    int64_t deadline; /* slow lane: after this it fails unsent */
     dlock_redis_callback *cb;
     void *arg;
-    async_call *next;        /* in the slow lane's queue */
-    const char **argv;       /* into the same allocation */
+    async_call *next;  /* in the slow lane's queue */
+    const char **argv; /* into the same allocation */
     char nk[16];
 };
 
@@ -114,7 +114,9 @@ dlock_status dlock__async_begin(dlock__async *a)
     int closing = a->closing;
     if (!closing) a->inflight++;
     pthread_mutex_unlock(&a->mu);
-    return closing ? dlock__fail(DLOCK_ERR_INVALID, "the client is shutting down (dlock_client_drain or dlock_client_free)") : DLOCK_OK;
+    return closing
+               ? dlock__fail(DLOCK_ERR_INVALID, "the client is shutting down (dlock_client_drain or dlock_client_free)")
+               : DLOCK_OK;
 }
 
 void dlock__async_end(dlock__async *a)
@@ -197,8 +199,8 @@ static void run_slow(async_call *c)
     redisReply *r = NULL;
     int nargs = c->argc - 3 - c->nkeys;
     dlock__acks acks = {c->client->replica_acks, c->client->replica_timeout_ms, -1};
-    dlock_status st = dlock__eval_raw(c->client, c->sha, c->body, c->nkeys, c->argv + 3, nargs,
-                                     c->argv + 3 + c->nkeys, c->io_flags, &r, c->acked ? &acks : NULL, NULL);
+    dlock_status st = dlock__eval_raw(c->client, c->sha, c->body, c->nkeys, c->argv + 3, nargs, c->argv + 3 + c->nkeys,
+                                      c->io_flags, &r, c->acked ? &acks : NULL, NULL);
     c->acks = acks.acks;
     if (st == DLOCK_OK) st = settle(r);
     finish(c, st, r); /* an error reply goes to the callback too */
@@ -265,13 +267,13 @@ static void on_reply(void *arg, redisReply *reply, const dlock__io_fail *fail, c
     if (slow(c) != DLOCK_OK) finish(c, DLOCK_ERR_SYS, NULL); /* slow() set the message */
 }
 
-static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
-                           int nkeys, const char *const *keys, int nargs, const char *const *args,
-                           dlock_redis_callback *cb, void *arg);
+static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked, int nkeys,
+                           const char *const *keys, int nargs, const char *const *args, dlock_redis_callback *cb,
+                           void *arg);
 
 dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char *body, int io_flags, int nkeys,
-                              const char *const *keys, int nargs, const char *const *args,
-                              dlock_redis_callback *cb, void *arg)
+                               const char *const *keys, int nargs, const char *const *args, dlock_redis_callback *cb,
+                               void *arg)
 {
     return submit(client, sha, body, io_flags, 0, nkeys, keys, nargs, args, cb, arg);
 }
@@ -279,9 +281,9 @@ dlock_status dlock__async_eval(dlock_client *client, const char *sha, const char
 /* Appended to the shared connection (the fast path) or handed to the
  * slow lane; `acked` calls always take the slow lane (WAIT blocks a
  * connection). */
-static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked,
-                           int nkeys, const char *const *keys, int nargs, const char *const *args,
-                           dlock_redis_callback *cb, void *arg)
+static dlock_status submit(dlock_client *client, const char *sha, const char *body, int io_flags, int acked, int nkeys,
+                           const char *const *keys, int nargs, const char *const *args, dlock_redis_callback *cb,
+                           void *arg)
 {
     int argc = 3 + nkeys + nargs;
     size_t strings = 0;
@@ -347,14 +349,13 @@ static dlock_status submit(dlock_client *client, const char *sha, const char *bo
 }
 
 dlock_status dlock__async_script(dlock_client *client, dlock__script_id id, int nkeys, const char *const *keys,
-                                int nargs, const char *const *args, dlock_redis_callback *cb, void *arg)
+                                 int nargs, const char *const *args, dlock_redis_callback *cb, void *arg)
 {
     return dlock__async_eval(client, client->sha[id], dlock__script_body(id), 0, nkeys, keys, nargs, args, cb, arg);
 }
 
-dlock_status dlock__async_script_acked(dlock_client *client, dlock__script_id id, int nkeys,
-                                      const char *const *keys, int nargs, const char *const *args,
-                                      dlock_redis_callback *cb, void *arg)
+dlock_status dlock__async_script_acked(dlock_client *client, dlock__script_id id, int nkeys, const char *const *keys,
+                                       int nargs, const char *const *args, dlock_redis_callback *cb, void *arg)
 {
     return submit(client, client->sha[id], dlock__script_body(id), 0, client->replica_acks > 0, nkeys, keys, nargs,
                   args, cb, arg);

@@ -16,14 +16,14 @@ typedef struct async_call async_call;
 
 typedef struct dlock__async {
     pthread_mutex_t mu;
-    pthread_cond_t work;            /* a call for the slow lane, or stop */
-    pthread_cond_t drained;         /* inflight reached 0 */
-    async_call *head, *tail;        /* the slow lane's queue */
-    int inflight;                   /* submitted, callback not yet returned */
-    int closing;                    /* dlock_client_free began: no new calls */
-    int stop;                       /* slow-lane threads: exit */
-    int workers, idle;              /* slow-lane threads, and how many wait for work */
-    int queued;                     /* calls in the slow lane's queue */
+    pthread_cond_t work;     /* a call for the slow lane, or stop */
+    pthread_cond_t drained;  /* inflight reached 0 */
+    async_call *head, *tail; /* the slow lane's queue */
+    int inflight;            /* submitted, callback not yet returned */
+    int closing;             /* dlock_client_free began: no new calls */
+    int stop;                /* slow-lane threads: exit */
+    int workers, idle;       /* slow-lane threads, and how many wait for work */
+    int queued;              /* calls in the slow lane's queue */
     pthread_t tids[DLOCK__SLOW_LANE_MAX];
 } dlock__async;
 
@@ -46,7 +46,7 @@ void dlock__async_end(dlock__async *a);
 
 /* dlock__async_eval() of one of the library's scripts. */
 dlock_status dlock__async_script(struct dlock_client *client, dlock__script_id id, int nkeys, const char *const *keys,
-                                int nargs, const char *const *args, dlock_redis_callback *cb, void *arg);
+                                 int nargs, const char *const *args, dlock_redis_callback *cb, void *arg);
 
 /* The same for an acquisition under replica-safe acquire
  * (client->replica_acks > 0): WAIT follows the script on a connection of
@@ -54,8 +54,8 @@ dlock_status dlock__async_script(struct dlock_client *client, dlock__script_id i
  * callback gives the replicas that acknowledged it. Without replica-safe
  * acquire, dlock__async_script(). */
 dlock_status dlock__async_script_acked(struct dlock_client *client, dlock__script_id id, int nkeys,
-                                      const char *const *keys, int nargs, const char *const *args,
-                                      dlock_redis_callback *cb, void *arg);
+                                       const char *const *keys, int nargs, const char *const *args,
+                                       dlock_redis_callback *cb, void *arg);
 long long dlock__async_acks(void);
 
 /* A callback for a call whose answer is of no use (sent and forgotten:
@@ -80,8 +80,8 @@ void dlock__async_shutdown(dlock__async *a);
 /* EVALSHA `sha` (EVAL `body` after NOSCRIPT) with the keys and args,
  * answered through cb; `io_flags` as for dlock__topo_pipeline(). sha and
  * body must outlive the call. See dlock_script_eval_async(). */
-dlock_status dlock__async_eval(struct dlock_client *client, const char *sha, const char *body, int io_flags,
-                              int nkeys, const char *const *keys, int nargs, const char *const *args,
-                              dlock_redis_callback *cb, void *arg);
+dlock_status dlock__async_eval(struct dlock_client *client, const char *sha, const char *body, int io_flags, int nkeys,
+                               const char *const *keys, int nargs, const char *const *args, dlock_redis_callback *cb,
+                               void *arg);
 
 #endif

@@ -14,8 +14,7 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     *out = NULL;
     dlock_options o = {0};
     if (opts) o = *opts;
-    if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0 ||
-        o.fair_waiter_timeout_ms < 0)
+    if (o.connect_timeout_ms < 0 || o.command_timeout_ms < 0 || o.watchdog_lease_ms < 0 || o.fair_waiter_timeout_ms < 0)
         return dlock__fail(DLOCK_ERR_INVALID, "negative timeout or lease in options");
     if (o.watchdog_lease_ms != 0 &&
         (o.watchdog_lease_ms < DLOCK_WATCHDOG_LEASE_MIN_MS || o.watchdog_lease_ms > DLOCK_LEASE_MAX_MS))
@@ -48,9 +47,8 @@ dlock_status dlock_client_new(const char *url, const dlock_options *opts, dlock_
     if (!c) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock__async_init(&c->async);
     dlock__fence_cache_init(&c->fences);
-    dlock_status st =
-        dlock__topo_new(url, o.username, o.password, o.connect_timeout_ms, o.command_timeout_ms,
-                        o.busy_poll_us > 0 ? o.busy_poll_us : 0, &c->topo);
+    dlock_status st = dlock__topo_new(url, o.username, o.password, o.connect_timeout_ms, o.command_timeout_ms,
+                                      o.busy_poll_us > 0 ? o.busy_poll_us : 0, &c->topo);
     if (st != DLOCK_OK) {
         dlock__async_shutdown(&c->async);
         dlock__fence_cache_destroy(&c->fences);

@@ -76,7 +76,7 @@ dlock_status dlock__cluster_ask(dlock__pool *const *nodes, int n, int start, dlo
         freeReplyObject(r);
         if (bad || map->covered <= 0) {
             st = dlock__fail(bad ? DLOCK_ERR_REDIS : DLOCK_ERR_CONNECT,
-                            bad ? "CLUSTER SLOTS: malformed reply" : "CLUSTER SLOTS: no slot is served");
+                             bad ? "CLUSTER SLOTS: malformed reply" : "CLUSTER SLOTS: no slot is served");
             dlock__slot_map_free(map);
             continue;
         }

@@ -88,8 +88,7 @@ void dlock__pool_drop_idle(dlock__pool *p)
 /* One exchange on a pooled connection of the caller's own; a connection
  * that failed is closed, not returned. */
 static dlock_status exclusive_pipeline(dlock__pool *p, int n, const int *argcs, const char *const *const *argvs,
-                                       const size_t *const *lens, redisReply **replies, int *fresh,
-                                       dlock__io_fail *f)
+                                       const size_t *const *lens, redisReply **replies, int *fresh, dlock__io_fail *f)
 {
     dlock__link *l;
     dlock_status st = pool_get(p, &l, fresh);
@@ -101,8 +100,8 @@ static dlock_status exclusive_pipeline(dlock__pool *p, int n, const int *argcs, 
 }
 
 dlock_status dlock__pool_pipeline(dlock__pool *p, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, int flags, redisReply **replies, int *retried,
-                                 dlock__io_fail *why)
+                                  const size_t *const *lens, int flags, redisReply **replies, int *retried,
+                                  dlock__io_fail *why)
 {
     if (retried) *retried = 0;
     for (int attempt = 0;; attempt++) {

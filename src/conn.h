@@ -13,16 +13,17 @@
 
 /* One server. */
 typedef struct dlock__pool {
-    dlock__endpoint ep;      /* where, and with which settings */
+    dlock__endpoint ep; /* where, and with which settings */
     dlock__mux mux;
     pthread_mutex_t mu;
-    dlock__link **idle;      /* stack of idle connections */
+    dlock__link **idle; /* stack of idle connections */
     size_t n_idle, cap;
 } dlock__pool;
 
 /* Flags of dlock__pool_pipeline() and dlock__topo_pipeline(). */
-#define DLOCK__IO_ONCE 1      /* never send again what may have run */
-#define DLOCK__IO_EXCLUSIVE 2 /* a connection of its own: the commands block
+#define DLOCK__IO_ONCE 1 /* never send again what may have run */
+#define DLOCK__IO_EXCLUSIVE                                                                                            \
+    2 /* a connection of its own: the commands block
                                 the connection on the server (WAIT) */
 
 /* Set up a pool for host:port (host not NULL) or the unix socket `path`.
@@ -55,7 +56,7 @@ void dlock__pool_drop_idle(dlock__pool *p);
  * (may be NULL) says how it failed.
  */
 dlock_status dlock__pool_pipeline(dlock__pool *p, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, int flags, redisReply **replies, int *retried,
-                                 dlock__io_fail *why);
+                                  const size_t *const *lens, int flags, redisReply **replies, int *retried,
+                                  dlock__io_fail *why);
 
 #endif

@@ -4,7 +4,7 @@
 const char *dlock_strerror(dlock_status status)
 {
     switch (status) {
-#define DLOCK__STATUS_TEXT(name, value, text) \
+#define DLOCK__STATUS_TEXT(name, value, text)                                                                          \
     case DLOCK_##name: return text;
         DLOCK_STATUS_MAP(DLOCK__STATUS_TEXT)
 #undef DLOCK__STATUS_TEXT

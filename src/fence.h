@@ -16,7 +16,7 @@
 typedef struct dlock__fence_cache {
     pthread_mutex_t mu;
     struct {
-        uint64_t hash;  /* of the fence key; 0: empty */
+        uint64_t hash; /* of the fence key; 0: empty */
         uint64_t token;
     } slot[DLOCK__FENCE_SLOTS];
 } dlock__fence_cache;

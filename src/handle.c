@@ -13,7 +13,7 @@
 #include "util.h"
 
 dlock_status dlock__handle_init(dlock__handle *h, dlock_client *client, const char *name,
-                               const dlock__handle_keys *keys)
+                                const dlock__handle_keys *keys)
 {
     memset(h, 0, sizeof *h);
     pthread_mutex_init(&h->mu, NULL);
@@ -35,7 +35,7 @@ dlock_status dlock__handle_init(dlock__handle *h, dlock_client *client, const ch
 }
 
 dlock_status dlock__handle_new(size_t size, dlock_client *client, const char *name, const dlock__handle_keys *keys,
-                              dlock__handle **out)
+                               dlock__handle **out)
 {
     if (!out) return dlock__fail(DLOCK_ERR_INVALID, "no output pointer");
     *out = NULL;
@@ -70,13 +70,13 @@ void dlock__handle_destroy(dlock__handle *h, void (*drop)(dlock__handle *h, dloc
  * threads, and each keeps its record for the handle's life, so its hold
  * count survives between acquire and release. */
 dlock__thread_rec *dlock__handle_thread(dlock__handle *h, size_t size, int create,
-                                      int (*init)(dlock__handle *h, dlock__thread_rec *t))
+                                        int (*init)(dlock__handle *h, dlock__thread_rec *t))
 {
     return dlock__handle_record(h, dlock__thread_number(), size, create, init);
 }
 
 dlock__thread_rec *dlock__handle_record(dlock__handle *h, unsigned long me, size_t size, int create,
-                                      int (*init)(dlock__handle *h, dlock__thread_rec *t))
+                                        int (*init)(dlock__handle *h, dlock__thread_rec *t))
 {
     pthread_mutex_lock(&h->mu);
     dlock__thread_rec *t = h->threads;
@@ -169,7 +169,7 @@ dlock_status dlock__handle_renew(dlock_client *client, dlock__wd_entry *e, long 
  * adds a count to a hold its caller already believes in, which
  * dlock_lock_lost() reports on as before. */
 dlock_status dlock__held_begin(dlock_client *client, dlock__held *h, int first, int watchdog, long lease_ms,
-                              int64_t sent)
+                               int64_t sent)
 {
     long trust = dlock__lease_trust_ms(lease_ms, client->safety_margin_pct);
     if (first) {

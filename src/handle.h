@@ -34,7 +34,7 @@
 /* The suffixes a primitive's keys carry after "dlock:{NAME}"; NULL for a
  * key it does not have. */
 typedef struct dlock__handle_keys {
-    const char *key;     /* the state of the primitive */
+    const char *key; /* the state of the primitive */
     /* non-NULL when it draws fencing tokens: the handle's fence is then its
      * slot's counter (dlock__fence_key); the suffix names the per-name
      * counter of earlier versions, which the scripts fold into it */
@@ -60,7 +60,7 @@ typedef struct dlock__handle {
     dlock_client *client;
     unsigned long number; /* distinguishes handles in owner strings */
     char *name, *key, *fence, *channel;
-    pthread_mutex_t mu;          /* guards threads, fn, arg */
+    pthread_mutex_t mu; /* guards threads, fn, arg */
     dlock__thread_rec *threads;
     dlock__handle_fn fn;
     void *arg;
@@ -72,7 +72,7 @@ typedef struct dlock__handle {
  * wd.kind also names the kind to the metrics when there is no watchdog. */
 typedef struct dlock__held {
     dlock__wd_entry wd; /* first, so the watchdog's entry leads back here */
-    long count;        /* re-entries; 0 while not held */
+    long count;         /* re-entries; 0 while not held */
     long lease_ms;
     int renewed;           /* registered with the watchdog (holder only) */
     int64_t trusted_until; /* explicit lease: believed until then (monotonic); 0 with the watchdog */
@@ -84,13 +84,13 @@ typedef struct dlock__held {
  * member is the dlock__handle) for `name` on `client`, with the keys named
  * by `keys`: the checks and allocation every dlock_*_new() does. */
 dlock_status dlock__handle_new(size_t size, dlock_client *client, const char *name, const dlock__handle_keys *keys,
-                              dlock__handle **out);
+                               dlock__handle **out);
 
 /* The same, on a handle the caller owns (a primitive that checks its own
  * arguments, or a short-lived one on the stack for an admin call); undone
  * by dlock__handle_destroy(), also when it failed. */
 dlock_status dlock__handle_init(dlock__handle *h, dlock_client *client, const char *name,
-                               const dlock__handle_keys *keys);
+                                const dlock__handle_keys *keys);
 
 /* Free what dlock__handle_init() made and every thread record, after
  * `drop` (may be NULL) let go of what the primitive hung on each. Not the
@@ -102,13 +102,13 @@ void dlock__handle_destroy(dlock__handle *h, void (*drop)(dlock__handle *h, dloc
  * then `init` run under the handle's mutex, may be NULL, -1 to fail);
  * NULL when there is none or on failure. */
 dlock__thread_rec *dlock__handle_thread(dlock__handle *h, size_t size, int create,
-                                      int (*init)(dlock__handle *h, dlock__thread_rec *t));
+                                        int (*init)(dlock__handle *h, dlock__thread_rec *t));
 
 /* The same for record `thread` (a thread number; 0 is the handle's own
  * record, which no thread has: the holds of the asynchronous API, owned by
  * the handle). */
 dlock__thread_rec *dlock__handle_record(dlock__handle *h, unsigned long thread, size_t size, int create,
-                                      int (*init)(dlock__handle *h, dlock__thread_rec *t));
+                                        int (*init)(dlock__handle *h, dlock__thread_rec *t));
 
 /* Claim record 0 for one asynchronous call (one at a time per handle:
  * DLOCK_ERR_INVALID while another is in flight), counted in flight for
@@ -142,7 +142,7 @@ dlock_status dlock__handle_renew(dlock_client *client, dlock__wd_entry *e, long 
  * DLOCK_ERR_LOST, and on that or DLOCK_ERR_SYS (no watchdog thread) the
  * caller gives back what it took and fails with the message set here. */
 dlock_status dlock__held_begin(dlock_client *client, dlock__held *h, int first, int watchdog, long lease_ms,
-                              int64_t sent);
+                               int64_t sent);
 
 /* Mark `h` lost; 1 (and counted in the metrics) the first time only. */
 int dlock__held_lose(dlock_client *client, dlock__held *h);

@@ -40,8 +40,8 @@ dlock_status dlock_check_id_prefix(const char *p)
         return dlock__fail(DLOCK_ERR_INVALID, "ID prefix must be 1 to %d characters", PREFIX_MAX);
     for (size_t i = 0; i < len; i++) {
         char ch = p[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '.' || ch == '-'))
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+              ch == '.' || ch == '-'))
             return dlock__fail(DLOCK_ERR_INVALID, "ID prefix may only hold [A-Za-z0-9_.-]");
     }
     return DLOCK_OK;
@@ -112,10 +112,8 @@ dlock_status dlock_id_count(dlock_client *client, const char *prefix, const char
         char *end = NULL;
         unsigned long long v = 0;
         if (r->type == REDIS_REPLY_STRING && r->str[0] >= '0' && r->str[0] <= '9') v = strtoull(r->str, &end, 10);
-        if (!end || *end != '\0')
-            st = dlock__fail(DLOCK_ERR_REDIS, "ID count %s is not a number", key);
-        else
-            *count = v;
+        if (!end || *end != '\0') st = dlock__fail(DLOCK_ERR_REDIS, "ID count %s is not a number", key);
+        else *count = v;
     }
     if (r) freeReplyObject(r);
     return st;
@@ -135,8 +133,7 @@ typedef struct id_call {
 static dlock_status id_call_make(dlock_client *client, const char *prefix, size_t count, id_call *c)
 {
     if (!client) return dlock__fail(DLOCK_ERR_INVALID, "client is NULL");
-    if (count == 0 || count > COUNT_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "ID count must be 1 to %d", COUNT_MAX);
+    if (count == 0 || count > COUNT_MAX) return dlock__fail(DLOCK_ERR_INVALID, "ID count must be 1 to %d", COUNT_MAX);
     dlock_status st = dlock_check_id_prefix(prefix);
     if (st != DLOCK_OK) return st;
     struct timespec ts;

@@ -118,17 +118,15 @@ static int latch_try(void *ctx, long *retry_ms)
 
 static dlock_status latch_await(dlock_latch *l, long wait_ms)
 {
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     int64_t deadline = dlock__deadline(wait_ms);
     long retry = -1;
     dlock__early early = {0};
     if (wait_ms != 0) (void)dlock__wait_begin(l->base.client, l->base.channel, 0, 1, NULL, &early);
     int result = latch_try(l, &retry);
     if (dlock__should_wait(result, wait_ms))
-        result =
-            dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result, retry,
-                            NULL, NULL, &early);
+        result = dlock__wait_for(l->base.client, DLOCK_STATS_LATCH, l->base.channel, deadline, latch_try, l, result,
+                                 retry, NULL, NULL, &early);
     else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "latch still shut when time ran out");
     return (dlock_status)result;
@@ -206,15 +204,15 @@ static dlock_status async_attempt(dlock__await *aw)
 {
     latch_async *op = (latch_async *)aw;
     const char *keys[1] = {op->l->base.key};
-    return dlock__async_script(op->l->base.client, DLOCK__SCRIPT_LATCH_COUNT, 1, keys, 0, NULL, dlock__await_reply,
-                               op);
+    return dlock__async_script(op->l->base.client, DLOCK__SCRIPT_LATCH_COUNT, 1, keys, 0, NULL, dlock__await_reply, op);
 }
 
 static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
 {
     (void)aw;
     *retry_ms = -1;
-    if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    if (r->type != REDIS_REPLY_INTEGER)
+        return dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
     return r->integer == 0 ? DLOCK_OK : DLOCK__BUSY; /* -1: not set yet, as latch_try() */
 }
 
@@ -232,8 +230,7 @@ static const dlock__await_ops await_ops = {async_attempt, async_parse, async_don
 dlock_status dlock_latch_await_async(dlock_latch *l, long wait_ms, dlock_latch_fn cb, void *arg)
 {
     if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "latch or callback is NULL");
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status st;
     latch_async *op = latch_async_begin(l, arg, &st);
     if (!op) return st;

@@ -14,8 +14,8 @@
 #define LIBSSL_SONAME "libssl.so." DLOCK__STR(OPENSSL_VERSION_MAJOR)
 
 /* Each entry of the table has exactly the type OpenSSL declares. */
-#define CHECK_TYPE(ret, name, params)                                                        \
-    _Static_assert(__builtin_types_compatible_p(__typeof__(&name), ret(*) params),            \
+#define CHECK_TYPE(ret, name, params)                                                                                  \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&name), ret(*) params),                                     \
                    "libssl.h: " #name " is not declared as OpenSSL declares it");
 DLOCK__LIBSSL_FUNCS(CHECK_TYPE)
 #undef CHECK_TYPE
@@ -39,11 +39,11 @@ static void load(void)
                  why ? why : "unknown error");
         return;
     }
-#define LOAD(ret, name, params)                                                                   \
-    *(void **)(&dlock__ssl.name) = dlsym(h, #name);                                               \
-    if (!dlock__ssl.name) {                                                                       \
-        snprintf(failure, sizeof failure, "TLS: %s has no function %s", LIBSSL_SONAME, #name);    \
-        return;                                                                                   \
+#define LOAD(ret, name, params)                                                                                        \
+    *(void **)(&dlock__ssl.name) = dlsym(h, #name);                                                                    \
+    if (!dlock__ssl.name) {                                                                                            \
+        snprintf(failure, sizeof failure, "TLS: %s has no function %s", LIBSSL_SONAME, #name);                         \
+        return;                                                                                                        \
     }
     DLOCK__LIBSSL_FUNCS(LOAD)
 #undef LOAD

@@ -39,8 +39,7 @@ struct dlock__link {
     sds spare;              /* a sent output buffer, emptied, for the next take */
 };
 
-int dlock__endpoint_init(dlock__endpoint *ep, const char *host, int port, const char *path,
-                        const dlock__conn_cfg *cfg)
+int dlock__endpoint_init(dlock__endpoint *ep, const char *host, int port, const char *path, const dlock__conn_cfg *cfg)
 {
     memset(ep, 0, sizeof *ep);
     ep->port = port;
@@ -78,8 +77,7 @@ dlock_status dlock__reply_error(const redisReply *r, const char *what)
     if (!r) return dlock__fail(DLOCK_ERR_CONNECT, "%s: no reply", what);
     if (r->type != REDIS_REPLY_ERROR)
         return dlock__fail(DLOCK_ERR_REDIS, "%s: unexpected reply type %d", what, r->type);
-    if (strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0 ||
-        strncmp(r->str, "NOPERM", 6) == 0)
+    if (strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0 || strncmp(r->str, "NOPERM", 6) == 0)
         return dlock__fail(DLOCK_ERR_AUTH, "%s: %s", what, r->str);
     /* A script's refusal of a NAME that is another kind (lib/kinds.lua):
      * its text names that kind and is the whole message. */
@@ -138,8 +136,8 @@ int dlock__link_send(dlock__link *l, const char *buf, size_t len, size_t *sent)
     size_t off = 0;
     int rc = 0;
     while (off < len) {
-        ssize_t n = l->ssl ? tls_io(l, 1, (void *)(buf + off), len - off)
-                           : send(l->c->fd, buf + off, len - off, MSG_NOSIGNAL);
+        ssize_t n =
+            l->ssl ? tls_io(l, 1, (void *)(buf + off), len - off) : send(l->c->fd, buf + off, len - off, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             rc = -1;
@@ -285,7 +283,7 @@ void dlock__link_shutdown(dlock__link *l)
 }
 
 dlock_status dlock__link_pipeline(dlock__link *l, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, redisReply **replies, dlock__io_fail *why)
+                                  const size_t *const *lens, redisReply **replies, dlock__io_fail *why)
 {
     *why = (dlock__io_fail){0, 0};
     for (int i = 0; i < n; i++) replies[i] = NULL;

@@ -23,21 +23,21 @@ struct dlock__tls;
 
 /* What every connection of a client shares, whatever server it goes to. */
 typedef struct dlock__conn_cfg {
-    const char *user;       /* ACL user, or NULL */
-    const char *password;   /* NULL: no AUTH */
-    int db;                 /* SELECT when not 0 */
+    const char *user;     /* ACL user, or NULL */
+    const char *password; /* NULL: no AUTH */
+    int db;               /* SELECT when not 0 */
     int connect_timeout_ms;
     int command_timeout_ms;
-    int require_master;     /* refuse a server whose ROLE is not master (Sentinel) */
-    const atomic_int *closing; /* set (non-zero) once the client is being freed: connect no more */
+    int require_master;           /* refuse a server whose ROLE is not master (Sentinel) */
+    const atomic_int *closing;    /* set (non-zero) once the client is being freed: connect no more */
     const struct dlock__tls *tls; /* NULL: plaintext */
-    int busy_poll_us;       /* the shared connection's poll before read() sleeps (mux.c); 0: none */
+    int busy_poll_us;             /* the shared connection's poll before read() sleeps (mux.c); 0: none */
 } dlock__conn_cfg;
 
 /* How a failed exchange failed, for the router's decisions. */
 typedef struct dlock__io_fail {
-    int timed_out;          /* no reply within the command timeout */
-    int sent;               /* the commands left in full: they may have run */
+    int timed_out; /* no reply within the command timeout */
+    int sent;      /* the commands left in full: they may have run */
 } dlock__io_fail;
 
 typedef struct dlock__link dlock__link;
@@ -49,12 +49,11 @@ typedef struct dlock__endpoint {
     int port;
     char *path;
     const dlock__conn_cfg *cfg;
-    char name[300];         /* "host:port", "[v6]:port" or the path, for messages */
+    char name[300]; /* "host:port", "[v6]:port" or the path, for messages */
 } dlock__endpoint;
 
 /* Fill ep (copying host and path); -1 when out of memory. */
-int dlock__endpoint_init(dlock__endpoint *ep, const char *host, int port, const char *path,
-                        const dlock__conn_cfg *cfg);
+int dlock__endpoint_init(dlock__endpoint *ep, const char *host, int port, const char *path, const dlock__conn_cfg *cfg);
 void dlock__endpoint_destroy(dlock__endpoint *ep);
 
 /* Connect to `ep`, do the TLS handshake when its settings have TLS, then
@@ -128,7 +127,7 @@ void dlock__link_shutdown(dlock__link *l);
  * (the first command) and the server. Error replies are replies.
  */
 dlock_status dlock__link_pipeline(dlock__link *l, int n, const int *argcs, const char *const *const *argvs,
-                                 const size_t *const *lens, redisReply **replies, dlock__io_fail *why);
+                                  const size_t *const *lens, redisReply **replies, dlock__io_fail *why);
 
 /* Map an error reply to a status with the server's message, e.g. NOAUTH
  * to DLOCK_ERR_AUTH. */

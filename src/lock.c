@@ -81,18 +81,18 @@ typedef struct lock_thread {
     uint64_t token;
     uint64_t wait_id;   /* its current wait's, in its offers: counted per owner, which the hand also names */
     char *wake_channel; /* fair locks: this waiter's own channel */
-    uint64_t queued; /* fair locks: its place among the handle's waiters (fair_queued), 0 when not waiting */
+    uint64_t queued;    /* fair locks: its place among the handle's waiters (fair_queued), 0 when not waiting */
 } lock_thread;
 
 struct dlock_lock {
     dlock__handle base; /* first: client, name, keys, threads, callback, floor */
     int fair;
     char *queue, *queue_deadlines, *queue_offers; /* fair locks only */
-    char *waiters, *woken, *offers; /* plain locks: the waiting processes, the one woken, their offers */
-    char *wait_channel;            /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
-    char *prefix;                  /* "dlock:{NAME}:ch:", where the scripts name a waiter's channel */
-    uint64_t queued;               /* fair locks: waits begun on this handle (fair_queued); under base.mu */
-    atomic_int crowded;            /* plain locks: releases to send in full before a quick one (CROWDED) */
+    char *waiters, *woken, *offers;               /* plain locks: the waiting processes, the one woken, their offers */
+    char *wait_channel;                           /* plain locks: this process's "dlock:{NAME}:ch:<client id>" */
+    char *prefix;                                 /* "dlock:{NAME}:ch:", where the scripts name a waiter's channel */
+    uint64_t queued;    /* fair locks: waits begun on this handle (fair_queued); under base.mu */
+    atomic_int crowded; /* plain locks: releases to send in full before a quick one (CROWDED) */
 };
 
 /* The metrics count the two kinds apart: their waits differ by design. */
@@ -145,9 +145,9 @@ static dlock_status lock_make(dlock_client *client, const char *name, int fair, 
     if (!l->prefix ||
         (fair && (!(l->queue = dlock__key(name, ":q")) || !(l->queue_deadlines = dlock__key(name, ":qt")) ||
                   !(l->queue_offers = dlock__key(name, ":qo")))) ||
-        (!fair && (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
-                   !(l->offers = dlock__key(name, ":o")) ||
-                   asprintf(&l->wait_channel, "%s%s", l->prefix, client->id) < 0))) {
+        (!fair &&
+         (!(l->waiters = dlock__key(name, ":w")) || !(l->woken = dlock__key(name, ":r")) ||
+          !(l->offers = dlock__key(name, ":o")) || asprintf(&l->wait_channel, "%s%s", l->prefix, client->id) < 0))) {
         l->wait_channel = NULL;
         dlock_lock_free(l);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -258,8 +258,9 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
     memcpy(c->keys, keys, sizeof keys);
     c->offered = 0;
     if (l->fair) {
-        const char *args[8] = {h->rec.owner, c->lease_s, c->count_s, c->timeout_s, queue ? "1" : "0", l->prefix,
-                               l->base.client->publish, c->floor_s};
+        const char *args[8] = {
+            h->rec.owner, c->lease_s, c->count_s, c->timeout_s, queue ? "1" : "0", l->prefix, l->base.client->publish,
+            c->floor_s};
         memcpy(c->args, args, sizeof args);
         c->script = DLOCK__SCRIPT_FAIR_ACQUIRE;
         c->keys[4] = l->queue_offers;
@@ -279,8 +280,8 @@ static void acquire_call_make(dlock_lock *l, lock_thread *h, long lease, int que
         dlock_client *client = l->base.client;
         int others = queue ? dlock__wait_count(client, l->wait_channel) - (enlisted ? 1 : 0) : 0;
         const char *mode = others > 0 ? "2" : queue && enlisted ? "1" : "0";
-        const char *args[8] = {h->rec.owner, c->lease_s, c->count_s, c->floor_s, client->id, c->timeout_s, mode,
-                               c->offer};
+        const char *args[8] = {h->rec.owner, c->lease_s,   c->count_s, c->floor_s,
+                               client->id,   c->timeout_s, mode,       c->offer};
         memcpy(c->args, args, sizeof args);
         c->keys[2] = l->woken;
         c->keys[3] = l->waiters;
@@ -315,7 +316,7 @@ static int acquire_reply(dlock_lock *l, lock_thread *h, const redisReply *r, lon
     }
     if (r->element[0]->integer == 1 && l->base.client->replica_acks > 0 && acks < l->base.client->replica_acks) {
         dlock__fail(DLOCK_ERR_REPLICA, "lock '%s': %lld of %d replicas acknowledged within %d ms; undone", l->base.name,
-                   acks < 0 ? 0 : acks, l->base.client->replica_acks, l->base.client->replica_timeout_ms);
+                    acks < 0 ? 0 : acks, l->base.client->replica_acks, l->base.client->replica_timeout_ms);
         *pttl = 50;
         return REPLICA_SHORT;
     }
@@ -355,8 +356,8 @@ typedef struct lock_offer {
     dlock_lock *l;
     lock_thread *h;
     long lease;
-    uint64_t token; /* set by the releaser when handed over (never 0) */
-    int64_t sent;   /* when the releaser sent the release: the lease began no earlier */
+    uint64_t token;       /* set by the releaser when handed over (never 0) */
+    int64_t sent;         /* when the releaser sent the release: the lease began no earlier */
     dlock__sub_hand hand; /* the same from another process (dlock__sub_hand) */
 } lock_offer;
 
@@ -393,10 +394,10 @@ struct attempt {
     dlock_lock *l;
     lock_thread *h;
     long lease;
-    int replica_short; /* the last attempt was undone for want of replicas */
-    int offer;         /* offer the lock's hand-off to other processes */
+    int replica_short;           /* the last attempt was undone for want of replicas */
+    int offer;                   /* offer the lock's hand-off to other processes */
     const dlock__sub_hand *hand; /* ... received in this hand */
-    int64_t sent;      /* when the last attempt was sent */
+    int64_t sent;                /* when the last attempt was sent */
 };
 
 /* A replica-short attempt counts as busy: the wait goes on, and if it ends
@@ -489,8 +490,7 @@ static dlock_status waiter_leave(dlock_lock *l, lock_thread *h, int last, int of
 
 static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uint64_t *token)
 {
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock__check_lease(lease_ms, 3, 1);
     if (bad != DLOCK_OK) return bad;
     lock_thread *h = thread_hold(l, 1);
@@ -540,7 +540,7 @@ static dlock_status lock_acquire(dlock_lock *l, long wait_ms, long lease_ms, uin
         if (watchdog) (void)dlock__client_watchdog(l->base.client);
         if (l->fair && offered) fair_queued(l, h, 1);
         result = dlock__wait_for(l->base.client, lock_kind(l), channel, deadline, try_again, &a, result, pttl,
-                                offered ? &offer : NULL, a.offer ? &offer.hand : NULL, &early);
+                                 offered ? &offer : NULL, a.offer ? &offer.hand : NULL, &early);
         if (l->fair && offered) fair_queued(l, h, 0);
         if (result == DLOCK_OK && offer.token) hold_handed(l, h, offer.token, offer.sent, &a.sent);
         else if (result == DLOCK_OK && offer.hand.got && !offer.hand.stale && h->held.count == 0)
@@ -608,8 +608,7 @@ typedef struct release_call {
 static void release_call_offer_terms(dlock_lock *l, release_call *c, const lock_offer *o)
 {
     snprintf(c->next_lease_s, sizeof c->next_lease_s, "%ld", o->lease);
-    dlock__fence_floor_arg(&l->base.client->fences, o->l->base.fence, atomic_load(&o->l->base.floor),
-                           c->next_floor_s);
+    dlock__fence_floor_arg(&l->base.client->fences, o->l->base.fence, atomic_load(&o->l->base.floor), c->next_floor_s);
 }
 
 /* release.lua's direct hand-off to `o`, a waiting thread of this client
@@ -692,8 +691,9 @@ static void release_call_make(dlock_lock *l, lock_thread *h, release_call *c)
     /* release.lua's ARGV[5] is the reservation, its ARGV[6] this client
      * (so that it can tell when the next in line is this client's own
      * waiter); fair_release.lua's ARGV[5] is the prefix */
-    const char *args[6] = {h->rec.owner, c->lease_s, c->count_s, l->base.client->publish,
-                           l->fair ? l->prefix : RESERVE_MS, l->base.client->id};
+    const char *args[6] = {
+        h->rec.owner,      c->lease_s, c->count_s, l->base.client->publish, l->fair ? l->prefix : RESERVE_MS,
+        l->base.client->id};
     memcpy(c->args, args, sizeof args);
     c->script = l->fair ? DLOCK__SCRIPT_FAIR_RELEASE : DLOCK__SCRIPT_RELEASE;
     if (l->fair) { /* the queue's deadlines, the fence and the offers, for a hand-off (fair_release.lua) */
@@ -810,8 +810,7 @@ static dlock_status release_reply(dlock_lock *l, lock_thread *h, const redisRepl
      * have handed it the lock (claimed_channel). */
     if (fair_claimed && retried && left < 0) dlock__wait_wake(l->base.client, fair_claimed);
     if (dlock__held_release_done(l->base.client, &h->held, left, retried))
-        return dlock__fail(DLOCK_ERR_LOST,
-                          "lock '%s' expired before release; another owner may hold it", l->base.name);
+        return dlock__fail(DLOCK_ERR_LOST, "lock '%s' expired before release; another owner may hold it", l->base.name);
     return DLOCK_OK;
 }
 
@@ -877,11 +876,11 @@ typedef struct lock_async {
     int watchdog, queued;
     int replica_short; /* the last attempt was undone for want of replicas */
     int64_t sent, since;
-    lock_offer offer;  /* an acquire's, for a direct hand-off (its watch's offer; offer.hand: from another process) */
-    int offers;        /* its attempts offer the hand-off between processes (as lock_acquire's a.offer) */
-    int offered;       /* one was sent with an offer */
-    lock_offer *next;  /* a release's: the waiter it claimed, if any */
-    int quick;         /* a release's: sent as release_quick.lua */
+    lock_offer offer; /* an acquire's, for a direct hand-off (its watch's offer; offer.hand: from another process) */
+    int offers;       /* its attempts offer the hand-off between processes (as lock_acquire's a.offer) */
+    int offered;      /* one was sent with an offer */
+    lock_offer *next; /* a release's: the waiter it claimed, if any */
+    int quick;        /* a release's: sent as release_quick.lua */
     dlock__sub_watch *claimed;
     dlock_acquired_fn acquired;
     dlock_released_fn released;
@@ -957,7 +956,7 @@ typedef struct give_back_call {
     int last; /* the leave was the process's last waiter's (left_last) */
     int nkeys, nargs;
     const char *argv[6 + 7]; /* the keys, then the arguments */
-    char *wake; /* the client's channel on the lock, to wake one of its waiters (WAKE_OWN) */
+    char *wake;              /* the client's channel on the lock, to wake one of its waiters (WAKE_OWN) */
     acquire_end end;
     char text[]; /* the strings above */
 } give_back_call;
@@ -976,10 +975,8 @@ static void leave_reply(dlock_status st, redisReply *r, void *arg)
     if (r) freeReplyObject(r);
     if (g->last) left_last(g->c, g->wake);
     /* Not when the leave got no answer: the offer may stand (the lease ends it). */
-    if (st != DLOCK_OK ||
-        dlock__async_script(g->c, DLOCK__SCRIPT_RELEASE, g->nkeys, g->argv, g->nargs, g->argv + g->nkeys,
-                            give_back_reply, g) !=
-            DLOCK_OK) {
+    if (st != DLOCK_OK || dlock__async_script(g->c, DLOCK__SCRIPT_RELEASE, g->nkeys, g->argv, g->nargs,
+                                              g->argv + g->nkeys, give_back_reply, g) != DLOCK_OK) {
         acquire_tell(&g->end);
         free(g);
     }
@@ -1093,7 +1090,7 @@ static void acquire_done(dlock__await *aw, int result)
         st = dlock__fail(begun, "%s", why);
     } else if (result == DLOCK__BUSY && op->replica_short) {
         st = dlock__fail(DLOCK_ERR_REPLICA, "lock '%s': fewer than %d replicas acknowledged it within %d ms; undone",
-                        l->base.name, c->replica_acks, c->replica_timeout_ms);
+                         l->base.name, c->replica_acks, c->replica_timeout_ms);
     } else if (result == DLOCK__BUSY) {
         st = dlock__fail(DLOCK_ERR_TIMEOUT, "lock '%s' is held by another owner", l->base.name);
     }
@@ -1164,12 +1161,10 @@ static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
 
 static const dlock__await_ops acquire_ops = {async_attempt, async_parse, acquire_done};
 
-
 dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms, dlock_acquired_fn cb, void *arg)
 {
     if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "lock or callback is NULL");
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status st = dlock__check_lease(lease_ms, 3, 1);
     if (st != DLOCK_OK) return st;
     dlock_client *c = l->base.client;
@@ -1197,8 +1192,8 @@ dlock_status dlock_lock_acquire_async(dlock_lock *l, long wait_ms, long lease_ms
             op->offers = hand_begin(l, h, wait_ms, op->before, op->lease, &op->offer.hand);
             /* Bounded barging, as lock_acquire() */
             int first = op->before != 0 || c->replica_acks != 0 ? DLOCK__AWAIT_TRY
-                        : l->fair                                   ? DLOCK__AWAIT_IN_LINE
-                                                                    : DLOCK__AWAIT_BOUNDED; /* as lock_acquire() */
+                        : l->fair                               ? DLOCK__AWAIT_IN_LINE
+                                                                : DLOCK__AWAIT_BOUNDED; /* as lock_acquire() */
             st = dlock__await_start(&op->aw, &acquire_ops, c, lock_kind(l), channel, wait_ms, first,
                                     op->offers ? &op->offer.hand : NULL);
             if (st == DLOCK_OK) return DLOCK_OK;
@@ -1263,8 +1258,7 @@ dlock_status dlock_lock_release_async(dlock_lock *l, dlock_released_fn cb, void 
     if (!l || !cb) return dlock__fail(DLOCK_ERR_INVALID, "lock or callback is NULL");
     lock_thread *h = async_hold(l, 0);
     if (!h || h->held.count == 0)
-        return dlock__fail(DLOCK_ERR_NOT_OWNER, "this handle holds lock '%s' by no asynchronous acquire",
-                          l->base.name);
+        return dlock__fail(DLOCK_ERR_NOT_OWNER, "this handle holds lock '%s' by no asynchronous acquire", l->base.name);
     dlock_client *c = l->base.client;
     dlock_status st = dlock__handle_async_claim(&l->base, &h->rec);
     if (st != DLOCK_OK) return st;
@@ -1345,7 +1339,7 @@ dlock_status dlock_lock_inspect(dlock_client *client, const char *name, dlock_lo
 /* Every lock kind keeps all its holds in one hash, so one script breaks
  * any of them: delete the hash, wake its waiters with `wake`. */
 dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *waiters,
-                                     const char *wake, int *was_held)
+                                      const char *wake, int *was_held)
 {
     dlock__op op;
     dlock__op_new(client, key, &op);

@@ -12,7 +12,7 @@ dlock_client *dlock__lock_client(const dlock_lock *lock);
  * NULL), the plain lock's waiting processes on their own channels);
  * shared by the plain and the read-write lock. */
 dlock_status dlock__force_unlock_hash(dlock_client *client, const char *key, const char *channel, const char *waiters,
-                                     const char *wake, int *was_held);
+                                      const char *wake, int *was_held);
 
 /* Tests only (NULL otherwise): run by a plain waiter that gave up as its
  * process's last, between that count and its leave (waiter_leave.lua):

@@ -21,7 +21,7 @@
  * port on DLOCK_OK; otherwise the last Sentinel's failure.
  */
 dlock_status dlock__sentinel_ask(dlock__pool *sentinels, size_t n, size_t *first, const char *master,
-                                const dlock__conn_cfg *auth_cfg, char **host, int *port);
+                                 const dlock__conn_cfg *auth_cfg, char **host, int *port);
 
 /* One range of a cluster's slot map: slots [from, to] served by host:port. */
 typedef struct dlock__slot_range {

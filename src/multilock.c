@@ -77,8 +77,7 @@ static void pause_ms(long ms)
 static dlock_status prepare(dlock_lock *const *locks, size_t n, long wait_ms, long lease_ms, size_t **idx)
 {
     if (!locks || n == 0) return dlock__fail(DLOCK_ERR_INVALID, "multi-lock needs at least one lock");
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     /* Checked here too, so a bad lease takes no lock at all. */
     dlock_status bad = dlock__check_lease(lease_ms, 3, 1);
     if (bad != DLOCK_OK) return bad;
@@ -119,8 +118,7 @@ static void lost_why(const dlock_lock *l, char *why, size_t size)
     snprintf(why, size, "lock '%s' was lost while the others were taken", dlock_lock_name(l));
 }
 
-dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wait_ms, long lease_ms,
-                                     uint64_t *tokens)
+dlock_status dlock_multilock_acquire(dlock_lock *const *locks, size_t n, long wait_ms, long lease_ms, uint64_t *tokens)
 {
     size_t *idx;
     dlock_status st = prepare(locks, n, wait_ms, lease_ms, &idx);
@@ -197,13 +195,13 @@ dlock_status dlock_multilock_release(dlock_lock *const *locks, size_t n)
  * for it is woken by that holder's release) or free.
  */
 typedef struct ml_async {
-    dlock_lock **locks;     /* the set, in the caller's order (a copy) */
-    size_t *idx;            /* the global order */
-    size_t n, k;            /* the locks; how many of them are taken */
+    dlock_lock **locks; /* the set, in the caller's order (a copy) */
+    size_t *idx;        /* the global order */
+    size_t n, k;        /* the locks; how many of them are taken */
     long wait_ms, lease_ms;
     int64_t deadline;
-    uint64_t *tokens;       /* the caller's, or NULL */
-    dlock_status st;        /* the failure being given back, or a release's first */
+    uint64_t *tokens; /* the caller's, or NULL */
+    dlock_status st;  /* the failure being given back, or a release's first */
     char why[512];
     dlock_multilock_fn cb;
     void *arg;

@@ -82,18 +82,18 @@
 static void req_wake(mux_req *r, unsigned bit);
 
 struct mux_req {
-    int n, got;              /* replies expected, and in */
+    int n, got; /* replies expected, and in */
     redisReply **replies;
-    uint64_t seq;            /* its place among the appended requests */
-    size_t end;              /* where its bytes end in the output buffer */
-    int done;                /* all replies in, or failed */
-    dlock__io_fail fail;      /* how it failed */
-    char why[200];           /* and the message, for its own thread */
-    atomic_uint state;       /* synchronous requests: its thread sleeps on this word
+    uint64_t seq;        /* its place among the appended requests */
+    size_t end;          /* where its bytes end in the output buffer */
+    int done;            /* all replies in, or failed */
+    dlock__io_fail fail; /* how it failed */
+    char why[200];       /* and the message, for its own thread */
+    atomic_uint state;   /* synchronous requests: its thread sleeps on this word
                               * (the REQ_ bits) */
-    dlock__mux_done *cb;      /* asynchronous requests: called when finished */
+    dlock__mux_done *cb; /* asynchronous requests: called when finished */
     void *arg;
-    redisReply *one;         /* ... whose one reply lands here */
+    redisReply *one; /* ... whose one reply lands here */
     struct mux_req *next;
 };
 
@@ -417,9 +417,9 @@ static void enqueue(dlock__mux *m, mux_req *r)
     m->queued++;
 }
 
-static __thread int handing_back;     /* this thread runs completions (hand_back) */
-static __thread dlock__mux *corked;   /* where its completions' requests wait to be sent */
-static __thread int corked_n;         /* how many wait there */
+static __thread int handing_back;   /* this thread runs completions (hand_back) */
+static __thread dlock__mux *corked; /* where its completions' requests wait to be sent */
+static __thread int corked_n;       /* how many wait there */
 
 /* Send what this thread's completions appended and held back (see the
  * top). Called with no mutex held. */
@@ -435,8 +435,8 @@ void dlock__mux_uncork(void)
 }
 
 dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n, const int *argcs,
-                                const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
-                                int *fresh, dlock__io_fail *why)
+                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
+                                 int *fresh, dlock__io_fail *why)
 {
     dlock__mux_uncork(); /* a completion's earlier requests go first */
     mux_req me;
@@ -531,7 +531,7 @@ static void *reader_main(void *arg)
 }
 
 dlock_status dlock__mux_submit(dlock__mux *m, const dlock__endpoint *ep, int argc, const char *const *argv,
-                              const size_t *lens, dlock__mux_done *done, void *arg)
+                               const size_t *lens, dlock__mux_done *done, void *arg)
 {
     mux_req *r = calloc(1, sizeof *r);
     if (!r) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");

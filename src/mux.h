@@ -19,23 +19,23 @@ typedef void dlock__mux_done(void *arg, redisReply *reply, const dlock__io_fail 
 
 typedef struct dlock__mux {
     pthread_mutex_t mu;
-    pthread_cond_t gone;     /* a broken connection was closed */
-    dlock__link *c;           /* NULL while not connected */
-    int broken;              /* c failed; closed when the I/O on it returns */
-    mux_req *head, *tail;    /* in flight, oldest first: replies come in this order */
-    uint64_t appended;       /* requests appended to c's output so far (their seq) */
-    uint64_t flushed;        /* requests whose bytes have all been sent */
-    uint64_t sending;        /* while flushing: requests whose bytes are leaving */
-    int flushing, reading;   /* a thread is sending / reading for everyone */
+    pthread_cond_t gone;   /* a broken connection was closed */
+    dlock__link *c;        /* NULL while not connected */
+    int broken;            /* c failed; closed when the I/O on it returns */
+    mux_req *head, *tail;  /* in flight, oldest first: replies come in this order */
+    uint64_t appended;     /* requests appended to c's output so far (their seq) */
+    uint64_t flushed;      /* requests whose bytes have all been sent */
+    uint64_t sending;      /* while flushing: requests whose bytes are leaving */
+    int flushing, reading; /* a thread is sending / reading for everyone */
     /* Asynchronous requests: a reader thread, started by the first one,
      * reads when no caller does and hands finished requests back. */
-    pthread_cond_t wake;     /* the reader thread: something to read or hand back */
+    pthread_cond_t wake;            /* the reader thread: something to read or hand back */
     mux_req *done_head, *done_tail; /* finished asynchronous requests, to hand back */
     int reader_started, reader_stop;
-    int sync_waiting;        /* synchronous requests in flight (they can read) */
-    int spin_us;             /* how long the reader polls before read() (mux.c); 0: never */
+    int sync_waiting;              /* synchronous requests in flight (they can read) */
+    int spin_us;                   /* how long the reader polls before read() (mux.c); 0: never */
     int spin_skip, spin_skip_left; /* reads to skip polling before, after polls in vain */
-    int queued;              /* requests in flight (head..tail) */
+    int queued;                    /* requests in flight (head..tail) */
     pthread_t reader;
 } dlock__mux;
 
@@ -51,8 +51,8 @@ void dlock__mux_destroy(dlock__mux *m);
  * dlock__pool_pipeline().
  */
 dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n, const int *argcs,
-                                const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
-                                int *fresh, dlock__io_fail *why);
+                                 const char *const *const *argvs, const size_t *const *lens, redisReply **replies,
+                                 int *fresh, dlock__io_fail *why);
 
 /*
  * Append one command to the shared connection and return without waiting:
@@ -63,7 +63,7 @@ dlock_status dlock__mux_pipeline(dlock__mux *m, const dlock__endpoint *ep, int n
  * not run.
  */
 dlock_status dlock__mux_submit(dlock__mux *m, const dlock__endpoint *ep, int argc, const char *const *argv,
-                              const size_t *lens, dlock__mux_done *done, void *arg);
+                               const size_t *lens, dlock__mux_done *done, void *arg);
 
 /* Send the requests this thread's completions submitted and held back
  * (mux.c says when they are): for a completion that is about to wait for

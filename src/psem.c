@@ -21,13 +21,12 @@
 #include "util.h"
 #include "wait.h"
 
-
 static const dlock__handle_keys psem_keys = {":psem", NULL, ":psem:ch"};
 
 struct dlock_psem {
     dlock__handle base; /* first: client, name, keys, callback */
-    char *held;        /* the sorted set of permits held */
-    atomic_long size;  /* the number of permits this handle set or found, -1 before */
+    char *held;         /* the sorted set of permits held */
+    atomic_long size;   /* the number of permits this handle set or found, -1 before */
 };
 
 /* A permit belongs to the handle, not to a thread: whoever has it may
@@ -159,8 +158,7 @@ static int psem_try(void *ctx, long *retry_ms)
  * acquire were checked. */
 static dlock_status permit_new(dlock_psem *p, long wait_ms, long lease_ms, dlock_permit **out)
 {
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock__check_lease(lease_ms, 3, 1);
     if (bad != DLOCK_OK) return bad;
     dlock_permit *pm = calloc(1, sizeof *pm);
@@ -195,9 +193,8 @@ static dlock_status psem_acquire(dlock_psem *p, long wait_ms, long lease_ms, dlo
     if (wait_ms != 0) (void)dlock__wait_begin(p->base.client, p->base.channel, 0, 1, NULL, &early);
     int result = psem_try(pm, &retry);
     if (dlock__should_wait(result, wait_ms))
-        result =
-            dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result, retry,
-                            NULL, NULL, &early);
+        result = dlock__wait_for(p->base.client, DLOCK_STATS_PERMIT, p->base.channel, deadline, psem_try, pm, result,
+                                 retry, NULL, NULL, &early);
     else dlock__wait_early_end(&early);
     if (result != DLOCK_OK) {
         free(pm);
@@ -311,8 +308,7 @@ dlock_status dlock_psem_release_id(dlock_psem *p, const char *id)
     if (!p || !id) return dlock__fail(DLOCK_ERR_INVALID, "semaphore or id is NULL");
     int released = 0;
     dlock_status st = release_id(p, id, &released);
-    if (st == DLOCK_OK && !released)
-        return dlock__fail(DLOCK_ERR_NOT_OWNER, "no live permit has id '%.40s'", id);
+    if (st == DLOCK_OK && !released) return dlock__fail(DLOCK_ERR_NOT_OWNER, "no live permit has id '%.40s'", id);
     return st;
 }
 
@@ -328,8 +324,8 @@ dlock_status dlock_psem_renew(dlock_psem *p, const char *id, long lease_ms)
     redisReply *r;
     dlock_status st = dlock__eval(p->base.client, DLOCK__SCRIPT_PSEM_RENEW, 1, keys, 2, args, &r, NULL);
     if (st != DLOCK_OK) return st;
-    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-             r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1;
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+             r->element[0]->integer == 1;
     freeReplyObject(r);
     if (!ok) return dlock__fail(DLOCK_ERR_LOST, "the permit had expired before renewal");
     return DLOCK_OK;

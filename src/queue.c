@@ -28,18 +28,18 @@
 
 typedef struct queued {
     dlock_queue *q;
-    struct queued *next;    /* in the queue, once posted */
-    dlock_queue_fn divert;  /* set by dlock_queue_divert(), under q->mu */
+    struct queued *next;   /* in the queue, once posted */
+    dlock_queue_fn divert; /* set by dlock_queue_divert(), under q->mu */
     void *divert_arg;
     dlock_completion c;
 } queued;
 
 struct dlock_queue {
     pthread_mutex_t mu;
-    int fd;                 /* the eventfd; -1 once freed */
-    int armed;              /* the eventfd holds a count: it reads readable */
-    int refs;               /* the owner's, and one per live ticket */
-    queued *head, *tail;    /* posted, not taken */
+    int fd;              /* the eventfd; -1 once freed */
+    int armed;           /* the eventfd holds a count: it reads readable */
+    int refs;            /* the owner's, and one per live ticket */
+    queued *head, *tail; /* posted, not taken */
 };
 
 /* Called with q->mu held; returns 1 when that was the last reference. */
@@ -237,8 +237,7 @@ void dlock_queue_on_released(dlock_lock *lock, dlock_status status, void *ticket
     post(ticket, status, 0);
 }
 
-void dlock_queue_on_rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status, uint64_t token,
-                                void *ticket)
+void dlock_queue_on_rw_acquired(dlock_rwlock *rw, dlock_rw_mode mode, dlock_status status, uint64_t token, void *ticket)
 {
     (void)rw;
     (void)mode;

@@ -151,7 +151,8 @@ static dlock_status check_subject(const char *subject)
 {
     if (!subject) return DLOCK_OK;
     size_t len = strlen(subject);
-    if (len < 1 || len > SUBJECT_MAX) return dlock__fail(DLOCK_ERR_INVALID, "subject must be 1 to %d bytes", SUBJECT_MAX);
+    if (len < 1 || len > SUBJECT_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "subject must be 1 to %d bytes", SUBJECT_MAX);
     return DLOCK_OK;
 }
 
@@ -216,8 +217,7 @@ static dlock_status call_check(dlock_rate *r, const char *subject, long permits,
 {
     if (!r) return dlock__fail(DLOCK_ERR_INVALID, "rate limit is NULL");
     if (permits < 1 || permits > RATE_MAX) return dlock__fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", RATE_MAX);
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     return check_subject(subject);
 }
 
@@ -294,8 +294,7 @@ static int rate_wait(dlock_rate *r, const char *subject, long permits, int64_t d
     return result;
 }
 
-static dlock_status rate_acquire(dlock_rate *r, const char *subject, long permits, long wait_ms,
-                                 dlock_rate_result *res)
+static dlock_status rate_acquire(dlock_rate *r, const char *subject, long permits, long wait_ms, dlock_rate_result *res)
 {
     dlock_status bad = call_check(r, subject, permits, wait_ms);
     if (bad != DLOCK_OK) return bad;

@@ -31,13 +31,12 @@ static dlock_status settle(redisReply *r, const char *what)
     return r->type == REDIS_REPLY_ERROR ? dlock__reply_error(r, what) : DLOCK_OK;
 }
 
-dlock_status dlock_redis_command(dlock_client *client, const char *key, int flags, int argc,
-                                 const char *const *argv, const size_t *argvlen, redisReply **reply)
+dlock_status dlock_redis_command(dlock_client *client, const char *key, int flags, int argc, const char *const *argv,
+                                 const size_t *argvlen, redisReply **reply)
 {
     if (!reply) return dlock__fail(DLOCK_ERR_INVALID, "no reply pointer");
     *reply = NULL;
-    if (!client || argc < 1 || !argv || !argv[0])
-        return dlock__fail(DLOCK_ERR_INVALID, "client, argc or argv missing");
+    if (!client || argc < 1 || !argv || !argv[0]) return dlock__fail(DLOCK_ERR_INVALID, "client, argc or argv missing");
     const char *const *argvs[1] = {argv};
     const size_t *const lens[1] = {argvlen};
     dlock_status st = dlock__topo_pipeline(client->topo, key, 1, &argc, argvs, lens, io_flags(flags), reply, NULL);

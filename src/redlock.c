@@ -60,8 +60,8 @@ struct dlock_redlock;
 typedef struct rl_share {
     dlock__wd_entry wd; /* first: the watchdog's entry leads back here */
     struct dlock_redlock *rl;
-    int granted;       /* acquired on this master in the current hold */
-    int renewed;       /* registered with the watchdog */
+    int granted; /* acquired on this master in the current hold */
+    int renewed; /* registered with the watchdog */
     uint64_t token;
 } rl_share;
 
@@ -74,8 +74,8 @@ struct dlock_redlock {
     dlock_client **masters;
     rl_share *shares;
     char owner[48];
-    char floor[24];       /* fencing floor passed in this round */
-    char *quiet;          /* "dlock:{NAME}:quiet", a key that never exists (rl_release_all) */
+    char floor[24]; /* fencing floor passed in this round */
+    char *quiet;    /* "dlock:{NAME}:quiet", a key that never exists (rl_release_all) */
     long lease_ms;
     int held;
     atomic_int alive; /* shares still held, watched by the loss check */
@@ -98,7 +98,7 @@ typedef struct rl_call {
     dlock_status st;
     long long result; /* acquire: 1 granted / 0 busy; release, renew: script answer */
     uint64_t token;
-    int sent;         /* went out as an asynchronous call (else st says why not) */
+    int sent; /* went out as an asynchronous call (else st says why not) */
 } rl_call;
 
 /* A round's requests, answered on library threads: the last answer wakes
@@ -157,13 +157,11 @@ static void rl_call_read(rl_call *c, const redisReply *r, int retried)
             /* A resent release answers -1 when the first send released it
              * (the count is always 1 here), as in dlock_lock_release(). */
             c->result = r->integer < 0 && retried ? 0 : r->integer;
-        else
-            c->st = dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
+        else c->st = dlock__fail(DLOCK_ERR_REDIS, "release: unexpected reply");
     } else {
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->type == REDIS_REPLY_INTEGER)
             c->result = r->element[0]->integer;
-        else
-            c->st = dlock__fail(DLOCK_ERR_REDIS, "renew: unexpected reply");
+        else c->st = dlock__fail(DLOCK_ERR_REDIS, "renew: unexpected reply");
     }
 }
 
@@ -341,8 +339,7 @@ dlock_status dlock_redlock_new(dlock_client *const *masters, size_t n, const cha
     for (size_t i = 0; i < n; i++) {
         if (!masters[i]) return dlock__fail(DLOCK_ERR_INVALID, "master %zu is NULL", i);
         for (size_t j = 0; j < i; j++)
-            if (masters[j] == masters[i])
-                return dlock__fail(DLOCK_ERR_INVALID, "master %zu is given twice", i);
+            if (masters[j] == masters[i]) return dlock__fail(DLOCK_ERR_INVALID, "master %zu is given twice", i);
     }
     dlock_redlock *rl = calloc(1, sizeof *rl);
     if (!rl) return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -390,11 +387,11 @@ void dlock_redlock_free(dlock_redlock *rl)
 typedef struct rl_try {
     dlock_redlock *rl;
     long lease, drift;
-    int64_t t0;          /* the last round's start (monotonic) */
+    int64_t t0; /* the last round's start (monotonic) */
     size_t granted, errors;
-    uint64_t top;        /* the highest token granted in it */
+    uint64_t top; /* the highest token granted in it */
     long validity;
-    dlock_status last;   /* a master's failure in it, and why */
+    dlock_status last; /* a master's failure in it, and why */
     char why[256];
 } rl_try;
 
@@ -511,15 +508,14 @@ static int rl_wait(rl_try *t, int64_t deadline, int result, long retry_ms)
 static dlock_status rl_acquired(rl_try *t, int result, int watchdog)
 {
     dlock_redlock *rl = t->rl;
-    if (result == DLOCK_ERR_CONNECT)
-        /* No master answered at all: that is an outage, not contention. */
+    if (result == DLOCK_ERR_CONNECT) /* No master answered at all: that is an outage, not contention. */
         return dlock__fail(t->last, "redlock '%s': no master reachable (%s)", rl->base.name, t->why);
     if (result == DLOCK__BUSY) {
         if (t->errors > 0)
-            return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted; %s)",
-                              rl->base.name, t->granted, rl->n, t->why);
+            return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted; %s)", rl->base.name,
+                               t->granted, rl->n, t->why);
         return dlock__fail(DLOCK_ERR_TIMEOUT, "redlock '%s': no majority (%zu of %zu granted)", rl->base.name,
-                          t->granted, rl->n);
+                           t->granted, rl->n);
     }
     if (result != DLOCK_OK) return (dlock_status)result;
     rl->held = 1;
@@ -549,8 +545,7 @@ static dlock_status rl_acquired(rl_try *t, int result, int watchdog)
 /* What both acquires refuse before taking anything. */
 static dlock_status rl_acquire_check(const dlock_redlock *rl, long wait_ms, long lease_ms)
 {
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock__check_lease(lease_ms, 10, 1);
     if (bad != DLOCK_OK) return bad;
     if (rl->held) return dlock__fail(DLOCK_ERR_INVALID, "redlock '%s' is already held by this handle", rl->base.name);
@@ -579,8 +574,7 @@ static dlock_status rl_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, l
 
 /* Every call is counted, however it ends (as dlock_lock_acquire), on the
  * first master's client: one RedLock, one place to look. */
-dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms,
-                                   uint64_t *token)
+dlock_status dlock_redlock_acquire(dlock_redlock *rl, long wait_ms, long lease_ms, long *validity_ms, uint64_t *token)
 {
     if (!rl) return dlock__fail(DLOCK_ERR_INVALID, "redlock is NULL");
     int64_t since = dlock__stats_clock();
@@ -605,7 +599,7 @@ dlock_status dlock_redlock_extend(dlock_redlock *rl, long lease_ms, long *validi
     long validity = lease_ms - (long)(dlock__mono_ms() - t0) - dlock__drift_ms(lease_ms);
     if (renewed < rl->quorum || validity <= 0)
         return dlock__fail(DLOCK_ERR_LOST, "redlock '%s': extension reached %zu of %zu masters, need %zu",
-                          rl->base.name, renewed, rl->n, rl->quorum);
+                           rl->base.name, renewed, rl->n, rl->quorum);
     rl->lease_ms = lease_ms;
     rl->validity_ms = validity;
     if (rl->trusted_until) rl->trusted_until = t0 + dlock__lease_trust_ms(lease_ms, rl->masters[0]->safety_margin_pct);
@@ -624,8 +618,8 @@ static dlock_status rl_released(dlock_redlock *rl, size_t confirmed)
     if (!atomic_load(&rl->lost) && confirmed < rl->quorum)
         dlock__stats_lost(&rl->masters[0]->stats, DLOCK_STATS_REDLOCK);
     if (atomic_load(&rl->lost) || confirmed < rl->quorum)
-        return dlock__fail(DLOCK_ERR_LOST, "redlock '%s' was held on only %zu of %zu masters at release",
-                          rl->base.name, confirmed, rl->n);
+        return dlock__fail(DLOCK_ERR_LOST, "redlock '%s' was held on only %zu of %zu masters at release", rl->base.name,
+                           confirmed, rl->n);
     return DLOCK_OK;
 }
 
@@ -666,7 +660,7 @@ typedef struct rl_async {
     int listened; /* the subscription was confirmed */
     int deferred; /* the watch fires to read a round that ended in the caller's hands */
     int watchdog;
-    int release;  /* a release (rl_release_async), not an acquisition */
+    int release; /* a release (rl_release_async), not an acquisition */
     dlock_redlock_acquired_fn acquired;
     dlock_redlock_released_fn released;
     void *arg;

@@ -175,8 +175,7 @@ static dlock_status rw_check(rw_thread *t, dlock_rw_mode mode)
 
 static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms, uint64_t *token)
 {
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status bad = dlock__check_lease(lease_ms, 3, 1);
     if (bad != DLOCK_OK) return bad;
     rw_thread *t = thread_record(rw, 1);
@@ -194,9 +193,8 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
     if (wait_ms != 0 && before == 0) (void)dlock__wait_begin(rw->base.client, rw->base.channel, 0, 1, NULL, &early);
     int result = rw_try(&a, &retry);
     if (dlock__should_wait(result, wait_ms))
-        result =
-            dlock__wait_for(rw->base.client, mode_kind[mode], rw->base.channel, deadline, rw_try, &a, result, retry,
-                            NULL, NULL, &early);
+        result = dlock__wait_for(rw->base.client, mode_kind[mode], rw->base.channel, deadline, rw_try, &a, result,
+                                 retry, NULL, NULL, &early);
     else dlock__wait_early_end(&early);
     if (result == DLOCK__BUSY)
         return dlock__fail(DLOCK_ERR_TIMEOUT, "the %s hold was not free in time", mode_name[mode]);
@@ -216,8 +214,7 @@ static dlock_status rw_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_m
 }
 
 /* Every call is counted, however it ends (as dlock_lock_acquire). */
-dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms,
-                                  uint64_t *token)
+dlock_status dlock_rwlock_acquire(dlock_rwlock *rw, dlock_rw_mode mode, long wait_ms, long lease_ms, uint64_t *token)
 {
     if (!rw) return dlock__fail(DLOCK_ERR_INVALID, "rwlock is NULL");
     if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock__fail(DLOCK_ERR_INVALID, "bad mode");
@@ -249,7 +246,8 @@ static dlock_status rel_reply(dlock_rwlock *rw, rw_hold *h, const redisReply *r,
 {
     if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "rwlock release: unexpected reply");
     if (dlock__held_release_done(rw->base.client, &h->held, (long)r->integer, retried))
-        return dlock__fail(DLOCK_ERR_LOST, "the %s hold expired before release", h->mode == DLOCK_READ ? "read" : "write");
+        return dlock__fail(DLOCK_ERR_LOST, "the %s hold expired before release",
+                           h->mode == DLOCK_READ ? "read" : "write");
     return DLOCK_OK;
 }
 
@@ -308,8 +306,8 @@ static dlock_status async_attempt(dlock__await *aw)
     rw_call c;
     rw_call_make(op->rw, op->t, op->mode, op->lease, &c);
     op->sent = dlock__mono_ms();
-    return dlock__async_script(op->rw->base.client, DLOCK__SCRIPT_RW_ACQUIRE, 2, c.keys, 5, c.args,
-                               dlock__await_reply, op);
+    return dlock__async_script(op->rw->base.client, DLOCK__SCRIPT_RW_ACQUIRE, 2, c.keys, 5, c.args, dlock__await_reply,
+                               op);
 }
 
 static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
@@ -360,8 +358,7 @@ dlock_status dlock_rwlock_acquire_async(dlock_rwlock *rw, dlock_rw_mode mode, lo
 {
     if (!rw || !cb) return dlock__fail(DLOCK_ERR_INVALID, "rwlock or callback is NULL");
     if (mode != DLOCK_READ && mode != DLOCK_WRITE) return dlock__fail(DLOCK_ERR_INVALID, "bad mode");
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     dlock_status st = dlock__check_lease(lease_ms, 3, 1);
     if (st != DLOCK_OK) return st;
     rw_thread *t = async_record(rw, 1);
@@ -418,8 +415,7 @@ dlock_status dlock_rwlock_release_async(dlock_rwlock *rw, dlock_rw_mode mode, dl
     rw_thread *t = async_record(rw, 0);
     rw_hold *h = t ? &t->hold[mode] : NULL;
     if (!h || h->held.count == 0)
-        return dlock__fail(DLOCK_ERR_NOT_OWNER, "this handle holds no %s hold taken asynchronously",
-                          mode_name[mode]);
+        return dlock__fail(DLOCK_ERR_NOT_OWNER, "this handle holds no %s hold taken asynchronously", mode_name[mode]);
     dlock_client *c = rw->base.client;
     dlock_status st = dlock__handle_async_claim(&rw->base, &t->rec);
     if (st != DLOCK_OK) return st;

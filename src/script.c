@@ -49,8 +49,8 @@ const char *dlock__script_body(dlock__script_id id)
 }
 
 /* Run a script whose reply is one integer, into *out. */
-dlock_status dlock__eval_int(dlock_client *client, dlock__script_id id, int nkeys, const char **keys,
-                            int nargs, const char **args, long long *out)
+dlock_status dlock__eval_int(dlock_client *client, dlock__script_id id, int nkeys, const char **keys, int nargs,
+                             const char **args, long long *out)
 {
     redisReply *r = NULL;
     dlock_status st = dlock__eval(client, id, nkeys, keys, nargs, args, &r, NULL);
@@ -62,8 +62,8 @@ dlock_status dlock__eval_int(dlock_client *client, dlock__script_id id, int nkey
 }
 
 dlock_status dlock__eval_raw(dlock_client *client, const char *sha, const char *body, int nkeys,
-                            const char *const *keys, int nargs, const char *const *args, int flags, redisReply **out,
-                            dlock__acks *acks, int *retried)
+                             const char *const *keys, int nargs, const char *const *args, int flags, redisReply **out,
+                             dlock__acks *acks, int *retried)
 {
     const char *stack[40];
     int argc = 3 + nkeys + nargs;
@@ -93,7 +93,7 @@ dlock_status dlock__eval_raw(dlock_client *client, const char *sha, const char *
         /* With acks, WAIT follows on the same connection, in the same write,
          * so it waits for exactly this script's writes. */
         st = dlock__topo_pipeline(client->topo, route, acks ? 2 : 1, argcs, argvs, NULL,
-                                 acks ? flags | DLOCK__IO_EXCLUSIVE : flags, rep, &again);
+                                  acks ? flags | DLOCK__IO_EXCLUSIVE : flags, rep, &again);
         if (retried && again) *retried = 1;
         if (st != DLOCK_OK) break;
         r = rep[0];
@@ -113,7 +113,7 @@ dlock_status dlock__eval_raw(dlock_client *client, const char *sha, const char *
 }
 
 dlock_status dlock__command_acked(dlock_client *client, const char *key, int flags, int argc, const char *const *argv,
-                                 const size_t *lens, dlock__acks *acks, redisReply **out)
+                                  const size_t *lens, dlock__acks *acks, redisReply **out)
 {
     char nrep[16], tmo[16];
     snprintf(nrep, sizeof nrep, "%d", acks->replicas);
@@ -125,8 +125,8 @@ dlock_status dlock__command_acked(dlock_client *client, const char *key, int fla
     redisReply *rep[2];
     /* One connection of its own: WAIT counts the replicas that have every
      * write made on its connection so far, and blocks it on the server. */
-    dlock_status st = dlock__topo_pipeline(client->topo, key, 2, argcs, argvs, lensv, flags | DLOCK__IO_EXCLUSIVE, rep,
-                                          NULL);
+    dlock_status st =
+        dlock__topo_pipeline(client->topo, key, 2, argcs, argvs, lensv, flags | DLOCK__IO_EXCLUSIVE, rep, NULL);
     if (st != DLOCK_OK) return st;
     acks->acks = rep[1]->type == REDIS_REPLY_INTEGER ? rep[1]->integer : -1;
     freeReplyObject(rep[1]);
@@ -144,7 +144,7 @@ static dlock_status eval_impl(dlock_client *client, dlock__script_id id, int nke
     redisReply *r;
     dlock__acks a = {client->replica_acks, client->replica_timeout_ms, -1};
     st = dlock__eval_raw(client, client->sha[id], bodies[id], nkeys, keys, nargs, args, 0, &r, acks ? &a : NULL,
-                        retried);
+                         retried);
     if (acks) *acks = a.acks;
     if (st != DLOCK_OK) return st;
     if (r->type == REDIS_REPLY_ERROR) {
@@ -157,13 +157,13 @@ static dlock_status eval_impl(dlock_client *client, dlock__script_id id, int nke
 }
 
 dlock_status dlock__eval(dlock_client *client, dlock__script_id id, int nkeys, const char **keys, int nargs,
-                        const char **args, redisReply **out, int *retried)
+                         const char **args, redisReply **out, int *retried)
 {
     return eval_impl(client, id, nkeys, keys, nargs, args, out, NULL, retried);
 }
 
 dlock_status dlock__eval_acked(dlock_client *client, dlock__script_id id, int nkeys, const char **keys, int nargs,
-                              const char **args, redisReply **out, long long *acks)
+                               const char **args, redisReply **out, long long *acks)
 {
     *acks = -1;
     if (client->replica_acks <= 0) return eval_impl(client, id, nkeys, keys, nargs, args, out, NULL, NULL);

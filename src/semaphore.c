@@ -83,8 +83,8 @@ dlock_status dlock__sem_size(dlock_client *client, dlock__script_id script, cons
         return dlock__fail(DLOCK_ERR_INVALID, "%s '%s' has %lld permits, not %ld (resize it to change that)", what,
                            name, stored, n);
     if (code < 0)
-        return dlock__fail(DLOCK_ERR_INVALID, "%s '%s' has %lld permits: %ld would take it below 0", what, name,
-                           stored, n);
+        return dlock__fail(DLOCK_ERR_INVALID, "%s '%s' has %lld permits: %ld would take it below 0", what, name, stored,
+                           n);
     atomic_store(size, (long)stored);
     if (was_set) *was_set = code == 1;
     return DLOCK_OK;
@@ -177,8 +177,7 @@ static dlock_status sem_check(long permits, long wait_ms)
 {
     if (permits < 1 || permits > PERMITS_MAX)
         return dlock__fail(DLOCK_ERR_INVALID, "permits must be 1 to %ld", PERMITS_MAX);
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
+    if (wait_ms < DLOCK_WAIT_FOREVER) return dlock__fail(DLOCK_ERR_INVALID, "wait must be >= 0 or DLOCK_WAIT_FOREVER");
     return DLOCK_OK;
 }
 
@@ -196,8 +195,7 @@ static dlock_status sem_acquire(dlock_semaphore *s, long permits, long wait_ms)
         result = dlock__wait_for(s->base.client, DLOCK_STATS_SEMAPHORE, s->base.channel, deadline, sem_try, &a, result,
                                  retry, NULL, NULL, &early);
     else dlock__wait_early_end(&early);
-    if (result == DLOCK__BUSY)
-        return dlock__fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
+    if (result == DLOCK__BUSY) return dlock__fail(DLOCK_ERR_TIMEOUT, "too few permits became available in time");
     return (dlock_status)result;
 }
 
@@ -251,7 +249,8 @@ static int async_parse(dlock__await *aw, const redisReply *r, long *retry_ms)
 {
     (void)aw;
     *retry_ms = -1;
-    if (r->type != REDIS_REPLY_INTEGER) return dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
+    if (r->type != REDIS_REPLY_INTEGER)
+        return dlock__fail(DLOCK_ERR_REDIS, "script: unexpected reply type %d", r->type);
     return r->integer == 1 ? DLOCK_OK : DLOCK__BUSY;
 }
 

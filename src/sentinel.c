@@ -39,7 +39,7 @@ static dlock_status ask(dlock__pool *sp, const char *master, const dlock__conn_c
 }
 
 dlock_status dlock__sentinel_ask(dlock__pool *sentinels, size_t n, size_t *first, const char *master,
-                                const dlock__conn_cfg *auth_cfg, char **host, int *port)
+                                 const dlock__conn_cfg *auth_cfg, char **host, int *port)
 {
     dlock_status st = DLOCK_ERR_CONNECT; /* the URL lists at least one; each failure sets the message */
     *host = NULL;

@@ -143,8 +143,8 @@ static int kind_in(int kind, int kinds)
 /* Once anything of a kind was counted, all its series are shown. */
 static int kind_used(const dlock_kind_stats *k)
 {
-    uint64_t any = k->acquisitions | k->renewals | k->renewal_failures | k->losses | k->wakeups |
-                   k->wait.count | k->hold.count | k->renewal.count;
+    uint64_t any = k->acquisitions | k->renewals | k->renewal_failures | k->losses | k->wakeups | k->wait.count |
+                   k->hold.count | k->renewal.count;
     for (int r = 0; r < DLOCK_STATS_REASONS; r++) any |= k->failures[r];
     return any != 0;
 }

@@ -63,11 +63,11 @@ enum { READER_NONE, READER_THREAD, READER_SLEEPER };
 struct dlock__sub_entry {
     char *channel;
     size_t len;
-    int refs;           /* waiters interested in the channel */
+    int refs; /* waiters interested in the channel */
     int state;
-    int link;           /* links[] index while not SUB_IDLE, else -1 */
-    long permits;       /* wake-ups not yet consumed */
-    int64_t idle_since; /* when refs dropped to zero */
+    int link;                  /* links[] index while not SUB_IDLE, else -1 */
+    long permits;              /* wake-ups not yet consumed */
+    int64_t idle_since;        /* when refs dropped to zero */
     dlock__sub_watch *waiting; /* enlisted waiters, oldest first */
     pthread_cond_t cond;
     struct dlock__sub_entry *next;
@@ -76,8 +76,8 @@ struct dlock__sub_entry {
 /* A pub/sub connection to one node of the topology. */
 typedef struct sub_link {
     int node;
-    dlock__link *c;      /* NULL while not connected */
-    int64_t retry_at;   /* after a failed connect, not before this */
+    dlock__link *c;   /* NULL while not connected */
+    int64_t retry_at; /* after a failed connect, not before this */
     int backoff;
 } sub_link;
 
@@ -87,20 +87,20 @@ struct dlock__subscriber {
     dlock_client *client;
     pthread_t thread;
     pthread_mutex_t mu;
-    int wake_fd;        /* eventfd: wakes this thread */
-    int yield_fd;       /* eventfd: wakes the sleeper that reads the links */
-    int reader;         /* READER_*: who reads the links now (or may: NONE) */
+    int wake_fd;                  /* eventfd: wakes this thread */
+    int yield_fd;                 /* eventfd: wakes the sleeper that reads the links */
+    int reader;                   /* READER_*: who reads the links now (or may: NONE) */
     struct thread_watch *reading; /* READER_SLEEPER: that sleeper's watch */
-    int polling;        /* ... which is in poll() now, without mu */
-    int yield_asked;    /* this thread wants the links back */
+    int polling;                  /* ... which is in poll() now, without mu */
+    int yield_asked;              /* this thread wants the links back */
     int stop;
-    int dirty;          /* some entry needs a command sent */
-    int unsettled;      /* entries for which unsettled() holds */
-    int firing_all;     /* the client is draining: watches fire at once */
-    dlock__sub_watch *armed, *due; /* asynchronous waits (dlock__sub_arm) */
+    int dirty;                       /* some entry needs a command sent */
+    int unsettled;                   /* entries for which unsettled() holds */
+    int firing_all;                  /* the client is draining: watches fire at once */
+    dlock__sub_watch *armed, *due;   /* asynchronous waits (dlock__sub_arm) */
     const char *cmd_sub, *cmd_unsub; /* SUBSCRIBE or SSUBSCRIBE, ... */
     sub_link links[MAX_LINKS];
-    int n_links;        /* links are never removed: entries hold indexes */
+    int n_links; /* links are never removed: entries hold indexes */
     dlock__sub_entry *buckets[BUCKETS];
 };
 
@@ -156,7 +156,8 @@ static void unlink_free(struct dlock__subscriber *s, dlock__sub_entry *e)
 static void poke(struct dlock__subscriber *s)
 {
     uint64_t one = 1;
-    if (write(s->wake_fd, &one, sizeof one) < 0) { /* counter full: already poked */ }
+    if (write(s->wake_fd, &one, sizeof one) < 0) { /* counter full: already poked */
+    }
 }
 
 /* Wake the sleeper that reads the links out of its poll(), to look again
@@ -164,7 +165,8 @@ static void poke(struct dlock__subscriber *s)
 static void interrupt(struct dlock__subscriber *s)
 {
     uint64_t one = 1;
-    if (write(s->yield_fd, &one, sizeof one) < 0) { /* counter full: already woken */ }
+    if (write(s->yield_fd, &one, sizeof one) < 0) { /* counter full: already woken */
+    }
 }
 
 /* A sleeping thread's watch: fired under mu, with no trip through the
@@ -420,8 +422,7 @@ static void on_reply(struct dlock__subscriber *s, int L, redisReply *r)
         return;
     const char *kind = r->element[0]->str;
     /* The sharded forms name the same events: smessage, ssubscribe, sunsubscribe. */
-    if (strcmp(kind, "smessage") == 0 || strcmp(kind, "ssubscribe") == 0 || strcmp(kind, "sunsubscribe") == 0)
-        kind++;
+    if (strcmp(kind, "smessage") == 0 || strcmp(kind, "ssubscribe") == 0 || strcmp(kind, "sunsubscribe") == 0) kind++;
     dlock__sub_entry *e = find(s, r->element[1]->str, r->element[1]->len);
     if (!e || e->link != L) return;
     if (strcmp(kind, "message") == 0) {
@@ -501,7 +502,8 @@ static void check_master(struct dlock__subscriber *s)
 static void drain(int fd)
 {
     uint64_t v;
-    if (read(fd, &v, sizeof v) < 0) { /* nothing pending */ }
+    if (read(fd, &v, sizeof v) < 0) { /* nothing pending */
+    }
 }
 
 /* Fire the watches whose time came, and every due one, in the order they
@@ -846,7 +848,7 @@ static int remove_armed(struct dlock__subscriber *s, dlock__sub_watch *w)
 }
 
 void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w, int64_t at_ms,
-                   int want_ready)
+                    int want_ready)
 {
     pthread_mutex_lock(&s->mu);
     w->e = e;

@@ -96,20 +96,20 @@ typedef void dlock__sub_fire_fn(dlock__sub_watch *w, int woken);
 struct dlock__sub_watch {
     dlock__sub_fire_fn *fn;
     dlock__sub_entry *e;
-    int64_t at;           /* fire by then (monotonic ms) */
-    int64_t since;        /* when its wait began: the older, the sooner woken */
-    int want_ready;       /* fire when the subscription is confirmed */
-    int woken;            /* why it fired */
-    void *offer;          /* a sleeping thread's, for dlock__sub_claim (else NULL) */
-    int claimed;          /* a releaser holds it asleep until it settles */
-    dlock__sub_hand *hand; /* an enlisted wait's, for another process's hand-off (or NULL) */
-    dlock__sub_watch *line; /* a sleeping thread's: the watch its wait enlisted */
-    dlock__sub_watch *next; /* in the armed or the due list */
+    int64_t at;              /* fire by then (monotonic ms) */
+    int64_t since;           /* when its wait began: the older, the sooner woken */
+    int want_ready;          /* fire when the subscription is confirmed */
+    int woken;               /* why it fired */
+    void *offer;             /* a sleeping thread's, for dlock__sub_claim (else NULL) */
+    int claimed;             /* a releaser holds it asleep until it settles */
+    dlock__sub_hand *hand;   /* an enlisted wait's, for another process's hand-off (or NULL) */
+    dlock__sub_watch *line;  /* a sleeping thread's: the watch its wait enlisted */
+    dlock__sub_watch *next;  /* in the armed or the due list */
     dlock__sub_watch *wnext; /* in its entry's list of waiters (dlock__sub_enlist) */
 };
 
 void dlock__sub_arm(struct dlock__subscriber *s, dlock__sub_entry *e, dlock__sub_watch *w, int64_t at_ms,
-                   int want_ready);
+                    int want_ready);
 
 /*
  * A direct hand-off within one client. A releaser that will free what the

@@ -167,15 +167,15 @@ static dlock_status handshake_failed(SSL *ssl, const char *name, const char *why
     if (timed_out) return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s timed out (is it a TLS port?)", name);
     if (v != X509_V_OK)
         return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: certificate verify failed: %s", name,
-                          dlock__ssl.X509_verify_cert_error_string(v));
-    if (strstr(why, "wrong version number") || strstr(why, "packet length too long") ||
-        strstr(why, "unexpected eof") || strstr(why, "record layer failure"))
+                           dlock__ssl.X509_verify_cert_error_string(v));
+    if (strstr(why, "wrong version number") || strstr(why, "packet length too long") || strstr(why, "unexpected eof") ||
+        strstr(why, "record layer failure"))
         return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: %s (is it a TLS port?)", name, why);
     return dlock__fail(DLOCK_ERR_CONNECT, "TLS handshake with %s failed: %s", name, why);
 }
 
 dlock_status dlock__tls_handshake(const dlock__tls *t, int fd, const char *host, const char *name, int timeout_ms,
-                                 SSL **out)
+                                  SSL **out)
 {
     *out = NULL;
     dlock__ssl.ERR_clear_error();

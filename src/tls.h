@@ -22,7 +22,7 @@ void dlock__tls_free(dlock__tls *t);
  * does not verify), within `timeout_ms`. DLOCK_ERR_CONNECT with the
  * reason (OpenSSL's, or the certificate's verification error) on failure. */
 dlock_status dlock__tls_handshake(const dlock__tls *t, int fd, const char *host, const char *name, int timeout_ms,
-                                 SSL **out);
+                                  SSL **out);
 
 /* One SSL_read or SSL_write on a connection (callers serialise the calls
  * on one connection): the bytes moved, or <= 0 with *err an SSL_ERROR_*

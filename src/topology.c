@@ -56,7 +56,7 @@ static dlock_status override_credential(char **field, const char *value)
 }
 
 dlock_status dlock__topo_new(const char *url, const char *username, const char *password, int connect_timeout_ms,
-                            int command_timeout_ms, int busy_poll_us, dlock__topo **out)
+                             int command_timeout_ms, int busy_poll_us, dlock__topo **out)
 {
     *out = NULL;
     dlock__topo *t = calloc(1, sizeof *t);
@@ -75,11 +75,11 @@ dlock_status dlock__topo_new(const char *url, const char *username, const char *
         return st;
     }
     pthread_mutex_init(&t->mu, NULL);
-    t->cfg = (dlock__conn_cfg){t->url.user,       t->url.password,
-                              t->url.db,         connect_timeout_ms,
-                              command_timeout_ms, t->url.kind == DLOCK_URL_SENTINEL,
-                              &t->closing,       t->tls,
-                              busy_poll_us};
+    t->cfg = (dlock__conn_cfg){t->url.user,        t->url.password,
+                               t->url.db,          connect_timeout_ms,
+                               command_timeout_ms, t->url.kind == DLOCK_URL_SENTINEL,
+                               &t->closing,        t->tls,
+                               busy_poll_us};
     atomic_init(&t->master, -1);
     t->any_node = -1;
     t->last_lookup = DLOCK_OK;
@@ -100,8 +100,8 @@ dlock_status dlock__topo_new(const char *url, const char *username, const char *
     case DLOCK_URL_SENTINEL:
         /* Sentinels are asked without credentials first: the URL's are the
          * data nodes', and most Sentinels have none. */
-        t->sentinel_cfg = (dlock__conn_cfg){NULL, NULL, 0, connect_timeout_ms, command_timeout_ms, 0, &t->closing,
-                                            t->tls, busy_poll_us};
+        t->sentinel_cfg = (dlock__conn_cfg){NULL, NULL,        0,      connect_timeout_ms, command_timeout_ms,
+                                            0,    &t->closing, t->tls, busy_poll_us};
         t->sentinel_auth_cfg = t->sentinel_cfg;
         t->sentinel_auth_cfg.user = t->url.user;
         t->sentinel_auth_cfg.password = t->url.password;
@@ -111,8 +111,7 @@ dlock_status dlock__topo_new(const char *url, const char *username, const char *
             return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         }
         for (size_t i = 0; i < t->url.n_addrs; i++) {
-            st = dlock__pool_init(&t->sentinels[i], t->url.addrs[i].host, t->url.addrs[i].port, NULL,
-                                 &t->sentinel_cfg);
+            st = dlock__pool_init(&t->sentinels[i], t->url.addrs[i].host, t->url.addrs[i].port, NULL, &t->sentinel_cfg);
             if (st != DLOCK_OK) {
                 dlock__topo_free(t);
                 return st;
@@ -189,7 +188,7 @@ static dlock_status sentinel_lookup(dlock__topo *t)
     char *host;
     int port;
     dlock_status st = dlock__sentinel_ask(t->sentinels, t->n_sentinels, &t->sentinel_first, t->url.master,
-                                         &t->sentinel_auth_cfg, &host, &port);
+                                          &t->sentinel_auth_cfg, &host, &port);
     if (st != DLOCK_OK) return st;
     int node = dlock__topo_node_index(t, host, port, 1);
     free(host);
@@ -267,8 +266,7 @@ static int route(dlock__topo *t, const char *key, size_t len, dlock_status *why)
     if (atomic_load(&t->stale)) *why = look_up(t);
     if (kind == DLOCK_URL_SENTINEL) {
         int m = atomic_load(&t->master);
-        if (m < 0 && *why == DLOCK_OK)
-            *why = dlock__fail(DLOCK_ERR_CONNECT, "no master known for %s", t->url.master);
+        if (m < 0 && *why == DLOCK_OK) *why = dlock__fail(DLOCK_ERR_CONNECT, "no master known for %s", t->url.master);
         return m;
     }
     int node;
@@ -399,7 +397,7 @@ static void avoid_any_node(dlock__topo *t, int node)
 
 dlock__route_error dlock__route_classify(const char *err)
 {
-#define DLOCK__ROUTE_MATCH(kind, prefix) \
+#define DLOCK__ROUTE_MATCH(kind, prefix)                                                                               \
     if (strncmp(err, prefix, sizeof prefix - 1) == 0) return DLOCK__ROUTE_##kind;
     DLOCK__ROUTE_ERRORS(DLOCK__ROUTE_MATCH)
 #undef DLOCK__ROUTE_MATCH
@@ -407,8 +405,8 @@ dlock__route_error dlock__route_classify(const char *err)
 }
 
 dlock_status dlock__topo_pipeline(dlock__topo *t, const char *key, int n, const int *argcs,
-                                 const char *const *const *argvs, const size_t *const *lens, int flags,
-                                 redisReply **replies, int *retried)
+                                  const char *const *const *argvs, const size_t *const *lens, int flags,
+                                  redisReply **replies, int *retried)
 {
     if (retried) *retried = 0;
     if (n < 1 || n > MAX_PIPELINE) return dlock__fail(DLOCK_ERR_INVALID, "pipeline of %d commands", n);
@@ -509,7 +507,7 @@ dlock_status dlock__topo_pipeline(dlock__topo *t, const char *key, int n, const 
 }
 
 dlock_status dlock__topo_command(dlock__topo *t, const char *key, int argc, const char **argv, const size_t *lens,
-                                redisReply **out, int *retried)
+                                 redisReply **out, int *retried)
 {
     const char *const *argvs[1] = {argv};
     const size_t *const lensv[1] = {lens};

@@ -21,16 +21,16 @@
 
 typedef struct dlock__topo {
     dlock_url url;
-    dlock__conn_cfg cfg;                 /* data nodes: credentials, db, timeouts, TLS */
-    struct dlock__tls *tls;              /* rediss URLs: TLS to every server, Sentinels too */
+    dlock__conn_cfg cfg;    /* data nodes: credentials, db, timeouts, TLS */
+    struct dlock__tls *tls; /* rediss URLs: TLS to every server, Sentinels too */
     _Atomic(dlock__pool *) nodes[DLOCK__MAX_NODES];
     atomic_int n_nodes;
-    pthread_mutex_t mu;                 /* adding nodes; one lookup at a time */
-    atomic_int stale;                   /* look the topology up again before next use */
-    atomic_int closing;                 /* the client is being freed (dlock__topo_close_io) */
-    int64_t looked_up_ms;               /* under mu: when it was last looked up */
-    dlock_status last_lookup;           /* under mu: how that went */
-    char last_lookup_msg[256];          /* under mu: and why, when it failed */
+    pthread_mutex_t mu;        /* adding nodes; one lookup at a time */
+    atomic_int stale;          /* look the topology up again before next use */
+    atomic_int closing;        /* the client is being freed (dlock__topo_close_io) */
+    int64_t looked_up_ms;      /* under mu: when it was last looked up */
+    dlock_status last_lookup;  /* under mu: how that went */
+    char last_lookup_msg[256]; /* under mu: and why, when it failed */
     /* One server or Sentinel: the node commands go to (-1: not known yet). */
     atomic_int master;
     /* Sentinel: a pool per Sentinel, and which answered last. */
@@ -39,7 +39,7 @@ typedef struct dlock__topo {
     size_t n_sentinels, sentinel_first;
     /* Cluster: node index + 1 serving each slot (0: unknown). */
     _Atomic uint16_t slots[DLOCK__SLOTS];
-    int any_node;                       /* under mu: a node that answered, for keyless commands */
+    int any_node; /* under mu: a node that answered, for keyless commands */
 } dlock__topo;
 
 /*
@@ -47,13 +47,13 @@ typedef struct dlock__topo {
  * Each means the command did not run (a redirection, a server not ready
  * or not a master), so it may be sent again, elsewhere or later.
  */
-#define DLOCK__ROUTE_ERRORS(XX)          \
-    XX(MOVED, "MOVED ")                 \
-    XX(ASK, "ASK ")                     \
-    XX(TRYAGAIN, "TRYAGAIN")            \
-    XX(CLUSTERDOWN, "CLUSTERDOWN")      \
-    XX(MASTERDOWN, "MASTERDOWN")        \
-    XX(LOADING, "LOADING")              \
+#define DLOCK__ROUTE_ERRORS(XX)                                                                                        \
+    XX(MOVED, "MOVED ")                                                                                                \
+    XX(ASK, "ASK ")                                                                                                    \
+    XX(TRYAGAIN, "TRYAGAIN")                                                                                           \
+    XX(CLUSTERDOWN, "CLUSTERDOWN")                                                                                     \
+    XX(MASTERDOWN, "MASTERDOWN")                                                                                       \
+    XX(LOADING, "LOADING")                                                                                             \
     XX(READONLY, "READONLY")
 
 typedef enum dlock__route_error {
@@ -83,12 +83,12 @@ void dlock__topo_free(dlock__topo *t);
  * commands surely did not reach the first server.
  */
 dlock_status dlock__topo_pipeline(dlock__topo *t, const char *key, int n, const int *argcs,
-                                 const char *const *const *argvs, const size_t *const *lens, int flags,
-                                 redisReply **replies, int *retried);
+                                  const char *const *const *argvs, const size_t *const *lens, int flags,
+                                  redisReply **replies, int *retried);
 
 /* One command; see dlock__topo_pipeline(). */
 dlock_status dlock__topo_command(dlock__topo *t, const char *key, int argc, const char **argv, const size_t *lens,
-                                redisReply **out, int *retried);
+                                 redisReply **out, int *retried);
 
 /* The node serving `key` (a channel, for the subscriber), or -1 when none
  * is known even after looking. */
@@ -136,6 +136,5 @@ static inline dlock__pool *dlock__topo_pool(dlock__topo *t, int node)
 {
     return atomic_load(&t->nodes[node]);
 }
-
 
 #endif

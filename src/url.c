@@ -53,10 +53,16 @@ static char *percent_decode(const char *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (s[i] == '%') {
             int hi, lo;
-            if (i + 2 >= len) { free(out); return NULL; }
+            if (i + 2 >= len) {
+                free(out);
+                return NULL;
+            }
             hi = hexval(s[i + 1]);
             lo = hexval(s[i + 2]);
-            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) { free(out); return NULL; }
+            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+                free(out);
+                return NULL;
+            }
             *o++ = (char)(hi * 16 + lo);
             i += 2;
         } else {
@@ -339,7 +345,7 @@ dlock_status dlock_url_parse(const char *url, dlock_url *out)
     if (strncmp(url, "rediss-sentinel://", 18) == 0) return parse_tls(url + 18, parse_sentinel, 1, out);
     if (strncmp(url, "rediss-cluster://", 17) == 0) return parse_tls(url + 17, parse_cluster, 0, out);
     return dlock__fail(DLOCK_ERR_URL, "malformed URL: must start with redis://, rediss://, unix://, "
-                                     "redis[s]-sentinel:// or redis[s]-cluster://");
+                                      "redis[s]-sentinel:// or redis[s]-cluster://");
 }
 
 void dlock_url_free(dlock_url *url)

@@ -124,7 +124,7 @@ dlock_status dlock__check_lease(long lease_ms, long min_ms, int watchdog_ok)
     if (watchdog_ok && lease_ms == DLOCK_LEASE_WATCHDOG) return DLOCK_OK;
     if (lease_ms < min_ms || lease_ms > DLOCK_LEASE_MAX_MS)
         return dlock__fail(DLOCK_ERR_INVALID, "lease must be %ld to %ld ms%s", min_ms, DLOCK_LEASE_MAX_MS,
-                          watchdog_ok ? ", or DLOCK_LEASE_WATCHDOG" : "");
+                           watchdog_ok ? ", or DLOCK_LEASE_WATCHDOG" : "");
     return DLOCK_OK;
 }
 
@@ -157,14 +157,11 @@ dlock_status dlock_check_name(const char *name)
     if (!name) return dlock__fail(DLOCK_ERR_INVALID, "name is NULL");
     size_t len = strnlen(name, NAME_MAX_LEN + 1);
     if (len == 0) return dlock__fail(DLOCK_ERR_INVALID, "name is empty");
-    if (len > NAME_MAX_LEN)
-        return dlock__fail(DLOCK_ERR_INVALID, "name is longer than %d bytes", NAME_MAX_LEN);
+    if (len > NAME_MAX_LEN) return dlock__fail(DLOCK_ERR_INVALID, "name is longer than %d bytes", NAME_MAX_LEN);
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)name[i];
-        if (ch == '{' || ch == '}')
-            return dlock__fail(DLOCK_ERR_INVALID, "name may not contain '{' or '}'");
-        if (ch < ' ' || ch == 0x7f)
-            return dlock__fail(DLOCK_ERR_INVALID, "name may not contain control characters");
+        if (ch == '{' || ch == '}') return dlock__fail(DLOCK_ERR_INVALID, "name may not contain '{' or '}'");
+        if (ch < ' ' || ch == 0x7f) return dlock__fail(DLOCK_ERR_INVALID, "name may not contain control characters");
     }
     return DLOCK_OK;
 }
@@ -212,6 +209,5 @@ char *dlock__fmt_ll(long long v, char *out)
 void dlock__atomic_max(atomic_ullong *a, uint64_t v)
 {
     unsigned long long old = atomic_load(a);
-    while (v > old && !atomic_compare_exchange_weak(a, &old, v)) {
-    }
+    while (v > old && !atomic_compare_exchange_weak(a, &old, v)) {}
 }

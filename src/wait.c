@@ -38,8 +38,8 @@ static int hand_taken(dlock__sub_hand *hand)
 }
 
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__sub_hand *hand,
-                   dlock__early *early)
+                    dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__sub_hand *hand,
+                    dlock__early *early)
 {
     dlock__early local = {0}, *in = early && early->e ? early : &local;
     /* The first attempt was made in line on a confirmed subscription: a
@@ -140,7 +140,7 @@ static int begin(struct dlock__subscriber *sub, const char *channel, int may_def
 }
 
 int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__sub_hand *hand,
-                     dlock__early *w)
+                      dlock__early *w)
 {
     w->e = NULL;
     w->sub = existing_subscriber(client); /* none yet: nobody waits, nothing to be in line on */
@@ -297,8 +297,8 @@ static void await_fire(dlock__sub_watch *watch, int woken)
 }
 
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms, int how,
-                               dlock__sub_hand *hand)
+                                dlock_stats_kind kind, const char *channel, long wait_ms, int how,
+                                dlock__sub_hand *hand)
 {
     w->watch.fn = await_fire;
     w->ops = ops;

@@ -101,7 +101,7 @@ typedef struct dlock__early {
  * line may already have offered), or to dlock__wait_early_end() when no
  * wait follows. */
 int dlock__wait_begin(dlock_client *client, const char *channel, int may_defer, int in_line, dlock__sub_hand *hand,
-                     dlock__early *w);
+                      dlock__early *w);
 void dlock__wait_early_end(dlock__early *w);
 
 /*
@@ -128,8 +128,8 @@ void dlock__wait_early_end(dlock__early *w);
  * on a confirmed subscription, and the wait sleeps before its next.
  */
 int dlock__wait_for(dlock_client *client, dlock_stats_kind kind, const char *channel, int64_t deadline_ms,
-                   dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__sub_hand *hand,
-                   dlock__early *early);
+                    dlock__try_fn try, void *ctx, int first, long retry_ms, void *offer, dlock__sub_hand *hand,
+                    dlock__early *early);
 
 /* The releaser's side of that hand-off: the offer of the waiter of this
  * client on `channel` that a wake-up would go to next, claimed (*claimed
@@ -189,8 +189,8 @@ enum { DLOCK__AWAIT_TRY = 0, DLOCK__AWAIT_IN_LINE = 1, DLOCK__AWAIT_BOUNDED = 2 
  * another process (dlock__sub_hand); the wait then ends DLOCK_OK when a
  * fresh hand comes, and done reads it. */
 dlock_status dlock__await_start(dlock__await *w, const dlock__await_ops *ops, dlock_client *client,
-                               dlock_stats_kind kind, const char *channel, long wait_ms, int how,
-                               dlock__sub_hand *hand);
+                                dlock_stats_kind kind, const char *channel, long wait_ms, int how,
+                                dlock__sub_hand *hand);
 
 /* The callback of every attempt sent by ops->send. */
 void dlock__await_reply(dlock_status st, redisReply *r, void *arg);

@@ -85,17 +85,17 @@ typedef struct wd_lane {
 
 struct dlock__watchdog {
     dlock_client *client;
-    pthread_t thread;         /* the scheduler */
-    pthread_mutex_t mu;       /* everything below, and every entry's private part */
-    pthread_cond_t cond;      /* entries changed, a lane is idle again, or stop */
-    pthread_cond_t cb_done;   /* a loss callback returned */
+    pthread_t thread;       /* the scheduler */
+    pthread_mutex_t mu;     /* everything below, and every entry's private part */
+    pthread_cond_t cond;    /* entries changed, a lane is idle again, or stop */
+    pthread_cond_t cb_done; /* a loss callback returned */
     dlock__wd_entry *in_callback;
-    dlock__wd_entry head;      /* circular list sentinel */
-    wd_batch *active;         /* batches handed out and not finished */
+    dlock__wd_entry head; /* circular list sentinel */
+    wd_batch *active;     /* batches handed out and not finished */
     wd_lane *lanes[N_LANES];
-    int max_lane;             /* highest lane index ever made */
+    int max_lane; /* highest lane index ever made */
     uint64_t next_gen;
-    int64_t sleep_until;      /* the scheduler waits until then; 0 while it runs */
+    int64_t sleep_until; /* the scheduler waits until then; 0 while it runs */
     int stop;
 };
 
@@ -461,8 +461,7 @@ void dlock__wd_remove(struct dlock__watchdog *wd, dlock__wd_entry *e)
 {
     pthread_mutex_lock(&wd->mu);
     /* A loss callback that releases its own lock must not wait for itself. */
-    while (wd->in_callback == e && !pthread_equal(pthread_self(), wd->thread))
-        pthread_cond_wait(&wd->cb_done, &wd->mu);
+    while (wd->in_callback == e && !pthread_equal(pthread_self(), wd->thread)) pthread_cond_wait(&wd->cb_done, &wd->mu);
     if (e->registered) unlink_entry(e);
     forget_in_flight(wd, e);
     pthread_mutex_unlock(&wd->mu);

@@ -28,19 +28,19 @@
  */
 typedef struct dlock__wd_entry {
     dlock__script_id script; /* renew script: KEYS[i], ARGV[2i-1] owner, ARGV[2i] lease */
-    dlock_stats_kind kind;  /* whose renewals the client's metrics count */
-    const char *key;        /* the key that holds the hold */
+    dlock_stats_kind kind;   /* whose renewals the client's metrics count */
+    const char *key;         /* the key that holds the hold */
     const char *owner;
     long lease_ms;
     void (*on_lost)(struct dlock__wd_entry *e);
     /* private to the watchdog */
-    int64_t next_ms;     /* next renewal due (monotonic); INT64_MAX while one is in flight */
-    int64_t lost_ms;     /* declared lost here unless renewed first */
+    int64_t next_ms;            /* next renewal due (monotonic); INT64_MAX while one is in flight */
+    int64_t lost_ms;            /* declared lost here unless renewed first */
     atomic_llong trusted_until; /* the same from renewals only, for dlock__wd_trusted() */
-    uint64_t gen;        /* bumped on every add, to drop stale results */
+    uint64_t gen;               /* bumped on every add, to drop stale results */
     int registered;
-    int releasing;       /* the holder's release is in flight (see below) */
-    unsigned slot;       /* the key's cluster slot (0 elsewhere): one batch, one slot */
+    int releasing; /* the holder's release is in flight (see below) */
+    unsigned slot; /* the key's cluster slot (0 elsewhere): one batch, one slot */
     struct dlock__wd_entry *prev, *next;
 } dlock__wd_entry;
 

@@ -33,8 +33,7 @@ int th_free_port(void)
     socklen_t len = sizeof a;
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
         if (fd >= 0) close(fd);
         return -1;
     }
@@ -107,7 +106,8 @@ void th_redis_remove_dir(const char *dir)
 {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
 }
 
 void th_redis_stop_all(void)
@@ -141,8 +141,7 @@ int th_stop_all_fixture(void **state)
 
 static int faketime_installed(void)
 {
-    return access(FAKETIME_LIB, R_OK) == 0 && access(MALLOC_LIB, R_OK) == 0 &&
-           access(DLOCK_SIZED_FREE_LIB, R_OK) == 0;
+    return access(FAKETIME_LIB, R_OK) == 0 && access(MALLOC_LIB, R_OK) == 0 && access(DLOCK_SIZED_FREE_LIB, R_OK) == 0;
 }
 
 int th_redis_clock_offset(th_redis *r, const char *offset)
@@ -191,8 +190,8 @@ int th_redis_clock_settle(const th_redis *r, long offset_s, int timeout_ms)
         struct timespec wall;
         clock_gettime(CLOCK_REALTIME, &wall);
         if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2) {
-            long long srv_us = strtoll(rep->element[0]->str, NULL, 10) * 1000000LL +
-                               strtoll(rep->element[1]->str, NULL, 10);
+            long long srv_us =
+                strtoll(rep->element[0]->str, NULL, 10) * 1000000LL + strtoll(rep->element[1]->str, NULL, 10);
             long long ours_us = (long long)wall.tv_sec * 1000000LL + wall.tv_nsec / 1000;
             long long diff = srv_us - ours_us - (long long)offset_s * 1000000LL;
             if (diff > -1000000LL && diff < 1000000LL) rc = 0;
@@ -258,8 +257,9 @@ static int write_conf_and_spawn(th_redis *r)
     snprintf(log, sizeof log, "%s/redis.log", r->dir);
     FILE *f = fopen(conf, "w");
     if (!f) return -1;
-    fprintf(f, "port %d\nbind 127.0.0.1\nunixsocket %s\nunixsocketperm 700\n"
-               "save \"\"\nappendonly no\ndir %s\nlogfile %s\ndaemonize no\n%s",
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\nunixsocket %s\nunixsocketperm 700\n"
+            "save \"\"\nappendonly no\ndir %s\nlogfile %s\ndaemonize no\n%s",
             r->port, r->sock, r->dir, log, r->extra);
     fclose(f);
     char vars[4][512];
@@ -277,7 +277,11 @@ static int write_conf_and_spawn(th_redis *r)
          * the forking thread: servers are started from the main thread.) */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
         int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2); }
+        if (devnull >= 0) {
+            dup2(devnull, 0);
+            dup2(devnull, 1);
+            dup2(devnull, 2);
+        }
         char *const argv[] = {(char *)bin, conf, NULL};
         execvpe(bin, argv, env);
         _exit(127);
@@ -299,7 +303,11 @@ static int write_conf_and_spawn(th_redis *r)
             redisReply *rep = redisCommand(c, "PING");
             int ok = rep != NULL;
             if (rep) freeReplyObject(rep);
-            if (!ok || c->err) { redisFree(c); usleep(10000); continue; }
+            if (!ok || c->err) {
+                redisFree(c);
+                usleep(10000);
+                continue;
+            }
             redisFree(c);
             return 0;
         }
@@ -407,14 +415,23 @@ int th_redis_restart_wiped(th_redis *r, const char *key)
     return gone ? 0 : -1;
 }
 
-void th_redis_pause(th_redis *r) { if (r->pid > 0) kill(r->pid, SIGSTOP); }
-void th_redis_resume(th_redis *r) { if (r->pid > 0) kill(r->pid, SIGCONT); }
+void th_redis_pause(th_redis *r)
+{
+    if (r->pid > 0) kill(r->pid, SIGSTOP);
+}
+void th_redis_resume(th_redis *r)
+{
+    if (r->pid > 0) kill(r->pid, SIGCONT);
+}
 
 redisContext *th_redis_connect(const th_redis *r)
 {
     struct timeval tv = {2, 0};
     redisContext *c = redisConnectUnixWithTimeout(r->sock, tv);
-    if (!c || c->err) { if (c) redisFree(c); return NULL; }
+    if (!c || c->err) {
+        if (c) redisFree(c);
+        return NULL;
+    }
     redisSetTimeout(c, tv);
     /* Authenticate when the server was started with a password. */
     const char *p = strstr(r->extra, "requirepass ");

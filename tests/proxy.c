@@ -31,9 +31,9 @@ struct th_proxy {
     pthread_mutex_t mu; /* guards match, armed, lost, stop */
     char match[256], delay_match[256];
     int armed, lost, stop;
-    int partitioned; /* forward nothing, close nothing (a cut network) */
-    long delay_ms; /* > 0: a delay is armed */
-    long latency_ms; /* > 0: every request waits this long */
+    int partitioned;       /* forward nothing, close nothing (a cut network) */
+    long delay_ms;         /* > 0: a delay is armed */
+    long latency_ms;       /* > 0: every request waits this long */
     pair pairs[MAX_PAIRS]; /* the proxy thread's own, as is buf */
     int n;
     char buf[1 << 16];
@@ -170,7 +170,8 @@ static void *proxy_main(void *arg)
         if (poll(fds, (nfds_t)(2 + 2 * n), cut ? -1 : timeout) < 0 && errno != EINTR) break;
         if (fds[0].revents & POLLIN) {
             char drain[64];
-            if (read(px->wake[0], drain, sizeof drain) < 0) { /* nothing to drain */ }
+            if (read(px->wake[0], drain, sizeof drain) < 0) { /* nothing to drain */
+            }
         }
         pthread_mutex_lock(&px->mu);
         int stop = px->stop;
@@ -264,7 +265,8 @@ void th_proxy_partition(th_proxy *px, int on)
     pthread_mutex_lock(&px->mu);
     px->partitioned = on;
     pthread_mutex_unlock(&px->mu);
-    if (write(px->wake[1], "p", 1) != 1) { /* a full pipe wakes the thread anyway */ }
+    if (write(px->wake[1], "p", 1) != 1) { /* a full pipe wakes the thread anyway */
+    }
 }
 
 void th_proxy_latency(th_proxy *px, long ms)
@@ -288,7 +290,8 @@ void th_proxy_stop(th_proxy *px)
     pthread_mutex_lock(&px->mu);
     px->stop = 1;
     pthread_mutex_unlock(&px->mu);
-    if (write(px->wake[1], "x", 1) != 1) { /* the thread also sees stop on its next wake-up */ }
+    if (write(px->wake[1], "x", 1) != 1) { /* the thread also sees stop on its next wake-up */
+    }
     pthread_join(px->thread, NULL);
     close(px->lfd);
     close(px->wake[0]);

@@ -121,7 +121,6 @@ redisReply *th_target_vcmd(th_target *t, const char *key, const char *fmt, va_li
     return th_vcmd_once(th_target_connect(t, key), fmt, ap);
 }
 
-
 redisReply *th_target_cmd(th_target *t, const char *key, const char *fmt, ...)
 {
     va_list ap;
@@ -208,7 +207,10 @@ int th_target_flush(th_target *t)
 /* The suites' shared target; one per test program. */
 static th_target *suite_target;
 
-void th_target_suite_use(th_target *t) { suite_target = t; }
+void th_target_suite_use(th_target *t)
+{
+    suite_target = t;
+}
 
 int th_target_suite_setup(void **state)
 {

@@ -28,11 +28,11 @@ typedef enum th_target_kind { TH_TARGET_SINGLE = 0, TH_TARGET_SENTINEL, TH_TARGE
 
 typedef struct th_target {
     th_target_kind kind;
-    const char *name;      /* "single", "tls", "sentinel" or "cluster" */
-    char url[512];         /* what clients connect to */
-    char certs[64];        /* "tls": the certificates' directory */
-    th_redis single;       /* TH_TARGET_SINGLE */
-    th_topology topo;      /* otherwise */
+    const char *name; /* "single", "tls", "sentinel" or "cluster" */
+    char url[512];    /* what clients connect to */
+    char certs[64];   /* "tls": the certificates' directory */
+    th_redis single;  /* TH_TARGET_SINGLE */
+    th_topology topo; /* otherwise */
 } th_target;
 
 /* Start the target DLOCK_TEST_TARGET names; `extra_conf` (may be NULL)
@@ -91,16 +91,16 @@ int th_target_flush(th_target *t);
 void th_target_suite_use(th_target *t);
 int th_target_suite_setup(void **state);
 int th_target_suite_teardown(void **state);
-#define th_target_run_suite(tests, t) \
+#define th_target_run_suite(tests, t)                                                                                  \
     (th_target_suite_use(t), cmocka_run_group_tests(tests, th_target_suite_setup, th_target_suite_teardown))
 
 /* Skip the calling cmocka test unless the target is a single server. */
-#define th_target_require_single(t)                                                                 \
-    do {                                                                                            \
-        if ((t)->kind != TH_TARGET_SINGLE) {                                                        \
-            print_message("skipped on %s: needs a single server\n", (t)->name);                     \
-            skip();                                                                                 \
-        }                                                                                           \
+#define th_target_require_single(t)                                                                                    \
+    do {                                                                                                               \
+        if ((t)->kind != TH_TARGET_SINGLE) {                                                                           \
+            print_message("skipped on %s: needs a single server\n", (t)->name);                                        \
+            skip();                                                                                                    \
+        }                                                                                                              \
     } while (0)
 
 #endif

@@ -380,7 +380,7 @@ static void delete_of_an_abandoned_name_keeps_its_tokens_rising(void **state)
     dlock_client *c = client();
     const unsigned long long ahead = 4000000000000000ULL; /* year 2096 in microseconds */
     const char *leftovers[] = {"dlock:{adm:old}:fence", "dlock:{adm:old}:rw:fence", "dlock:{adm:old}:info",
-                               "dlock:{adm:old}:sem", "dlock:{adm:old}:psem", "dlock:{adm:old}:qo"};
+                               "dlock:{adm:old}:sem",   "dlock:{adm:old}:psem",     "dlock:{adm:old}:qo"};
     for (size_t i = 0; i < sizeof leftovers / sizeof leftovers[0]; i++)
         freeReplyObject(th_target_cmd(&server, leftovers[i], "SET %s %llu", leftovers[i], ahead + i));
     char *fence = dlock__fence_key("adm:old");

@@ -152,8 +152,8 @@ static void the_reading_thread_polls_before_it_sleeps_by_default(void **state)
     atomic_store(&zero_polls, 0);
     threaded_pairs(c);
     long threaded = atomic_load(&zero_polls);
-    fprintf(stderr, "zero-timeout polls for %d pairs: %ld sync, %ld async, %ld by 4 threads\n", PAIRS,
-            sync, async, threaded);
+    fprintf(stderr, "zero-timeout polls for %d pairs: %ld sync, %ld async, %ld by 4 threads\n", PAIRS, sync, async,
+            threaded);
     assert_true(sync > 0);
     assert_true(async > 0);
     assert_true(threaded > 0);

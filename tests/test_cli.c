@@ -39,12 +39,12 @@
 #define RUN_TIMEOUT_MS 20000
 
 static th_target srv;
-static char scratch[128];   /* per-suite temp dir for COMMAND's files */
-static int run_counter;     /* makes stdout/stderr file names unique */
+static char scratch[128]; /* per-suite temp dir for COMMAND's files */
+static int run_counter;   /* makes stdout/stderr file names unique */
 
 typedef struct run {
-    int status;             /* exit code, 128+N for signal N, -1 on timeout */
-    long long ms;           /* wall time of the run */
+    int status;   /* exit code, 128+N for signal N, -1 on timeout */
+    long long ms; /* wall time of the run */
     char out[OUT_MAX];
     char err[OUT_MAX];
 } run;
@@ -183,21 +183,21 @@ static void run_argv(run *r, const char *url_env, const char *extra_env, const c
 }
 
 /* run_argv with the arguments inline: RUN(&r, url, "lock", "x", ...). */
-#define RUN(r, url, ...)                                                                           \
-    do {                                                                                           \
-        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
-        run_argv((r), (url), NULL, args_);                                                         \
+#define RUN(r, url, ...)                                                                                               \
+    do {                                                                                                               \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                                               \
+        run_argv((r), (url), NULL, args_);                                                                             \
     } while (0)
 /* RUN with one "NAME=value" added to dlock's environment. */
-#define RUN_ENV(r, url, env, ...)                                                                  \
-    do {                                                                                           \
-        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
-        run_argv((r), (url), (env), args_);                                                        \
+#define RUN_ENV(r, url, env, ...)                                                                                      \
+    do {                                                                                                               \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                                               \
+        run_argv((r), (url), (env), args_);                                                                            \
     } while (0)
-#define START(p, url, ...)                                                                         \
-    do {                                                                                           \
-        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
-        start_dlock((p), (url), NULL, args_);                                                      \
+#define START(p, url, ...)                                                                                             \
+    do {                                                                                                               \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                                               \
+        start_dlock((p), (url), NULL, args_);                                                                          \
     } while (0)
 
 /* Start `dlock ARGS... -- sh -c "touch READY; BODY"` (DLOCK_URL: the
@@ -220,10 +220,10 @@ static void start_holder(proc *p, const char *tag, const char *body, const char 
     start_dlock(p, srv.url, NULL, argv);
     assert_true(wait_for_file(ready, 10000));
 }
-#define HOLD(p, tag, body, ...)                                                                    \
-    do {                                                                                           \
-        const char *const args_[] = {__VA_ARGS__, NULL};                                           \
-        start_holder((p), (tag), (body), args_);                                                   \
+#define HOLD(p, tag, body, ...)                                                                                        \
+    do {                                                                                                               \
+        const char *const args_[] = {__VA_ARGS__, NULL};                                                               \
+        start_holder((p), (tag), (body), args_);                                                                       \
     } while (0)
 
 /* The one-line rule: stderr is a single line ending in a newline (so any
@@ -241,8 +241,7 @@ static void assert_one_line(const char *err)
 static void expect_status(const run *r, int want)
 {
     if (r->status != want) {
-        print_error("dlock exited %d, wanted %d\nstdout: %s\nstderr: %s\n", r->status, want, r->out,
-                    r->err);
+        print_error("dlock exited %d, wanted %d\nstdout: %s\nstderr: %s\n", r->status, want, r->out, r->err);
         fail();
     }
 }
@@ -284,7 +283,10 @@ static const char *json_ws(const char *p)
 static const char *json_read_string(const char *p, char *out, size_t size)
 {
     size_t n = 0;
-#define JPUT(c) do { if (n + 1 < size) out[n++] = (char)(c); } while (0)
+#define JPUT(c)                                                                                                        \
+    do {                                                                                                               \
+        if (n + 1 < size) out[n++] = (char)(c);                                                                        \
+    } while (0)
     for (;;) {
         unsigned char c = (unsigned char)*p++;
         if (c == '"') break;
@@ -491,8 +493,8 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         {"latch", "l1", "--count-down", "-w", "10", NULL},
         {"latch", "l1", "l2", "--await", NULL},
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "lock", "u1", "--", "sh", "-c", "x", NULL},
-        {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "-u", "redis://127.0.0.1:3", "lock", "--fair",
-         "u1", "--", "sh", "-c", "x", NULL},
+        {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "-u", "redis://127.0.0.1:3", "lock", "--fair", "u1",
+         "--", "sh", "-c", "x", NULL},
         {"-u", "redis://127.0.0.1:1", "-u", "redis://127.0.0.1:2", "status", "u1", NULL},
         /* Durations: a bare number is seconds, else one unit of ms, s, m,
          * h; a fraction only down to a millisecond. */
@@ -555,8 +557,8 @@ static void every_usage_error_exits_64_with_one_line(void **state)
         args[n] = NULL;
         run_argv(&r, srv.url, NULL, args);
         if (r.status != 64) {
-            print_error("case %zu (%s %s ...): exit %d, stderr: %s\n", i, args[0],
-                        args[1] ? args[1] : "", r.status, r.err);
+            print_error("case %zu (%s %s ...): exit %d, stderr: %s\n", i, args[0], args[1] ? args[1] : "", r.status,
+                        r.err);
             fail();
         }
         assert_one_line(r.err);
@@ -642,8 +644,7 @@ static void concurrent_runs_of_one_name_never_overlap(void **state)
     char file[256], script[1024];
     scratch_file(file, sizeof file, "mutex.txt");
     unlink(file);
-    snprintf(script, sizeof script, "echo \"start $$\" >> %s; sleep 0.1; echo \"end $$\" >> %s", file,
-             file);
+    snprintf(script, sizeof script, "echo \"start $$\" >> %s; sleep 0.1; echo \"end $$\" >> %s", file, file);
     proc p[N];
     for (int i = 0; i < N; i++) START(&p[i], srv.url, "lock", "mutex", "--", "sh", "-c", script);
     for (int i = 0; i < N; i++) assert_int_equal(wait_dlock(&p[i], RUN_TIMEOUT_MS), 0);
@@ -742,8 +743,7 @@ static void lost_lease_terminates_command_and_exits_76(void **state)
     char ready[256], term[256], script[768];
     scratch_file(ready, sizeof ready, "lost.ready");
     scratch_file(term, sizeof term, "lost.term");
-    snprintf(script, sizeof script,
-             "trap 'echo term > %s; kill $p; exit 143' TERM; sleep 20 & p=$!; touch %s; wait $p",
+    snprintf(script, sizeof script, "trap 'echo term > %s; kill $p; exit 143' TERM; sleep 20 & p=$!; touch %s; wait $p",
              term, ready);
     proc holder;
     START(&holder, srv.url, "lock", "-t", "0.6", "lost", "--", "sh", "-c", script);
@@ -804,8 +804,7 @@ static void sigterm_and_sigint_are_passed_to_command(void **state)
         scratch_file(got, sizeof got, "sig.got");
         unlink(ready);
         unlink(got);
-        snprintf(script, sizeof script,
-                 "trap 'echo %s > %s; kill $p; exit 7' %s; sleep 20 & p=$!; touch %s; wait $p",
+        snprintf(script, sizeof script, "trap 'echo %s > %s; kill $p; exit 7' %s; sleep 20 & p=$!; touch %s; wait $p",
                  names[i], got, names[i], ready);
         proc holder;
         START(&holder, srv.url, "lock", "sig", "--", "sh", "-c", script);
@@ -978,8 +977,8 @@ static void password_from_environment_reaches_every_redlock_master(void **state)
     snprintf(u[1], sizeof u[1], "redis://:wrong@127.0.0.1:%d", m[1].port);
     snprintf(u[2], sizeof u[2], "%s", m[2].url);
     run ok, refused;
-    RUN_ENV(&ok, NULL, "DLOCK_PASSWORD=rl-s3cret", "-u", u[0], "-u", u[1], "-u", u[2], "lock", "-w", "0",
-            "rlpw", "--", "true");
+    RUN_ENV(&ok, NULL, "DLOCK_PASSWORD=rl-s3cret", "-u", u[0], "-u", u[1], "-u", u[2], "lock", "-w", "0", "rlpw", "--",
+            "true");
     RUN(&refused, NULL, "-u", u[0], "-u", u[1], "-u", u[2], "lock", "-w", "0", "rlpw", "--", "true");
     for (int i = 0; i < 3; i++) th_redis_stop(&m[i]);
     expect_status(&ok, 0);
@@ -1322,8 +1321,8 @@ static void cut_off_holder_stops_command_before_the_lease_ends(void **state)
     cmd_files_name(&f, "cut");
     char script[1536], second[512];
     snprintf(script, sizeof script,
-             "trap '' TERM; echo $$ > %s; touch %s; while :; do date +%%s%%N >> %s; sleep 0.01; done", f.pid,
-             f.ready, f.a);
+             "trap '' TERM; echo $$ > %s; touch %s; while :; do date +%%s%%N >> %s; sleep 0.01; done", f.pid, f.ready,
+             f.a);
     snprintf(second, sizeof second, "date +%%s%%N > %s", f.b);
     proc holder;
     START(&holder, th_proxy_url(px), "lock", "-t", "2", "cut", "--", "sh", "-c", script);
@@ -1604,8 +1603,8 @@ static void every_subcommand_prints_its_help(void **state)
             RUN(&r, url, subs[i].sub, form ? "-h" : "--help");
             if (r.status != 0 || strncmp(r.out, "usage: dlock ", 13) != 0 || !strstr(r.out, subs[i].synopsis) ||
                 !strstr(r.out, subs[i].option) || !strstr(r.out, "--timeout DURATION") || r.err[0]) {
-                print_error("%s %s: exit %d\nstdout: %s\nstderr: %s\n", subs[i].sub, form ? "-h" : "--help",
-                            r.status, r.out, r.err);
+                print_error("%s %s: exit %d\nstdout: %s\nstderr: %s\n", subs[i].sub, form ? "-h" : "--help", r.status,
+                            r.out, r.err);
                 fail();
             }
         }
@@ -1640,7 +1639,8 @@ static void lock_takes_flock_forms_and_durations_with_units(void **state)
     expect_status(&r, 7);
     RUN(&r, srv.url, "lock", "flock1", "-c", "exit 7");
     expect_status(&r, 7);
-    RUN(&r, srv.url, "lock", "--command", "[ \"$DLOCK_NAME\" = flock1 ] && [ -n \"$DLOCK_TOKEN\" ] && exit 8", "flock1");
+    RUN(&r, srv.url, "lock", "--command", "[ \"$DLOCK_NAME\" = flock1 ] && [ -n \"$DLOCK_TOKEN\" ] && exit 8",
+        "flock1");
     expect_status(&r, 8);
     RUN(&r, srv.url, "semaphore", "-p", "1", "-c", "[ -n \"$DLOCK_PERMIT\" ] && exit 6", "flocksem");
     expect_status(&r, 6);
@@ -1704,8 +1704,8 @@ static void busy_lock_is_silent_unless_verbose(void **state)
     proc holder;
     HOLD(&holder, "silent.ready", "exec sleep 30", "lock", "silent");
     run r;
-    static const char *const quiet_forms[][4] = {{"-n", NULL}, {"-w", "0.2", NULL}, {"-n", "-E", "3", NULL},
-                                                  {"-q", "-n", NULL}};
+    static const char *const quiet_forms[][4] = {
+        {"-n", NULL}, {"-w", "0.2", NULL}, {"-n", "-E", "3", NULL}, {"-q", "-n", NULL}};
     for (size_t i = 0; i < sizeof quiet_forms / sizeof quiet_forms[0]; i++) {
         const char *args[12] = {"lock"};
         size_t n = 1;
@@ -2510,10 +2510,10 @@ static void delete_refuses_while_held_and_force_breaks_the_hold(void **state)
 
 /* One kind of hold, as `dlock` is asked for it, for the pairs below. */
 typedef struct kind_case {
-    const char *tag;      /* names the NAME and files */
-    const char *args[4];  /* the subcommand and its options before NAME */
-    int group;            /* kinds of one group share keys and wait instead */
-    const char *held_as;  /* what the refusal says of a NAME held so */
+    const char *tag;     /* names the NAME and files */
+    const char *args[4]; /* the subcommand and its options before NAME */
+    int group;           /* kinds of one group share keys and wait instead */
+    const char *held_as; /* what the refusal says of a NAME held so */
 } kind_case;
 
 static const kind_case kind_cases[] = {
@@ -2815,8 +2815,9 @@ static void rate_without_unit_is_per_second(void **state)
         const char *arg;
         long rate, interval_ms;
     } forms[] = {
-        {"7", 7, 1000}, {"10/s", 10, 1000}, {"100/m", 100, 60000}, {"5/1.5s", 5, 1500},
-        {"3600/h", 3600, 3600000}, {"20/500ms", 20, 500}, {"3/2", 3, 2000},
+        {"7", 7, 1000},      {"10/s", 10, 1000},        {"100/m", 100, 60000},
+        {"5/1.5s", 5, 1500}, {"3600/h", 3600, 3600000}, {"20/500ms", 20, 500},
+        {"3/2", 3, 2000},
     };
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         char name[32];
@@ -2825,7 +2826,8 @@ static void rate_without_unit_is_per_second(void **state)
         RUN(&r, srv.url, "rate", "-r", forms[i].arg, "-n", name);
         expect_status(&r, 0);
         RUN(&r, srv.url, "rate", name, "--status");
-        if (status_field(r.out, "rate") != forms[i].rate || status_field(r.out, "interval_ms") != forms[i].interval_ms ||
+        if (status_field(r.out, "rate") != forms[i].rate ||
+            status_field(r.out, "interval_ms") != forms[i].interval_ms ||
             status_field(r.out, "burst") != forms[i].rate) {
             print_error("-r %s: stored as\n%s\n", forms[i].arg, r.out);
             fail();
@@ -2918,7 +2920,8 @@ static int teardown(void **state)
     th_target_stop(&srv);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
     th_redis_stop_all(); /* and any server a failed test left running */
     return 0;
 }

@@ -246,7 +246,8 @@ static void acl_user_from_url_is_used(void **state)
     th_redis r;
     char url[512];
     assert_int_equal(th_redis_start(&r, "user alice on >pw ~* &* +@all\n"
-                                        "user bob on >pw ~other:* &* +@all\n"), 0);
+                                        "user bob on >pw ~other:* &* +@all\n"),
+                     0);
     snprintf(url, sizeof url, "redis://alice:pw@127.0.0.1:%d", r.port);
     assert_lock_works(url, "acl");
     snprintf(url, sizeof url, "redis://alice:nope@127.0.0.1:%d", r.port);

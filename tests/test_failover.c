@@ -62,17 +62,17 @@ typedef struct load {
     dlock_client *client;
     dlock_lock *lock[NAMES];
     char name[NAMES][32];
-    int watched[NAMES];          /* names served by the node we will kill (all on Sentinel) */
-    atomic_int inside[NAMES];    /* threads inside the name's critical section */
+    int watched[NAMES];       /* names served by the node we will kill (all on Sentinel) */
+    atomic_int inside[NAMES]; /* threads inside the name's critical section */
     pthread_mutex_t mu[NAMES];
     uint64_t last_token[NAMES];
     long lease_ms, wait_ms;
     atomic_int stop;
-    atomic_llong kill_ms;        /* when the master was killed (0: not yet) */
-    atomic_llong recovered_ms;   /* first grant on a watched name after that */
+    atomic_llong kill_ms;      /* when the master was killed (0: not yet) */
+    atomic_llong recovered_ms; /* first grant on a watched name after that */
     atomic_long granted, failed, double_grants, token_regressions, release_failed, release_lost;
     pthread_mutex_t err_mu;
-    char first_error[256];       /* the first failure's message, for the report */
+    char first_error[256]; /* the first failure's message, for the report */
     pthread_t th[WORKERS];
 } load;
 
@@ -207,10 +207,9 @@ static void report(const char *topology, const char *event, int replica_acks, lo
     printf("{\"case\":\"%s-%s\",\"replica_acks\":%d,\"failover_ms\":%lld,\"recovery_ms\":%lld,"
            "\"granted\":%ld,\"failed\":%ld,\"double_grants\":%ld,\"token_regressions\":%ld,"
            "\"releases_found_lost\":%ld,\"releases_retried\":%ld,\"first_error\":\"%s\"}\n",
-           topology, event, replica_acks, restored_ms - kill_ms, rec ? rec - kill_ms : -1,
-           atomic_load(&L->granted), atomic_load(&L->failed), atomic_load(&L->double_grants),
-           atomic_load(&L->token_regressions), atomic_load(&L->release_lost), atomic_load(&L->release_failed),
-           L->first_error);
+           topology, event, replica_acks, restored_ms - kill_ms, rec ? rec - kill_ms : -1, atomic_load(&L->granted),
+           atomic_load(&L->failed), atomic_load(&L->double_grants), atomic_load(&L->token_regressions),
+           atomic_load(&L->release_lost), atomic_load(&L->release_failed), L->first_error);
     fflush(stdout);
 }
 
@@ -317,8 +316,8 @@ static void cluster_slot_migration_is_invisible_to_callers(void **state)
     load_stop(&L);
     printf("{\"case\":\"cluster-slot-migrated-twice\",\"granted\":%ld,\"failed\":%ld,\"double_grants\":%ld,"
            "\"releases_found_lost\":%ld,\"releases_retried\":%ld,\"first_error\":\"%s\"}\n",
-           atomic_load(&L.granted), atomic_load(&L.failed), atomic_load(&L.double_grants),
-           atomic_load(&L.release_lost), atomic_load(&L.release_failed), L.first_error);
+           atomic_load(&L.granted), atomic_load(&L.failed), atomic_load(&L.double_grants), atomic_load(&L.release_lost),
+           atomic_load(&L.release_failed), L.first_error);
     assert_int_equal(atomic_load(&L.failed), 0);
     assert_int_equal(atomic_load(&L.release_failed), 0);
     assert_int_equal(atomic_load(&L.release_lost), 0);
@@ -409,7 +408,9 @@ static void sentinel_failover(int replica_acks)
         long long back_ms = th_now_ms();
         int replica = th_sentinel_wait_replica_back(&t, old, promoted, DEMOTION_BOUND_MS);
         printf("{\"case\":\"sentinel-old-master-returns\",\"linked_replica\":\"%s\",\"after_ms\":%lld}\n",
-               replica == old ? "old master" : replica == promoted ? "promoted, failed over again" : "none",
+               replica == old        ? "old master"
+               : replica == promoted ? "promoted, failed over again"
+                                     : "none",
                th_now_ms() - back_ms);
         assert_true(replica > 0);
     }
@@ -559,9 +560,12 @@ static void resurrected_hold_gets_a_new_token(int kind)
     dlock_client *c;
     assert_int_equal(dlock_client_new(r.url, NULL, &c), DLOCK_OK);
     const char *name = kind == 2 ? "resurrect-rw" : kind == 1 ? "resurrect-fair" : "resurrect";
-    const char *hash = kind == 2 ? "dlock:{resurrect-rw}:rw" : kind == 1 ? "dlock:{resurrect-fair}" : "dlock:{resurrect}";
-    const char *fence = kind == 2 ? "dlock:{resurrect-rw}:rw:fence"
-                                  : kind == 1 ? "dlock:{resurrect-fair}:fence" : "dlock:{resurrect}:fence";
+    const char *hash = kind == 2   ? "dlock:{resurrect-rw}:rw"
+                       : kind == 1 ? "dlock:{resurrect-fair}"
+                                   : "dlock:{resurrect}";
+    const char *fence = kind == 2   ? "dlock:{resurrect-rw}:rw:fence"
+                        : kind == 1 ? "dlock:{resurrect-fair}:fence"
+                                    : "dlock:{resurrect}:fence";
     const char *owner_field = kind == 2 ? "writer" : "owner";
     dlock_lock *l = NULL;
     dlock_rwlock *rw = NULL;
@@ -584,17 +588,16 @@ static void resurrected_hold_gets_a_new_token(int kind)
     uint64_t t2 = t1 + 1000000000ULL; /* another owner's token, 1000 s "later" */
     redisReply *x = th_redis_cmd(&r, "SET %s %llu", fence, (unsigned long long)t2);
     freeReplyObject(x);
-    if (kind == 2)
-        x = th_redis_cmd(&r, "HSET %s writer %s wcount 1 token %llu", hash, owner, (unsigned long long)t1);
-    else
-        x = th_redis_cmd(&r, "HSET %s owner %s count 1 token %llu", hash, owner, (unsigned long long)t1);
+    if (kind == 2) x = th_redis_cmd(&r, "HSET %s writer %s wcount 1 token %llu", hash, owner, (unsigned long long)t1);
+    else x = th_redis_cmd(&r, "HSET %s owner %s count 1 token %llu", hash, owner, (unsigned long long)t1);
     freeReplyObject(x);
     x = th_redis_cmd(&r, "PEXPIRE %s 10000", hash);
     freeReplyObject(x);
 
     if (kind == 2) assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 10000, &t3), DLOCK_OK);
     else assert_int_equal(dlock_lock_acquire(l, 0, 10000, &t3), DLOCK_OK);
-    if (t3 <= t2) fail_msg("token %llu handed out after %llu was issued", (unsigned long long)t3, (unsigned long long)t2);
+    if (t3 <= t2)
+        fail_msg("token %llu handed out after %llu was issued", (unsigned long long)t3, (unsigned long long)t2);
     /* One hold, released by one release. */
     assert_int_equal(kind == 2 ? dlock_rwlock_release(rw, DLOCK_WRITE) : dlock_lock_release(l), DLOCK_OK);
     x = th_redis_cmd(&r, "EXISTS %s", hash);

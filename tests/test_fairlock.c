@@ -37,7 +37,10 @@ static dlock_client *client_of(const char *url, long fair_timeout)
     return c;
 }
 
-static dlock_client *new_client(long fair_timeout) { return client_of(server.url, fair_timeout); }
+static dlock_client *new_client(long fair_timeout)
+{
+    return client_of(server.url, fair_timeout);
+}
 
 static long long queue_length(const char *name)
 {
@@ -447,7 +450,8 @@ static void a_release_does_not_hand_the_lock_to_a_head_that_does_not_listen(void
     freeReplyObject(t);
     const char *dead = "deadbeef:1:1";
     freeReplyObject(th_target_cmd(&server, "dlock:{fair-gone}", "RPUSH dlock:{fair-gone}:q %s", dead));
-    freeReplyObject(th_target_cmd(&server, "dlock:{fair-gone}", "ZADD dlock:{fair-gone}:qt %lld %s", now_ms + 1500, dead));
+    freeReplyObject(
+        th_target_cmd(&server, "dlock:{fair-gone}", "ZADD dlock:{fair-gone}:qt %lld %s", now_ms + 1500, dead));
     freeReplyObject(th_target_cmd(&server, "dlock:{fair-gone}", "HSET dlock:{fair-gone}:qo %s %s", dead,
                                   "20000 0 1 1 deadbeef:1:1"));
     struct own_waiter w = {theirs, "fair-gone", 0, 10000, DLOCK_ERR_SYS, 0};

@@ -174,8 +174,9 @@ static void a_new_process_needs_the_resources_floor(void **state)
     restart_behind(&r);
 
     uint64_t blind = take_as_new_process(&r, "floor", 0);
-    if (blind >= last) fail_msg("expected the clock floor alone to fall behind (%llu >= %llu)",
-                                (unsigned long long)blind, (unsigned long long)last);
+    if (blind >= last)
+        fail_msg("expected the clock floor alone to fall behind (%llu >= %llu)", (unsigned long long)blind,
+                 (unsigned long long)last);
     uint64_t floored = take_as_new_process(&r, "floor", last);
     expect_above(floored, last, "with the resource's floor");
 

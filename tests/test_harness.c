@@ -74,7 +74,7 @@ static void assert_server_dies_with_its_program(int killed)
         exit(0); /* not _exit: the atexit handler must run */
     }
     pid_t server = 0;
-    char dir[sizeof ((th_redis *)0)->dir] = "";
+    char dir[sizeof((th_redis *)0)->dir] = "";
     ssize_t n = read(fds[0], &server, sizeof server);
     ssize_t nd = n == sizeof server ? read(fds[0], dir, sizeof dir) : -1;
     if (killed && n == sizeof server) kill(child, SIGKILL);

@@ -138,8 +138,7 @@ static void ids_are_unique_across_processes_and_batches(void **state)
     utc_key(day_after, sizeof day_after, "uniq", wall_s());
     assert_int_equal(redis_int("GET %s", "{uniq}total"), CHILDREN * PER_CHILD);
     assert_int_equal(redis_int("SCARD %s", "{uniq}set"), CHILDREN * PER_CHILD);
-    if (strcmp(day_before, day_after) == 0)
-        assert_true(redis_int("GET %s", day_before) >= CHILDREN * PER_CHILD);
+    if (strcmp(day_before, day_after) == 0) assert_true(redis_int("GET %s", day_before) >= CHILDREN * PER_CHILD);
 }
 
 /* Milliseconds since UTC midnight, times 49: the floor id_next.lua puts
@@ -283,9 +282,10 @@ static void id_count_is_the_number_of_ids_handed_out_today(void **state)
 static void id_count_refuses_bad_dates_and_prefixes(void **state)
 {
     (void)state;
-    static const char *const bad[] = {"", "2024-1-05", "2024-01-5", "20240105", "2024/01/05", "2024-13-01",
-                                      "2024-00-10", "2024-01-00", "2024-01-32", "2023-02-29", "2100-02-29",
-                                      "2024-04-31", "2024-01-05x", " 2024-01-05", "+024-01-05", "2024-0a-05"};
+    static const char *const bad[] = {"",           "2024-1-05",  "2024-01-5",   "20240105",    "2024/01/05",
+                                      "2024-13-01", "2024-00-10", "2024-01-00",  "2024-01-32",  "2023-02-29",
+                                      "2100-02-29", "2024-04-31", "2024-01-05x", " 2024-01-05", "+024-01-05",
+                                      "2024-0a-05"};
     static const char *const good[] = {"2024-02-29", "2000-02-29", "2024-12-31", "2022-01-01"};
     dlock_client *c = new_client();
     uint64_t count = 77;
@@ -339,8 +339,8 @@ static void id_sequence_key_carries_the_utc_date(void **state)
     } while (strcmp(key_before, key_after) != 0 && ++attempts < 3);
     struct tm local;
     localtime_r(&now, &local);
-    snprintf(local_key, sizeof local_key, "icr:utcday:%04d:%02d:%02d", local.tm_year + 1900,
-             local.tm_mon + 1, local.tm_mday);
+    snprintf(local_key, sizeof local_key, "icr:utcday:%04d:%02d:%02d", local.tm_year + 1900, local.tm_mon + 1,
+             local.tm_mday);
 
     if (old_tz) setenv("TZ", old_tz, 1);
     else unsetenv("TZ");
@@ -373,8 +373,8 @@ static void bad_prefixes_are_refused_and_write_nothing(void **state)
     memset(long64, 'q', 64);
     long64[64] = '\0';
     memcpy(long64, "Az09_.-", 7);
-    const char *bad[] = {"", long65, "a:b", "a{b", "a}b", "a b", "a*b", "a/b", "a?b",
-                         "caf\xc3\xa9", "a\nb", "a\tb", "a\x7f", NULL};
+    const char *bad[] = {"",    long65, "a:b",         "a{b",  "a}b",  "a b",   "a*b",
+                         "a/b", "a?b",  "caf\xc3\xa9", "a\nb", "a\tb", "a\x7f", NULL};
     long long keys_before = redis_int("DBSIZE", NULL);
     uint64_t ids[3];
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -432,8 +432,7 @@ static void bad_counts_are_refused_and_the_maximum_works(void **state)
 
 /* Set today's sequence to `start`, then ask for `n` IDs; retried if UTC
  * midnight passes in between (a new day's key would start at 1). */
-static dlock_status ids_after(dlock_client *c, const char *prefix, const char *start, uint64_t *ids,
-                              size_t n)
+static dlock_status ids_after(dlock_client *c, const char *prefix, const char *start, uint64_t *ids, size_t n)
 {
     char key[96], key2[96];
     dlock_status st;

@@ -33,8 +33,9 @@ static const char *const kind_name[KINDS] = {"plain", "fair", "read", "write", "
 
 /* What a refusal says of a NAME held or used as each kind. */
 static const char *const kind_said[KINDS] = {
-    "held as a lock",        "held as a lock",        "held as a read lock", "held as a write lock",
-    "in use as a semaphore", "in use as a permit-expirable semaphore", "in use as a latch",
+    "held as a lock",       "held as a lock",        "held as a read lock",
+    "held as a write lock", "in use as a semaphore", "in use as a permit-expirable semaphore",
+    "in use as a latch",
 };
 
 /* One kind's handle on a NAME, of a client of its own (another owner). */
@@ -128,8 +129,8 @@ static void use_close(use *u)
  * enough for the semaphores' and latch's keys to expire. */
 static void forget(const char *name)
 {
-    static const char *const suffixes[] = {"",       ":rw",        ":sem",   ":sem:size", ":psem",
-                                           ":psem:held", ":latch", ":q",        ":qt"};
+    static const char *const suffixes[] = {"",           ":rw",    ":sem", ":sem:size", ":psem",
+                                           ":psem:held", ":latch", ":q",   ":qt"};
     for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
         char key[160];
         snprintf(key, sizeof key, "dlock:{%s}%s", name, suffixes[i]);

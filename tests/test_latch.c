@@ -49,8 +49,7 @@ static void latch_waiters_are_released_together(void **state)
         if (fork() == 0) {
             dlock_client *cc;
             dlock_latch *ll;
-            if (dlock_client_new(server.url, NULL, &cc) || dlock_latch_new(cc, "latch-together", &ll))
-                _exit(2);
+            if (dlock_client_new(server.url, NULL, &cc) || dlock_latch_new(cc, "latch-together", &ll)) _exit(2);
             if (dlock_latch_await(ll, 20000) != DLOCK_OK) _exit(3);
             long long t = th_now_ms(); /* CLOCK_MONOTONIC: comparable across processes */
             if (write(fds[1], &t, sizeof t) != sizeof t) _exit(4);

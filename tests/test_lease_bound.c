@@ -77,8 +77,8 @@ static void assert_every_call_refuses(dlock_client *c, const char *name, long le
 /* Keys of object `name`, by the library's hash-tagged names. */
 static long long keys_of(const char *name)
 {
-    redisReply *r = th_redis_cmd(&server, "EVAL %s 0 %s",
-                                 "return #redis.call('KEYS', 'dlock:{' .. ARGV[1] .. '}*')", name);
+    redisReply *r =
+        th_redis_cmd(&server, "EVAL %s 0 %s", "return #redis.call('KEYS', 'dlock:{' .. ARGV[1] .. '}*')", name);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_INTEGER);
     long long n = r->integer;

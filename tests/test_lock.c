@@ -25,29 +25,34 @@
 
 #include "dlock.h"
 #include "fence.h" /* dlock__fence_key */
-#include "lock.h" /* dlock__test_before_leave */
+#include "lock.h"  /* dlock__test_before_leave */
 #include "proxy.h"
 #include "target.h"
 #include "th_lock.h"
 
 static th_target server;
 
-static dlock_client *new_client(long watchdog_lease) { return th_lock_client_or_fail(server.url, watchdog_lease); }
-static long long redis_int(const char *cmd, const char *key) { return th_lock_int(&server, NULL, cmd, key); }
+static dlock_client *new_client(long watchdog_lease)
+{
+    return th_lock_client_or_fail(server.url, watchdog_lease);
+}
+static long long redis_int(const char *cmd, const char *key)
+{
+    return th_lock_int(&server, NULL, cmd, key);
+}
 
 /* Atomically note one entry into a critical section: INCR the "inside"
  * counter, count a breach when someone else was already inside, keep the
  * highest value seen, and count the round. The caller DECRs on leaving. */
-static const char *ENTER =
-    "local n = redis.call('INCR', KEYS[1]) "
-    "if n > 1 then redis.call('INCR', KEYS[2]) end "
-    "if n > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], n) end "
-    "redis.call('INCR', KEYS[4]) return n";
+static const char *ENTER = "local n = redis.call('INCR', KEYS[1]) "
+                           "if n > 1 then redis.call('INCR', KEYS[2]) end "
+                           "if n > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], n) end "
+                           "redis.call('INCR', KEYS[4]) return n";
 
 static int enter_critical(redisContext *rc, const char *tag)
 {
-    redisReply *r = redisCommand(rc, "EVAL %s 4 {%s}:inside {%s}:breach {%s}:max {%s}:rounds", ENTER, tag, tag,
-                                 tag, tag);
+    redisReply *r =
+        redisCommand(rc, "EVAL %s 4 {%s}:inside {%s}:breach {%s}:max {%s}:rounds", ENTER, tag, tag, tag, tag);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (r) freeReplyObject(r);
     return ok;
@@ -85,7 +90,6 @@ static void wait_children(int n)
         if (WEXITSTATUS(st) != 0) fail_msg("child exited with %d", WEXITSTATUS(st));
     }
 }
-
 
 /* ------------------------------------------------------------------------ */
 
@@ -387,8 +391,8 @@ static void killed_holder_lock_frees_after_its_lease_not_before(void **state)
     assert_int_equal(dlock_lock_acquire(l, 5000, 5000, &tok), DLOCK_OK);
     long long now = th_now_ms(), since_request = now - (long long)child[1], took = now - t0;
     if (since_request < 995 || took > 1900)
-        fail_msg("acquired %lld ms after the child's request, %lld ms into the wait; lease was 1000 ms",
-                 since_request, took);
+        fail_msg("acquired %lld ms after the child's request, %lld ms into the wait; lease was 1000 ms", since_request,
+                 took);
     assert_true(tok > child_tok);
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     close(fds[0]);
@@ -518,8 +522,7 @@ static void fencing_tokens_rise_across_a_redis_restart(void **state)
     free(fence);
 
     assert_int_equal(dlock_lock_acquire(l, 0, 5000, &t2), DLOCK_OK);
-    if (t2 <= t1) fail_msg("token after restart %llu <= before %llu", (unsigned long long)t2,
-                           (unsigned long long)t1);
+    if (t2 <= t1) fail_msg("token after restart %llu <= before %llu", (unsigned long long)t2, (unsigned long long)t1);
     dlock_lock_info info;
     assert_int_equal(dlock_lock_inspect(c, "restart-fence", &info), DLOCK_OK);
     assert_true(info.last_token == t2);
@@ -547,7 +550,7 @@ static void wait_gives_up_after_its_wait_time(void **state)
 
     t0 = th_now_ms();
     assert_int_equal(dlock_lock_acquire(l2, 0, 5000, NULL), DLOCK_ERR_TIMEOUT);
-    assert_true(th_now_ms() - t0 < 1000); /* no 2 s safety net; room for a loaded machine */
+    assert_true(th_now_ms() - t0 < 1000);                          /* no 2 s safety net; room for a loaded machine */
     assert_int_equal(dlock_lock_release(l2), DLOCK_ERR_NOT_OWNER); /* the timeout left no hold */
     assert_int_equal(dlock_lock_release(l1), DLOCK_OK);
     dlock_lock_free(l2);
@@ -627,9 +630,9 @@ static void release_wakes_a_waiter_at_once(void **state)
      * release may wake a waiter once more. */
     for (int i = 0; i < REPS; i++)
         if (delay[i] >= 1000 || wakeups[i] < (i ? wakeups[i - 1] : 0) + 1)
-            fail_msg("wake-up delays %lld %lld %lld %lld %lld ms, wake-ups counted %lld %lld %lld %lld %lld",
-                     delay[0], delay[1], delay[2], delay[3], delay[4], wakeups[0], wakeups[1], wakeups[2],
-                     wakeups[3], wakeups[4]);
+            fail_msg("wake-up delays %lld %lld %lld %lld %lld ms, wake-ups counted %lld %lld %lld %lld %lld", delay[0],
+                     delay[1], delay[2], delay[3], delay[4], wakeups[0], wakeups[1], wakeups[2], wakeups[3],
+                     wakeups[4]);
     dlock_lock_free(l2);
     dlock_lock_free(l1);
     dlock_client_free(c2);
@@ -880,8 +883,8 @@ static void a_release_skips_a_waiting_process_that_is_gone(void **state)
     long long now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
     freeReplyObject(t);
     freeReplyObject(th_target_cmd(&server, "{gone-waiter}", "ZADD dlock:{gone-waiter}:w %lld deadbeef", now_ms + 1000));
-    freeReplyObject(th_target_cmd(&server, "{gone-waiter}", "HSET dlock:{gone-waiter}:o deadbeef %s",
-                                  "20000 0 1 1 deadbeef:1:1"));
+    freeReplyObject(
+        th_target_cmd(&server, "{gone-waiter}", "HSET dlock:{gone-waiter}:o deadbeef %s", "20000 0 1 1 deadbeef:1:1"));
     release_then_expect_it_within_a_second(l, th, &w, "live waiter");
     redisReply *r = th_target_cmd(&server, "{gone-waiter}", "ZSCORE dlock:{gone-waiter}:w deadbeef");
     assert_non_null(r);
@@ -1222,8 +1225,8 @@ static void a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(voi
     }
     for (int i = 1; i <= REPS; i++)
         if (attempts[i] != 1 || delay[i] >= 1000) /* the 2 s cap would wake it 1.7 s after */
-            fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i,
-                     attempts[i], delay[i]);
+            fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i, attempts[i],
+                     delay[i]);
     dlock_lock_free(l2);
     dlock_lock_free(l1);
     dlock_client_free(c2);
@@ -1233,9 +1236,8 @@ static void a_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken(voi
 /* How many subscribers `channel` has on the server of hash tag `tag`. */
 static long long subscribers(const char *tag, const char *channel)
 {
-    redisReply *r = th_target_cmd(&server, tag,
-                                  server.kind == TH_TARGET_CLUSTER ? "PUBSUB SHARDNUMSUB %s" : "PUBSUB NUMSUB %s",
-                                  channel);
+    redisReply *r = th_target_cmd(
+        &server, tag, server.kind == TH_TARGET_CLUSTER ? "PUBSUB SHARDNUMSUB %s" : "PUBSUB NUMSUB %s", channel);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 2);
@@ -1371,8 +1373,7 @@ static void release_between_a_failed_try_and_the_subscription_still_wakes_the_wa
         assert_int_equal(dlock_lock_release(h), DLOCK_OK);
         pthread_join(th, NULL);
         assert_int_equal(w.status, DLOCK_OK);
-        if (w.got_at - released >= 1000)
-            fail_msg("round %d: woken %lld ms after the release", i, w.got_at - released);
+        if (w.got_at - released >= 1000) fail_msg("round %d: woken %lld ms after the release", i, w.got_at - released);
         dlock_lock_free(l);
         dlock_lock_free(h);
     }

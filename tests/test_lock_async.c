@@ -56,11 +56,11 @@ static dlock_client *new_client(long watchdog_lease_ms)
 typedef struct done {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int n;                 /* callbacks so far */
+    int n; /* callbacks so far */
     dlock_status st;
     uint64_t token;
-    long long at;          /* now_ms() of the last callback */
-    char error[256];       /* dlock_last_error() inside a failing callback */
+    long long at;    /* now_ms() of the last callback */
+    char error[256]; /* dlock_last_error() inside a failing callback */
 } done;
 
 static void done_init(done *d)
@@ -323,8 +323,8 @@ static void async_wait_on_a_lock_just_waited_on_attempts_once_and_is_still_woken
     }
     for (int i = 1; i <= REPS; i++)
         if (attempts[i] != 1 || delay[i] >= 1000) /* the 2 s cap would wake it 1.7 s after */
-            fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i,
-                     attempts[i], delay[i]);
+            fail_msg("round %d: %lld attempts before the release (1 expected), woken %lld ms after it", i, attempts[i],
+                     delay[i]);
     dlock_lock_free(waiter);
     dlock_lock_free(holder);
     dlock_client_free(c2);
@@ -863,14 +863,12 @@ static void second_async_call_on_a_handle_is_refused_while_one_is_in_flight(void
     done_init(&d);
     done_init(&d2);
     assert_int_equal(dlock_lock_acquire_async(waiter, 5000, DLOCK_LEASE_WATCHDOG, on_acquired, &d), DLOCK_OK);
-    assert_int_equal(dlock_lock_acquire_async(waiter, 0, DLOCK_LEASE_WATCHDOG, on_acquired, &d2),
-                     DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_acquire_async(waiter, 0, DLOCK_LEASE_WATCHDOG, on_acquired, &d2), DLOCK_ERR_INVALID);
     assert_non_null(strstr(dlock_last_error(), "in flight"));
     /* Bad arguments: refused at once. */
     assert_int_equal(dlock_lock_acquire_async(NULL, 0, DLOCK_LEASE_WATCHDOG, on_acquired, &d2), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_lock_acquire_async(holder, 0, DLOCK_LEASE_WATCHDOG, NULL, &d2), DLOCK_ERR_INVALID);
-    assert_int_equal(dlock_lock_acquire_async(holder, -5, DLOCK_LEASE_WATCHDOG, on_acquired, &d2),
-                     DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_lock_acquire_async(holder, -5, DLOCK_LEASE_WATCHDOG, on_acquired, &d2), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_lock_acquire_async(holder, 0, 1, on_acquired, &d2), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_lock_release(holder), DLOCK_OK);
     assert_int_equal(done_wait(&d, 1, 5000), 1);
@@ -978,9 +976,9 @@ typedef struct family {
     pthread_cond_t cv;
     int kind;
     atomic_int writers, readers, holders, broken, failures;
-    int finished;                  /* chains that ended (under mu) */
+    int finished;                   /* chains that ended (under mu) */
     int pending[HANDLES], npending; /* holds for the test's thread to end (under mu) */
-    uint64_t last_token;           /* under mu */
+    uint64_t last_token;            /* under mu */
     int rounds[HANDLES];
     dlock_rw_mode mode[HANDLES];
     dlock_lock *locks[HANDLES];
@@ -1117,9 +1115,7 @@ static void family_release(family *f, int i)
         atomic_fetch_sub(f->mode[i] == DLOCK_WRITE ? &f->writers : &f->readers, 1);
         st = dlock_rwlock_release_async(f->rw[i], f->mode[i], rw_released, f);
         break;
-    default:
-        atomic_fetch_sub(&f->holders, 1);
-        st = dlock_lock_release_async(f->locks[i], lock_released, f);
+    default: atomic_fetch_sub(&f->holders, 1); st = dlock_lock_release_async(f->locks[i], lock_released, f);
     }
     if (st != DLOCK_OK) family_failed(f);
 }
@@ -1254,8 +1250,7 @@ static void async_reader_waits_for_the_writer_and_is_woken(void **state)
     memset(&r, 0, sizeof r);
     done_init(&r.d);
     assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_READ, 20000, 10000, on_rw_acquired, &r), DLOCK_OK);
-    assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_READ, 0, 10000, on_rw_acquired, &r),
-                     DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_READ, 0, 10000, on_rw_acquired, &r), DLOCK_ERR_INVALID);
     assert_int_equal(done_wait(&r.d, 1, 300), 0);
     long long released = now_ms();
     assert_int_equal(dlock_rwlock_release(writer, DLOCK_WRITE), DLOCK_OK);
@@ -1265,8 +1260,7 @@ static void async_reader_waits_for_the_writer_and_is_woken(void **state)
     assert_true(r.d.at - released < 1000);
     assert_int_equal(dlock_rwlock_release(reader, DLOCK_READ), DLOCK_ERR_NOT_OWNER);
     /* Upgrade refused at once, as synchronously. */
-    assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_WRITE, 0, 10000, on_rw_acquired, &r),
-                     DLOCK_ERR_DEADLOCK);
+    assert_int_equal(dlock_rwlock_acquire_async(reader, DLOCK_WRITE, 0, 10000, on_rw_acquired, &r), DLOCK_ERR_DEADLOCK);
     done_init(&r.d);
     assert_int_equal(dlock_rwlock_release_async(reader, DLOCK_READ, on_rw_released, &r), DLOCK_OK);
     assert_int_equal(done_wait(&r.d, 1, 5000), 1);

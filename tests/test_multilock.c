@@ -357,11 +357,11 @@ static void multilock_refuses_duplicates_and_empty_sets(void **state)
 }
 
 /* A case again, through the asynchronous calls. */
-#define ASYNC_TWIN(name)                   \
-    static void async_##name(void **state) \
-    {                                      \
-        use_async = 1;                     \
-        name(state);                       \
+#define ASYNC_TWIN(name)                                                                                               \
+    static void async_##name(void **state)                                                                             \
+    {                                                                                                                  \
+        use_async = 1;                                                                                                 \
+        name(state);                                                                                                   \
     }
 ASYNC_TWIN(multilock_takes_nothing_when_one_lock_is_busy)
 ASYNC_TWIN(multilock_takes_nothing_when_a_server_is_down)

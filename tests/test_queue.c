@@ -154,8 +154,7 @@ static void a_failure_arrives_with_its_message(void **state)
     /* Another handle is another owner only from another thread or as an
      * asynchronous hold: this one waits 100 ms and runs out. */
     assert_int_equal(
-        dlock_lock_acquire_async(s.waiter, 100, 10000, dlock_queue_on_acquired, dlock_queue_ticket(s.q, 42)),
-        DLOCK_OK);
+        dlock_lock_acquire_async(s.waiter, 100, 10000, dlock_queue_on_acquired, dlock_queue_ticket(s.q, 42)), DLOCK_OK);
     dlock_completion got;
     take_n(s.q, &got, 1, 1);
     assert_int_equal(got.key, 42);
@@ -250,8 +249,7 @@ static void a_queue_freed_with_a_call_in_flight_drops_its_late_outcome(void **st
     scene s;
     scene_open(&s, "queue:freed");
     assert_int_equal(
-        dlock_lock_acquire_async(s.waiter, 5000, 10000, dlock_queue_on_acquired, dlock_queue_ticket(s.q, 1)),
-        DLOCK_OK);
+        dlock_lock_acquire_async(s.waiter, 5000, 10000, dlock_queue_on_acquired, dlock_queue_ticket(s.q, 1)), DLOCK_OK);
     /* A ticket whose call never started goes back too. */
     dlock_queue_ticket_free(dlock_queue_ticket(s.q, 2));
     usleep(100 * 1000);

@@ -483,7 +483,8 @@ static void processes_hammering_one_limit_are_admitted_at_the_rate(void **state)
             long long end = th_now_ms() + SECS * 1000;
             dlock_rate_result res;
             while (th_now_ms() < end) {
-                dlock_status st = i % 2 ? dlock_rate_try(rr, NULL, 1, &res) : dlock_rate_acquire(rr, NULL, 1, 100, &res);
+                dlock_status st =
+                    i % 2 ? dlock_rate_try(rr, NULL, 1, &res) : dlock_rate_acquire(rr, NULL, 1, 100, &res);
                 if (st == DLOCK_OK) admitted++;
                 else if (st != DLOCK_ERR_TIMEOUT) _exit(3);
             }

@@ -51,15 +51,15 @@ typedef struct answers {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n, ok, connect, redis, other;
-    atomic_int *times;       /* per call: how many times it was answered */
-    long long *values;       /* per call: the integer reply, or -1 */
-    char last_error[256];    /* dlock_last_error() inside the last failing callback */
+    atomic_int *times;    /* per call: how many times it was answered */
+    long long *values;    /* per call: the integer reply, or -1 */
+    char last_error[256]; /* dlock_last_error() inside the last failing callback */
 } answers;
 
 typedef struct call {
     answers *a;
     int index;
-    dlock_script *again;     /* chain: submit one more call from the callback */
+    dlock_script *again; /* chain: submit one more call from the callback */
     int left;
 } call;
 
@@ -94,8 +94,7 @@ static int answers_wait(answers *a, int n, int ms)
         dl.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&a->mu);
-    while (a->n < n && pthread_cond_timedwait(&a->cv, &a->mu, &dl) == 0) {
-    }
+    while (a->n < n && pthread_cond_timedwait(&a->cv, &a->mu, &dl) == 0) {}
     int got = a->n;
     pthread_mutex_unlock(&a->mu);
     return got;
@@ -414,7 +413,7 @@ typedef struct stream_of_calls {
     dlock_script *s;
     answers *a;
     int max;
-    long long *sent_ms;        /* per call: when it was submitted */
+    long long *sent_ms; /* per call: when it was submitted */
     atomic_int submitted;
     atomic_int stop;
 } stream_of_calls;
@@ -447,9 +446,9 @@ static void *submit_stream(void *arg)
         *c = (call){sc->a, i, NULL, 0};
         sc->sent_ms[i] = th_now_ms();
         const char *keys[1] = {"async:{failover}"};
-        assert_int_equal(dlock_script_eval_async(sc->s, i % 2 ? DLOCK_REDIS_ONCE : 0, 1, keys, 0, NULL,
-                                                 on_answer_noting_thread, c),
-                         DLOCK_OK);
+        assert_int_equal(
+            dlock_script_eval_async(sc->s, i % 2 ? DLOCK_REDIS_ONCE : 0, 1, keys, 0, NULL, on_answer_noting_thread, c),
+            DLOCK_OK);
         atomic_store(&sc->submitted, i + 1);
         nanosleep(&gap, NULL);
     }

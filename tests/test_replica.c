@@ -383,7 +383,6 @@ static void a_retry_from_the_callback_of_an_undone_async_acquire_keeps_its_hold(
  * thread's), on a client of its own. */
 static dlock_lock *fair_holder;
 
-
 static void retry_after_release(dlock_lock *l, dlock_status st, uint64_t token, void *arg)
 {
     (void)token;

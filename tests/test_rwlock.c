@@ -35,7 +35,10 @@ static dlock_client *client_of(const char *url, long watchdog_lease)
     return c;
 }
 
-static dlock_client *new_client(long watchdog_lease) { return client_of(server.url, watchdog_lease); }
+static dlock_client *new_client(long watchdog_lease)
+{
+    return client_of(server.url, watchdog_lease);
+}
 
 /* Atomically record the state seen on entering a critical section: a
  * writer must find nobody inside; a reader must find no writer. Any breach
@@ -133,8 +136,7 @@ static void crashed_reader_hold_expires(void **state)
         dlock_client *c = new_client(0);
         dlock_rwlock *rw;
         long long asked = th_now_ms();
-        if (dlock_rwlock_new(c, "rw-crash", &rw) || dlock_rwlock_acquire(rw, DLOCK_READ, 0, 1000, NULL))
-            _exit(2);
+        if (dlock_rwlock_new(c, "rw-crash", &rw) || dlock_rwlock_acquire(rw, DLOCK_READ, 0, 1000, NULL)) _exit(2);
         if (write(fds[1], &asked, sizeof asked) != sizeof asked) _exit(3);
         pause();
         _exit(0);
@@ -280,7 +282,8 @@ static void expired_read_hold_is_not_revived_while_another_reader_holds(void **s
     int moved = 0;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         if (strncmp(r->element[i]->str, field, strlen(field)) != 0) continue;
-        freeReplyObject(th_target_cmd(&server, "dlock:{rw-revive}:rw", "HSET dlock:{rw-revive}:rw %s 1", r->element[i]->str));
+        freeReplyObject(
+            th_target_cmd(&server, "dlock:{rw-revive}:rw", "HSET dlock:{rw-revive}:rw %s 1", r->element[i]->str));
         moved++;
     }
     freeReplyObject(r);
@@ -474,8 +477,9 @@ static void write_tokens_rise_across_a_redis_restart(void **state)
             free(fence);
         }
         assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_WRITE, 0, 5000, &t), DLOCK_OK);
-        if (t <= last_write) fail_msg("round %d: write token %llu <= %llu", round, (unsigned long long)t,
-                                      (unsigned long long)last_write);
+        if (t <= last_write)
+            fail_msg("round %d: write token %llu <= %llu", round, (unsigned long long)t,
+                     (unsigned long long)last_write);
         last_write = t;
         assert_int_equal(dlock_rwlock_release(rw, DLOCK_WRITE), DLOCK_OK);
         assert_int_equal(dlock_rwlock_acquire(rw, DLOCK_READ, 0, 5000, &t), DLOCK_OK);

@@ -59,7 +59,8 @@ static void semaphore_never_admits_more_than_its_permits(void **state)
                 freeReplyObject(rep);
                 rep = redisCommand(rc, "EVAL %s 1 {sb}maxinside %lld",
                                    "if tonumber(redis.call('GET',KEYS[1]) or '0') < tonumber(ARGV[1]) "
-                                   "then redis.call('SET',KEYS[1],ARGV[1]) end", now);
+                                   "then redis.call('SET',KEYS[1],ARGV[1]) end",
+                                   now);
                 freeReplyObject(rep);
                 usleep(500);
                 freeReplyObject(redisCommand(rc, "DECR {sb}inside"));
@@ -280,8 +281,8 @@ static void late_wake_up(int async_first)
     close(fds[0]);
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    fprintf(stderr, "first waiter: %d, %lld ms after SIGCONT; second: %d, %lld ms\n", w[0].status,
-            w[0].got_at - cont, w[1].status, w[1].got_at - cont);
+    fprintf(stderr, "first waiter: %d, %lld ms after SIGCONT; second: %d, %lld ms\n", w[0].status, w[0].got_at - cont,
+            w[1].status, w[1].got_at - cont);
     assert_int_equal(w[1].status, DLOCK_OK);
     if (w[1].got_at - cont >= 600)
         fail_msg("the second waiter got the permit %lld ms after SIGCONT: the wake-up was spent", w[1].got_at - cont);
@@ -533,7 +534,8 @@ static void psem_watchdog_renews_and_reports_loss(void **state)
     assert_int_equal(dlock_permit_lost(pm), 0);
     assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
     assert_int_equal(av, 0);
-    freeReplyObject(th_target_cmd(&server, "dlock:{psem-wd}:psem:held", "ZREM dlock:{psem-wd}:psem:held %s", dlock_permit_id(pm)));
+    freeReplyObject(
+        th_target_cmd(&server, "dlock:{psem-wd}:psem:held", "ZREM dlock:{psem-wd}:psem:held %s", dlock_permit_id(pm)));
     long long t0 = th_now_ms();
     while (!dlock_permit_lost(pm) && th_now_ms() - t0 < 3000) usleep(10000);
     assert_int_equal(dlock_permit_lost(pm), 1);
@@ -674,8 +676,8 @@ static void psem_async_watchdog_permit_is_renewed_and_its_loss_reported(void **s
     long av;
     assert_int_equal(dlock_psem_available(p, &av), DLOCK_OK);
     assert_int_equal(av, 0);
-    freeReplyObject(th_target_cmd(&server, "dlock:{psem-async-wd}:psem:held",
-                                  "ZREM dlock:{psem-async-wd}:psem:held %s", dlock_permit_id(pm)));
+    freeReplyObject(th_target_cmd(&server, "dlock:{psem-async-wd}:psem:held", "ZREM dlock:{psem-async-wd}:psem:held %s",
+                                  dlock_permit_id(pm)));
     long long t0 = th_now_ms();
     while (!dlock_permit_lost(pm) && th_now_ms() - t0 < 3000) usleep(10000);
     assert_int_equal(dlock_permit_lost(pm), 1);

@@ -81,8 +81,7 @@ static void check_consistent(const struct dlock_stats *s)
 static void expect_untouched(const dlock_kind_stats *k)
 {
     assert_true(k->acquisitions == 0 && failures(k) == 0 && k->renewals == 0 && k->renewal_failures == 0 &&
-                k->losses == 0 && k->wakeups == 0 && k->wait.count == 0 && k->hold.count == 0 &&
-                k->renewal.count == 0);
+                k->losses == 0 && k->wakeups == 0 && k->wait.count == 0 && k->hold.count == 0 && k->renewal.count == 0);
 }
 
 /* The library's stats clock, so the test's spans and the library's
@@ -174,7 +173,7 @@ static void failures_are_counted_by_reason(void **state)
     assert_true(k->failures[DLOCK_STATS_CONNECT] == 0 && k->failures[DLOCK_STATS_LOST] == 0 &&
                 k->failures[DLOCK_STATS_REDIS] == 0);
     assert_true(k->wait.count == 4);
-    assert_true(k->wait.sum_ns >= 149000000u); /* deadlines are whole milliseconds */
+    assert_true(k->wait.sum_ns >= 149000000u);   /* deadlines are whole milliseconds */
     assert_true(k->wait.buckets[LE_100MS] <= 3); /* the 150 ms wait is above it */
     assert_true(k->hold.count == 1);
     dlock_lock_free(a);
@@ -445,8 +444,8 @@ static void every_kind_is_counted_apart(void **state)
 
     struct dlock_stats s = stats_of(c);
     check_consistent(&s);
-    static const dlock_stats_kind held[] = {DLOCK_STATS_FAIR, DLOCK_STATS_READ, DLOCK_STATS_WRITE,
-                                            DLOCK_STATS_PERMIT, DLOCK_STATS_REDLOCK};
+    static const dlock_stats_kind held[] = {DLOCK_STATS_FAIR, DLOCK_STATS_READ, DLOCK_STATS_WRITE, DLOCK_STATS_PERMIT,
+                                            DLOCK_STATS_REDLOCK};
     for (size_t i = 0; i < sizeof held / sizeof *held; i++) {
         const dlock_kind_stats *k = &s.kind[held[i]];
         assert_true(k->acquisitions == 1 && failures(k) == 0 && k->wait.count == 1 && k->hold.count == 1);
@@ -528,8 +527,7 @@ static int parse_value(const char *s, double *v)
 static prom_series *series_of(prom *p, const char *family, const char *labels)
 {
     for (int i = 0; i < p->n_series; i++)
-        if (strcmp(p->series[i].family, family) == 0 && strcmp(p->series[i].labels, labels) == 0)
-            return &p->series[i];
+        if (strcmp(p->series[i].family, family) == 0 && strcmp(p->series[i].labels, labels) == 0) return &p->series[i];
     if (p->n_series == MAX_SERIES) return NULL;
     prom_series *s = &p->series[p->n_series++];
     memset(s, 0, sizeof *s);
@@ -718,20 +716,20 @@ static void the_parser_refuses_broken_text(void **state)
 {
     (void)state;
     static const char *const bad[] = {
-        "x_total 1\n",                                                            /* no HELP/TYPE */
-        "# HELP x_total h\nx_total 1\n",                                          /* no TYPE */
-        "# HELP x_total h\n# TYPE x_total counter\nx_total 1",                    /* no final newline */
-        "# HELP x_total h\n# TYPE x_total counter\nx_total{a=\"1\"}  1\n",        /* two spaces */
-        "# HELP x_total h\n# TYPE x_total counter\nx_total{a=1} 1\n",             /* unquoted */
-        "# HELP x_total h\n# TYPE x_total counter\ny_total 1\n",                  /* wrong family */
-        "# HELP x h\n# TYPE x counter\nx 1\n",                                    /* counter without _total */
-        "# HELP x_total h\n# TYPE x_total counter\nx_total abc\n",                /* value */
+        "x_total 1\n",                                                     /* no HELP/TYPE */
+        "# HELP x_total h\nx_total 1\n",                                   /* no TYPE */
+        "# HELP x_total h\n# TYPE x_total counter\nx_total 1",             /* no final newline */
+        "# HELP x_total h\n# TYPE x_total counter\nx_total{a=\"1\"}  1\n", /* two spaces */
+        "# HELP x_total h\n# TYPE x_total counter\nx_total{a=1} 1\n",      /* unquoted */
+        "# HELP x_total h\n# TYPE x_total counter\ny_total 1\n",           /* wrong family */
+        "# HELP x h\n# TYPE x counter\nx 1\n",                             /* counter without _total */
+        "# HELP x_total h\n# TYPE x_total counter\nx_total abc\n",         /* value */
         "# HELP h h\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"2\"} 1\n"
-        "h_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 2\n",                          /* decreasing */
+        "h_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 2\n", /* decreasing */
         "# HELP h h\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",
         "# HELP h h\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n", /* no +Inf */
         "# HELP h h\n# TYPE h histogram\nh_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 1\n"
-        "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",                          /* le not rising */
+        "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",                                        /* le not rising */
         "# HELP x_total h\n# TYPE x_total counter\n# HELP x_total h\n# TYPE x_total counter\n", /* twice */
     };
     prom p;

@@ -29,10 +29,8 @@ static th_topology cl, se;
 
 /* The cluster runs with a password (so AUTH in the script, redis-cli
  * --cluster and MIGRATE are exercised); both get explicit timings. */
-static const th_topology_opts cluster_opts = {.node_timeout_ms = 1000,
-                                              .password = "topo-secret"};
-static const th_topology_opts sentinel_opts = {.down_after_ms = 1000,
-                                               .failover_timeout_ms = 3000};
+static const th_topology_opts cluster_opts = {.node_timeout_ms = 1000, .password = "topo-secret"};
+static const th_topology_opts sentinel_opts = {.down_after_ms = 1000, .failover_timeout_ms = 3000};
 
 static void *start_sentinel(void *arg)
 {
@@ -71,20 +69,19 @@ static const char *reply_text(redisReply *r)
 {
     static char buf[256];
     buf[0] = '\0';
-    if (r && (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING ||
-              r->type == REDIS_REPLY_ERROR))
+    if (r && (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_ERROR))
         snprintf(buf, sizeof buf, "%s", r->str);
     if (r) freeReplyObject(r);
     return buf;
 }
 
 /* A live master other than `not`. */
-static int other_master(th_topology *t, int not)
+static int other_master(th_topology *t, int not )
 {
     int ports[TH_TOPO_MAX_NODES];
     int n = th_topology_masters(t, ports, TH_TOPO_MAX_NODES);
     for (int i = 0; i < n; i++)
-        if (ports[i] != not) return ports[i];
+        if (ports[i] != not ) return ports[i];
     return -1;
 }
 
@@ -171,13 +168,32 @@ static void crc16_gives_the_xmodem_check_value(void **state)
 static void key_slots_and_owners_agree_with_the_servers(void **state)
 {
     (void)state;
-    static const struct { const char *k; size_t len; } keys[] = {
-        {"foo", 3}, {"bar", 3}, {"somekey", 7}, {"", 0}, {"a", 1},
-        {"{user1000}.following", 20}, {"{user1000}.followers", 20},
-        {"{}", 2}, {"foo{}{bar}", 10}, {"{}bar", 5}, {"foo{{bar}}zap", 13},
-        {"foo{bar}{zap}", 13}, {"{a}{b}", 6}, {"{", 1}, {"}", 1}, {"}{", 2},
-        {"a{b", 3}, {"a}b{c}", 6}, {"{{}}", 4}, {"x{ }y", 5},
-        {"dlock:{reports:nightly}:owner", 29}, {"\xff\xfe{\x00\x01}", 6},
+    static const struct {
+        const char *k;
+        size_t len;
+    } keys[] = {
+        {"foo", 3},
+        {"bar", 3},
+        {"somekey", 7},
+        {"", 0},
+        {"a", 1},
+        {"{user1000}.following", 20},
+        {"{user1000}.followers", 20},
+        {"{}", 2},
+        {"foo{}{bar}", 10},
+        {"{}bar", 5},
+        {"foo{{bar}}zap", 13},
+        {"foo{bar}{zap}", 13},
+        {"{a}{b}", 6},
+        {"{", 1},
+        {"}", 1},
+        {"}{", 2},
+        {"a{b", 3},
+        {"a}b{c}", 6},
+        {"{{}}", 4},
+        {"x{ }y", 5},
+        {"dlock:{reports:nightly}:owner", 29},
+        {"\xff\xfe{\x00\x01}", 6},
         {"lock:12345678901234567890123456789012345678901234567890", 55},
     };
     /* two values the Redis documentation shows */
@@ -186,17 +202,15 @@ static void key_slots_and_owners_agree_with_the_servers(void **state)
     int first = cl.node[0].port;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         int slot = th_key_slot(keys[i].k, keys[i].len);
-        long long server = reply_int(th_node_cmd(&cl, first, "CLUSTER KEYSLOT %b",
-                                                 keys[i].k, keys[i].len));
+        long long server = reply_int(th_node_cmd(&cl, first, "CLUSTER KEYSLOT %b", keys[i].k, keys[i].len));
         assert_int_equal(slot, server);
         int owner = th_cluster_slot_owner(&cl, slot);
         assert_true(owner > 0);
-        assert_string_equal(reply_text(th_node_cmd(&cl, owner, "SET %b v", keys[i].k,
-                                                   keys[i].len)), "OK");
+        assert_string_equal(reply_text(th_node_cmd(&cl, owner, "SET %b v", keys[i].k, keys[i].len)), "OK");
         char moved[64];
         snprintf(moved, sizeof moved, "MOVED %d 127.0.0.1:%d", slot, owner);
-        assert_string_equal(reply_text(th_node_cmd(&cl, other_master(&cl, owner), "GET %b",
-                                                   keys[i].k, keys[i].len)), moved);
+        assert_string_equal(reply_text(th_node_cmd(&cl, other_master(&cl, owner), "GET %b", keys[i].k, keys[i].len)),
+                            moved);
     }
     /* hash tags put these in one slot, whatever the rest says */
     assert_int_equal(th_key_slot("{user1000}.following", 20), th_key_slot("user1000", 8));
@@ -216,8 +230,7 @@ static void flushall_leaves_every_node_empty(void **state)
     }
     assert_true(total > 0);
     assert_int_equal(th_topology_flushall(&cl), 0);
-    for (int i = 0; i < cl.n; i++)
-        assert_int_equal(reply_int(th_node_cmd(&cl, cl.node[i].port, "DBSIZE")), 0);
+    for (int i = 0; i < cl.n; i++) assert_int_equal(reply_int(th_node_cmd(&cl, cl.node[i].port, "DBSIZE")), 0);
 }
 
 /* Step by step with traffic in between: moved keys are answered with ASK
@@ -233,8 +246,7 @@ static void slot_migration_moves_the_keys_and_every_node_names_the_new_owner(voi
     int to = other_master(&cl, from);
     assert_true(from > 0 && to > 0);
     for (int i = 0; i < 5; i++)
-        assert_string_equal(reply_text(th_node_cmd(&cl, from, "SET %s %s PX 600000", keys[i],
-                                                   keys[i])), "OK");
+        assert_string_equal(reply_text(th_node_cmd(&cl, from, "SET %s %s PX 600000", keys[i], keys[i])), "OK");
 
     th_migration m;
     assert_int_equal(th_migration_begin(&m, &cl, slot, to), 0);
@@ -265,8 +277,7 @@ static void slot_migration_moves_the_keys_and_every_node_names_the_new_owner(voi
             assert_string_equal(at_source, keys[i]);
             served++;
             /* load during the migration: the source still takes writes */
-            assert_string_equal(reply_text(th_node_cmd(&cl, from, "SET %s %s PX 600000",
-                                                       keys[i], keys[i])), "OK");
+            assert_string_equal(reply_text(th_node_cmd(&cl, from, "SET %s %s PX 600000", keys[i], keys[i])), "OK");
         }
     }
     assert_int_equal(asked, 2);
@@ -288,8 +299,7 @@ static void slot_migration_moves_the_keys_and_every_node_names_the_new_owner(voi
     assert_string_equal(reply_text(th_node_cmd(&cl, to, "GET {mig}new")), "written-by-ask");
     for (int i = 0; i < cl.n; i++) {
         if (cl.node[i].role != TH_MASTER) continue;
-        long long count = reply_int(th_node_cmd(&cl, cl.node[i].port,
-                                                "CLUSTER COUNTKEYSINSLOT %d", slot));
+        long long count = reply_int(th_node_cmd(&cl, cl.node[i].port, "CLUSTER COUNTKEYSINSLOT %d", slot));
         assert_int_equal(count, cl.node[i].port == to ? 6 : 0);
     }
     /* and back, in one call */
@@ -367,8 +377,8 @@ static void sentinel_setup_has_a_master_a_replica_and_three_sentinels_that_know_
     assert_int_equal(se.node[1].role, TH_REPLICA);
     assert_int_equal(se.node[1].master_port, se.node[0].port);
     char url[128];
-    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
-             se.node[2].port, se.node[3].port, se.node[4].port);
+    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster", se.node[2].port,
+             se.node[3].port, se.node[4].port);
     assert_string_equal(se.url, url);
     assert_int_equal(th_sentinel_master_port(&se), se.node[0].port);
     for (int i = 2; i < 5; i++) {
@@ -456,8 +466,8 @@ static void restarted_old_sentinel_master_rejoins_the_pair_as_a_replica(void **s
      * A fail-back (the new master found silent for 1 s under load, the old
      * one promoted again) is the Sentinels' call and leaves a linked pair
      * too; the helper then prints their events. */
-    int replica = th_sentinel_wait_replica_back(&se, sentinel_old_master, sentinel_new_master,
-                                                30000 + FAILOVER_BOUND_MS);
+    int replica =
+        th_sentinel_wait_replica_back(&se, sentinel_old_master, sentinel_new_master, 30000 + FAILOVER_BOUND_MS);
     if (replica <= 0) print_sentinel_view_of(sentinel_old_master);
     assert_true(replica > 0);
     int master = replica == sentinel_old_master ? sentinel_new_master : sentinel_old_master;
@@ -488,7 +498,10 @@ static void stopping_ends_every_process_and_removes_the_directory(void **state)
     (void)state;
     pid_t holder = fork();
     assert_true(holder >= 0);
-    if (holder == 0) { pause(); _exit(0); }
+    if (holder == 0) {
+        pause();
+        _exit(0);
+    }
     th_topology *all[] = {&cl, &se};
     for (int k = 0; k < 2; k++) {
         th_topology *t = all[k];
@@ -525,14 +538,13 @@ static void a_test_process_killed_mid_test_leaves_no_server_behind(void **state)
         if (th_cluster_start(&t, NULL) == 0) {
             pid_t pids[TH_TOPO_MAX_NODES];
             for (int i = 0; i < t.n; i++) pids[i] = t.node[i].pid;
-            if (write(pfd[1], &t.dir, sizeof t.dir) < 0 ||
-                write(pfd[1], pids, sizeof(pid_t) * (size_t)t.n) < 0)
+            if (write(pfd[1], &t.dir, sizeof t.dir) < 0 || write(pfd[1], pids, sizeof(pid_t) * (size_t)t.n) < 0)
                 _exit(1);
         }
         raise(SIGKILL);
     }
     close(pfd[1]);
-    char dir[sizeof ((th_topology *)0)->dir];
+    char dir[sizeof((th_topology *)0)->dir];
     pid_t pids[TH_TOPO_MAX_NODES];
     assert_int_equal(read(pfd[0], dir, sizeof dir), (ssize_t)sizeof dir);
     ssize_t got = read(pfd[0], pids, sizeof pids);

@@ -48,8 +48,7 @@ static const char *torture_bin(void)
 static int torture(const char *scenarios, long seconds, unsigned long long seed)
 {
     char cmd[PATH_MAX + 512];
-    snprintf(cmd, sizeof cmd, "'%s' --scenarios %s --seconds %ld --seed %llu", torture_bin(), scenarios, seconds,
-             seed);
+    snprintf(cmd, sizeof cmd, "'%s' --scenarios %s --seconds %ld --seed %llu", torture_bin(), scenarios, seconds, seed);
     fflush(stdout);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;

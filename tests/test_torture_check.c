@@ -39,8 +39,7 @@ static void add_by(history *h, char kind, int pid, int holder, long hold, int64_
     h->ev[h->n++] = e;
 }
 
-static void add(history *h, char kind, int pid, long hold, int64_t t0, int64_t t1, const char *result,
-                uint64_t token)
+static void add(history *h, char kind, int pid, long hold, int64_t t0, int64_t t1, const char *result, uint64_t token)
 {
     add_by(h, kind, pid, pid, hold, t0, t1, result, token);
 }

@@ -46,8 +46,7 @@ static void expect_bad(const char *url, const char *why)
     prime_last_error();
     dlock_status st = dlock_url_parse(url, &u);
     if (st != DLOCK_ERR_URL)
-        fail_msg("URL \"%s\": status %d (%s), expected DLOCK_ERR_URL", url ? url : "(null)", st,
-                 dlock_strerror(st));
+        fail_msg("URL \"%s\": status %d (%s), expected DLOCK_ERR_URL", url ? url : "(null)", st, dlock_strerror(st));
     if (!is_zeroed(&u)) fail_msg("URL \"%s\": output not zeroed on failure", url ? url : "(null)");
     const char *msg = dlock_last_error();
     if (!msg[0] || strcmp(msg, "no error") == 0 || !strstr(msg, why))
@@ -69,7 +68,8 @@ static void empty_null_and_unknown_schemes_are_refused(void **state)
     (void)state;
     expect_bad("", "empty");
     expect_bad(NULL, "empty");
-    expect_bad("http://h:6379", "must start with redis://, rediss://, unix://, redis[s]-sentinel:// or redis[s]-cluster://");
+    expect_bad("http://h:6379",
+               "must start with redis://, rediss://, unix://, redis[s]-sentinel:// or redis[s]-cluster://");
     expect_bad("redis:/h", "must start with");
     expect_bad("redis:h", "must start with");
     expect_bad("redis//h", "must start with");
@@ -405,8 +405,7 @@ static void good_tls_urls_fill_their_fields(void **state)
     assert_null(u.tls_sni);
     assert_int_equal(u.port, 6380);
     dlock_url_free(&u);
-    parse_ok("rediss://u:p%3Fw@h/3?cacert=/etc/ca%20dir/ca.pem&cert=/c.pem&key=/k.pem&sni=redis.example&verify=no",
-             &u);
+    parse_ok("rediss://u:p%3Fw@h/3?cacert=/etc/ca%20dir/ca.pem&cert=/c.pem&key=/k.pem&sni=redis.example&verify=no", &u);
     assert_string_equal(u.user, "u");
     assert_string_equal(u.password, "p?w");
     assert_int_equal(u.db, 3);
@@ -570,8 +569,7 @@ static void client_new_reports_unreachable_server_quickly(void **state)
     assert_non_null(strstr(dlock_last_error(), where));
 
     t0 = th_now_ms();
-    assert_int_equal(dlock_client_new("unix:///nonexistent-dlock-dir/redis.sock", NULL, &c),
-                     DLOCK_ERR_CONNECT);
+    assert_int_equal(dlock_client_new("unix:///nonexistent-dlock-dir/redis.sock", NULL, &c), DLOCK_ERR_CONNECT);
     assert_true(th_now_ms() - t0 < 1500);
     assert_null(c);
     assert_non_null(strstr(dlock_last_error(), "/nonexistent-dlock-dir/redis.sock"));

@@ -25,8 +25,14 @@
 
 static th_target server;
 
-static dlock_client *new_client(long watchdog_lease) { return th_lock_client_or_fail(server.url, watchdog_lease); }
-static long long redis_int(const char *cmd, const char *key) { return th_lock_int(&server, NULL, cmd, key); }
+static dlock_client *new_client(long watchdog_lease)
+{
+    return th_lock_client_or_fail(server.url, watchdog_lease);
+}
+static long long redis_int(const char *cmd, const char *key)
+{
+    return th_lock_int(&server, NULL, cmd, key);
+}
 
 /* ------------------------------------------------------------------------ */
 
@@ -84,8 +90,7 @@ static void released_hold_is_no_longer_renewed(void **state)
     long long held_from = th_target_calls(&server, "evalsha"), renewals = 0, t0 = th_now_ms();
     /* It was renewing (every 200 ms; on a loaded machine maybe slower), so
      * the count below means something. */
-    while ((renewals = th_target_calls(&server, "evalsha") - held_from) < 3 && th_now_ms() - t0 < 5000)
-        usleep(20000);
+    while ((renewals = th_target_calls(&server, "evalsha") - held_from) < 3 && th_now_ms() - t0 < 5000) usleep(20000);
     assert_true(renewals >= 3);
     assert_int_equal(dlock_lock_release(l), DLOCK_OK);
     long long after_release = th_target_calls(&server, "evalsha");

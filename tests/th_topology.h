@@ -29,31 +29,31 @@
 typedef enum th_role { TH_DOWN = 0, TH_MASTER, TH_REPLICA, TH_SENTINEL } th_role;
 
 typedef struct th_node {
-    int port;          /* 127.0.0.1 port (a cluster node's bus is port+10000) */
-    pid_t pid;         /* 0 once killed */
-    th_role role;      /* as of the last start, refresh, kill or wait */
-    int master_port;   /* a replica's master; 0 otherwise */
-    int paused;        /* SIGSTOPped by th_node_pause() */
+    int port;        /* 127.0.0.1 port (a cluster node's bus is port+10000) */
+    pid_t pid;       /* 0 once killed */
+    th_role role;    /* as of the last start, refresh, kill or wait */
+    int master_port; /* a replica's master; 0 otherwise */
+    int paused;      /* SIGSTOPped by th_node_pause() */
 } th_node;
 
 typedef struct th_topology_opts {
-    int node_timeout_ms;       /* cluster-node-timeout; 0: the script's 1000 */
-    int down_after_ms;         /* Sentinel down-after-milliseconds; 0: 1000 */
-    int failover_timeout_ms;   /* Sentinel failover-timeout; 0: 3000 */
-    const char *password;      /* requirepass + masterauth on data nodes
+    int node_timeout_ms;     /* cluster-node-timeout; 0: the script's 1000 */
+    int down_after_ms;       /* Sentinel down-after-milliseconds; 0: 1000 */
+    int failover_timeout_ms; /* Sentinel failover-timeout; 0: 3000 */
+    const char *password;    /* requirepass + masterauth on data nodes
                                   (Sentinels get auth-pass); NULL: none */
 } th_topology_opts;
 
 typedef struct th_topology {
     int is_cluster;
-    char dir[64];              /* private temp dir holding every node's dir */
-    char url[512];             /* redis-cluster://127.0.0.1:P,... (all 6 nodes) or
+    char dir[64];  /* private temp dir holding every node's dir */
+    char url[512]; /* redis-cluster://127.0.0.1:P,... (all 6 nodes) or
                                   redis-sentinel://127.0.0.1:S1,S2,S3/mymaster */
     char password[64];
-    char tls[96];              /* DLOCK_TEST_TLS=1: the certificates' directory; the
+    char tls[96]; /* DLOCK_TEST_TLS=1: the certificates' directory; the
                                   URL is then rediss-*:// on each node's TLS port (its
                                   port + 1000); the harness keeps the plaintext ports */
-    int n;                     /* nodes, in the script's order: cluster masters
+    int n;        /* nodes, in the script's order: cluster masters
                                   first; sentinel: master, replica, 3 Sentinels */
     th_node node[TH_TOPO_MAX_NODES];
     pid_t guardian;
@@ -72,8 +72,14 @@ int th_sentinel_start(th_topology *t, const th_topology_opts *opts);
 /* Stop every process of the topology by PID (paused ones too) and remove
  * its directory; waits until done. Safe to call twice. */
 void th_topology_stop(th_topology *t);
-static inline void th_cluster_stop(th_topology *t) { th_topology_stop(t); }
-static inline void th_sentinel_stop(th_topology *t) { th_topology_stop(t); }
+static inline void th_cluster_stop(th_topology *t)
+{
+    th_topology_stop(t);
+}
+static inline void th_sentinel_stop(th_topology *t)
+{
+    th_topology_stop(t);
+}
 
 /* The node on `port`, or NULL. */
 th_node *th_topology_node(th_topology *t, int port);
@@ -173,7 +179,7 @@ typedef struct th_migration {
     int slot;
     int from_port, to_port;
     char from_id[48], to_id[48];
-    long moved;                /* keys moved so far */
+    long moved; /* keys moved so far */
 } th_migration;
 
 int th_migration_begin(th_migration *m, th_topology *t, int slot, int to_port);

@@ -38,8 +38,7 @@ static const char *script_path(void)
  * otherwise: the script's 30 s is a bound a loaded machine has missed
  * (a cluster's six nodes beside a suite's sanitized programs), and the
  * wait ends as soon as the topology is up. Strings live in `store`. */
-static char **script_env(const th_topology *t, const th_topology_opts *o,
-                         char store[7][128], char **envp, size_t max)
+static char **script_env(const th_topology *t, const th_topology_opts *o, char store[7][128], char **envp, size_t max)
 {
     size_t n = 0;
     for (char **e = environ; *e && n + 8 < max; e++)
@@ -80,8 +79,7 @@ static char **script_env(const th_topology *t, const th_topology_opts *o,
  * collecting its stdout into `out`; its stderr goes to ours so a failure
  * explains itself in the test log. 0 when it exits 0. posix_spawn, not
  * fork, because tests call this with library threads running. */
-static int run_script(const th_topology *t, const th_topology_opts *o,
-                      const char *const *args, char *out, size_t outsz)
+static int run_script(const th_topology *t, const th_topology_opts *o, const char *const *args, char *out, size_t outsz)
 {
     char store[7][128];
     char *envp[512];
@@ -97,11 +95,13 @@ static int run_script(const th_topology *t, const th_topology_opts *o,
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv,
-                         script_env(t, o, store, envp, 512));
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, script_env(t, o, store, envp, 512));
     posix_spawn_file_actions_destroy(&fa);
     close(pfd[1]);
-    if (rc != 0) { close(pfd[0]); return -1; }
+    if (rc != 0) {
+        close(pfd[0]);
+        return -1;
+    }
 
     size_t len = 0;
     for (;;) {
@@ -129,9 +129,8 @@ static int run_script(const th_topology *t, const th_topology_opts *o,
  * so even a start that dies halfway is undone. */
 static int guardian_start(th_topology *t)
 {
-    static const char prog[] =
-        "read -r _; \"$0\" stop \"$1\"; "
-        "[ -n \"${DLOCK_KEEP_TOPOLOGY:-}\" ] || rm -rf \"$1\"";
+    static const char prog[] = "read -r _; \"$0\" stop \"$1\"; "
+                               "[ -n \"${DLOCK_KEEP_TOPOLOGY:-}\" ] || rm -rf \"$1\"";
     char *argv[] = {"/bin/sh", "-c", (char *)prog, (char *)script_path(), t->dir, NULL};
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
@@ -145,7 +144,11 @@ static int guardian_start(th_topology *t)
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     close(pfd[0]);
-    if (rc != 0) { close(pfd[1]); t->guardian = 0; return -1; }
+    if (rc != 0) {
+        close(pfd[1]);
+        t->guardian = 0;
+        return -1;
+    }
     t->guardian_fd = pfd[1];
     return 0;
 }
@@ -163,12 +166,10 @@ static int parse_output(th_topology *t, char *out)
 {
     t->n = 0;
     t->url[0] = '\0';
-    for (char *save = NULL, *line = strtok_r(out, "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
+    for (char *save = NULL, *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         int port, pid;
         char role[16], mport[16];
-        if (sscanf(line, "NODE %d %d %15s %15s", &port, &pid, role, mport) == 4 &&
-            t->n < TH_TOPO_MAX_NODES) {
+        if (sscanf(line, "NODE %d %d %15s %15s", &port, &pid, role, mport) == 4 && t->n < TH_TOPO_MAX_NODES) {
             th_node *nd = &t->node[t->n++];
             memset(nd, 0, sizeof *nd);
             nd->port = port;
@@ -312,7 +313,10 @@ redisContext *th_node_connect(const th_topology *t, int port)
 {
     struct timeval tv = {2, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (!c || c->err) { if (c) redisFree(c); return NULL; }
+    if (!c || c->err) {
+        if (c) redisFree(c);
+        return NULL;
+    }
     redisSetTimeout(c, tv);
     int sentinel = 0;
     for (int i = 0; i < t->n; i++)
@@ -321,7 +325,10 @@ redisContext *th_node_connect(const th_topology *t, int port)
         redisReply *r = redisCommand(c, "AUTH %s", t->password);
         int ok = r && r->type == REDIS_REPLY_STATUS;
         if (r) freeReplyObject(r);
-        if (!ok) { redisFree(c); return NULL; }
+        if (!ok) {
+            redisFree(c);
+            return NULL;
+        }
     }
     return c;
 }
@@ -343,13 +350,11 @@ static th_role query_role(const th_topology *t, int port, int *master_port, int 
     th_role role = TH_DOWN;
     *master_port = 0;
     *linked = 0;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-        r->element[0]->type == REDIS_REPLY_STRING) {
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING) {
         role = role_named(r->element[0]->str);
         if (role == TH_REPLICA && r->elements >= 4) {
             *master_port = th_topology_plain_port(t, (int)r->element[2]->integer);
-            *linked = r->element[3]->type == REDIS_REPLY_STRING &&
-                      strcmp(r->element[3]->str, "connected") == 0;
+            *linked = r->element[3]->type == REDIS_REPLY_STRING && strcmp(r->element[3]->str, "connected") == 0;
         }
     }
     if (r) freeReplyObject(r);
@@ -365,11 +370,18 @@ static void refresh_node(th_topology *t, th_node *nd, int *linked)
         nd->pid = 0;
         nd->paused = 0;
     }
-    if (nd->pid == 0) { nd->role = TH_DOWN; nd->master_port = 0; return; }
+    if (nd->pid == 0) {
+        nd->role = TH_DOWN;
+        nd->master_port = 0;
+        return;
+    }
     if (nd->paused) return;
     int mport;
     th_role role = query_role(t, nd->port, &mport, linked);
-    if (role != TH_DOWN) { nd->role = role; nd->master_port = mport; }
+    if (role != TH_DOWN) {
+        nd->role = role;
+        nd->master_port = mport;
+    }
 }
 
 int th_topology_refresh(th_topology *t)
@@ -395,8 +407,7 @@ int th_topology_plain_port(const th_topology *t, int port)
 int th_topology_replica_of(th_topology *t, int master_port)
 {
     for (int i = 0; i < t->n; i++)
-        if (t->node[i].pid > 0 && t->node[i].role == TH_REPLICA &&
-            t->node[i].master_port == master_port)
+        if (t->node[i].pid > 0 && t->node[i].role == TH_REPLICA && t->node[i].master_port == master_port)
             return t->node[i].port;
     return -1;
 }
@@ -438,7 +449,7 @@ int th_node_kill(th_topology *t, int port)
 {
     th_node *nd = th_topology_node(t, port);
     if (!nd || nd->pid <= 0) return -1;
-    th_topology_refresh(t);     /* so failover waits know its replica */
+    th_topology_refresh(t); /* so failover waits know its replica */
     if (nd->pid <= 0) return -1;
     kill(nd->pid, SIGKILL);
     for (int i = 0; i < 500 && th_pid_alive(nd->pid); i++) usleep(10000);
@@ -479,9 +490,7 @@ int th_node_restart(th_topology *t, int port)
     if (run_script(t, NULL, args, out, sizeof out) != 0) return -1;
     int p, pid;
     char role[16], mport[16];
-    if (sscanf(out, "NODE %d %d %15s %15s", &p, &pid, role, mport) != 4 || p != port ||
-        pid <= 0)
-        return -1;
+    if (sscanf(out, "NODE %d %d %15s %15s", &p, &pid, role, mport) != 4 || p != port || pid <= 0) return -1;
     nd->pid = pid;
     nd->paused = 0;
     nd->role = role_named(role);

@@ -16,8 +16,7 @@ unsigned th_crc16(const char *buf, size_t len)
     unsigned crc = 0;
     for (size_t i = 0; i < len; i++) {
         crc ^= (unsigned)(unsigned char)buf[i] << 8;
-        for (int b = 0; b < 8; b++)
-            crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) : (crc << 1);
+        for (int b = 0; b < 8; b++) crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) : (crc << 1);
         crc &= 0xffff;
     }
     return crc;
@@ -31,8 +30,7 @@ int th_key_slot(const char *key, size_t len)
     if (open) {
         size_t rest = len - (size_t)(open - key) - 1;
         const char *close = memchr(open + 1, '}', rest);
-        if (close && close > open + 1)
-            return (int)(th_crc16(open + 1, (size_t)(close - open - 1)) & 16383);
+        if (close && close > open + 1) return (int)(th_crc16(open + 1, (size_t)(close - open - 1)) & 16383);
     }
     return (int)(th_crc16(key, len) & 16383);
 }
@@ -40,8 +38,13 @@ int th_key_slot(const char *key, size_t len)
 /* A slot map as one node reports it: ranges sorted by first slot, each
  * with its master's port. Ranges split as slots migrate, hence room for
  * many. */
-typedef struct slot_range { int start, end, port; } slot_range;
-typedef struct slot_map { int n; slot_range r[1024]; } slot_map;
+typedef struct slot_range {
+    int start, end, port;
+} slot_range;
+typedef struct slot_map {
+    int n;
+    slot_range r[1024];
+} slot_map;
 
 static int by_start(const void *a, const void *b)
 {
@@ -55,9 +58,8 @@ static int fetch_slot_map(th_topology *t, int port, slot_map *m)
     m->n = 0;
     for (size_t i = 0; ok && i < r->elements; i++) {
         redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
-            m->n == (int)(sizeof m->r / sizeof m->r[0])) {
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[2]->type != REDIS_REPLY_ARRAY ||
+            e->element[2]->elements < 2 || m->n == (int)(sizeof m->r / sizeof m->r[0])) {
             ok = 0;
             break;
         }
@@ -143,8 +145,7 @@ static int cluster_settled(th_topology *t, slot_map *agreed)
     for (int i = 0; i < t->n; i++) {
         if (!node_usable(&t->node[i])) continue;
         int port = t->node[i].port;
-        if (!state_ok(t, port) || fetch_slot_map(t, port, seen ? &m : agreed) != 0)
-            return 0;
+        if (!state_ok(t, port) || fetch_slot_map(t, port, seen ? &m : agreed) != 0) return 0;
         if (seen && !map_equal(&m, agreed)) return 0;
         seen = 1;
     }
@@ -162,7 +163,10 @@ int th_cluster_wait_ok(th_topology *t, int timeout_ms)
     long long end = th_now_ms() + timeout_ms;
     th_topology_refresh(t);
     do {
-        if (cluster_settled(t, &m)) { th_topology_refresh(t); return 0; }
+        if (cluster_settled(t, &m)) {
+            th_topology_refresh(t);
+            return 0;
+        }
         usleep(50000);
     } while (th_now_ms() < end);
     return -1;
@@ -175,15 +179,13 @@ int th_cluster_wait_failover(th_topology *t, int old_master_port, int timeout_ms
     static __thread slot_map m;
     int heirs[TH_TOPO_MAX_NODES], nh = 0;
     for (int i = 0; i < t->n; i++)
-        if (t->node[i].master_port == old_master_port && t->node[i].pid > 0)
-            heirs[nh++] = t->node[i].port;
+        if (t->node[i].master_port == old_master_port && t->node[i].pid > 0) heirs[nh++] = t->node[i].port;
     if (nh == 0) return -1;
     long long end = th_now_ms() + timeout_ms;
     do {
         if (cluster_settled(t, &m) && !map_has_owner(&m, old_master_port)) {
             for (int h = 0; h < nh; h++) {
-                if (map_has_owner(&m, heirs[h]) &&
-                    th_node_wait_role(t, heirs[h], TH_MASTER, 0) == 0) {
+                if (map_has_owner(&m, heirs[h]) && th_node_wait_role(t, heirs[h], TH_MASTER, 0) == 0) {
                     th_topology_refresh(t);
                     return heirs[h];
                 }
@@ -198,8 +200,7 @@ int th_cluster_wait_failover(th_topology *t, int old_master_port, int timeout_ms
 static int ok_reply(redisReply *r)
 {
     int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
-    if (r && !ok)
-        fprintf(stderr, "topology: %s\n", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    if (r && !ok) fprintf(stderr, "topology: %s\n", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     if (r) freeReplyObject(r);
     return ok ? 0 : -1;
 }
@@ -226,11 +227,8 @@ int th_migration_begin(th_migration *m, th_topology *t, int slot, int to_port)
         return -1;
     /* Importing first: once the source says MIGRATING and sends ASK, the
      * target must already accept ASKING for the slot. */
-    if (ok_reply(th_node_cmd(t, to_port, "CLUSTER SETSLOT %d IMPORTING %s", slot,
-                             m->from_id)) != 0)
-        return -1;
-    return ok_reply(th_node_cmd(t, m->from_port, "CLUSTER SETSLOT %d MIGRATING %s", slot,
-                                m->to_id));
+    if (ok_reply(th_node_cmd(t, to_port, "CLUSTER SETSLOT %d IMPORTING %s", slot, m->from_id)) != 0) return -1;
+    return ok_reply(th_node_cmd(t, m->from_port, "CLUSTER SETSLOT %d MIGRATING %s", slot, m->to_id));
 }
 
 int th_migration_step(th_migration *m, int max_keys)
@@ -250,7 +248,10 @@ int th_migration_step(th_migration *m, int max_keys)
             snprintf(port, sizeof port, "%d", m->t->tls[0] ? m->to_port + 1000 : m->to_port);
             const char *head[] = {"MIGRATE", "127.0.0.1", port, "", "0", "5000"};
             for (size_t i = 0; i < 6; i++) argv[na++] = head[i];
-            if (m->t->password[0]) { argv[na++] = "AUTH"; argv[na++] = m->t->password; }
+            if (m->t->password[0]) {
+                argv[na++] = "AUTH";
+                argv[na++] = m->t->password;
+            }
             argv[na++] = "KEYS";
             for (size_t i = 0; i < na; i++) lens[i] = strlen(argv[i]);
             for (size_t i = 0; i < n; i++) {
@@ -258,10 +259,8 @@ int th_migration_step(th_migration *m, int max_keys)
                 lens[na++] = keys->element[i]->len;
             }
             redisReply *r = redisCommandArgv(c, (int)na, argv, lens);
-            int ok = r && r->type == REDIS_REPLY_STATUS &&
-                     (strcmp(r->str, "OK") == 0 || strcmp(r->str, "NOKEY") == 0);
-            if (r && !ok && r->type == REDIS_REPLY_ERROR)
-                fprintf(stderr, "topology: MIGRATE: %s\n", r->str);
+            int ok = r && r->type == REDIS_REPLY_STATUS && (strcmp(r->str, "OK") == 0 || strcmp(r->str, "NOKEY") == 0);
+            if (r && !ok && r->type == REDIS_REPLY_ERROR) fprintf(stderr, "topology: MIGRATE: %s\n", r->str);
             if (r) freeReplyObject(r);
             moved = ok ? (int)n : -1;
             free(argv);
@@ -287,11 +286,8 @@ int th_migration_finish(th_migration *m)
     th_topology_refresh(t);
     for (int i = 0; i < t->n; i++) {
         th_node *nd = &t->node[i];
-        if (nd->role != TH_MASTER || !node_usable(nd) || nd->port == m->to_port ||
-            nd->port == m->from_port)
-            continue;
-        if (ok_reply(th_node_cmd(t, nd->port, "CLUSTER SETSLOT %d NODE %s", s, m->to_id)) != 0)
-            return -1;
+        if (nd->role != TH_MASTER || !node_usable(nd) || nd->port == m->to_port || nd->port == m->from_port) continue;
+        if (ok_reply(th_node_cmd(t, nd->port, "CLUSTER SETSLOT %d NODE %s", s, m->to_id)) != 0) return -1;
     }
     if (th_cluster_wait_ok(t, 10000) != 0) return -1;
     return th_cluster_slot_owner(t, s) == m->to_port ? 0 : -1;
@@ -310,6 +306,9 @@ int th_cluster_migrate_slot(th_topology *t, int slot, int to_port)
     if (th_migration_begin(&m, t, slot, to_port) != 0) return -1;
     int n;
     while ((n = th_migration_step(&m, 100)) > 0) {}
-    if (n < 0) { th_migration_abort(&m); return -1; }
+    if (n < 0) {
+        th_migration_abort(&m);
+        return -1;
+    }
     return th_migration_finish(&m);
 }

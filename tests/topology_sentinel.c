@@ -11,11 +11,9 @@
 /* One Sentinel's answer for the master's port; -1 when it gives none. */
 static int asked_master_port(th_topology *t, int sentinel_port)
 {
-    redisReply *r = th_node_cmd(t, sentinel_port, "SENTINEL GET-MASTER-ADDR-BY-NAME %s",
-                                TH_SENTINEL_MASTER_NAME);
+    redisReply *r = th_node_cmd(t, sentinel_port, "SENTINEL GET-MASTER-ADDR-BY-NAME %s", TH_SENTINEL_MASTER_NAME);
     int port = -1;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_STRING)
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
         port = th_topology_plain_port(t, atoi(r->element[1]->str));
     if (r) freeReplyObject(r);
     return port;
@@ -66,8 +64,7 @@ int th_sentinel_wait_failover(th_topology *t, int old_master_port, int timeout_m
     long long end = th_now_ms() + timeout_ms;
     do {
         int port = agreed_master_port(t);
-        if (port > 0 && port != old_master_port &&
-            th_node_wait_role(t, port, TH_MASTER, 0) == 0) {
+        if (port > 0 && port != old_master_port && th_node_wait_role(t, port, TH_MASTER, 0) == 0) {
             th_topology_refresh(t);
             return port;
         }
@@ -123,8 +120,7 @@ void th_sentinel_print_events(th_topology *t)
             continue;
         }
         while (fgets(line, sizeof line, f))
-            if (strstr(line, " +") || strstr(line, " -"))
-                fprintf(stderr, "sentinel %d: %s", t->node[i].port, line);
+            if (strstr(line, " +") || strstr(line, " -")) fprintf(stderr, "sentinel %d: %s", t->node[i].port, line);
         fclose(f);
     }
 }
@@ -133,11 +129,9 @@ int th_sentinel_wait_replica_back(th_topology *t, int old, int promoted, int tim
 {
     long long end = th_now_ms() + timeout_ms;
     do {
-        if (th_node_wait_role(t, old, TH_REPLICA, 250) == 0 &&
-            th_topology_node(t, old)->master_port == promoted)
+        if (th_node_wait_role(t, old, TH_REPLICA, 250) == 0 && th_topology_node(t, old)->master_port == promoted)
             return old;
-        if (th_node_wait_role(t, promoted, TH_REPLICA, 250) == 0 &&
-            th_topology_node(t, promoted)->master_port == old) {
+        if (th_node_wait_role(t, promoted, TH_REPLICA, 250) == 0 && th_topology_node(t, promoted)->master_port == old) {
             fprintf(stderr, "the Sentinels failed back: %d is master again, %d its replica\n", old, promoted);
             th_sentinel_print_events(t);
             return promoted;

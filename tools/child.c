@@ -177,9 +177,9 @@ typedef struct own_fds {
     int max;      /* the highest descriptor open */
 } own_fds;
 
-static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char *const *argv, char **env,
-                       size_t env_n, const sigset_t *defaults, const sigset_t *mask,
-                       const struct sigaction *job_orig, char *stack, size_t stack_size)
+static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char *const *argv, char **env, size_t env_n,
+                       const sigset_t *defaults, const sigset_t *mask, const struct sigaction *job_orig, char *stack,
+                       size_t stack_size)
 {
     pid_t me = getpid();
     setpgid(0, 0);
@@ -244,8 +244,7 @@ static void guard_main(int report_fd, int lifeline_fd, const own_fds *own, char 
         }
         if (p[1].revents) {
             struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-            }
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {}
         }
         int st;
         pid_t w;
@@ -466,8 +465,7 @@ void child_finish(child *c)
 {
     child_stop(c);
     if (c->guard > 0) {
-        while (waitpid(c->guard, NULL, 0) < 0 && errno == EINTR) {
-        }
+        while (waitpid(c->guard, NULL, 0) < 0 && errno == EINTR) {}
         c->guard = 0;
     }
     if (c->report_fd >= 0) close(c->report_fd);

@@ -21,7 +21,10 @@ typedef struct child {
 } child;
 
 /* A child not started yet: child_finish() on it does nothing. */
-#define CHILD_NONE {.report_fd = -1, .lifeline_fd = -1, .tty_fd = -1}
+#define CHILD_NONE                                                                                                     \
+    {                                                                                                                  \
+        .report_fd = -1, .lifeline_fd = -1, .tty_fd = -1                                                               \
+    }
 
 /* The longest late variable child_go() can pass, its NUL included. */
 #define CHILD_LATE_MAX 256

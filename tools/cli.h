@@ -37,17 +37,17 @@
 #define MAX_EXIT_CODE 255
 
 /* The synopsis of each subcommand: --help, and every usage error. */
-#define USAGE_LOCK                                                                                    \
-    "dlock [-u URL]... lock [--fair|--read|--write|-s|-x] [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] "  \
-    "[--retry-connect] [--fence-floor TOKEN] [--safety-margin PCT] [--until-eof] NAME "               \
+#define USAGE_LOCK                                                                                                     \
+    "dlock [-u URL]... lock [--fair|--read|--write|-s|-x] [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] "                   \
+    "[--retry-connect] [--fence-floor TOKEN] [--safety-margin PCT] [--until-eof] NAME "                                \
     "[[--] COMMAND [ARG...] | -c 'SHELL COMMAND']"
-#define USAGE_SEM                                                                                    \
-    "dlock [-u URL] semaphore -p PERMITS [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] [--retry-connect] " \
-    "[--safety-margin PCT] [--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND'] | "      \
+#define USAGE_SEM                                                                                                      \
+    "dlock [-u URL] semaphore -p PERMITS [-w WAIT] [-n] [-t TTL] [-E N] [-v] [-q] [--retry-connect] "                  \
+    "[--safety-margin PCT] [--until-eof] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND'] | "                         \
     "semaphore NAME --set-permits N"
-#define USAGE_RATE                                                                                  \
-    "dlock [-u URL] rate -r RATE[/UNIT] [-b BURST] [-w WAIT] [-n] [-E N] [-v] [-q] [--subject S] "   \
-    "[--change] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND'] | rate NAME --status [--json] "    \
+#define USAGE_RATE                                                                                                     \
+    "dlock [-u URL] rate -r RATE[/UNIT] [-b BURST] [-w WAIT] [-n] [-E N] [-v] [-q] [--subject S] "                     \
+    "[--change] NAME [[--] COMMAND [ARG...] | -c 'SHELL COMMAND'] | rate NAME --status [--json] "                      \
     "[--subject S]"
 #define USAGE_LATCH "dlock [-u URL] latch NAME --set N | --count-down | --await [-w WAIT]"
 #define USAGE_ID "dlock [-u URL] id [-n COUNT] PREFIX | id --count PREFIX [--date YYYY-MM-DD]"

@@ -14,7 +14,7 @@
 
 /* The columns of one entry of `list`, as text. */
 typedef struct list_row {
-    char *name;      /* escaped (control characters, backslashes) */
+    char *name; /* escaped (control characters, backslashes) */
     const char *kind;
     char state[128]; /* who holds it, or how much of it is used */
     char token[24];
@@ -65,9 +65,7 @@ static void fill_row(const dlock_entry *e, list_row *r)
         snprintf(r->state, sizeof r->state, "%ld/%ld permits used", e->info.psem.used, e->info.psem.permits);
         ttl = e->info.psem.ttl_ms;
         break;
-    case DLOCK_KIND_SEMAPHORE:
-        snprintf(r->state, sizeof r->state, "%ld available", e->info.semaphore.available);
-        break;
+    case DLOCK_KIND_SEMAPHORE: snprintf(r->state, sizeof r->state, "%ld available", e->info.semaphore.available); break;
     case DLOCK_KIND_LATCH: snprintf(r->state, sizeof r->state, "count %ld", e->info.latch.count); break;
     default: snprintf(r->state, sizeof r->state, "-"); break;
     }

@@ -18,9 +18,9 @@
 typedef struct hold_args {
     hold_kind kind;
     long ttl, wait_ms, permits;
-    long set_permits; /* semaphore --set-permits: the new size, or -1 */
-    long margin_pct; /* --safety-margin */
-    long busy_exit;  /* -E: the exit status when not acquired */
+    long set_permits;     /* semaphore --set-permits: the new size, or -1 */
+    long margin_pct;      /* --safety-margin */
+    long busy_exit;       /* -E: the exit status when not acquired */
     uint64_t fence_floor; /* --fence-floor: tokens go above it */
     int verbose;          /* -v: say why the hold was not taken, and when it was */
     int retry_connect;    /* --retry-connect: wait through a Redis outage */
@@ -53,13 +53,15 @@ static int set_permits_arg(const char *s, hold_args *h)
  * subcommand's help. `argv[0]` is the subcommand. */
 static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
 {
-#define HOLD_COMMON_OPTS                                                                    \
-    {"wait", required_argument, NULL, 'w'}, {"ttl", required_argument, NULL, 't'},          \
-        {"nonblock", no_argument, NULL, 'n'}, {"conflict-exit-code", required_argument, NULL, 'E'}, \
-        {"command", required_argument, NULL, 'c'}, {"safety-margin", required_argument, NULL, 'm'}, \
-        {"verbose", no_argument, NULL, 'v'}, {"quiet", no_argument, NULL, 'q'},                      \
-        {"retry-connect", no_argument, NULL, 'r'}, {"until-eof", no_argument, NULL, 'e'},            \
-        {"help", no_argument, NULL, 'h'}
+#define HOLD_COMMON_OPTS                                                                                               \
+    {"wait", required_argument, NULL, 'w'}, {"ttl", required_argument, NULL, 't'},                                     \
+        {"nonblock", no_argument, NULL, 'n'}, {"conflict-exit-code", required_argument, NULL, 'E'},                    \
+        {"command", required_argument, NULL, 'c'}, {"safety-margin", required_argument, NULL, 'm'},                    \
+        {"verbose", no_argument, NULL, 'v'}, {"quiet", no_argument, NULL, 'q'},                                        \
+        {"retry-connect", no_argument, NULL, 'r'}, {"until-eof", no_argument, NULL, 'e'},                              \
+    {                                                                                                                  \
+        "help", no_argument, NULL, 'h'                                                                                 \
+    }
     static const struct option lock_opts[] = {
         HOLD_COMMON_OPTS,
         {"fair", no_argument, NULL, 'F'},
@@ -80,8 +82,8 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     const char *synopsis = is_sem ? USAGE_SEM : USAGE_LOCK;
     int opt, kinds = 0;
     optind = 0; /* 0: full getopt reset in glibc, honouring the '+' again */
-    while ((opt = getopt_long(argc, argv, is_sem ? "+:t:w:p:nE:c:hvq" : "+:t:w:nE:c:hvqsx", is_sem ? sem_opts : lock_opts,
-                              NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, is_sem ? "+:t:w:p:nE:c:hvq" : "+:t:w:nE:c:hvqsx",
+                              is_sem ? sem_opts : lock_opts, NULL)) != -1) {
         switch (opt) {
         case 't':
             if (cli_duration_arg(synopsis, argv, MIN_TTL_MS, DLOCK_LEASE_MAX_MS, &h->ttl) != 0) return EXIT_USAGE;
@@ -92,8 +94,8 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
         case 'n': h->wait_ms = 0; break;
         case 'E':
             if (cli_parse_number(optarg, 0, MAX_EXIT_CODE, &h->busy_exit) != 0)
-                return cli_usage_error(synopsis, "bad %s '%s': expected an exit status from 0 to %d", cli_typed_option(argv),
-                                   optarg, MAX_EXIT_CODE);
+                return cli_usage_error(synopsis, "bad %s '%s': expected an exit status from 0 to %d",
+                                       cli_typed_option(argv), optarg, MAX_EXIT_CODE);
             break;
         case 'c':
             if (h->operands.shell_command) return cli_usage_error(synopsis, "%s: -c given twice", argv[0]);
@@ -112,17 +114,27 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
             break;
         case 'm':
             if (cli_parse_number(optarg, 1, 50, &h->margin_pct) != 0)
-                return cli_usage_error(synopsis, "bad --safety-margin '%s': expected a percentage from 1 to 50", optarg);
+                return cli_usage_error(synopsis, "bad --safety-margin '%s': expected a percentage from 1 to 50",
+                                       optarg);
             break;
         case 'v': h->verbose = 1; break;
         case 'q': cli_set_quiet(1); break;
         case 'r': h->retry_connect = 1; break;
         case 'e': h->until_eof = 1; break;
-        case 'F': h->kind = HOLD_FAIR; kinds++; break;
+        case 'F':
+            h->kind = HOLD_FAIR;
+            kinds++;
+            break;
         case 's':
-        case 'R': h->kind = HOLD_READ; kinds++; break;
+        case 'R':
+            h->kind = HOLD_READ;
+            kinds++;
+            break;
         case 'x':
-        case 'W': h->kind = HOLD_WRITE; kinds++; break;
+        case 'W':
+            h->kind = HOLD_WRITE;
+            kinds++;
+            break;
         case 'h': cli_print_sub_help(argv[0]); return -1;
         case ':': return cli_usage_error(synopsis, "option %s needs a value", cli_bad_option(argv));
         default: return cli_unknown_option(synopsis, cli_bad_option(argv));
@@ -136,7 +148,8 @@ static int parse_hold_args(int argc, char **argv, int is_sem, hold_args *h)
     /* The form the man page shows, `semaphore NAME --set-permits N`: after
      * NAME, where a COMMAND would be, since no command is called that. */
     if (is_sem && optind < argc && strcmp(argv[optind], "--set-permits") == 0) {
-        if (optind + 2 != argc) return cli_usage_error(synopsis, "semaphore: --set-permits takes one N and nothing after");
+        if (optind + 2 != argc)
+            return cli_usage_error(synopsis, "semaphore: --set-permits takes one N and nothing after");
         if (set_permits_arg(argv[optind + 1], h) != 0) return EXIT_USAGE;
         optind = argc;
     }
@@ -229,8 +242,12 @@ static int print_hold(const holder *h, uint64_t token)
  * runs, or without COMMAND until told to stop. */
 int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, char **argv)
 {
-    hold_args a = {.kind = HOLD_PLAIN, .ttl = DEFAULT_TTL_MS, .wait_ms = DLOCK_WAIT_FOREVER,
-                   .margin_pct = DEFAULT_MARGIN_PCT, .busy_exit = EXIT_BUSY, .set_permits = -1};
+    hold_args a = {.kind = HOLD_PLAIN,
+                   .ttl = DEFAULT_TTL_MS,
+                   .wait_ms = DLOCK_WAIT_FOREVER,
+                   .margin_pct = DEFAULT_MARGIN_PCT,
+                   .busy_exit = EXIT_BUSY,
+                   .set_permits = -1};
     int rc = parse_hold_args(argc, argv, is_sem, &a);
     if (rc < 0) return cli_help_done();
     if (rc != 0) return rc;
@@ -301,8 +318,8 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
     if (a.operands.command) {
         rc = early ? 0 : cli_prepare_guard(&c, a.name, a.operands.command, &handled);
         if (rc == 0)
-            rc = cli_start_command(&c, a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL, a.operands.command[0],
-                                   &handled, cli_holder_lost, &h);
+            rc = cli_start_command(&c, a.name, token, h.permit ? dlock_permit_id(h.permit) : NULL,
+                                   a.operands.command[0], &handled, cli_holder_lost, &h);
     } else {
         rc = print_hold(&h, token);
     }
@@ -316,7 +333,8 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
         info = holdinfo_start(h.clients[0], urls[0], &ko, (holdinfo_kind)h.ops->holdinfo_kind, a.name, token, a.ttl,
                               a.operands.command ? a.operands.command : self, &cli_lease_lost);
     }
-    if (rc == 0 && a.operands.command) rc = cli_wait_command(&c, a.name, a.operands.command[0], margin_ms, cli_holder_lost, &h);
+    if (rc == 0 && a.operands.command)
+        rc = cli_wait_command(&c, a.name, a.operands.command[0], margin_ms, cli_holder_lost, &h);
     else if (rc == 0) rc = cli_hold_idle(a.name, a.until_eof, margin_ms, cli_holder_lost, &h);
 
     /* The record's delete goes out from the keeper's thread beside the
@@ -330,7 +348,8 @@ int cli_cmd_hold(const char *const *urls, size_t n_urls, int is_sem, int argc, c
     holdinfo_free(info);
     if (atomic_load(&cli_lease_lost) || cli_lost_reported) {
         /* Reported when it happened, unless COMMAND had just ended. */
-        if (!cli_lost_reported) cli_errorf("lost '%s' while %s", a.name, a.operands.command ? "COMMAND ran" : "holding it");
+        if (!cli_lost_reported)
+            cli_errorf("lost '%s' while %s", a.name, a.operands.command ? "COMMAND ran" : "holding it");
         rc = EXIT_LOST;
     } else if (st == DLOCK_ERR_LOST) {
         cli_errorf("'%s' was lost before %s: %s", a.name, a.operands.command ? "COMMAND finished" : "its release",

@@ -49,7 +49,7 @@ int cli_cmd_id(const char *url, int argc, char **argv)
         case 'n':
             if (cli_parse_number(optarg, 1, MAX_ID_COUNT, &count) != 0)
                 return cli_usage_error(USAGE_ID, "bad COUNT '%s': expected a number from 1 to %ld", optarg,
-                                   MAX_ID_COUNT);
+                                       MAX_ID_COUNT);
             numbered = 1;
             break;
         case 'C': counting = 1; break;
@@ -96,4 +96,3 @@ int cli_cmd_id(const char *url, int argc, char **argv)
     free(ids);
     return rc;
 }
-

@@ -9,12 +9,9 @@
 int cli_cmd_latch(const char *url, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"set", required_argument, NULL, 'S'},
-        {"count-down", no_argument, NULL, 'D'},
-        {"await", no_argument, NULL, 'A'},
-        {"wait", required_argument, NULL, 'w'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"set", required_argument, NULL, 'S'}, {"count-down", no_argument, NULL, 'D'},
+        {"await", no_argument, NULL, 'A'},     {"wait", required_argument, NULL, 'w'},
+        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0},
     };
     long count = 0, wait_ms = DLOCK_WAIT_FOREVER;
     int action = 0, actions = 0, waited = 0, opt;
@@ -28,8 +25,14 @@ int cli_cmd_latch(const char *url, int argc, char **argv)
             action = 'S';
             actions++;
             break;
-        case 'D': action = 'D'; actions++; break;
-        case 'A': action = 'A'; actions++; break;
+        case 'D':
+            action = 'D';
+            actions++;
+            break;
+        case 'A':
+            action = 'A';
+            actions++;
+            break;
         case 'w':
             if (cli_duration_arg(USAGE_LATCH, argv, 0, MAX_MS, &wait_ms) != 0) return EXIT_USAGE;
             waited = 1;
@@ -80,4 +83,3 @@ int cli_cmd_latch(const char *url, int argc, char **argv)
     dlock_client_free(client);
     return rc;
 }
-

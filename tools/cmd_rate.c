@@ -62,7 +62,8 @@ static int parse_status_operands(int argc, char **argv, int at, rate_args *a)
         if (strcmp(argv[at], "--json") == 0) a->json = 1;
         else if (strcmp(argv[at], "--subject") == 0 && at + 1 < argc) a->subject = argv[++at];
         else if (strncmp(argv[at], "--subject=", 10) == 0) a->subject = argv[at] + 10;
-        else if (strcmp(argv[at], "--subject") == 0) return cli_usage_error(USAGE_RATE, "option --subject needs a value");
+        else if (strcmp(argv[at], "--subject") == 0)
+            return cli_usage_error(USAGE_RATE, "option --subject needs a value");
         else return cli_usage_error(USAGE_RATE, "rate --status: unexpected '%s'", cli_shown(argv[at]));
     }
     return 0;
@@ -79,8 +80,9 @@ static int check_settings(const rate_args *a)
     if (a->o.rate == 0) return cli_usage_error(USAGE_RATE, "rate: -r RATE[/UNIT] is required");
     long burst = a->o.burst ? a->o.burst : a->o.rate;
     if ((long long)burst * a->o.interval_ms > DLOCK_RATE_SPAN_MAX)
-        return cli_usage_error(USAGE_RATE, "rate: burst %ld x interval %ld ms is over %lld ms: lower -b or the interval",
-                               burst, a->o.interval_ms, DLOCK_RATE_SPAN_MAX);
+        return cli_usage_error(USAGE_RATE,
+                               "rate: burst %ld x interval %ld ms is over %lld ms: lower -b or the interval", burst,
+                               a->o.interval_ms, DLOCK_RATE_SPAN_MAX);
     return 0;
 }
 
@@ -127,7 +129,10 @@ static int parse_rate_args(int argc, char **argv, rate_args *a)
             if (cli_duration_arg(USAGE_RATE, argv, 0, MAX_MS, &a->wait_ms) != 0) return EXIT_USAGE;
             takes++;
             break;
-        case 'n': a->wait_ms = 0; takes++; break;
+        case 'n':
+            a->wait_ms = 0;
+            takes++;
+            break;
         case 'E':
             if (cli_parse_number(optarg, 0, MAX_EXIT_CODE, &a->busy_exit) != 0)
                 return cli_usage_error(USAGE_RATE, "bad %s '%s': expected an exit status from 0 to %d",
@@ -140,7 +145,10 @@ static int parse_rate_args(int argc, char **argv, rate_args *a)
             takes++;
             break;
         case 'S': a->subject = optarg; break;
-        case 'C': a->o.change = 1; takes++; break;
+        case 'C':
+            a->o.change = 1;
+            takes++;
+            break;
         case 's': a->status = 1; break;
         case 'j': a->json = 1; break;
         case 'v': a->verbose = 1; break;
@@ -360,7 +368,8 @@ int cli_cmd_rate(const char *url, int argc, char **argv)
     }
     dlock_client *client = NULL;
     dlock_options o = rate_options(&a);
-    if ((rc = cli_open_client(url, &o, &client)) == 0) rc = a.status ? rate_status(client, &a) : take_permit(client, &a);
+    if ((rc = cli_open_client(url, &o, &client)) == 0)
+        rc = a.status ? rate_status(client, &a) : take_permit(client, &a);
     cli_deadline_disarm();
     dlock_client_free(client);
     if (rc != 0 || !a.operands.command) return rc;

@@ -22,8 +22,8 @@ typedef struct status_report {
     const char *name;
     dlock_lock_info lock;
     dlock_rwlock_info rw;
-    dlock_psem_info psem;      /* what `dlock semaphore` holds */
-    dlock_semaphore_info sem;  /* the library's semaphore without leases */
+    dlock_psem_info psem;     /* what `dlock semaphore` holds */
+    dlock_semaphore_info sem; /* the library's semaphore without leases */
     dlock_latch_info latch;
     holdinfo_view v;
     /* The hold described by token..lease_left: the plain or fair lock when
@@ -113,8 +113,8 @@ static void print_status_text(const status_report *r)
     printf("holder: %s\ncount: %ld\nttl_ms: %ld\nlast_token: %llu\n"
            "writer: %s\nreaders: %ld\nrw_ttl_ms: %ld\nrw_last_token: %llu\n",
            r->lock.held ? r->lock.holder : "-", r->lock.held ? r->lock.hold_count : 0L, r->lock.ttl_ms,
-           (unsigned long long)r->lock.last_token, r->rw.writer[0] ? r->rw.writer : "-", r->rw.readers,
-           r->rw.ttl_ms, (unsigned long long)r->rw.last_token);
+           (unsigned long long)r->lock.last_token, r->rw.writer[0] ? r->rw.writer : "-", r->rw.readers, r->rw.ttl_ms,
+           (unsigned long long)r->rw.last_token);
     put_count("waiting", r->v.waiting);
     put_count("rw_waiting", r->v.rw_waiting);
     printf("token: %s\n", r->token ? r->token : "-");

@@ -72,7 +72,8 @@ int cli_open_client(const char *url, const dlock_options *opts, dlock_client **o
      * by accident. */
     static int warned;
     if (parsed.tls && !parsed.tls_verify && !warned++)
-        cli_warnf("warning: TLS certificate verification is off (verify=no): anyone on the path can pose as the server");
+        cli_warnf(
+            "warning: TLS certificate verification is off (verify=no): anyone on the path can pose as the server");
     dlock_url_free(&parsed);
     dlock_options o = cli_client_options(opts);
     dlock_status st = dlock_client_new(url, &o, out);
@@ -82,7 +83,6 @@ int cli_open_client(const char *url, const dlock_options *opts, dlock_client **o
     }
     return 0;
 }
-
 
 /* Cap the connect and command timeouts of `o` at `wait_ms` plus a second,
  * so that no single call outlasts a -w by much. */

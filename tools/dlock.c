@@ -101,7 +101,7 @@ int main(int argc, char **argv)
         case 'T':
             if (cli_parse_duration(optarg, 1, MAX_MS, &timeout_ms) != 0)
                 return cli_general_usage_error("bad --timeout '%s': expected a duration from 1 to %ld ms (%s)", optarg,
-                                           MAX_MS, DURATION_UNITS);
+                                               MAX_MS, DURATION_UNITS);
             break;
         case ':': return cli_general_usage_error("option %s needs a value", cli_bad_option(argv));
         default: return cli_general_usage_error("unknown option '%s'", cli_bad_option(argv));

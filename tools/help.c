@@ -23,15 +23,15 @@ void cli_print_synopsis(FILE *f)
 }
 
 /* The global options, shared by --help and every subcommand's help. */
-#define HELP_GLOBAL                                                                                  \
-    "Global options (before the subcommand):\n"                                                      \
-    "  -u, --url URL   redis://[[user]:password@]host[:port][/db], unix:///path?db=N,\n"             \
-    "                  redis-sentinel://..., redis-cluster://...\n"                                   \
-    "                  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"                                 \
-    "  --password-file FILE  Redis password: FILE's first line; FILE must be mode\n"                \
-    "                  0600 or 0400 (default: $DLOCK_PASSWORD)\n"                                     \
-    "  --timeout DURATION  connect and command timeout (default 2s and 5s)\n"                        \
-    "\n"                                                                                             \
+#define HELP_GLOBAL                                                                                                    \
+    "Global options (before the subcommand):\n"                                                                        \
+    "  -u, --url URL   redis://[[user]:password@]host[:port][/db], unix:///path?db=N,\n"                               \
+    "                  redis-sentinel://..., redis-cluster://...\n"                                                    \
+    "                  (default: $DLOCK_URL, else " DEFAULT_URL ")\n"                                                  \
+    "  --password-file FILE  Redis password: FILE's first line; FILE must be mode\n"                                   \
+    "                  0600 or 0400 (default: $DLOCK_PASSWORD)\n"                                                      \
+    "  --timeout DURATION  connect and command timeout (default 2s and 5s)\n"                                          \
+    "\n"                                                                                                               \
     "DURATION is " DURATION_FORMS ".\n"
 
 /* --help: the synopsis and one screen of reminders; dlock(1) has the rest. */
@@ -40,10 +40,10 @@ void cli_print_help(void)
     cli_print_synopsis(stdout);
     fputs("\n"
           "Run COMMAND while holding the Redis lock NAME (a distributed flock), or\n"
-          "when the rate limit NAME grants a permit, make global IDs, or list, inspect, break and delete locks, semaphores and\n"
+          "when the rate limit NAME grants a permit, make global IDs, or list, inspect, break and delete locks, "
+          "semaphores and\n"
           "latches. `dlock SUBCOMMAND --help` lists each subcommand's options.\n"
-          "\n" HELP_GLOBAL
-          "  -u given 3 or more times: `lock` is a RedLock over those independent\n"
+          "\n" HELP_GLOBAL "  -u given 3 or more times: `lock` is a RedLock over those independent\n"
           "  masters (twice is refused: a majority of two masters is both).\n"
           "\n"
           "COMMAND gets DLOCK_NAME and DLOCK_TOKEN (the fencing token) in its environment.\n"
@@ -60,32 +60,32 @@ void cli_print_help(void)
 }
 
 /* The options `lock` and `semaphore` share, in their --help ... */
-#define HELP_HOLD_COMMON                                                                             \
-    "  -w, --wait DURATION   give up after DURATION, exit 75 quietly (default: wait\n"               \
-    "                        forever); back within DURATION + 2 s whatever Redis does\n"            \
-    "  -n, --nonblock        try once: the same as -w 0\n"                                           \
-    "  --retry-connect       wait through a Redis outage (within -w) instead of exit 69\n"          \
-    "  -v, --verbose         say why the lock was not acquired, or after how long it was\n"         \
-    "  -q, --quiet           no warnings (errors are still printed)\n"                              \
-    "  -t, --ttl DURATION    lease, renewed every third of it while held\n"                         \
-    "                        (default 30s)\n"                                                        \
-    "  -E, --conflict-exit-code N  exit N (0 to 255) instead of 75 when not acquired\n"              \
-    "  -c, --command 'SHELL COMMAND'  run it with /bin/sh -c (also after NAME, as\n"                 \
-    "                        in flock(1))\n"                                                         \
-    "  --safety-margin PCT   when renewals fail, stop trusting the lease PCT % of TTL\n"             \
-    "                        (+1 % + 2 ms) before it could end: COMMAND gets SIGTERM,\n"             \
-    "                        its process group SIGKILL PCT % later (default 10)\n"                   \
-    "  --until-eof           without COMMAND: hold until stdin ends\n"                               \
+#define HELP_HOLD_COMMON                                                                                               \
+    "  -w, --wait DURATION   give up after DURATION, exit 75 quietly (default: wait\n"                                 \
+    "                        forever); back within DURATION + 2 s whatever Redis does\n"                               \
+    "  -n, --nonblock        try once: the same as -w 0\n"                                                             \
+    "  --retry-connect       wait through a Redis outage (within -w) instead of exit 69\n"                             \
+    "  -v, --verbose         say why the lock was not acquired, or after how long it was\n"                            \
+    "  -q, --quiet           no warnings (errors are still printed)\n"                                                 \
+    "  -t, --ttl DURATION    lease, renewed every third of it while held\n"                                            \
+    "                        (default 30s)\n"                                                                          \
+    "  -E, --conflict-exit-code N  exit N (0 to 255) instead of 75 when not acquired\n"                                \
+    "  -c, --command 'SHELL COMMAND'  run it with /bin/sh -c (also after NAME, as\n"                                   \
+    "                        in flock(1))\n"                                                                           \
+    "  --safety-margin PCT   when renewals fail, stop trusting the lease PCT % of TTL\n"                               \
+    "                        (+1 % + 2 ms) before it could end: COMMAND gets SIGTERM,\n"                               \
+    "                        its process group SIGKILL PCT % later (default 10)\n"                                     \
+    "  --until-eof           without COMMAND: hold until stdin ends\n"                                                 \
     "  -h, --help            this text\n"
 /* ... and what follows them. */
-#define HELP_HOLD_END                                                                                \
-    "\n"                                                                                             \
-    "Options end at NAME: everything after it is COMMAND and its arguments ('--'\n"                  \
-    "before COMMAND is optional). COMMAND gets DLOCK_NAME and DLOCK_TOKEN (a\n"                      \
-    "semaphore's: DLOCK_PERMIT). Without COMMAND, the token is printed and the hold\n"              \
-    "kept until SIGTERM or SIGINT (or, with --until-eof, the end of stdin), exit 0.\n"             \
-    "Exit status: COMMAND's; 75 (or -E N) not acquired, 76 lost while held, 69 Redis\n"            \
-    "unreachable or not answering in time, 64 usage, 65 NAME in use as another kind\n"             \
+#define HELP_HOLD_END                                                                                                  \
+    "\n"                                                                                                               \
+    "Options end at NAME: everything after it is COMMAND and its arguments ('--'\n"                                    \
+    "before COMMAND is optional). COMMAND gets DLOCK_NAME and DLOCK_TOKEN (a\n"                                        \
+    "semaphore's: DLOCK_PERMIT). Without COMMAND, the token is printed and the hold\n"                                 \
+    "kept until SIGTERM or SIGINT (or, with --until-eof, the end of stdin), exit 0.\n"                                 \
+    "Exit status: COMMAND's; 75 (or -E N) not acquired, 76 lost while held, 69 Redis\n"                                \
+    "unreachable or not answering in time, 64 usage, 65 NAME in use as another kind\n"                                 \
     "(COMMAND not run), 127 not executable.\n"
 
 /* `dlock SUBCOMMAND --help`: that subcommand's synopsis and options, for
@@ -97,8 +97,7 @@ void cli_print_sub_help(const char *cmd)
               "\n"
               "Run COMMAND while holding the lock NAME, and exit with its status; without\n"
               "COMMAND, hold NAME until told to stop.\n"
-              "\n" HELP_HOLD_COMMON
-              "  --fair                FIFO lock: waiters get it in the order they came\n"
+              "\n" HELP_HOLD_COMMON "  --fair                FIFO lock: waiters get it in the order they came\n"
               "  --read, --write       shared / exclusive side of a read-write lock\n"
               "  -s, --shared, -x, --exclusive  the same, as flock(1) names them\n"
               "  --fence-floor TOKEN   the fencing token handed out is above TOKEN\n" HELP_HOLD_END,
@@ -111,8 +110,7 @@ void cli_print_sub_help(const char *cmd)
               "  -p, --permits PERMITS the semaphore's size, set by its first user; another\n"
               "                        size than the one stored exits 78\n"
               "  --set-permits N       resize NAME to N permits (0 or more) and exit 0,\n"
-              "                        running nothing (also as NAME --set-permits N)\n" HELP_HOLD_COMMON
-                  HELP_HOLD_END,
+              "                        running nothing (also as NAME --set-permits N)\n" HELP_HOLD_COMMON HELP_HOLD_END,
               stdout);
     } else if (strcmp(cmd, "rate") == 0) {
         fputs("usage: " USAGE_RATE "\n"

@@ -29,7 +29,15 @@
 
 /* What `lock` and `semaphore` hold while COMMAND runs: an index into
  * cli_hold_kinds[]. */
-typedef enum hold_kind { HOLD_PLAIN, HOLD_FAIR, HOLD_READ, HOLD_WRITE, HOLD_REDLOCK, HOLD_PERMIT, HOLD_KINDS } hold_kind;
+typedef enum hold_kind {
+    HOLD_PLAIN,
+    HOLD_FAIR,
+    HOLD_READ,
+    HOLD_WRITE,
+    HOLD_REDLOCK,
+    HOLD_PERMIT,
+    HOLD_KINDS
+} hold_kind;
 
 /* The objects behind one hold, whatever its kind. */
 typedef struct holder {
@@ -81,8 +89,7 @@ void cli_on_lost(dlock_lock *lock, uint64_t token, void *arg);
 int cli_prepare_guard(child *c, const char *name, char **command, sigset_t *handled);
 int cli_start_command(child *c, const char *name, uint64_t token, const char *permit, const char *command0,
                       const sigset_t *handled, int (*lost)(void *), void *hold);
-int cli_wait_command(child *c, const char *name, const char *command0, long margin_ms, int (*lost)(void *),
-                     void *hold);
+int cli_wait_command(child *c, const char *name, const char *command0, long margin_ms, int (*lost)(void *), void *hold);
 void cli_test_stop_after_release(void);
 /* Keep a hold without COMMAND until a signal ends it (0), stdin ends when
  * `until_eof` (0), or it is lost (EXIT_LOST). */

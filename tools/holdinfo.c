@@ -39,10 +39,9 @@ static const char record_script[] =
 /* KEYS[1] the record; ARGV[1] our token, ARGV[2] a new TTL (ms), or "0" to
  * delete it. Touches only a record of our hold: after our release the next
  * holder's record may already be there. */
-static const char touch_script[] =
-    "if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end\n"
-    "if ARGV[2] == '0' then return redis.call('DEL', KEYS[1]) end\n"
-    "return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n";
+static const char touch_script[] = "if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end\n"
+                                   "if ARGV[2] == '0' then return redis.call('DEL', KEYS[1]) end\n"
+                                   "return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n";
 
 /*
  * KEYS: the lock's hash, its record, the read-write lock's hash, its
@@ -71,18 +70,18 @@ static const char read_script[] =
 struct holdinfo {
     dlock_client *client; /* the holder's, for the first write and the last delete */
     char *url;
-    dlock_options opts;   /* for the keeper's own client */
+    dlock_options opts; /* for the keeper's own client */
     dlock_client *keeper_client;
     char *key; /* the record */
     char token[24];
-    char ttl[24]; /* the record's TTL, ms */
-    long every_ms; /* refresh period */
+    char ttl[24];     /* the record's TTL, ms */
+    long every_ms;    /* refresh period */
     atomic_int *lost; /* the hold was lost: stop refreshing */
     /* The first write, made by the keeper (see holdinfo_start()). */
-    char *lock;    /* the lock's hash */
+    char *lock; /* the lock's hash */
     const char *owner_field;
     char host[256], pid[24], command[HOLDINFO_COMMAND_MAX + 1];
-    int running;   /* the keeper thread was started */
+    int running; /* the keeper thread was started */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -92,8 +91,8 @@ struct holdinfo {
 
 /* EVAL through the raw API: the tool links no script of its own into the
  * library, and EVAL routes by keys[0] like any keyed command. */
-static dlock_status eval(dlock_client *c, int flags, const char *script, int nkeys, const char *const *keys,
-                         int nargs, const char *const *args, redisReply **reply)
+static dlock_status eval(dlock_client *c, int flags, const char *script, int nkeys, const char *const *keys, int nargs,
+                         const char *const *args, redisReply **reply)
 {
     const char *argv[16];
     char n[12];
@@ -110,8 +109,8 @@ static dlock_status eval(dlock_client *c, int flags, const char *script, int nke
 }
 
 /* An EVAL whose integer answer is all we want; -1 on any failure. */
-static long long eval_int(dlock_client *c, int flags, const char *script, int nkeys, const char *const *keys,
-                          int nargs, const char *const *args)
+static long long eval_int(dlock_client *c, int flags, const char *script, int nkeys, const char *const *keys, int nargs,
+                          const char *const *args)
 {
     redisReply *r = NULL;
     long long v = -1;
@@ -137,10 +136,10 @@ void holdinfo_command_line(char *const *command, char *out, size_t size)
 {
     size_t n = 0;
     if (size == 0) return;
-#define PUT(ch)                            \
-    do {                                   \
-        if (n < size - 1) out[n] = (ch);   \
-        n++;                               \
+#define PUT(ch)                                                                                                        \
+    do {                                                                                                               \
+        if (n < size - 1) out[n] = (ch);                                                                               \
+        n++;                                                                                                           \
     } while (0)
     for (size_t i = 0; command[i]; i++) {
         const char *a = command[i];
@@ -194,8 +193,8 @@ static void *keeper(void *arg)
     pthread_setname_np(pthread_self(), "dlock-holdinfo");
     holdinfo *h = arg;
     const char *first_keys[2] = {h->lock, h->key};
-    const char *first_args[9] = {h->token, h->ttl, h->owner_field, "host", h->host, "pid", h->pid,
-                                 "command", h->command};
+    const char *first_args[9] = {h->token, h->ttl, h->owner_field, "host",    h->host,
+                                 "pid",    h->pid, "command",      h->command};
     const char *keys[1] = {h->key};
     const char *args[2] = {h->token, h->ttl};
     /* A COMMAND that ended before we got here (`true`) needs no record. */
@@ -369,8 +368,7 @@ static void count_subscribers(dlock_client *client, const char *name, int cluste
     const char *argv[4] = {"PUBSUB", cluster ? "SHARDNUMSUB" : "NUMSUB", ch, rwch};
     redisReply *r = NULL;
     if (dlock_redis_command(client, ch, 0, 4, argv, NULL, &r) == DLOCK_OK && r->type == REDIS_REPLY_ARRAY &&
-        r->elements == 4 && r->element[1]->type == REDIS_REPLY_INTEGER &&
-        r->element[3]->type == REDIS_REPLY_INTEGER) {
+        r->elements == 4 && r->element[1]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_INTEGER) {
         v->waiting = v->waiting < 0 ? -1 : v->waiting + (long)r->element[1]->integer;
         v->rw_waiting = (long)r->element[3]->integer;
     } else {

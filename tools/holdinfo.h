@@ -65,7 +65,7 @@ void holdinfo_free(holdinfo *h);
 
 /* What a holder recorded about itself. */
 typedef struct holdinfo_meta {
-    int known;       /* 1 when the current hold's record was found */
+    int known; /* 1 when the current hold's record was found */
     char host[256];
     long pid;
     char command[HOLDINFO_COMMAND_MAX + 1];
@@ -78,8 +78,8 @@ typedef struct holdinfo_view {
     char lock_token[24]; /* the current plain or fair hold's fencing token, "" when free */
     char rw_token[24];   /* the current write hold's, "" when none */
     holdinfo_meta lock, rw;
-    long waiting;        /* waiting for the plain or fair lock; -1 unknown */
-    long rw_waiting;     /* waiting for the read-write lock; -1 unknown */
+    long waiting;    /* waiting for the plain or fair lock; -1 unknown */
+    long rw_waiting; /* waiting for the read-write lock; -1 unknown */
 } holdinfo_view;
 
 /*

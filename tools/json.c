@@ -64,4 +64,3 @@ void cli_json_num_member(FILE *f, const char *key, long long value, int known)
     if (known) fprintf(f, ",\"%s\":%lld", key, value);
     else fprintf(f, ",\"%s\":null", key);
 }
-

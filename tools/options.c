@@ -143,7 +143,7 @@ int cli_duration_arg(const char *synopsis, char **argv, long lo, long hi, long *
 {
     if (cli_parse_duration(optarg, lo, hi, out) == 0) return 0;
     return cli_usage_error(synopsis, "bad %s '%s': expected a duration from %ld to %ld ms (%s)", cli_typed_option(argv),
-                       optarg, lo, hi, DURATION_UNITS);
+                           optarg, lo, hi, DURATION_UNITS);
 }
 
 /* Check that a subcommand got exactly one NAME and no options; shared by

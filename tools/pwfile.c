@@ -31,8 +31,8 @@ int pwfile_read(const char *path, char **out, char *err, size_t errlen)
     } else if (!S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "password file %s is not a regular file", path);
     } else if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-        snprintf(err, errlen, "password file %s is accessible by others (mode %04o): chmod 600 it",
-                 path, (unsigned)(st.st_mode & 07777));
+        snprintf(err, errlen, "password file %s is accessible by others (mode %04o): chmod 600 it", path,
+                 (unsigned)(st.st_mode & 07777));
     } else {
         size_t got = 0;
         while (got < sizeof buf && (n = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)n;
@@ -44,8 +44,8 @@ int pwfile_read(const char *path, char **out, char *err, size_t errlen)
     char *nl = memchr(buf, '\n', (size_t)n);
     size_t len = nl ? (size_t)(nl - buf) : (size_t)n;
     int ok = 0;
-    if (!nl && (size_t)n > PWFILE_MAX) snprintf(err, errlen, "password file %s: first line longer than %d bytes",
-                                              path, PWFILE_MAX);
+    if (!nl && (size_t)n > PWFILE_MAX)
+        snprintf(err, errlen, "password file %s: first line longer than %d bytes", path, PWFILE_MAX);
     else if (len == 0) snprintf(err, errlen, "password file %s: the first line is empty", path);
     else if (memchr(buf, '\0', len)) snprintf(err, errlen, "password file %s: NUL byte in the password", path);
     else if (!(*out = strndup(buf, len))) snprintf(err, errlen, "out of memory");

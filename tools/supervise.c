@@ -163,7 +163,8 @@ static int supervise(child *c, const char *name, long margin_ms, int (*lost)(voi
         if (child_poll(c, &wstatus)) return wstatus;
         if (kill_at < 0 && !cli_lost_reported && lost(hold)) {
             cli_lost_reported = 1;
-            cli_errorf("lost lock '%s' while COMMAND ran; sending it SIGTERM, SIGKILL in %ld ms", name, margin_ms - every);
+            cli_errorf("lost lock '%s' while COMMAND ran; sending it SIGTERM, SIGKILL in %ld ms", name,
+                       margin_ms - every);
             child_signal(c, SIGTERM);
             kill_at = mono_ms() + margin_ms - every;
         }
@@ -205,7 +206,7 @@ static int supervise(child *c, const char *name, long margin_ms, int (*lost)(voi
  * environment. Returns 0 when COMMAND was started, else the status dlock
  * exits with (the guard is gone then). */
 int cli_start_command(child *c, const char *name, uint64_t token, const char *permit, const char *command0,
-                         const sigset_t *handled, int (*lost)(void *), void *hold)
+                      const sigset_t *handled, int (*lost)(void *), void *hold)
 {
     char late[CHILD_LATE_MAX];
     /* A permit has no fencing token; it is named by its id instead. */
@@ -264,8 +265,7 @@ void cli_test_stop_after_release(void)
 
 /* Wait for COMMAND that cli_start_command() started, and return the status
  * dlock should exit with, before the release is considered. */
-int cli_wait_command(child *c, const char *name, const char *command0, long margin_ms, int (*lost)(void *),
-                        void *hold)
+int cli_wait_command(child *c, const char *name, const char *command0, long margin_ms, int (*lost)(void *), void *hold)
 {
     int wstatus = supervise(c, name, margin_ms, lost, hold);
     /* Whatever COMMAND left in its group dies before the lock is released;
@@ -390,9 +390,9 @@ int cli_deadline_arm(const char *name, long after_ms)
 {
     char shown[80];
     snprintf(shown, sizeof shown, "%s", cli_shown(name));
-    int n = snprintf(deadline_msg, sizeof deadline_msg,
-                     "dlock: Redis did not answer in time: gave up on '%s' %ld ms after the wait began\n", shown,
-                     after_ms);
+    int n =
+        snprintf(deadline_msg, sizeof deadline_msg,
+                 "dlock: Redis did not answer in time: gave up on '%s' %ld ms after the wait began\n", shown, after_ms);
     deadline_msg_len = n < 0 ? 0 : (size_t)n < sizeof deadline_msg ? (size_t)n : sizeof deadline_msg - 1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -103,8 +103,7 @@ static void emit(sk_log_level level, const char *msg)
     timestamp(ts, sizeof ts);
     size_t n;
     if (atomic_load_explicit(&g_json, memory_order_relaxed)) {
-        n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", ts,
-                             level_names[level]);
+        n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", ts, level_names[level]);
         n += json_escape(line + n, sizeof line - n - 3, msg);
         line[n++] = '"';
         line[n++] = '}';
@@ -202,8 +201,8 @@ void sk_log_access(const sk_access *a)
         n = snprintf(line, sizeof line,
                      "{\"ts\":\"%s\",\"remote\":\"%s\",\"method\":\"%s\",\"path\":\"%s\",\"version\":\"%s\","
                      "\"status\":%d,\"bytes\":%zu,\"duration_s\":%.6f}\n",
-                     ts, a->remote ? a->remote : "-", method, path, a->version ? a->version : "", a->status,
-                     a->bytes, (double)a->ns / 1e9);
+                     ts, a->remote ? a->remote : "-", method, path, a->version ? a->version : "", a->status, a->bytes,
+                     (double)a->ns / 1e9);
     } else {
         snprintf(path, sizeof path, "%s", a->path ? a->path : "");
         for (char *p = path; *p; p++)

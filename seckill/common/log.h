@@ -35,13 +35,12 @@ typedef struct sk_log_limit {
 
 /* Log at most once per second per `lim`; the line says how many times it
  * happened since the last one written from there (this one included). */
-void sk_log_limited(sk_log_limit *lim, sk_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void sk_log_limited(sk_log_limit *lim, sk_log_level level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-#define SK_LOG_REPEATED(level, ...)                                                                     \
-    do {                                                                                                \
-        static sk_log_limit sk_log_lim_;                                                                \
-        sk_log_limited(&sk_log_lim_, (level), __VA_ARGS__);                                            \
+#define SK_LOG_REPEATED(level, ...)                                                                                    \
+    do {                                                                                                               \
+        static sk_log_limit sk_log_lim_;                                                                               \
+        sk_log_limited(&sk_log_lim_, (level), __VA_ARGS__);                                                            \
     } while (0)
 
 /* The access log: "-" is standard output. Off until opened. 0, or -1 with err. */
@@ -51,13 +50,13 @@ int sk_log_access_on(void);
 
 /* One answered request. */
 typedef struct sk_access {
-    const char *remote;  /* client address, or "-" */
+    const char *remote; /* client address, or "-" */
     const char *method;
     const char *path;
     const char *version; /* "HTTP/1.1" */
     int status;
-    size_t bytes;        /* body bytes sent */
-    int64_t ns;          /* handling time */
+    size_t bytes; /* body bytes sent */
+    int64_t ns;   /* handling time */
 } sk_access;
 
 void sk_log_access(const sk_access *a);

@@ -6,7 +6,7 @@
 const char *sk_result_code(sk_result r)
 {
     switch (r) {
-#define SK_RESULT_CODE(name, status, code) \
+#define SK_RESULT_CODE(name, status, code)                                                                             \
     case SK_##name: return code;
         SK_RESULTS(SK_RESULT_CODE)
 #undef SK_RESULT_CODE

@@ -15,10 +15,10 @@
 
 /* Limits of what the API accepts. They bound memory per request and keep
  * every number inside SQLite's signed 64-bit integers. */
-#define SK_TITLE_MAX 200                /* bytes of a voucher title */
-#define SK_STOCK_MAX 100000000LL        /* units of one voucher */
-#define SK_TIME_MAX 32503680000LL       /* year 3000, in Unix seconds */
-#define SK_BODY_MAX 8192                /* bytes of a request body */
+#define SK_TITLE_MAX 200          /* bytes of a voucher title */
+#define SK_STOCK_MAX 100000000LL  /* units of one voucher */
+#define SK_TIME_MAX 32503680000LL /* year 3000, in Unix seconds */
+#define SK_BODY_MAX 8192          /* bytes of a request body */
 
 /*
  * What a request came to, written once: XX(name, HTTP status, code), the
@@ -29,24 +29,24 @@
  * re-warmed, too few replicas acknowledged, or the order's fate is not
  * known after a lost reply (seckill(1), NOTES).
  */
-#define SK_RESULTS(XX)                           \
-    XX(OK, 200, "ok")                            \
-    XX(NO_VOUCHER, 404, "no_voucher")            \
-    XX(NOT_STARTED, 403, "not_started")          \
-    XX(ENDED, 403, "ended")                      \
-    XX(ALREADY, 409, "already_ordered")          \
-    XX(SOLD_OUT, 410, "sold_out")                \
-    XX(BUSY, 429, "busy")                        \
-    XX(NO_ORDER, 404, "no_order")                \
-    XX(INVALID, 400, "bad_request")              \
-    XX(UNAVAILABLE, 503, "unavailable")          \
+#define SK_RESULTS(XX)                                                                                                 \
+    XX(OK, 200, "ok")                                                                                                  \
+    XX(NO_VOUCHER, 404, "no_voucher")                                                                                  \
+    XX(NOT_STARTED, 403, "not_started")                                                                                \
+    XX(ENDED, 403, "ended")                                                                                            \
+    XX(ALREADY, 409, "already_ordered")                                                                                \
+    XX(SOLD_OUT, 410, "sold_out")                                                                                      \
+    XX(BUSY, 429, "busy")                                                                                              \
+    XX(NO_ORDER, 404, "no_order")                                                                                      \
+    XX(INVALID, 400, "bad_request")                                                                                    \
+    XX(UNAVAILABLE, 503, "unavailable")                                                                                \
     XX(INTERNAL, 500, "internal")
 
 typedef enum sk_result {
 #define SK_RESULT_ENUM(name, status, code) SK_##name,
     SK_RESULTS(SK_RESULT_ENUM)
 #undef SK_RESULT_ENUM
-    SK_RESULT_COUNT
+        SK_RESULT_COUNT
 } sk_result;
 
 /* Short name of a result, as used in JSON errors and metrics labels
@@ -63,16 +63,16 @@ typedef struct sk_voucher {
 } sk_voucher;
 
 typedef enum sk_order_status {
-    SK_ORDER_PENDING = 0,  /* accepted into the stream, not yet in the database */
-    SK_ORDER_CREATED,      /* persisted */
-    SK_ORDER_REJECTED      /* the database refused it (its last-guard checks) */
+    SK_ORDER_PENDING = 0, /* accepted into the stream, not yet in the database */
+    SK_ORDER_CREATED,     /* persisted */
+    SK_ORDER_REJECTED     /* the database refused it (its last-guard checks) */
 } sk_order_status;
 
 typedef struct sk_order {
     uint64_t id;
     int64_t user_id;
     int64_t voucher_id;
-    uint64_t fence;        /* lock strategy: fencing token of the user's lock; 0 otherwise */
+    uint64_t fence; /* lock strategy: fencing token of the user's lock; 0 otherwise */
     sk_order_status status;
 } sk_order;
 
@@ -98,8 +98,7 @@ typedef struct sk_strategy_ops {
     const char *name;
     sk_result (*voucher_create)(void *ctx, const sk_voucher *v, int64_t *id);
     sk_result (*voucher_get)(void *ctx, int64_t id, sk_voucher *out);
-    sk_result (*order_create)(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now,
-                              uint64_t *order_id);
+    sk_result (*order_create)(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now, uint64_t *order_id);
     sk_result (*order_get)(void *ctx, uint64_t order_id, sk_order *out);
     /* Up to `cap` vouchers with ids above `after`, ascending. */
     sk_result (*voucher_list)(void *ctx, int64_t after, sk_voucher *out, size_t cap, size_t *n);
@@ -136,8 +135,8 @@ struct sk_app {
     sk_strategy strategy;
     const unsigned char *secret; /* token key */
     size_t secret_len;
-    int64_t (*now)(void);        /* Unix seconds; NULL means time(NULL) */
-    int answer_timeout_ms;       /* serve's --order-timeout: an order answered later
+    int64_t (*now)(void);  /* Unix seconds; NULL means time(NULL) */
+    int answer_timeout_ms; /* serve's --order-timeout: an order answered later
                                     (sk_api_handle_async) gets its fallback answer
                                     once this passes; 0: never */
     /* Admission before an order reaches the strategy (serve's --rate-*,

@@ -68,8 +68,7 @@ struct timespec sk_mono_timespec(int64_t ns)
 void sk_sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 /* qsort's comparator for sk_sort_i64; written out because a - b overflows. */

@@ -27,11 +27,52 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* For replay.c: pieces of requests, paths and JSON worth splicing in. */
 const char *const fuzz_fragments[] = {
-    "GET ", "POST ", "/api/vouchers", "/api/orders/", "/orders", "/", "//", "0", "1", "2",
-    "9223372036854775807", "9223372036854775808", "-1", "007", "Bearer ", "0.1800000000.", ".", "\n",
-    "{", "}", "[", "]", "\"", ":", ",", "\"title\"", "\"stock\"", "\"begin\"", "\"end\"", "null", "true",
-    "1.5", "1e3", "\\u0000", "\\ud800", "\xff", "\xc3\xa9", " ", "%00", "?x=1", "HEAD ", "DELETE ",
-    "/order", "/readyz", "/openapi.json", "\"colour\"",
+    "GET ",
+    "POST ",
+    "/api/vouchers",
+    "/api/orders/",
+    "/orders",
+    "/",
+    "//",
+    "0",
+    "1",
+    "2",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-1",
+    "007",
+    "Bearer ",
+    "0.1800000000.",
+    ".",
+    "\n",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    ":",
+    ",",
+    "\"title\"",
+    "\"stock\"",
+    "\"begin\"",
+    "\"end\"",
+    "null",
+    "true",
+    "1.5",
+    "1e3",
+    "\\u0000",
+    "\\ud800",
+    "\xff",
+    "\xc3\xa9",
+    " ",
+    "%00",
+    "?x=1",
+    "HEAD ",
+    "DELETE ",
+    "/order",
+    "/readyz",
+    "/openapi.json",
+    "\"colour\"",
     NULL,
 };
 const long fuzz_rounds = 10000;
@@ -76,8 +117,7 @@ static sk_result m_ocreate(void *ctx, int64_t uid, int64_t vid, int64_t now, uin
     if (v->stock <= 0) return SK_SOLD_OUT;
     if (no == MAX_O) return SK_BUSY;
     v->stock--;
-    orders[no] = (sk_order){.id = (uint64_t)no + 1000, .user_id = uid, .voucher_id = vid,
-                            .status = SK_ORDER_PENDING};
+    orders[no] = (sk_order){.id = (uint64_t)no + 1000, .user_id = uid, .voucher_id = vid, .status = SK_ORDER_PENDING};
     *oid = orders[no++].id;
     return SK_OK;
 }
@@ -174,8 +214,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         *sp = '\0';
         path = sp + 1;
     }
-    sk_app app = {.strategy = {&mem_ops, NULL}, .secret = (const unsigned char *)secret,
-                  .secret_len = sizeof secret - 1, .now = fixed_now};
+    sk_app app = {.strategy = {&mem_ops, NULL},
+                  .secret = (const unsigned char *)secret,
+                  .secret_len = sizeof secret - 1,
+                  .now = fixed_now};
     /* "?a=b&c": the query parameters, split as libmicrohttpd splits them. */
     sk_query_arg q[SK_QUERY_MAX];
     size_t nq = 0;
@@ -194,8 +236,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             q[nq++] = (sk_query_arg){kv, eq};
         }
     }
-    sk_request req = {.method = method, .path = path, .query = q, .nquery = nq, .query_too_long = too_many,
-                      .authorization = auth, .body = body, .body_len = body_len,
+    sk_request req = {.method = method,
+                      .path = path,
+                      .query = q,
+                      .nquery = nq,
+                      .query_too_long = too_many,
+                      .authorization = auth,
+                      .body = body,
+                      .body_len = body_len,
                       .body_too_large = body_len > SK_BODY_MAX};
     sk_response resp;
     sk_api_handle(&app, &req, &resp);

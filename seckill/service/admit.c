@@ -56,8 +56,9 @@ int sk_rate_parse(const char *spec, dlock_rate_options *o, char *why, size_t cap
     if (*p == '/') {
         p++;
         if (unit(&p, &o->interval_ms) != 0) {
-            snprintf(why, cap, "UNIT must be ms, s, m, h or d, optionally after a count (500ms, 2s), "
-                               "at most 2147483647 ms");
+            snprintf(why, cap,
+                     "UNIT must be ms, s, m, h or d, optionally after a count (500ms, 2s), "
+                     "at most 2147483647 ms");
             return -1;
         }
     }
@@ -81,8 +82,8 @@ int sk_rate_parse(const char *spec, dlock_rate_options *o, char *why, size_t cap
     return 0;
 }
 
-int sk_admit_open(sk_admit *a, dlock_client *client, const dlock_rate_options *user,
-                  const dlock_rate_options *total, char *err, size_t cap)
+int sk_admit_open(sk_admit *a, dlock_client *client, const dlock_rate_options *user, const dlock_rate_options *total,
+                  char *err, size_t cap)
 {
     memset(a, 0, sizeof *a);
     if ((user && dlock_rate_new(client, SK_RATE_USER_NAME, user, &a->user) != DLOCK_OK) ||

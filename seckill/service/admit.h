@@ -23,14 +23,14 @@
 int sk_rate_parse(const char *spec, dlock_rate_options *o, char *why, size_t cap);
 
 typedef struct sk_admit {
-    dlock_rate *user;   /* NULL: no per-user limit */
-    dlock_rate *total;  /* NULL: no overall limit */
+    dlock_rate *user;  /* NULL: no per-user limit */
+    dlock_rate *total; /* NULL: no overall limit */
 } sk_admit;
 
 /* Open the limits given (NULL: that one off), replacing settings another
  * instance stored (the last one started wins). 0, or -1 with err. */
-int sk_admit_open(sk_admit *a, dlock_client *client, const dlock_rate_options *user,
-                  const dlock_rate_options *total, char *err, size_t cap);
+int sk_admit_open(sk_admit *a, dlock_client *client, const dlock_rate_options *user, const dlock_rate_options *total,
+                  char *err, size_t cap);
 void sk_admit_close(sk_admit *a);
 
 /* sk_app.admit: the per-user limit first, then the overall one, one

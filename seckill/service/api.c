@@ -26,7 +26,7 @@
 static int result_status(sk_result r)
 {
     switch (r) {
-#define SK_RESULT_STATUS(name, status, code) \
+#define SK_RESULT_STATUS(name, status, code)                                                                           \
     case SK_##name: return status;
         SK_RESULTS(SK_RESULT_STATUS)
 #undef SK_RESULT_STATUS
@@ -136,8 +136,7 @@ static int invalid(sk_invalid *why, const char *field, const char *message)
 
 /* An integer member in [0, hi]; booleans and reals are not integers. The
  * messages name the rule broken, so a client can fix the one member. */
-static int int_member(json_t *obj, const char *key, long long hi, const char *too_big, int64_t *out,
-                      sk_invalid *why)
+static int int_member(json_t *obj, const char *key, long long hi, const char *too_big, int64_t *out, sk_invalid *why)
 {
     json_t *v = json_object_get(obj, key);
     if (!v) return invalid(why, key, "is required");
@@ -176,7 +175,8 @@ int sk_parse_voucher(const char *body, size_t len, sk_voucher *out, sk_invalid *
     }
     const char *key;
     json_t *val;
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         size_t k = 0;
         while (k < sizeof known / sizeof *known && strcmp(key, known[k]) != 0) k++;
         if (k == sizeof known / sizeof *known) {
@@ -337,9 +337,9 @@ static void voucher_list(sk_app *app, const sk_request *req, sk_response *resp)
             return;
         }
         *seen = 1;
-        if (seen == &seen_after ? query_int(resp, a, 0, INT64_MAX, "must be an integer >= 0", &after)
-                                : query_int(resp, a, 1, PAGE_MAX, "must be an integer from 1 to " STR(PAGE_MAX),
-                                            &limit))
+        if (seen == &seen_after
+                ? query_int(resp, a, 0, INT64_MAX, "must be an integer >= 0", &after)
+                : query_int(resp, a, 1, PAGE_MAX, "must be an integer from 1 to " STR(PAGE_MAX), &limit))
             return;
     }
     sk_voucher page[PAGE_MAX];
@@ -403,8 +403,9 @@ static int admitted(sk_app *app, int64_t uid, sk_response *resp)
         return 0;
     }
     sk_metrics_rate_limited(why.scope);
-    json_reply(resp, 429, json_pack("{ss ss sI}", "error", "rate_limited", "scope", why.scope, "retry_after_ms",
-                                    (json_int_t)why.retry_after_ms));
+    json_reply(resp, 429,
+               json_pack("{ss ss sI}", "error", "rate_limited", "scope", why.scope, "retry_after_ms",
+                         (json_int_t)why.retry_after_ms));
     if (resp->status == 429) resp->retry_after = (int)((why.retry_after_ms + 999) / 1000);
     if (resp->retry_after < 1) resp->retry_after = 1;
     return 0;
@@ -448,8 +449,7 @@ static void order_timed_out(const sk_app *app, sk_response *resp)
 /* The hot path without waiting, where the strategy can: 1 when the answer
  * will come through done() (and *resp holds the answer for a timeout), 0
  * when *resp holds it now. */
-static int order_create_async(sk_app *app, int64_t uid, int64_t vid, sk_response *resp, sk_api_done *done,
-                              void *arg)
+static int order_create_async(sk_app *app, int64_t uid, int64_t vid, sk_response *resp, sk_api_done *done, void *arg)
 {
     pending_order *p = malloc(sizeof *p);
     if (!p) {
@@ -522,8 +522,8 @@ static void readyz_reply(const sk_app *app, int down, sk_response *resp)
         return;
     }
     const char *msg = down == (SK_DOWN_REDIS | SK_DOWN_DB) ? "redis and the database do not answer"
-                      : down == SK_DOWN_REDIS             ? "redis does not answer"
-                                                          : "the database does not answer";
+                      : down == SK_DOWN_REDIS              ? "redis does not answer"
+                                                           : "the database does not answer";
     json_t *list = json_array();
     if (list && (down & SK_DOWN_REDIS)) json_array_append_new(list, json_string("redis"));
     if (list && (down & SK_DOWN_DB)) json_array_append_new(list, json_string("database"));

@@ -13,7 +13,7 @@
 
 /* One query parameter, as sent (not unescaped). */
 typedef struct sk_query_arg {
-    const char *key, *value;   /* value may be NULL ("?after") */
+    const char *key, *value; /* value may be NULL ("?after") */
 } sk_query_arg;
 
 #define SK_QUERY_MAX 8
@@ -27,17 +27,17 @@ typedef struct sk_request {
     const char *authorization; /* the Authorization header, or NULL */
     const char *body;          /* may be NULL when body_len is 0 */
     size_t body_len;
-    int body_too_large;        /* the body passed SK_BODY_MAX and was dropped */
+    int body_too_large; /* the body passed SK_BODY_MAX and was dropped */
 } sk_request;
 
 typedef struct sk_response {
     int status;
-    char *body;                /* malloc'ed, NUL-terminated */
+    char *body; /* malloc'ed, NUL-terminated */
     size_t body_len;
-    const char *content_type;  /* static */
-    char allow[48];            /* set with 405: the methods the path takes */
-    char location[64];         /* set with 201: where the new resource is */
-    int retry_after;           /* seconds, sent as Retry-After with 429 and 503 */
+    const char *content_type;     /* static */
+    char allow[48];               /* set with 405: the methods the path takes */
+    char location[64];            /* set with 201: where the new resource is */
+    int retry_after;              /* seconds, sent as Retry-After with 429 and 503 */
     const char *www_authenticate; /* static; set with 401 */
     sk_route route;
 } sk_response;
@@ -66,8 +66,8 @@ void sk_response_free(sk_response *resp);
  * whole) and the rule it broke, as the 400 answer says them. */
 typedef struct sk_invalid {
     const char *code;
-    const char *field;         /* points into name, or static */
-    const char *message;       /* points into text, or static */
+    const char *field;   /* points into name, or static */
+    const char *message; /* points into text, or static */
     char name[64];
     char text[200];
 } sk_invalid;

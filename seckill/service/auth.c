@@ -93,8 +93,8 @@ static EVP_MAC_CTX *mac_context(const unsigned char *secret, size_t secret_len)
 
 /* The versioned prefix keeps these MACs from ever matching a MAC the same
  * secret might produce for another purpose or a future token format. */
-static int compute_mac(const unsigned char *secret, size_t secret_len, const char *claims,
-                       size_t claims_len, unsigned char mac[MAC_LEN])
+static int compute_mac(const unsigned char *secret, size_t secret_len, const char *claims, size_t claims_len,
+                       unsigned char mac[MAC_LEN])
 {
     static const char prefix[] = "seckill-v1:";
     EVP_MAC_CTX *ctx = mac_context(secret, secret_len);
@@ -108,8 +108,8 @@ static int compute_mac(const unsigned char *secret, size_t secret_len, const cha
 
 /* Tokens are made by the CLI and by tests; the format is the one place
  * both sides must agree, so it is written only here. */
-int sk_token_make(const unsigned char *secret, size_t secret_len, int64_t user_id, int64_t expiry,
-                  char *out, size_t cap)
+int sk_token_make(const unsigned char *secret, size_t secret_len, int64_t user_id, int64_t expiry, char *out,
+                  size_t cap)
 {
     if (user_id < 0 || expiry < 0 || !secret || secret_len < SK_SECRET_MIN) return -1;
     char claims[48];
@@ -141,8 +141,8 @@ static int hexval(char c)
  * is secret. Rejecting a malformed token early leaks nothing; the MAC itself
  * is compared with CRYPTO_memcmp, whose time does not depend on where the
  * first differing byte is, so a forger cannot find the MAC byte by byte. */
-int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *token, size_t len,
-                    int64_t now, int64_t *user_id)
+int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *token, size_t len, int64_t now,
+                    int64_t *user_id)
 {
     if (!secret || secret_len < SK_SECRET_MIN || !token || len == 0 || len > SK_TOKEN_MAX) return -1;
     const char *dot1 = memchr(token, '.', len);
@@ -171,8 +171,7 @@ int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *
 }
 
 /* RFC 7235: the scheme is case-insensitive, one or more spaces follow it. */
-int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now,
-                   int64_t *user_id)
+int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now, int64_t *user_id)
 {
     if (!header) return SK_TOKEN_MISSING;
     if (strncasecmp(header, "Bearer ", 7) != 0) return SK_TOKEN_MALFORMED;

@@ -8,14 +8,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SK_SECRET_MIN 16        /* bytes: shorter secrets are refused */
+#define SK_SECRET_MIN 16 /* bytes: shorter secrets are refused */
 #define SK_SECRET_MAX 4096
-#define SK_TOKEN_MAX 128        /* a longer Authorization value is refused unread */
+#define SK_TOKEN_MAX 128 /* a longer Authorization value is refused unread */
 
 /* Write a token for `user_id` valid until `expiry` (Unix seconds) into
  * out[cap]. Returns 0, or -1 if it does not fit or the ids are negative. */
-int sk_token_make(const unsigned char *secret, size_t secret_len, int64_t user_id, int64_t expiry,
-                  char *out, size_t cap);
+int sk_token_make(const unsigned char *secret, size_t secret_len, int64_t user_id, int64_t expiry, char *out,
+                  size_t cap);
 
 /* Why a token was refused: a client (or its operator) can tell a token
  * it mangled from one signed with another secret from one that ran out. */
@@ -28,13 +28,12 @@ int sk_token_make(const unsigned char *secret, size_t secret_len, int64_t user_i
  * well formed, signed with this secret and not expired; otherwise one of
  * the SK_TOKEN_* reasons, judged in that order (expiry only once the
  * signature holds, so it says nothing about forged tokens). */
-int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *token, size_t len,
-                    int64_t now, int64_t *user_id);
+int sk_token_verify(const unsigned char *secret, size_t secret_len, const char *token, size_t len, int64_t now,
+                    int64_t *user_id);
 
 /* Check an Authorization header value ("Bearer TOKEN", scheme
  * case-insensitive): 0, or an SK_TOKEN_* reason. */
-int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now,
-                   int64_t *user_id);
+int sk_auth_header(const unsigned char *secret, size_t secret_len, const char *header, int64_t now, int64_t *user_id);
 
 /* Where the secret is, the one resolution every subcommand shares:
  * `given` (--secret-file) when not NULL, else $SECKILL_SECRET_FILE, else

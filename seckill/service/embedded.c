@@ -71,8 +71,9 @@ int sk_embedded_start(sk_embedded *e, char *err, size_t errlen)
         sk_embedded_stop(e);
         return -1;
     }
-    fprintf(f, "port 0\nunixsocket %s\nunixsocketperm 700\nsave \"\"\nappendonly no\n"
-               "dir %s\nlogfile %s\ndaemonize no\n",
+    fprintf(f,
+            "port 0\nunixsocket %s\nunixsocketperm 700\nsave \"\"\nappendonly no\n"
+            "dir %s\nlogfile %s\ndaemonize no\n",
             sock, e->dir, log);
     fclose(f);
     pid_t parent = getpid();

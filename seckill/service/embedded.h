@@ -12,7 +12,7 @@
 typedef struct sk_embedded {
     pid_t pid;
     char dir[64];
-    char url[128];   /* unix:///tmp/seckill-XXXXXX/redis.sock */
+    char url[128]; /* unix:///tmp/seckill-XXXXXX/redis.sock */
 } sk_embedded;
 
 /* Start it and wait until it answers PING. 0, or -1 with err. */

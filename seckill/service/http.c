@@ -30,21 +30,21 @@ struct sk_http {
     struct MHD_Daemon *daemon;
     sk_app *app;
     int port;
-    char *unix_path;        /* --listen unix:PATH: removed at stop */
+    char *unix_path; /* --listen unix:PATH: removed at stop */
     /* Requests answered later (suspended, see on_request). Atomics, not a
      * mutex: every order passes here twice, from different threads, and
      * one mutex for all of them was the service's most contended lock. mu
      * and idle only let sk_http_stop sleep until pending drops to 0. */
-    atomic_int pending;     /* handed to api.c, answer not yet sent */
-    atomic_int awaiting;    /* taken asynchronously, api.c's answer not yet in */
-    atomic_int stopping;    /* sk_http_stop began: answer every request now */
+    atomic_int pending;  /* handed to api.c, answer not yet sent */
+    atomic_int awaiting; /* taken asynchronously, api.c's answer not yet in */
+    atomic_int stopping; /* sk_http_stop began: answer every request now */
     pthread_mutex_t mu;
     pthread_cond_t idle;
     /* Requests answered later, oldest first, each given its fallback
      * answer at its deadline by the timer thread (app->answer_timeout_ms;
      * none when 0). One timeout for all, so the oldest is the first due. */
     pthread_mutex_t tmu;
-    pthread_cond_t tcv;     /* on CLOCK_MONOTONIC */
+    pthread_cond_t tcv; /* on CLOCK_MONOTONIC */
     struct reqctx *thead, *ttail;
     int timer_started, timer_stop;
     pthread_t timer;
@@ -66,14 +66,14 @@ typedef struct reqctx {
     /* An answer that comes later. */
     sk_http *h;
     struct MHD_Connection *conn;
-    int async;              /* api.c will answer through on_answer */
-    int counted;            /* in h->pending until MHD completes it */
-    atomic_int state;       /* ANSWER_*: READY once resp holds it */
+    int async;        /* api.c will answer through on_answer */
+    int counted;      /* in h->pending until MHD completes it */
+    atomic_int state; /* ANSWER_*: READY once resp holds it */
     /* Freed by whichever of MHD's completion and api.c's late answer comes
      * last: an answer sent at the deadline leaves api.c's still to come. */
     atomic_int refs;
-    sk_response resp;       /* api.c's answer */
-    sk_response fallback;   /* the answer at the deadline (or the answer now) */
+    sk_response resp;     /* api.c's answer */
+    sk_response fallback; /* the answer at the deadline (or the answer now) */
     /* In h's timer list (under h->tmu). */
     int listed;
     int64_t deadline_ns;
@@ -94,14 +94,12 @@ static void reqctx_unref(reqctx *ctx)
 static enum MHD_Result send_response(struct MHD_Connection *conn, const sk_response *resp)
 {
     struct MHD_Response *r =
-        MHD_create_response_from_buffer(resp->body_len, resp->body ? resp->body : (char *)"",
-                                        MHD_RESPMEM_MUST_COPY);
+        MHD_create_response_from_buffer(resp->body_len, resp->body ? resp->body : (char *)"", MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     if (resp->content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
     if (resp->allow[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
     if (resp->location[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, resp->location);
-    if (resp->www_authenticate)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, resp->www_authenticate);
+    if (resp->www_authenticate) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, resp->www_authenticate);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     /* "busy" and "unavailable" are invitations to come back: say when. */
     if (resp->retry_after > 0) {
@@ -121,15 +119,19 @@ static void access_line(struct MHD_Connection *conn, const reqctx *ctx, int stat
     if (!sk_log_access_on()) return;
     char host[NI_MAXHOST] = "-";
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci && ci->client_addr &&
-        (ci->client_addr->sa_family == AF_INET || ci->client_addr->sa_family == AF_INET6)) {
-        socklen_t len = ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                               : sizeof(struct sockaddr_in);
+    if (ci && ci->client_addr && (ci->client_addr->sa_family == AF_INET || ci->client_addr->sa_family == AF_INET6)) {
+        socklen_t len =
+            ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
         if (getnameinfo(ci->client_addr, len, host, sizeof host, NULL, 0, NI_NUMERICHOST) != 0)
             snprintf(host, sizeof host, "-");
     }
-    sk_access a = {.remote = host, .method = ctx->method, .path = ctx->url, .version = ctx->version,
-                   .status = status, .bytes = bytes, .ns = sk_mono_ns() - ctx->start_ns};
+    sk_access a = {.remote = host,
+                   .method = ctx->method,
+                   .path = ctx->url,
+                   .version = ctx->version,
+                   .status = status,
+                   .bytes = bytes,
+                   .ns = sk_mono_ns() - ctx->start_ns};
     sk_log_access(&a);
 }
 
@@ -138,8 +140,11 @@ static void access_line(struct MHD_Connection *conn, const reqctx *ctx, int stat
  * is a static JSON error. */
 static enum MHD_Result reject_early(struct MHD_Connection *conn, reqctx *ctx, int status, const char *body)
 {
-    sk_response resp = {.status = status, .body = (char *)body, .body_len = strlen(body),
-                        .content_type = "application/json", .route = SK_ROUTE_OTHER};
+    sk_response resp = {.status = status,
+                        .body = (char *)body,
+                        .body_len = strlen(body),
+                        .content_type = "application/json",
+                        .route = SK_ROUTE_OTHER};
     ctx->answered = 1;
     sk_metrics_request(SK_ROUTE_OTHER, status, sk_mono_ns() - ctx->start_ns);
     access_line(conn, ctx, status, resp.body_len);
@@ -298,9 +303,9 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
  * (*con_cls still NULL), then once per chunk of body, then once more with
  * no data when the body is complete; that last call answers.
  */
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **con_cls)
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
 {
     sk_http *h = cls;
     reqctx *ctx = *con_cls;
@@ -402,8 +407,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     (void)conn;
     (void)toe;
@@ -474,8 +478,8 @@ static int resolve(const char *listen, struct sockaddr_storage *ss, int *v6, cha
         snprintf(err, errlen, "bad port in --listen \"%s\"", listen);
         return -1;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     int rc = getaddrinfo(host, colon + 1, &hints, &ai);
     if (rc != 0 || !ai) {
@@ -497,8 +501,8 @@ static const char *unix_path(const char *listen, char *err, size_t errlen)
     const char *path = listen + sizeof SK_HTTP_UNIX_PREFIX - 1;
     struct sockaddr_un su;
     if (!*path || strlen(path) >= sizeof su.sun_path) {
-        snprintf(err, errlen, "--listen unix:PATH wants a path of 1 to %zu bytes, got \"%s\"",
-                 sizeof su.sun_path - 1, listen);
+        snprintf(err, errlen, "--listen unix:PATH wants a path of 1 to %zu bytes, got \"%s\"", sizeof su.sun_path - 1,
+                 listen);
         return NULL;
     }
     return path;
@@ -614,30 +618,25 @@ int sk_http_start(sk_app *app, const char *listen, const sk_http_limits *limits,
     /* Where to listen: a unix socket bound here (unix_listen; MHD closes
      * it at stop), else the address. An option array, so that each takes
      * its own argument type (a socket, a pointer). */
-    struct MHD_OptionItem where[] = {
-        ufd >= 0 ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, ufd, NULL}
-                 : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss},
-        {MHD_OPTION_END, 0, NULL}};
-    h->daemon = MHD_start_daemon(
-        flags, 0, on_accept, h, on_request, h,
-        MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
-        MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
-        MHD_OPTION_ARRAY, where,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(limits->threads > 0 ? limits->threads : 1),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        /* Idle keep-alive connections hold a descriptor and a slot of the
+    struct MHD_OptionItem where[] = {ufd >= 0 ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, ufd, NULL}
+                                              : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss},
+                                     {MHD_OPTION_END, 0, NULL}};
+    h->daemon = MHD_start_daemon(flags, 0, on_accept, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
+                                 MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL, MHD_OPTION_ARRAY, where,
+                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(limits->threads > 0 ? limits->threads : 1),
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                                 /* Idle keep-alive connections hold a descriptor and a slot of the
          * connection limit each; these bound what one client, or many
          * silent ones, can take from the others. */
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)limits->idle_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)limits->max_connections,
-        /* Every client of a unix socket has the same (no) address. */
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)(ufd >= 0 ? 0 : limits->per_client),
-        /* Our requests are a few hundred bytes (a token is at most 128)
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)limits->idle_timeout_s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)limits->max_connections,
+                                 /* Every client of a unix socket has the same (no) address. */
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)(ufd >= 0 ? 0 : limits->per_client),
+                                 /* Our requests are a few hundred bytes (a token is at most 128)
          * and bodies are copied out in chunks; MHD clears this pool for
          * every request, so a big one costs CPU for nothing. */
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
-        MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
+                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
     if (!h->daemon) {
         snprintf(err, errlen, "cannot listen on %s (in use, or not an address of this host)", listen);
         /* Not closed here: whether a failed start has closed a socket it

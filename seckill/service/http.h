@@ -14,11 +14,11 @@ typedef struct sk_http sk_http;
 /* Bounds on connections (serve's --max-connections, --max-connections-per-client,
  * --idle-timeout; defaults below). */
 typedef struct sk_http_limits {
-    int threads;          /* worker threads */
-    int max_connections;  /* open at once, all clients together */
-    int per_client;       /* open at once from one client address; 0: no limit */
-    int idle_timeout_s;   /* a connection silent this long is closed; 0: never */
-    int event_loop;       /* SK_HTTP_LOOP_AUTO, _POLL or _EPOLL */
+    int threads;         /* worker threads */
+    int max_connections; /* open at once, all clients together */
+    int per_client;      /* open at once from one client address; 0: no limit */
+    int idle_timeout_s;  /* a connection silent this long is closed; 0: never */
+    int event_loop;      /* SK_HTTP_LOOP_AUTO, _POLL or _EPOLL */
 } sk_http_limits;
 
 enum { SK_HTTP_LOOP_AUTO = 0, SK_HTTP_LOOP_POLL, SK_HTTP_LOOP_EPOLL };

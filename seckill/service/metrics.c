@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 static const char *const route_names[SK_ROUTE_COUNT] = {
-    "voucher_create", "voucher_get", "order_create", "order_get", "healthz", "metrics", "other",
-    "voucher_list", "my_order", "readyz", "openapi",
+    "voucher_create", "voucher_get",  "order_create", "order_get", "healthz", "metrics",
+    "other",          "voucher_list", "my_order",     "readyz",    "openapi",
 };
 
 /* The statuses the API produces; anything else counts as "other". */
@@ -79,8 +79,7 @@ void sk_metrics_rate_limited(const char *scope)
     add(strcmp(scope, "user") == 0 ? &rate_user : &rate_total, 1);
 }
 
-void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead,
-                       uint64_t batches)
+void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead, uint64_t batches)
 {
     add(&w_created, created);
     add(&w_dup, duplicates);
@@ -178,9 +177,10 @@ static void process_metrics(buf *b)
      * vsize 23, rss 24. */
     const char *p = strrchr(text, ')');
     unsigned long long utime = 0, stime = 0, start = 0, vsize = 0, rss = 0;
-    int ok = p && tck > 0 && page > 0 &&
-             sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu %llu %llu",
-                    &utime, &stime, &start, &vsize, &rss) == 5;
+    int ok =
+        p && tck > 0 && page > 0 &&
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu %llu %llu",
+               &utime, &stime, &start, &vsize, &rss) == 5;
     unsigned long long btime = 0;
     if ((f = fopen("/proc/stat", "r")) != NULL) {
         char line[256];
@@ -189,20 +189,22 @@ static void process_metrics(buf *b)
         fclose(f);
     }
     if (ok) {
-        put(b, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
-               "# TYPE process_cpu_seconds_total counter\n"
-               "process_cpu_seconds_total %.2f\n"
-               "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
-               "# TYPE process_resident_memory_bytes gauge\n"
-               "process_resident_memory_bytes %llu\n"
-               "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
-               "# TYPE process_virtual_memory_bytes gauge\n"
-               "process_virtual_memory_bytes %llu\n",
+        put(b,
+            "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+            "# TYPE process_cpu_seconds_total counter\n"
+            "process_cpu_seconds_total %.2f\n"
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+            "# TYPE process_resident_memory_bytes gauge\n"
+            "process_resident_memory_bytes %llu\n"
+            "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+            "# TYPE process_virtual_memory_bytes gauge\n"
+            "process_virtual_memory_bytes %llu\n",
             (double)(utime + stime) / (double)tck, rss * (unsigned long long)page, vsize);
         if (btime)
-            put(b, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
-                   "# TYPE process_start_time_seconds gauge\n"
-                   "process_start_time_seconds %.2f\n",
+            put(b,
+                "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+                "# TYPE process_start_time_seconds gauge\n"
+                "process_start_time_seconds %.2f\n",
                 (double)btime + (double)start / (double)tck);
     }
     DIR *d = opendir("/proc/self/fd");
@@ -211,16 +213,18 @@ static void process_metrics(buf *b)
         while (readdir(d)) fds++;
         closedir(d);
         /* ".", ".." and the directory's own descriptor. */
-        put(b, "# HELP process_open_fds Number of open file descriptors.\n"
-               "# TYPE process_open_fds gauge\n"
-               "process_open_fds %ld\n",
+        put(b,
+            "# HELP process_open_fds Number of open file descriptors.\n"
+            "# TYPE process_open_fds gauge\n"
+            "process_open_fds %ld\n",
             fds - 3);
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        put(b, "# HELP process_max_fds Maximum number of open file descriptors.\n"
-               "# TYPE process_max_fds gauge\n"
-               "process_max_fds %llu\n",
+        put(b,
+            "# HELP process_max_fds Maximum number of open file descriptors.\n"
+            "# TYPE process_max_fds gauge\n"
+            "process_max_fds %llu\n",
             (unsigned long long)rl.rlim_cur);
 }
 
@@ -237,7 +241,7 @@ static void lock_metrics(buf *b)
             b->len += needed - 1;
             return;
         }
-        if (needed == 0) return; /* refused for another reason: leave them out */
+        if (needed == 0) return;         /* refused for another reason: leave them out */
         grow(b, b->len + needed + 4096); /* room for a kind first used meanwhile */
     }
 }
@@ -257,8 +261,8 @@ char *sk_metrics_render(void)
             uint64_t v = get(&requests[r][s]);
             if (!v) continue;
             if (s < NSTATUS)
-                put(&b, "seckill_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_names[r],
-                    statuses[s], (unsigned long long)v);
+                put(&b, "seckill_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_names[r], statuses[s],
+                    (unsigned long long)v);
             else
                 put(&b, "seckill_requests_total{route=\"%s\",status=\"other\"} %llu\n", route_names[r],
                     (unsigned long long)v);
@@ -270,54 +274,57 @@ char *sk_metrics_render(void)
         for (size_t i = 0; i <= NBOUND; i++) {
             cum += get(&buckets[r][i]);
             if (i < NBOUND)
-                put(&b, "seckill_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
-                    route_names[r], bounds[i], (unsigned long long)cum);
+                put(&b, "seckill_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n", route_names[r],
+                    bounds[i], (unsigned long long)cum);
             else
-                put(&b, "seckill_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n",
-                    route_names[r], (unsigned long long)cum);
+                put(&b, "seckill_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n", route_names[r],
+                    (unsigned long long)cum);
         }
         put(&b, "seckill_request_duration_seconds_sum{route=\"%s\"} %.6f\n", route_names[r],
             (double)get(&latency_ns[r]) / 1e9);
-        put(&b, "seckill_request_duration_seconds_count{route=\"%s\"} %llu\n", route_names[r],
-            (unsigned long long)cum);
+        put(&b, "seckill_request_duration_seconds_count{route=\"%s\"} %llu\n", route_names[r], (unsigned long long)cum);
     }
     put(&b, "# HELP seckill_orders_total Order attempts by outcome.\n"
             "# TYPE seckill_orders_total counter\n");
     for (int r = 0; r < NRESULT; r++)
-        put(&b, "seckill_orders_total{outcome=\"%s\"} %llu\n",
-            r == SK_OK ? "accepted" : sk_result_code((sk_result)r), (unsigned long long)get(&orders[r]));
-    put(&b, "# HELP seckill_rate_limited_total Orders refused by --rate-per-user (user) or --rate-total (total).\n"
-            "# TYPE seckill_rate_limited_total counter\n"
-            "seckill_rate_limited_total{scope=\"user\"} %llu\n"
-            "seckill_rate_limited_total{scope=\"total\"} %llu\n",
+        put(&b, "seckill_orders_total{outcome=\"%s\"} %llu\n", r == SK_OK ? "accepted" : sk_result_code((sk_result)r),
+            (unsigned long long)get(&orders[r]));
+    put(&b,
+        "# HELP seckill_rate_limited_total Orders refused by --rate-per-user (user) or --rate-total (total).\n"
+        "# TYPE seckill_rate_limited_total counter\n"
+        "seckill_rate_limited_total{scope=\"user\"} %llu\n"
+        "seckill_rate_limited_total{scope=\"total\"} %llu\n",
         (unsigned long long)get(&rate_user), (unsigned long long)get(&rate_total));
-    put(&b, "# HELP seckill_orders_in_flight Orders waiting for their decision (the redis strategy's script).\n"
-            "# TYPE seckill_orders_in_flight gauge\n"
-            "seckill_orders_in_flight %lld\n",
+    put(&b,
+        "# HELP seckill_orders_in_flight Orders waiting for their decision (the redis strategy's script).\n"
+        "# TYPE seckill_orders_in_flight gauge\n"
+        "seckill_orders_in_flight %lld\n",
         (long long)atomic_load_explicit(&in_flight, memory_order_relaxed));
-    put(&b, "# HELP seckill_writer_orders_total Orders the stream writer handled, by outcome.\n"
-            "# TYPE seckill_writer_orders_total counter\n"
-            "seckill_writer_orders_total{outcome=\"created\"} %llu\n"
-            "seckill_writer_orders_total{outcome=\"duplicate\"} %llu\n"
-            "seckill_writer_orders_total{outcome=\"rejected\"} %llu\n"
-            "seckill_writer_orders_total{outcome=\"dead_letter\"} %llu\n"
-            "# HELP seckill_writer_batches_total Database transactions committed by the writer.\n"
-            "# TYPE seckill_writer_batches_total counter\n"
-            "seckill_writer_batches_total %llu\n",
-        (unsigned long long)get(&w_created), (unsigned long long)get(&w_dup),
-        (unsigned long long)get(&w_rejected), (unsigned long long)get(&w_dead),
-        (unsigned long long)get(&w_batches));
-    put(&b, "# HELP seckill_stream_lag Orders in the streams not yet read by the writers' group.\n"
-            "# TYPE seckill_stream_lag gauge\n"
-            "seckill_stream_lag %lld\n"
-            "# HELP seckill_stream_pending Orders read but not yet acknowledged.\n"
-            "# TYPE seckill_stream_pending gauge\n"
-            "seckill_stream_pending %lld\n",
+    put(&b,
+        "# HELP seckill_writer_orders_total Orders the stream writer handled, by outcome.\n"
+        "# TYPE seckill_writer_orders_total counter\n"
+        "seckill_writer_orders_total{outcome=\"created\"} %llu\n"
+        "seckill_writer_orders_total{outcome=\"duplicate\"} %llu\n"
+        "seckill_writer_orders_total{outcome=\"rejected\"} %llu\n"
+        "seckill_writer_orders_total{outcome=\"dead_letter\"} %llu\n"
+        "# HELP seckill_writer_batches_total Database transactions committed by the writer.\n"
+        "# TYPE seckill_writer_batches_total counter\n"
+        "seckill_writer_batches_total %llu\n",
+        (unsigned long long)get(&w_created), (unsigned long long)get(&w_dup), (unsigned long long)get(&w_rejected),
+        (unsigned long long)get(&w_dead), (unsigned long long)get(&w_batches));
+    put(&b,
+        "# HELP seckill_stream_lag Orders in the streams not yet read by the writers' group.\n"
+        "# TYPE seckill_stream_lag gauge\n"
+        "seckill_stream_lag %lld\n"
+        "# HELP seckill_stream_pending Orders read but not yet acknowledged.\n"
+        "# TYPE seckill_stream_pending gauge\n"
+        "seckill_stream_pending %lld\n",
         (long long)atomic_load_explicit(&s_lag, memory_order_relaxed),
         (long long)atomic_load_explicit(&s_pending, memory_order_relaxed));
-    put(&b, "# HELP seckill_build_info Version of seckill and libdlock, and the strategy; always 1.\n"
-            "# TYPE seckill_build_info gauge\n"
-            "seckill_build_info{version=\"%s\",libdlock=\"%s\",strategy=\"%s\"} 1\n",
+    put(&b,
+        "# HELP seckill_build_info Version of seckill and libdlock, and the strategy; always 1.\n"
+        "# TYPE seckill_build_info gauge\n"
+        "seckill_build_info{version=\"%s\",libdlock=\"%s\",strategy=\"%s\"} 1\n",
         b_version, b_libdlock, b_strategy);
     process_metrics(&b);
     lock_metrics(&b);

@@ -40,8 +40,7 @@ void sk_metrics_in_flight(int delta);
 void sk_metrics_rate_limited(const char *scope);
 
 /* The writer's progress. */
-void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead,
-                       uint64_t batches);
+void sk_metrics_writer(uint64_t created, uint64_t duplicates, uint64_t rejected, uint64_t dead, uint64_t batches);
 
 /* Entries not yet persisted: never delivered (lag) and delivered but not
  * acknowledged (pending), summed over the voucher streams. */

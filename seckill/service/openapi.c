@@ -50,26 +50,29 @@ static json_t *response(const sk_route_def *d, int status)
 {
     json_t *o = json_pack("{ss}", "description", status_text(status));
     if (!o) return NULL;
-    json_t *schema = status >= 400 ? ref("Error") : d->ok_schema ? ref(d->ok_schema) : json_pack("{ss}", "type", "string");
+    json_t *schema = status >= 400  ? ref("Error")
+                     : d->ok_schema ? ref(d->ok_schema)
+                                    : json_pack("{ss}", "type", "string");
     const char *type = status >= 400 ? "application/json" : d->ok_type;
     json_object_set_new(o, "content", json_pack("{s{so}}", type, "schema", schema));
     json_t *headers = json_object();
     if (status == 429 || status == 503)
-        json_object_set_new(headers, "Retry-After", json_pack("{ss s{ss}}", "description", "seconds to wait",
-                                                              "schema", "type", "integer"));
+        json_object_set_new(headers, "Retry-After",
+                            json_pack("{ss s{ss}}", "description", "seconds to wait", "schema", "type", "integer"));
     if (status == d->ok && d->location) {
         char text[128];
         snprintf(text, sizeof text, "the new resource, %s", d->location);
-        json_object_set_new(headers, "Location", json_pack("{ss s{ss}}", "description", text, "schema", "type",
-                                                           "string"));
+        json_object_set_new(headers, "Location",
+                            json_pack("{ss s{ss}}", "description", text, "schema", "type", "string"));
     }
     if (status == 405)
-        json_object_set_new(headers, "Allow", json_pack("{ss s{ss}}", "description", "the methods the path takes",
-                                                        "schema", "type", "string"));
+        json_object_set_new(
+            headers, "Allow",
+            json_pack("{ss s{ss}}", "description", "the methods the path takes", "schema", "type", "string"));
     if (status == 401)
-        json_object_set_new(headers, "WWW-Authenticate",
-                            json_pack("{ss s{ss}}", "description", "Bearer realm=\"seckill\" (RFC 6750)", "schema",
-                                      "type", "string"));
+        json_object_set_new(
+            headers, "WWW-Authenticate",
+            json_pack("{ss s{ss}}", "description", "Bearer realm=\"seckill\" (RFC 6750)", "schema", "type", "string"));
     if (json_object_size(headers)) json_object_set_new(o, "headers", headers);
     else json_decref(headers);
     return o;
@@ -83,11 +86,11 @@ static json_t *parameters(const sk_route_def *d)
                                            "schema", "type", "integer", "format", "int64", "minimum", 0));
     if (d->paged) {
         json_array_append_new(a, json_pack("{ss ss ss s{ss si si}}", "name", "after", "in", "query", "description",
-                                           "the last id of the previous page (the next link says it)", "schema",
-                                           "type", "integer", "minimum", 0, "default", 0));
-        json_array_append_new(a, json_pack("{ss ss ss s{ss si si si}}", "name", "limit", "in", "query",
-                                           "description", "vouchers a page", "schema", "type", "integer", "minimum",
-                                           1, "maximum", 100, "default", 20));
+                                           "the last id of the previous page (the next link says it)", "schema", "type",
+                                           "integer", "minimum", 0, "default", 0));
+        json_array_append_new(a, json_pack("{ss ss ss s{ss si si si}}", "name", "limit", "in", "query", "description",
+                                           "vouchers a page", "schema", "type", "integer", "minimum", 1, "maximum", 100,
+                                           "default", 20));
     }
     return a;
 }
@@ -100,8 +103,9 @@ static json_t *operation(const sk_route_def *d)
     else json_decref(params);
     if (d->auth != SK_AUTH_NONE) json_object_set_new(op, "security", json_pack("[{s[]}]", "bearer"));
     if (d->request)
-        json_object_set_new(op, "requestBody", json_pack("{sb s{s{so}}}", "required", 1, "content",
-                                                         "application/json", "schema", ref(d->request)));
+        json_object_set_new(
+            op, "requestBody",
+            json_pack("{sb s{s{so}}}", "required", 1, "content", "application/json", "schema", ref(d->request)));
     json_t *responses = json_object();
     char key[8];
     snprintf(key, sizeof key, "%d", d->ok);
@@ -126,25 +130,24 @@ static json_t *schemas(void)
     json_object_set_new(
         s, "Error",
         json_pack("{ss s[s] s{s{ss ss} s{ss ss} s{ss ss} s{ss ss} s{ss s{ss} ss} s{ss s[ss] ss} s{ss ss}}}", "type",
-                  "object", "required",
-                  "error", "properties", "error", "type", "string", "description", "a code clients branch on",
-                  "field", "type", "string", "description", "the body member or query parameter at fault",
-                  "message", "type", "string", "description", "the rule broken, for people", "reason", "type",
-                  "string", "description", "401 only: missing, malformed, bad_signature or expired", "down", "type",
-                  "array", "items", "type", "string", "description", "503 of /readyz: redis and/or database", "scope",
-                  "type", "string", "enum", "user", "total", "description",
-                  "429 rate_limited only: the limit that refused, --rate-per-user or --rate-total",
-                  "retry_after_ms", "type", "integer", "description",
-                  "429 rate_limited only: ms until that limit's next permit is due"));
+                  "object", "required", "error", "properties", "error", "type", "string", "description",
+                  "a code clients branch on", "field", "type", "string", "description",
+                  "the body member or query parameter at fault", "message", "type", "string", "description",
+                  "the rule broken, for people", "reason", "type", "string", "description",
+                  "401 only: missing, malformed, bad_signature or expired", "down", "type", "array", "items", "type",
+                  "string", "description", "503 of /readyz: redis and/or database", "scope", "type", "string", "enum",
+                  "user", "total", "description",
+                  "429 rate_limited only: the limit that refused, --rate-per-user or --rate-total", "retry_after_ms",
+                  "type", "integer", "description", "429 rate_limited only: ms until that limit's next permit is due"));
     json_object_set_new(s, "VoucherNew",
                         json_pack("{ss s[ssss] sb s{s{ss si si} s{sO si si} s{sO si} s{sO si}}}", "type", "object",
-                                  "required", "title", "stock", "begin", "end", "additionalProperties", 0,
-                                  "properties", "title", "type", "string", "minLength", 1, "maxLength", 200, "stock",
-                                  "type", json_object_get(integer, "type"), "minimum", 0, "maximum", 100000000,
-                                  "begin", "type", json_object_get(integer, "type"), "minimum", 0, "end", "type",
+                                  "required", "title", "stock", "begin", "end", "additionalProperties", 0, "properties",
+                                  "title", "type", "string", "minLength", 1, "maxLength", 200, "stock", "type",
+                                  json_object_get(integer, "type"), "minimum", 0, "maximum", 100000000, "begin", "type",
+                                  json_object_get(integer, "type"), "minimum", 0, "end", "type",
                                   json_object_get(integer, "type"), "minimum", 1));
-    json_object_set_new(s, "VoucherCreated", json_pack("{ss s[s] s{sO}}", "type", "object", "required", "id",
-                                                       "properties", "id", integer));
+    json_object_set_new(s, "VoucherCreated",
+                        json_pack("{ss s[s] s{sO}}", "type", "object", "required", "id", "properties", "id", integer));
     json_object_set_new(s, "Voucher",
                         json_pack("{ss s[sssss] s{sO s{ss} sO sO sO}}", "type", "object", "required", "id", "title",
                                   "stock", "begin", "end", "properties", "id", integer, "title", "type", "string",
@@ -158,12 +161,13 @@ static json_t *schemas(void)
                         json_pack("{ss s[s] s{s{ss ss}}}", "type", "object", "required", "order_id", "properties",
                                   "order_id", "type", "string", "description", "decimal: 64 bits"));
     json_object_set_new(s, "Order",
-                        json_pack("{ss s[ssss] s{s{ss} sO sO s{ss s[sss]}}}", "type", "object", "required",
-                                  "order_id", "user_id", "voucher_id", "status", "properties", "order_id", "type",
-                                  "string", "user_id", integer, "voucher_id", integer, "status", "type", "string",
-                                  "enum", "pending", "created", "rejected"));
-    json_object_set_new(s, "Health", json_pack("{ss s{s{ss} s{ss}}}", "type", "object", "properties", "status",
-                                               "type", "string", "strategy", "type", "string"));
+                        json_pack("{ss s[ssss] s{s{ss} sO sO s{ss s[sss]}}}", "type", "object", "required", "order_id",
+                                  "user_id", "voucher_id", "status", "properties", "order_id", "type", "string",
+                                  "user_id", integer, "voucher_id", integer, "status", "type", "string", "enum",
+                                  "pending", "created", "rejected"));
+    json_object_set_new(s, "Health",
+                        json_pack("{ss s{s{ss} s{ss}}}", "type", "object", "properties", "status", "type", "string",
+                                  "strategy", "type", "string"));
     json_decref(integer);
     return s;
 }
@@ -192,8 +196,8 @@ static void build(void)
     json_t *doc = json_pack(
         "{ss s{ss ss ss} so s{so s{s{ss ss}}}}", "openapi", "3.0.3", "info", "title", "seckill", "version",
         DLOCK_VERSION, "description",
-        "The flash-sale voucher service. Every error is a JSON object with an error code (see Error).", "paths",
-        paths, "components", "schemas", schemas(), "securitySchemes", "bearer", "type", "http", "scheme", "bearer");
+        "The flash-sale voucher service. Every error is a JSON object with an error code (see Error).", "paths", paths,
+        "components", "schemas", schemas(), "securitySchemes", "bearer", "type", "http", "scheme", "bearer");
     text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
     json_decref(doc);
 }

@@ -15,13 +15,13 @@
 struct sk_orderids {
     dlock_client *client;
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* on CLOCK_MONOTONIC: a batch landed, or the filler has work */
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC: a batch landed, or the filler has work */
     int batch;
-    size_t pos, len;        /* the batch in use: ids[pos..len) */
+    size_t pos, len; /* the batch in use: ids[pos..len) */
     uint64_t ids[BATCH_MAX];
     uint64_t next[BATCH_MAX];
-    size_t next_len;        /* the batch fetched ahead; 0: none */
-    int want;               /* the filler is asked to fetch, or fetching */
+    size_t next_len; /* the batch fetched ahead; 0: none */
+    int want;        /* the filler is asked to fetch, or fetching */
     int stop, started;
     pthread_t filler;
 };

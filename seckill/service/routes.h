@@ -20,18 +20,18 @@ typedef enum sk_auth_kind {
 #define SK_ROUTE_STATUS_MAX 12
 
 typedef struct sk_route_def {
-    sk_route route;          /* what api.c dispatches on; the metrics label */
-    const char *method;      /* the one method (GET also answers HEAD) */
-    const char *path;        /* OpenAPI template; "{id}" stands for one segment */
+    sk_route route;     /* what api.c dispatches on; the metrics label */
+    const char *method; /* the one method (GET also answers HEAD) */
+    const char *path;   /* OpenAPI template; "{id}" stands for one segment */
     sk_auth_kind auth;
-    const char *operation;   /* OpenAPI operationId */
+    const char *operation; /* OpenAPI operationId */
     const char *summary;
-    const char *request;     /* schema of the JSON body, or NULL: none */
-    int paged;               /* takes ?after=ID&limit=N */
-    int ok;                  /* the success status */
-    const char *ok_schema;   /* its body's schema; NULL: ok_type, not JSON */
-    const char *ok_type;     /* its content type */
-    const char *location;    /* what its Location header names, or NULL */
+    const char *request;   /* schema of the JSON body, or NULL: none */
+    int paged;             /* takes ?after=ID&limit=N */
+    int ok;                /* the success status */
+    const char *ok_schema; /* its body's schema; NULL: ok_type, not JSON */
+    const char *ok_type;   /* its content type */
+    const char *location;  /* what its Location header names, or NULL */
     /* Every other status this route answers, 0-terminated, besides those
      * every route may answer (sk_route_common_statuses). */
     int errors[SK_ROUTE_STATUS_MAX];
@@ -54,7 +54,7 @@ int sk_route_lists(const sk_route_def *def, int status);
  * *allow says what methods the path takes ("GET, HEAD, POST"), empty
  * when no route has the path at all (404 rather than 405).
  */
-const sk_route_def *sk_route_match(const char *method, const char *path, const char **id, size_t *id_len,
-                                   char *allow, size_t allow_cap);
+const sk_route_def *sk_route_match(const char *method, const char *path, const char **id, size_t *id_len, char *allow,
+                                   size_t allow_cap);
 
 #endif

@@ -83,8 +83,6 @@ static int redis_replica_timeout_ms(void)
 #define DEFAULT_ORDER_TIMEOUT_MS 1000
 #define ORDER_TIMEOUT_MAX_MS 600000
 
-
-
 /* ------------------------------------------------------------------------ */
 /* serve                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -97,8 +95,8 @@ typedef struct serve_opts {
     const char *log_level, *log_format, *access_log;
     sk_http_limits limits;
     const char *redis_password_file, *db_password_file;
-    const char *rate_user, *rate_total;   /* as given, for the start-up line */
-    dlock_rate_options user, total;       /* parsed, when given */
+    const char *rate_user, *rate_total; /* as given, for the start-up line */
+    dlock_rate_options user, total;     /* parsed, when given */
 } serve_opts;
 
 /*
@@ -131,8 +129,7 @@ static int parse_rate(const char *flag, const char *env, const char *spec, dlock
 {
     char why[160];
     if (!spec || sk_rate_parse(spec, o, why, sizeof why) == 0) return 0;
-    fprintf(stderr, "seckill: %s (or %s) wants RATE[/UNIT][:BURST], e.g. 5/s:10: \"%s\": %s\n", flag, env, spec,
-            why);
+    fprintf(stderr, "seckill: %s (or %s) wants RATE[/UNIT][:BURST], e.g. 5/s:10: \"%s\": %s\n", flag, env, spec, why);
     return -1;
 }
 
@@ -141,14 +138,21 @@ static int parse_rate(const char *flag, const char *env, const char *spec, dlock
 static int parse_serve(int argc, char **argv, serve_opts *o)
 {
     static const struct option longs[] = {
-        {"listen", required_argument, NULL, 'l'},   {"redis", required_argument, NULL, 'r'},
-        {"db", required_argument, NULL, 'd'},       {"strategy", required_argument, NULL, 's'},
-        {"secret-file", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
-        {"replica-acks", required_argument, NULL, 'a'}, {"help", no_argument, NULL, 'h'},
-        {"log-level", required_argument, NULL, 'L'},   {"log-format", required_argument, NULL, 'F'},
-        {"access-log", required_argument, NULL, 'A'},  {"max-connections", required_argument, NULL, 'M'},
+        {"listen", required_argument, NULL, 'l'},
+        {"redis", required_argument, NULL, 'r'},
+        {"db", required_argument, NULL, 'd'},
+        {"strategy", required_argument, NULL, 's'},
+        {"secret-file", required_argument, NULL, 'k'},
+        {"threads", required_argument, NULL, 't'},
+        {"replica-acks", required_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"log-format", required_argument, NULL, 'F'},
+        {"access-log", required_argument, NULL, 'A'},
+        {"max-connections", required_argument, NULL, 'M'},
         {"max-connections-per-client", required_argument, NULL, 'P'},
-        {"idle-timeout", required_argument, NULL, 'I'},  {"event-loop", required_argument, NULL, 'E'},
+        {"idle-timeout", required_argument, NULL, 'I'},
+        {"event-loop", required_argument, NULL, 'E'},
         {"redis-password-file", required_argument, NULL, 'R'},
         {"db-password-file", required_argument, NULL, 'D'},
         {"order-timeout", required_argument, NULL, 'O'},
@@ -156,10 +160,24 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
         {"rate-total", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
-    *o = (serve_opts){DEFAULT_LISTEN, NULL, DEFAULT_DB, "redis", sk_secret_file(NULL),
-                      0, 0, DEFAULT_ORDER_TIMEOUT_MS, NULL, NULL, NULL,
+    *o = (serve_opts){DEFAULT_LISTEN,
+                      NULL,
+                      DEFAULT_DB,
+                      "redis",
+                      sk_secret_file(NULL),
+                      0,
+                      0,
+                      DEFAULT_ORDER_TIMEOUT_MS,
+                      NULL,
+                      NULL,
+                      NULL,
                       {0, SK_HTTP_MAX_CONNECTIONS, SK_HTTP_PER_CLIENT, SK_HTTP_IDLE_TIMEOUT_S, SK_HTTP_LOOP_AUTO},
-                      NULL, NULL, NULL, NULL, {0}, {0}};
+                      NULL,
+                      NULL,
+                      NULL,
+                      NULL,
+                      {0},
+                      {0}};
     o->redis = sk_env_url("SECKILL_REDIS_URL");
     if (sk_env_url("SECKILL_DB_URL")) o->db = sk_env_url("SECKILL_DB_URL");
     const char *ot = sk_env_url("SECKILL_ORDER_TIMEOUT_MS");
@@ -257,8 +275,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o)
     if (o->threads == 0) o->threads = default_threads(o);
     /* libmicrohttpd gives each worker thread an equal share of the limit. */
     if (o->limits.max_connections < o->threads) {
-        fprintf(stderr, "seckill: --max-connections (%d) must be at least --threads (%d)\n",
-                o->limits.max_connections, o->threads);
+        fprintf(stderr, "seckill: --max-connections (%d) must be at least --threads (%d)\n", o->limits.max_connections,
+                o->threads);
         return -1;
     }
     o->limits.threads = o->threads;
@@ -343,9 +361,9 @@ static void log_startup(const serve_opts *o, const server *s, const char *redis_
            "order-timeout %d ms, redis command timeout %d ms, rate per user %s, rate total %s, access log %s",
            DLOCK_VERSION, dlock_version(), url, o->strategy, rs, db, o->threads, o->limits.max_connections,
            o->limits.per_client, o->limits.idle_timeout_s,
-           sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks,
-           o->order_timeout_ms, redis_timeout_ms(), o->rate_user ? o->rate_user : "off",
-           o->rate_total ? o->rate_total : "off", o->access_log ? o->access_log : "off");
+           sk_http_event_loop(&o->limits) == SK_HTTP_LOOP_POLL ? "poll" : "epoll", o->replica_acks, o->order_timeout_ms,
+           redis_timeout_ms(), o->rate_user ? o->rate_user : "off", o->rate_total ? o->rate_total : "off",
+           o->access_log ? o->access_log : "off");
     /* verify=no must be a choice somebody sees, not a default nobody does. */
     dlock_url u;
     if (redis_url && dlock_url_parse(redis_url, &u) == DLOCK_OK) {
@@ -392,9 +410,9 @@ int sk_cmd_serve(int argc, char **argv)
     }
     /* The private redis-server has no password: a Redis password is for
      * the Redis of --redis. */
-    int connected = sk_db_open(o.db, pw.db, 0, &s.db, err, sizeof err) == 0 &&
-                    sk_redis_connect(redis_url, o.redis ? pw.redis : NULL, redis_timeout_ms(), &s.client, err,
-                                     sizeof err) == 0;
+    int connected =
+        sk_db_open(o.db, pw.db, 0, &s.db, err, sizeof err) == 0 &&
+        sk_redis_connect(redis_url, o.redis ? pw.redis : NULL, redis_timeout_ms(), &s.client, err, sizeof err) == 0;
     sk_passwords_free(&pw);
     if (!connected) goto fail;
     s.ids = sk_orderids_new(s.client, (int)env_long("SECKILL_ORDER_ID_BATCH", 128));
@@ -405,8 +423,8 @@ int sk_cmd_serve(int argc, char **argv)
     if (sk_orderids_fill(s.ids) != SK_OK)
         sk_log(SK_LOG_WARN, "no order ids reserved at start: %s; the first orders ask again", dlock_last_error());
     if (strcmp(o.strategy, "redis") == 0) {
-        if (sk_redis_init(&s.redis, s.client, redis_url, o.replica_acks,
-                          redis_replica_timeout_ms(), err, sizeof err) != 0)
+        if (sk_redis_init(&s.redis, s.client, redis_url, o.replica_acks, redis_replica_timeout_ms(), err, sizeof err) !=
+            0)
             goto fail;
         long linger = env_long("SECKILL_WRITER_LINGER_MS", 20);
         sk_writer_config wc = {

@@ -8,8 +8,8 @@
 
 /* The deployment is fixed by the URL: parse it once here rather than ask
  * the client, whose topology is private. */
-int sk_redis_init(sk_redis *r, dlock_client *client, const char *url, int replicas, int replica_timeout_ms,
-                  char *err, size_t errlen)
+int sk_redis_init(sk_redis *r, dlock_client *client, const char *url, int replicas, int replica_timeout_ms, char *err,
+                  size_t errlen)
 {
     dlock_url u;
     if (dlock_url_parse(url, &u) != DLOCK_OK) {

@@ -26,8 +26,8 @@ typedef struct sk_redis {
 
 /* Fill `r` for `client`, made from `url` (which says whether it is a
  * cluster). 0, or -1 with the reason in err. */
-int sk_redis_init(sk_redis *r, dlock_client *client, const char *url, int replicas, int replica_timeout_ms,
-                  char *err, size_t errlen);
+int sk_redis_init(sk_redis *r, dlock_client *client, const char *url, int replicas, int replica_timeout_ms, char *err,
+                  size_t errlen);
 
 /*
  * One command routed by `key` (NULL: any data node), its words given as C

@@ -11,13 +11,13 @@
 #define SOLDOUT_MAX 64
 
 typedef struct entry {
-    int64_t voucher;     /* 0: free slot */
-    int stored;          /* 0: seen sold out, not read yet */
-    int claimed;         /* a thread is reading it now */
+    int64_t voucher; /* 0: free slot */
+    int stored;      /* 0: seen sold out, not read yet */
+    int claimed;     /* a thread is reading it now */
     int64_t begin, end;
-    int64_t *buyers;     /* sorted */
+    int64_t *buyers; /* sorted */
     size_t n;
-    int64_t until_ms;    /* stored entries end then (monotonic clock) */
+    int64_t until_ms; /* stored entries end then (monotonic clock) */
 } entry;
 
 struct sk_soldout {
@@ -127,8 +127,7 @@ int sk_soldout_claim(sk_soldout *m, int64_t voucher_id)
     return mine;
 }
 
-void sk_soldout_store(sk_soldout *m, int64_t voucher_id, int64_t begin, int64_t end, const int64_t *buyers,
-                      size_t n)
+void sk_soldout_store(sk_soldout *m, int64_t voucher_id, int64_t begin, int64_t end, const int64_t *buyers, size_t n)
 {
     if (!m || !m->ttl_ms) return;
     int64_t *copy = malloc((n ? n : 1) * sizeof *copy);

@@ -45,8 +45,7 @@ void sk_soldout_seen(sk_soldout *m, int64_t voucher_id);
 int sk_soldout_claim(sk_soldout *m, int64_t voucher_id);
 
 /* Remember the voucher: its window and its buyers (copied; any order). */
-void sk_soldout_store(sk_soldout *m, int64_t voucher_id, int64_t begin, int64_t end, const int64_t *buyers,
-                      size_t n);
+void sk_soldout_store(sk_soldout *m, int64_t voucher_id, int64_t begin, int64_t end, const int64_t *buyers, size_t n);
 
 /* Drop whatever is known or wanted of the voucher (it was warmed again). */
 void sk_soldout_forget(sk_soldout *m, int64_t voucher_id);

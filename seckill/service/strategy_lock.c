@@ -26,7 +26,7 @@ typedef struct lock_strategy {
     sk_db *db;
     dlock_client *client;
     sk_orderids *ids;
-    long wait_ms;           /* for the user's lock: LOCK_WAIT_MS or less */
+    long wait_ms; /* for the user's lock: LOCK_WAIT_MS or less */
 } lock_strategy;
 
 /* Nothing to warm: this strategy reads the database only. */
@@ -58,8 +58,7 @@ static sk_result from_dlock(dlock_status st)
     }
 }
 
-static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now,
-                                 uint64_t *order_id)
+static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now, uint64_t *order_id)
 {
     lock_strategy *s = ctx;
     /* The cheap refusals first, without the lock (the seeds' steps 1-4):
@@ -97,8 +96,7 @@ static sk_result ls_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
     if (r == SK_OK) r = s->db->ops->order_place(s->db, &o, now);
     /* A failed release (lease already over, Redis gone) changes nothing
      * for this order: it is committed or not by the transaction alone. */
-    if (dlock_lock_release(lock) != DLOCK_OK)
-        SK_LOG_REPEATED(SK_LOG_WARN, "release %s: %s", name, dlock_last_error());
+    if (dlock_lock_release(lock) != DLOCK_OK) SK_LOG_REPEATED(SK_LOG_WARN, "release %s: %s", name, dlock_last_error());
     dlock_lock_free(lock);
     if (r == SK_OK) *order_id = o.id;
     return r;

@@ -33,8 +33,8 @@ typedef struct redis_strategy {
     const sk_redis *redis;
     sk_orderids *ids;
     sk_writer *writer;
-    int grace_s;                /* see sk_strategy_redis_new */
-    pthread_mutex_t warming;    /* one warm-up per process at a time */
+    int grace_s;             /* see sk_strategy_redis_new */
+    pthread_mutex_t warming; /* one warm-up per process at a time */
     /* Asynchronous orders that found their voucher cold, for the warm-up
      * thread (started on first need). */
     pthread_mutex_t wq_mu;
@@ -43,8 +43,8 @@ typedef struct redis_strategy {
     int wq_started, wq_stop;
     pthread_t wq_thread;
     dlock_script *order, *warm, *pending, *soldout_read, *mine, *ping;
-    sk_soldout *soldout;        /* sold-out vouchers this instance remembers */
-    sk_batcher *batcher;        /* asynchronous orders, per voucher (batch.h) */
+    sk_soldout *soldout; /* sold-out vouchers this instance remembers */
+    sk_batcher *batcher; /* asynchronous orders, per voucher (batch.h) */
 } redis_strategy;
 
 /* Seconds since the server holding the voucher started (INFO server), or -1. */
@@ -96,8 +96,7 @@ static sk_result rs_voucher_create(void *ctx, const sk_voucher *v, int64_t *id)
     sk_result r = s->db->ops->voucher_create(s->db, v, sk_unix_now(), id);
     if (r != SK_OK) return r;
     if (sk_redis_warm(s->db, s->redis, s->warm, *id) != SK_OK)
-        sk_log(SK_LOG_WARN, "voucher %lld created but not warmed; the first order will",
-                (long long)*id);
+        sk_log(SK_LOG_WARN, "voucher %lld created but not warmed; the first order will", (long long)*id);
     sk_soldout_forget(s->soldout, *id);
     if (s->writer) sk_writer_notify(s->writer);
     return SK_OK;
@@ -163,8 +162,8 @@ typedef struct order_call {
 /* Spelled once, so the synchronous and the asynchronous path send the very
  * same script call; `args` gets 2 + 3 * n entries, the orders' from `ov`,
  * which the caller filled with order_argv_fill. */
-static void order_call_fill(order_call *c, const redis_strategy *s, int64_t voucher_id, const order_argv *ov,
-                            size_t n, const char **args)
+static void order_call_fill(order_call *c, const redis_strategy *s, int64_t voucher_id, const order_argv *ov, size_t n,
+                            const char **args)
 {
     sk_voucher_keys(voucher_id, c->keys);
     snprintf(c->vid, sizeof c->vid, "%lld", (long long)voucher_id);
@@ -224,8 +223,7 @@ static sk_result order_outcome(redis_strategy *s, const redisReply *rep, size_t 
         if (stock_key) sk_acked_forget(s->redis, stock_key);
         return SK_BUSY;
     case 7: /* the write refused: nothing taken */
-        SK_LOG_REPEATED(SK_LOG_ERROR, "order script: %s",
-                        msg->type == REDIS_REPLY_STRING ? msg->str : "write refused");
+        SK_LOG_REPEATED(SK_LOG_ERROR, "order script: %s", msg->type == REDIS_REPLY_STRING ? msg->str : "write refused");
         return SK_INTERNAL;
     default: return SK_INTERNAL;
     }
@@ -296,8 +294,8 @@ static void soldout_read(redis_strategy *s, int64_t voucher_id)
     const char *keyv[3] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS]};
     redisReply *rep = NULL;
     int stored = 0;
-    if (dlock_script_eval(s->soldout_read, 0, 3, keyv, 0, NULL, &rep) == DLOCK_OK &&
-        rep->type == REDIS_REPLY_ARRAY && rep->elements >= 2) {
+    if (dlock_script_eval(s->soldout_read, 0, 3, keyv, 0, NULL, &rep) == DLOCK_OK && rep->type == REDIS_REPLY_ARRAY &&
+        rep->elements >= 2) {
         size_t n = rep->elements - 2;
         int64_t *buyers = malloc((n ? n : 1) * sizeof *buyers);
         int64_t win[2];
@@ -348,8 +346,7 @@ static sk_result order_settled(redis_strategy *s, int64_t voucher_id, sk_result 
     return r;
 }
 
-static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now,
-                                 uint64_t *order_id)
+static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id, int64_t now, uint64_t *order_id)
 {
     redis_strategy *s = ctx;
     sk_result r = order_known(s, user_id, voucher_id, now);
@@ -367,13 +364,13 @@ static sk_result rs_order_create(void *ctx, int64_t user_id, int64_t voucher_id,
 
 /* An order decided asynchronously, from its script call to its answer. */
 typedef struct async_order {
-    sk_batch_item item;         /* first: in its voucher's batch (key: the voucher) */
+    sk_batch_item item; /* first: in its voucher's batch (key: the voucher) */
     redis_strategy *s;
     int64_t user_id, voucher_id, now;
     uint64_t oid;
     sk_order_done *done;
     void *arg;
-    struct async_order *next;   /* in the warm-up queue */
+    struct async_order *next; /* in the warm-up queue */
 } async_order;
 
 /* One script call's orders, in the order of its arguments. */
@@ -394,7 +391,6 @@ static void async_finish(async_order *o, sk_result r)
     free(o);
     done(arg, r, r == SK_OK ? oid : 0);
 }
-
 
 /* Why a thread of its own: warming blocks on the database and Redis, and
  * the library's thread that hands replies back must not wait for that. */
@@ -423,8 +419,7 @@ static void warm_later(async_order *o)
 {
     redis_strategy *s = o->s;
     pthread_mutex_lock(&s->wq_mu);
-    if (!s->wq_started && !s->wq_stop && pthread_create(&s->wq_thread, NULL, warmer_main, s) == 0)
-        s->wq_started = 1;
+    if (!s->wq_started && !s->wq_stop && pthread_create(&s->wq_thread, NULL, warmer_main, s) == 0) s->wq_started = 1;
     if (!s->wq_started || s->wq_stop) {
         pthread_mutex_unlock(&s->wq_mu);
         async_finish(o, SK_BUSY);
@@ -548,7 +543,7 @@ static int rs_order_create_async(void *ctx, int64_t user_id, int64_t voucher_id,
  * cluster each voucher is in its own slot, so one call per voucher. */
 static int find_pending(redis_strategy *s, const int64_t *vids, size_t nv, const char *oid, int64_t *uid)
 {
-    char (*keys)[SK_KEY_MAX] = malloc((nv ? nv : 1) * sizeof *keys);
+    char(*keys)[SK_KEY_MAX] = malloc((nv ? nv : 1) * sizeof *keys);
     const char **keyv = malloc((nv ? nv : 1) * sizeof *keyv);
     int found = keys && keyv ? -1 : -2;
     for (size_t i = 0; found == -1 && i < nv; i++) {

@@ -216,8 +216,8 @@ sk_result sk_redis_warm(sk_db *db, const sk_redis *redis, dlock_script *script, 
     }
     free(pending.a);
     if (stock < 0) {
-        sk_log(SK_LOG_WARN, "voucher %lld: %lld more orders pending than units left",
-                (long long)voucher_id, (long long)-stock);
+        sk_log(SK_LOG_WARN, "voucher %lld: %lld more orders pending than units left", (long long)voucher_id,
+               (long long)-stock);
         stock = 0;
     }
     char stocks[24], begin[24], end[24];
@@ -226,7 +226,7 @@ sk_result sk_redis_warm(sk_db *db, const sk_redis *redis, dlock_script *script, 
     snprintf(end, sizeof end, "%lld", (long long)st.v.end);
     const char *keyv[3] = {keys[SK_K_STOCK], keys[SK_K_WINDOW], keys[SK_K_BUYERS]};
     const char *args[4 + WARM_CHUNK];
-    char (*ustr)[24] = malloc((n ? n : 1) * sizeof *ustr);
+    char(*ustr)[24] = malloc((n ? n : 1) * sizeof *ustr);
     if (!ustr) r = SK_INTERNAL;
     for (size_t i = 0; ustr && i < n; i++) snprintf(ustr[i], sizeof ustr[i], "%lld", (long long)uids[i]);
     free(uids);
@@ -241,11 +241,10 @@ sk_result sk_redis_warm(sk_db *db, const sk_redis *redis, dlock_script *script, 
         for (size_t i = 0; i < chunk; i++) args[4 + i] = ustr[done + i];
         redisReply *rep;
         /* Resent after a lost reply: harmless, the stock is set once. */
-        if (dlock_script_eval(script, 0, 3, keyv, 4 + (int)chunk, args, &rep) != DLOCK_OK && !rep)
-            r = SK_UNAVAILABLE;
+        if (dlock_script_eval(script, 0, 3, keyv, 4 + (int)chunk, args, &rep) != DLOCK_OK && !rep) r = SK_UNAVAILABLE;
         else if (rep->type != REDIS_REPLY_INTEGER) {
             SK_LOG_REPEATED(SK_LOG_ERROR, "warm voucher %lld: %s", (long long)voucher_id,
-                    rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+                            rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
             r = SK_INTERNAL;
         }
         if (rep) freeReplyObject(rep);

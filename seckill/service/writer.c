@@ -40,8 +40,8 @@
 #define ENDED_GRACE_S (7 * 86400) /* follow a voucher's stream this long after its sale */
 #define REFRESH_NS 1000000000LL
 #define LAG_NS 1000000000LL
-#define CLAIM_ROUNDS 16           /* XAUTOCLAIM calls per stream per claim pass */
-#define HINTS 64                  /* vouchers with new orders, noted by HTTP threads */
+#define CLAIM_ROUNDS 16 /* XAUTOCLAIM calls per stream per claim pass */
+#define HINTS 64        /* vouchers with new orders, noted by HTTP threads */
 
 typedef struct stream {
     int64_t vid;
@@ -57,9 +57,9 @@ typedef struct entry {
     char id[48];
     const redisReply *fields; /* points into the reply the entry came from */
     int valid;
-    const char *bad;          /* why it is not valid */
-    long deliveries;          /* known for redeliveries, else 0 */
-    char order_id[24];        /* the "order" field as sent, "" when absent or too long */
+    const char *bad;   /* why it is not valid */
+    long deliveries;   /* known for redeliveries, else 0 */
+    char order_id[24]; /* the "order" field as sent, "" when absent or too long */
     sk_order order;
 } entry;
 
@@ -69,8 +69,8 @@ struct sk_writer {
     pthread_t thread;
     atomic_int stop;
     atomic_int notified;
-    atomic_llong hint[HINTS];    /* voucher ids (0: none), by id modulo HINTS */
-    atomic_int sleeping;         /* the thread waits on `woken` for a hint */
+    atomic_llong hint[HINTS]; /* voucher ids (0: none), by id modulo HINTS */
+    atomic_int sleeping;      /* the thread waits on `woken` for a hint */
     pthread_mutex_t mu;
     pthread_cond_t woken;
     dlock_script *ack;
@@ -87,7 +87,7 @@ struct sk_writer {
     sk_persist_outcome *outcomes;
     size_t *which;
     entry **es;
-    const char **args;           /* 2 * cap + 6: arguments of one command */
+    const char **args; /* 2 * cap + 6: arguments of one command */
 };
 
 /* Forget what we knew of a stream after a failure: the group may be gone
@@ -105,10 +105,8 @@ static void reset(stream *s)
 static int reply_ok_why(sk_writer *w, stream *s, dlock_status st, redisReply *r, const char *what, const char *why)
 {
     if (st == DLOCK_OK) return 1;
-    if (r && strncmp(r->str, "NOGROUP", 7) != 0)
-        SK_LOG_REPEATED(SK_LOG_ERROR, "writer: %s: %s", what, r->str);
-    else if (!r)
-        SK_LOG_REPEATED(SK_LOG_ERROR, "writer: %s: %s", what, why ? why : dlock_last_error());
+    if (r && strncmp(r->str, "NOGROUP", 7) != 0) SK_LOG_REPEATED(SK_LOG_ERROR, "writer: %s: %s", what, r->str);
+    else if (!r) SK_LOG_REPEATED(SK_LOG_ERROR, "writer: %s: %s", what, why ? why : dlock_last_error());
     if (r) freeReplyObject(r);
     for (size_t i = 0; i < w->nstreams; i++)
         if (!s || s == &w->streams[i]) reset(&w->streams[i]);
@@ -127,8 +125,7 @@ static void refresh_streams(sk_writer *w)
 {
     int64_t ids[STREAMS_MAX];
     size_t n = 0;
-    if (w->cfg.db->ops->voucher_ids(w->cfg.db, sk_unix_now() - ENDED_GRACE_S, ids, STREAMS_MAX, &n) != SK_OK)
-        return;
+    if (w->cfg.db->ops->voucher_ids(w->cfg.db, sk_unix_now() - ENDED_GRACE_S, ids, STREAMS_MAX, &n) != SK_OK) return;
     for (size_t i = 0; i < n; i++) {
         int known = 0;
         for (size_t j = 0; j < w->nstreams && !known; j++) known = w->streams[j].vid == ids[i];
@@ -146,9 +143,8 @@ static void refresh_streams(sk_writer *w)
 static int ensure_group(sk_writer *w, stream *s)
 {
     redisReply *r;
-    dlock_status st =
-        sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XGROUP", "CREATE", s->keys[SK_K_ORDERS], SK_GROUP,
-                     "0", "MKSTREAM", NULL);
+    dlock_status st = sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XGROUP", "CREATE", s->keys[SK_K_ORDERS],
+                                   SK_GROUP, "0", "MKSTREAM", NULL);
     if (st == DLOCK_ERR_REDIS && strncmp(r->str, "BUSYGROUP", 9) == 0) st = DLOCK_OK;
     if (!reply_ok(w, s, st, r, "XGROUP CREATE")) return -1;
     freeReplyObject(r);
@@ -178,8 +174,7 @@ static int parse_entry(sk_writer *w, size_t si, const redisReply *er, entry *e)
         return -1;
     memcpy(e->id, er->element[0]->str, er->element[0]->len + 1);
     e->fields = er->element[1];
-    const redisReply *o = field(e->fields, "order"), *u = field(e->fields, "user"),
-                     *v = field(e->fields, "voucher");
+    const redisReply *o = field(e->fields, "order"), *u = field(e->fields, "user"), *v = field(e->fields, "voucher");
     e->valid = 0;
     if (o && o->type == REDIS_REPLY_STRING && o->len < sizeof e->order_id) memcpy(e->order_id, o->str, o->len + 1);
     if (e->fields->type != REDIS_REPLY_ARRAY) e->bad = "deleted";
@@ -190,10 +185,8 @@ static int parse_entry(sk_writer *w, size_t si, const redisReply *er, entry *e)
              sk_parse_i64(u->str, u->len, INT64_MAX, &e->order.user_id) != 0 ||
              sk_parse_i64(v->str, v->len, INT64_MAX, &e->order.voucher_id) != 0)
         e->bad = "bad_number";
-    else if (e->order.voucher_id != w->streams[si].vid)
-        e->bad = "wrong_voucher";
-    else
-        e->valid = 1;
+    else if (e->order.voucher_id != w->streams[si].vid) e->bad = "wrong_voucher";
+    else e->valid = 1;
     return 0;
 }
 
@@ -252,8 +245,7 @@ static int dead_letter(sk_writer *w, entry *e, const char *reason)
         dlock_status st = sk_redis_argv(w->cfg.redis, s->keys[SK_K_DEAD], 0, argc, argv, lens, &r);
         if (!reply_ok(w, s, st, r, "XADD dead letter")) return -1;
         freeReplyObject(r);
-        sk_log(SK_LOG_WARN, "writer: order entry %s of %s dead-lettered (%s)", e->id,
-                s->keys[SK_K_ORDERS], reason);
+        sk_log(SK_LOG_WARN, "writer: order entry %s of %s dead-lettered (%s)", e->id, s->keys[SK_K_ORDERS], reason);
         sk_metrics_writer(0, 0, 0, 1, 0);
     }
     return ack(w, s, &e, 1);
@@ -324,7 +316,7 @@ static int replicated(sk_writer *w, entry *const *es, size_t n)
         }
         if (!told++)
             sk_log(SK_LOG_WARN, "writer: %lld of %d replicas have %s; holding the batch", acks < 0 ? 0 : acks,
-                    rd->replicas, s->keys[SK_K_ORDERS]);
+                   rd->replicas, s->keys[SK_K_ORDERS]);
     }
     return rc;
 }
@@ -474,8 +466,7 @@ static void collect_streams(sk_writer *w, const redisReply *r, entry *e, size_t 
 {
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         const redisReply *sr = r->element[i];
-        if (sr->type != REDIS_REPLY_ARRAY || sr->elements != 2 || sr->element[0]->type != REDIS_REPLY_STRING)
-            continue;
+        if (sr->type != REDIS_REPLY_ARRAY || sr->elements != 2 || sr->element[0]->type != REDIS_REPLY_STRING) continue;
         for (size_t j = 0; j < w->nstreams; j++)
             if (strcmp(sr->element[0]->str, w->streams[j].keys[SK_K_ORDERS]) == 0)
                 collect(w, j, sr->element[1], e, cap, n);
@@ -527,8 +518,8 @@ static int read_all(sk_writer *w, entry *e, size_t *got)
     for (size_t i = 0; i < k; i++) argv[argc++] = w->streams[idx[i]].keys[SK_K_ORDERS];
     for (size_t i = 0; i < k; i++) argv[argc++] = ">";
     redisReply *r;
-    dlock_status st = sk_redis_argv(w->cfg.redis, argv[9], DLOCK_REDIS_BLOCKING | DLOCK_REDIS_ONCE, argc, argv,
-                                    NULL, &r);
+    dlock_status st =
+        sk_redis_argv(w->cfg.redis, argv[9], DLOCK_REDIS_BLOCKING | DLOCK_REDIS_ONCE, argc, argv, NULL, &r);
     if (!reply_ok(w, NULL, st, r, "XREADGROUP")) return -1;
     size_t n = 0;
     collect_streams(w, r, e, (size_t)w->cfg.batch * k, &n);
@@ -608,9 +599,9 @@ static int read_each(sk_writer *w, entry *e, size_t *got)
         if (!s->hot || !readable(s)) continue;
         size_t before = n;
         redisReply *r;
-        dlock_status st = sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], DLOCK_REDIS_ONCE, &r, "XREADGROUP",
-                                       "GROUP", SK_GROUP, w->consumer, "COUNT", count, "STREAMS",
-                                       s->keys[SK_K_ORDERS], ">", NULL);
+        dlock_status st =
+            sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], DLOCK_REDIS_ONCE, &r, "XREADGROUP", "GROUP", SK_GROUP,
+                         w->consumer, "COUNT", count, "STREAMS", s->keys[SK_K_ORDERS], ">", NULL);
         if (!reply_ok(w, s, st, r, "XREADGROUP")) {
             rc = -1;
             continue;
@@ -636,8 +627,8 @@ static void update_lag(sk_writer *w)
     for (size_t i = 0; i < w->nstreams; i++) {
         stream *s = &w->streams[i];
         redisReply *r;
-        if (sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XINFO", "GROUPS", s->keys[SK_K_ORDERS],
-                         NULL) != DLOCK_OK) {
+        if (sk_redis_cmd(w->cfg.redis, s->keys[SK_K_ORDERS], 0, &r, "XINFO", "GROUPS", s->keys[SK_K_ORDERS], NULL) !=
+            DLOCK_OK) {
             if (r) freeReplyObject(r);
             continue;
         }
@@ -661,8 +652,7 @@ static void linger(sk_writer *w, long ms)
 {
     struct timespec until = deadline_in(ms);
     pthread_mutex_lock(&w->mu);
-    while (!atomic_load(&w->stop) && pthread_cond_timedwait(&w->woken, &w->mu, &until) == 0) {
-    }
+    while (!atomic_load(&w->stop) && pthread_cond_timedwait(&w->woken, &w->mu, &until) == 0) {}
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -703,8 +693,7 @@ static void *run(void *arg)
         size_t got = 0;
         if ((w->cfg.redis->cluster ? read_each(w, e, &got) : read_all(w, e, &got)) != 0) failed = 1;
         if (failed) sk_sleep_ms(100);
-        else if (w->cfg.linger_ms > 0 && got > 0 && got < (size_t)w->cfg.batch)
-            linger(w, w->cfg.linger_ms);
+        else if (w->cfg.linger_ms > 0 && got > 0 && got < (size_t)w->cfg.batch) linger(w, w->cfg.linger_ms);
     }
     return NULL;
 }

@@ -41,13 +41,13 @@ typedef struct sk_writer sk_writer;
 
 typedef struct sk_writer_config {
     sk_db *db;
-    const sk_redis *redis;   /* routed commands; BLOCK reads get a connection of their own */
-    const char *consumer;    /* NULL: "HOSTNAME:PID" */
-    long claim_idle_ms;      /* 0: 30000 */
-    int max_deliveries;      /* 0: 5 */
-    int batch;               /* 0: 256 entries per read and per transaction */
-    int block_ms;            /* 0: 200, the longest a read waits for new orders */
-    int linger_ms;           /* 0: 20; < 0: none. After a read that was not a
+    const sk_redis *redis; /* routed commands; BLOCK reads get a connection of their own */
+    const char *consumer;  /* NULL: "HOSTNAME:PID" */
+    long claim_idle_ms;    /* 0: 30000 */
+    int max_deliveries;    /* 0: 5 */
+    int batch;             /* 0: 256 entries per read and per transaction */
+    int block_ms;          /* 0: 200, the longest a read waits for new orders */
+    int linger_ms;         /* 0: 20; < 0: none. After a read that was not a
                                 full batch, wait this long before the next */
 } sk_writer_config;
 

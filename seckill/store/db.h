@@ -23,18 +23,18 @@ typedef struct sk_db sk_db;
 
 /* What the writer learned about one order of a batch. */
 typedef enum sk_persist_outcome {
-    SK_PERSIST_CREATED = 0,   /* inserted now, stock taken */
-    SK_PERSIST_DUPLICATE,     /* the same order id was already there: a redelivery */
-    SK_PERSIST_REJECTED       /* refused (sold out, second order of the user, no voucher);
+    SK_PERSIST_CREATED = 0, /* inserted now, stock taken */
+    SK_PERSIST_DUPLICATE,   /* the same order id was already there: a redelivery */
+    SK_PERSIST_REJECTED     /* refused (sold out, second order of the user, no voucher);
                                  recorded in rejected_orders */
 } sk_persist_outcome;
 
 /* What the database holds for one voucher at one moment. */
 typedef struct sk_voucher_state {
     sk_voucher v;
-    int64_t orders;    /* rows in orders */
-    int64_t users;     /* distinct users among them (the schema makes it == orders) */
-    int64_t rejected;  /* rows in rejected_orders */
+    int64_t orders;   /* rows in orders */
+    int64_t users;    /* distinct users among them (the schema makes it == orders) */
+    int64_t rejected; /* rows in rejected_orders */
 } sk_voucher_state;
 
 typedef struct sk_db_ops {
@@ -50,8 +50,7 @@ typedef struct sk_db_ops {
      * every order, all from one snapshot: warming Redis and `seckill
      * verify` compare them with each other. *uids is malloc'ed (caller
      * frees), sorted ascending. */
-    sk_result (*voucher_state)(sk_db *db, int64_t voucher_id, sk_voucher_state *out, int64_t **uids,
-                               size_t *n);
+    sk_result (*voucher_state)(sk_db *db, int64_t voucher_id, sk_voucher_state *out, int64_t **uids, size_t *n);
     /* A persisted or rejected order; SK_NO_ORDER when neither. */
     sk_result (*order_get)(sk_db *db, uint64_t id, sk_order *out);
     /* SK_ALREADY when the user has a persisted order for the voucher
@@ -64,8 +63,7 @@ typedef struct sk_db_ops {
     sk_result (*order_place)(sk_db *db, const sk_order *o, int64_t now);
     /* The writer's batch, in one transaction; outcomes[i] for orders[i].
      * SK_OK only when committed; on failure nothing of the batch is kept. */
-    sk_result (*orders_persist)(sk_db *db, const sk_order *orders, size_t n, int64_t now,
-                                sk_persist_outcome *outcomes);
+    sk_result (*orders_persist)(sk_db *db, const sk_order *orders, size_t n, int64_t now, sk_persist_outcome *outcomes);
     sk_result (*ping)(sk_db *db);
 } sk_db_ops;
 
@@ -91,6 +89,9 @@ int sk_db_open(const char *url, const char *password, int flags, sk_db **out, ch
 int sk_db_open_sqlite(const char *path, int flags, sk_db **out, char *err, size_t errlen);
 int sk_db_open_pg(const char *conninfo, const char *password, sk_db **out, char *err, size_t errlen);
 
-static inline void sk_db_close(sk_db *db) { if (db) db->ops->close(db); }
+static inline void sk_db_close(sk_db *db)
+{
+    if (db) db->ops->close(db);
+}
 
 #endif

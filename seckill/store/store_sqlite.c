@@ -18,37 +18,52 @@
 
 #define BUSY_TIMEOUT_MS 10000
 
-static const char schema[] =
-    "CREATE TABLE IF NOT EXISTS vouchers ("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  title TEXT NOT NULL,"
-    "  stock INTEGER NOT NULL CHECK (stock >= 0),"
-    "  initial_stock INTEGER NOT NULL CHECK (initial_stock >= 0),"
-    "  begin_at INTEGER NOT NULL,"
-    "  end_at INTEGER NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  CHECK (end_at > begin_at),"
-    "  CHECK (stock <= initial_stock));"
-    "CREATE TABLE IF NOT EXISTS orders ("
-    "  id INTEGER PRIMARY KEY,"
-    "  user_id INTEGER NOT NULL,"
-    "  voucher_id INTEGER NOT NULL REFERENCES vouchers(id),"
-    "  fence INTEGER NOT NULL DEFAULT 0,"
-    "  created_at INTEGER NOT NULL,"
-    "  UNIQUE (user_id, voucher_id));"
-    "CREATE INDEX IF NOT EXISTS orders_by_voucher ON orders(voucher_id);"
-    "CREATE TABLE IF NOT EXISTS rejected_orders ("
-    "  id INTEGER PRIMARY KEY,"
-    "  user_id INTEGER NOT NULL,"
-    "  voucher_id INTEGER NOT NULL,"
-    "  reason TEXT NOT NULL,"
-    "  created_at INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS rejected_by_voucher ON rejected_orders(voucher_id);";
+static const char schema[] = "CREATE TABLE IF NOT EXISTS vouchers ("
+                             "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                             "  title TEXT NOT NULL,"
+                             "  stock INTEGER NOT NULL CHECK (stock >= 0),"
+                             "  initial_stock INTEGER NOT NULL CHECK (initial_stock >= 0),"
+                             "  begin_at INTEGER NOT NULL,"
+                             "  end_at INTEGER NOT NULL,"
+                             "  created_at INTEGER NOT NULL,"
+                             "  CHECK (end_at > begin_at),"
+                             "  CHECK (stock <= initial_stock));"
+                             "CREATE TABLE IF NOT EXISTS orders ("
+                             "  id INTEGER PRIMARY KEY,"
+                             "  user_id INTEGER NOT NULL,"
+                             "  voucher_id INTEGER NOT NULL REFERENCES vouchers(id),"
+                             "  fence INTEGER NOT NULL DEFAULT 0,"
+                             "  created_at INTEGER NOT NULL,"
+                             "  UNIQUE (user_id, voucher_id));"
+                             "CREATE INDEX IF NOT EXISTS orders_by_voucher ON orders(voucher_id);"
+                             "CREATE TABLE IF NOT EXISTS rejected_orders ("
+                             "  id INTEGER PRIMARY KEY,"
+                             "  user_id INTEGER NOT NULL,"
+                             "  voucher_id INTEGER NOT NULL,"
+                             "  reason TEXT NOT NULL,"
+                             "  created_at INTEGER NOT NULL);"
+                             "CREATE INDEX IF NOT EXISTS rejected_by_voucher ON rejected_orders(voucher_id);";
 
 enum {
-    ST_BEGIN, ST_BEGIN_READ, ST_COMMIT, ST_ROLLBACK,
-    ST_V_INSERT, ST_V_GET, ST_V_IDS, ST_V_LIST, ST_V_BUYERS, ST_V_COUNTS, ST_V_TAKE,
-    ST_O_GET, ST_O_BY_USER, ST_O_INSERT, ST_O_INSERT_NEW, ST_O_DELETE, ST_R_GET, ST_R_INSERT, ST_PING,
+    ST_BEGIN,
+    ST_BEGIN_READ,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_V_INSERT,
+    ST_V_GET,
+    ST_V_IDS,
+    ST_V_LIST,
+    ST_V_BUYERS,
+    ST_V_COUNTS,
+    ST_V_TAKE,
+    ST_O_GET,
+    ST_O_BY_USER,
+    ST_O_INSERT,
+    ST_O_INSERT_NEW,
+    ST_O_DELETE,
+    ST_R_GET,
+    ST_R_INSERT,
+    ST_PING,
     ST_COUNT
 };
 
@@ -129,9 +144,8 @@ static sqconn *conn_open(const char *path, int create_schema, int create_file, c
     }
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, no_memstatus);
-    int rc = sqlite3_open_v2(path, &c->h,
-                             SQLITE_OPEN_READWRITE | (create_file ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX,
-                             NULL);
+    int rc = sqlite3_open_v2(
+        path, &c->h, SQLITE_OPEN_READWRITE | (create_file ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         snprintf(err, errlen, "sqlite open %s: %s", path, c->h ? sqlite3_errmsg(c->h) : sqlite3_errstr(rc));
         conn_free(c);
@@ -139,8 +153,7 @@ static sqconn *conn_open(const char *path, int create_schema, int create_file, c
     }
     sqlite3_busy_timeout(c->h, BUSY_TIMEOUT_MS);
     char *msg = NULL;
-    const char *setup = create_schema ? "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;"
-                                      : "PRAGMA foreign_keys=ON;";
+    const char *setup = create_schema ? "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;" : "PRAGMA foreign_keys=ON;";
     if (sqlite3_exec(c->h, setup, NULL, NULL, &msg) != SQLITE_OK ||
         (create_schema && sqlite3_exec(c->h, schema, NULL, NULL, &msg) != SQLITE_OK)) {
         snprintf(err, errlen, "sqlite setup %s: %s", path, msg ? msg : sqlite3_errmsg(c->h));
@@ -149,8 +162,7 @@ static sqconn *conn_open(const char *path, int create_schema, int create_file, c
         return NULL;
     }
     for (int i = 0; i < ST_COUNT; i++) {
-        if (sqlite3_prepare_v3(c->h, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL) !=
-            SQLITE_OK) {
+        if (sqlite3_prepare_v3(c->h, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL) != SQLITE_OK) {
             snprintf(err, errlen, "sqlite prepare: %s", sqlite3_errmsg(c->h));
             conn_free(c);
             return NULL;
@@ -361,8 +373,7 @@ static int read_buyers(sqconn *c, int64_t voucher_id, int64_t **uids, size_t *n)
  * stock, the counts and the buyers agree even while the writer commits.
  * Warming Redis from a stock that already counts an order whose buyer is
  * missing (or the reverse) would sell a unit twice or lose one. */
-static sk_result sq_voucher_state(sk_db *db, int64_t voucher_id, sk_voucher_state *out, int64_t **uids,
-                                  size_t *n)
+static sk_result sq_voucher_state(sk_db *db, int64_t voucher_id, sk_voucher_state *out, int64_t **uids, size_t *n)
 {
     sqlite_db *d = (sqlite_db *)db;
     sqconn *c = borrow(d);
@@ -616,8 +627,8 @@ static int persist_one(sqconn *c, const sk_order *o, int64_t now)
     if (k < 0) return k;
     if (k == 1) return SK_PERSIST_DUPLICATE;
     if (k == 2) {
-        sk_log(SK_LOG_ERROR, "order id %llu of user %lld already belongs to another order",
-                (unsigned long long)o->id, (long long)o->user_id);
+        sk_log(SK_LOG_ERROR, "order id %llu of user %lld already belongs to another order", (unsigned long long)o->id,
+               (long long)o->user_id);
         return SK_PERSIST_REJECTED;
     }
     return (k = reject_order(c, o, "already_ordered", now)) < 0 ? k : SK_PERSIST_REJECTED;

@@ -120,7 +120,8 @@ static void remove_tree(const char *dir)
 {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
 }
 
 /* A URI with the socket directory as host: no TCP at all. */
@@ -155,8 +156,9 @@ int skt_pg_start(skt_pg *pg, char *why, size_t cap)
     snprintf(initdb, sizeof initdb, "%s/initdb", pg->bindir);
     snprintf(postgres, sizeof postgres, "%s/postgres", pg->bindir);
     snprintf(sockdir, sizeof sockdir, "%s", pg->dir);
-    char *iargv[] = {initdb, "-D", data, "-U", PG_USER, "-A", "trust", "-E", "UTF8", "--locale=C",
-                     "--no-sync", "--no-instructions", NULL};
+    char *iargv[] = {initdb,  "-D", data,   "-U",         PG_USER,     "-A",
+                     "trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions",
+                     NULL};
     pid_t pid = spawn(&ra, log, 0, iargv);
     int st = -1;
     if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -170,10 +172,30 @@ int skt_pg_start(skt_pg *pg, char *why, size_t cap)
     for (int attempt = 0; attempt < 5; attempt++) {
         pg->port = th_free_port();
         snprintf(port, sizeof port, "%d", pg->port);
-        char *pargv[] = {postgres, "-D", data, "-k", sockdir, "-p", port, "-c", "listen_addresses=",
-                         "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                         "-c", "max_connections=200", "-c", "shared_buffers=32MB", "-c",
-                         "dynamic_shared_memory_type=mmap", "-c", "huge_pages=off", NULL};
+        char *pargv[] = {postgres,
+                         "-D",
+                         data,
+                         "-k",
+                         sockdir,
+                         "-p",
+                         port,
+                         "-c",
+                         "listen_addresses=",
+                         "-c",
+                         "fsync=off",
+                         "-c",
+                         "synchronous_commit=off",
+                         "-c",
+                         "full_page_writes=off",
+                         "-c",
+                         "max_connections=200",
+                         "-c",
+                         "shared_buffers=32MB",
+                         "-c",
+                         "dynamic_shared_memory_type=mmap",
+                         "-c",
+                         "huge_pages=off",
+                         NULL};
         pg->pid = spawn(&ra, log, 1, pargv);
         if (pg->pid < 0) break;
         char url[400];
@@ -285,8 +307,8 @@ int skt_pg_password_role(const skt_pg *pg, const char *user, const char *passwor
     if (!(f = fopen(hba, "w"))) return -1;
     fprintf(f, "local all %s scram-sha-256\n%s", user, old);
     if (fclose(f) != 0 || exec_admin(pg, "SELECT pg_reload_conf()") != 0) return -1;
-    int n_url = snprintf(url, cap, "postgresql:///seckill?host=%s&port=%d&user=%s&options=-csearch_path%%3D%s",
-                         pg->dir, pg->port, user, schema);
+    int n_url = snprintf(url, cap, "postgresql:///seckill?host=%s&port=%d&user=%s&options=-csearch_path%%3D%s", pg->dir,
+                         pg->port, user, schema);
     if (n_url < 0 || (size_t)n_url >= cap) return -1;
     for (long long deadline = now_ms() + 10000; now_ms() < deadline; usleep(20000)) {
         PGconn *c = PQconnectdb(url);

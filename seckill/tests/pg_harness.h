@@ -17,7 +17,7 @@
 typedef struct skt_pg {
     pid_t pid;
     int port;
-    char dir[128];      /* data dir, socket and logs */
+    char dir[128]; /* data dir, socket and logs */
     char bindir[256];
 } skt_pg;
 

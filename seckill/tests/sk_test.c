@@ -103,7 +103,8 @@ void skt_dir_remove(skt_dir *d)
     char cmd[256];
     if (!d->path[0]) return;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->path);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
     d->path[0] = '\0';
 }
 
@@ -345,14 +346,14 @@ int skt_connect(int port)
     return sk_httpc_connect("127.0.0.1", port, 20000);
 }
 
-int skt_request(int fd, const char *method, const char *path, const char *token, const char *body,
-                char *resp, size_t cap)
+int skt_request(int fd, const char *method, const char *path, const char *token, const char *body, char *resp,
+                size_t cap)
 {
     return sk_httpc_request(fd, method, path, token, body, resp, cap);
 }
 
-int skt_http(int port, const char *method, const char *path, const char *token, const char *body,
-             char *resp, size_t cap)
+int skt_http(int port, const char *method, const char *path, const char *token, const char *body, char *resp,
+             size_t cap)
 {
     int fd = skt_connect(port);
     if (fd < 0) return -1;
@@ -370,13 +371,12 @@ int skt_raw(int port, const char *raw, size_t len, char *resp, size_t cap)
     return st;
 }
 
-long long skt_voucher(int port, const skt_dir *d, const char *title, long stock, long long begin,
-                      long long end)
+long long skt_voucher(int port, const skt_dir *d, const char *title, long stock, long long begin, long long end)
 {
     char tok[256], body[512], resp[1024];
     skt_token(d, 0, 0, tok, sizeof tok);
-    snprintf(body, sizeof body, "{\"title\":\"%s\",\"stock\":%ld,\"begin\":%lld,\"end\":%lld}", title, stock,
-             begin, end);
+    snprintf(body, sizeof body, "{\"title\":\"%s\",\"stock\":%ld,\"begin\":%lld,\"end\":%lld}", title, stock, begin,
+             end);
     int st = skt_http(port, "POST", "/api/vouchers", tok, body, resp, sizeof resp);
     if (st != 201) {
         fprintf(stderr, "create voucher: %d %s\n", st, resp);

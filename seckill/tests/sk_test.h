@@ -109,19 +109,18 @@ int skt_connect(int port);
  * be NULL. The body goes to resp[cap] (NUL-terminated). Returns the status
  * or -1 on a socket error / malformed response.
  */
-int skt_request(int fd, const char *method, const char *path, const char *token, const char *body,
-                char *resp, size_t cap);
+int skt_request(int fd, const char *method, const char *path, const char *token, const char *body, char *resp,
+                size_t cap);
 
 /* The same on a fresh connection, closed afterwards. */
-int skt_http(int port, const char *method, const char *path, const char *token, const char *body,
-             char *resp, size_t cap);
+int skt_http(int port, const char *method, const char *path, const char *token, const char *body, char *resp,
+             size_t cap);
 
 /* Send raw bytes on a fresh connection and read one response. */
 int skt_raw(int port, const char *raw, size_t len, char *resp, size_t cap);
 
 /* Create a voucher as admin; returns its id or -1. */
-long long skt_voucher(int port, const skt_dir *d, const char *title, long stock, long long begin,
-                      long long end);
+long long skt_voucher(int port, const skt_dir *d, const char *title, long stock, long long begin, long long end);
 
 /* A string value of a JSON response body, or "" (static buffer). */
 const char *skt_json_str(const char *body, const char *key);

@@ -139,8 +139,8 @@ static void healthz_is_ok_and_metrics_show_requests_process_and_lock_families(vo
     double fds = metric(resp, "process_open_fds");
     double start = metric(resp, "process_start_time_seconds");
     double maxfds = metric(resp, "process_max_fds");
-    fprintf(stderr, "cpu %.2f s, rss %.0f, fds %.0f of %.0f, started %.2f (now %lld)\n", cpu, rss, fds, maxfds,
-            start, now_s());
+    fprintf(stderr, "cpu %.2f s, rss %.0f, fds %.0f of %.0f, started %.2f (now %lld)\n", cpu, rss, fds, maxfds, start,
+            now_s());
     assert_true(cpu >= 0 && cpu < 3600);
     assert_true(rss > 1e6 && rss < 1e10);
     assert_true(fds >= 5 && fds <= maxfds); /* stdio, listen socket, Redis, database, ... */
@@ -220,7 +220,14 @@ static void forged_expired_and_malformed_tokens_are_refused_with_their_reason(vo
                      SK_TOKEN_BAD_SIGNATURE);
     /* Malformed. */
     static const char *const bad[] = {
-        "", "abc", "5", "5.", "5.99999999999", "5.9999999999.", ".9999999999.00", "-5.9999999999.00",
+        "",
+        "abc",
+        "5",
+        "5.",
+        "5.99999999999",
+        "5.9999999999.",
+        ".9999999999.00",
+        "-5.9999999999.00",
         "05.9999999999.0000000000000000000000000000000000000000000000000000000000000000",
         "5.9999999999.ZZ00000000000000000000000000000000000000000000000000000000000000",
         "5.9999999999.0000000000000000000000000000000000000000000000000000000000000000.1",
@@ -235,18 +242,24 @@ static void forged_expired_and_malformed_tokens_are_refused_with_their_reason(vo
     expect_401(skt_http(sv.port, "POST", path, forged, NULL, resp, sizeof resp), resp, "malformed");
     /* Wrong scheme, and a huge header. */
     char raw[8192];
-    int len = snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\n"
-                       "Content-Length: 0\r\n\r\n", path, tok);
+    int len = snprintf(raw, sizeof raw,
+                       "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\n"
+                       "Content-Length: 0\r\n\r\n",
+                       path, tok);
     expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 401, "unauthorized");
     char big[4096];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    len = snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                   "Content-Length: 0\r\n\r\n", path, big);
+    len = snprintf(raw, sizeof raw,
+                   "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Length: 0\r\n\r\n",
+                   path, big);
     expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 401, "unauthorized");
     /* "bearer" in any case, extra spaces: accepted. */
-    len = snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: bEARER   %s\r\n"
-                   "Content-Length: 0\r\n\r\n", path, tok);
+    len = snprintf(raw, sizeof raw,
+                   "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: bEARER   %s\r\n"
+                   "Content-Length: 0\r\n\r\n",
+                   path, tok);
     assert_int_equal(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), 201);
     /* A token the CLI made works. */
     char cmd[512];
@@ -265,7 +278,8 @@ static void voucher_reads_back_as_created_and_only_the_admin_creates_one(void **
     (void)state;
     char resp[4096], body[512];
     long long b = now_s() - 5, e = now_s() + 3600;
-    snprintf(body, sizeof body, "{\"title\":\"caf\\u00e9 \\\"50%%\\\"\",\"stock\":7,\"begin\":%lld,\"end\":%lld}", b, e);
+    snprintf(body, sizeof body, "{\"title\":\"caf\\u00e9 \\\"50%%\\\"\",\"stock\":7,\"begin\":%lld,\"end\":%lld}", b,
+             e);
     assert_int_equal(skt_http(sv.port, "POST", "/api/vouchers", admin, body, resp, sizeof resp), 201);
     long long id = skt_json_int(resp, "id");
     assert_true(id > 0);
@@ -278,15 +292,13 @@ static void voucher_reads_back_as_created_and_only_the_admin_creates_one(void **
     assert_int_equal(skt_json_int(resp, "begin"), b);
     assert_int_equal(skt_json_int(resp, "end"), e);
     /* Only the admin creates. */
-    expect_error(skt_http(sv.port, "POST", "/api/vouchers", user1, body, resp, sizeof resp), resp, 403,
-                 "forbidden");
-    expect_error(skt_http(sv.port, "POST", "/api/vouchers", NULL, body, resp, sizeof resp), resp, 401,
-                 "unauthorized");
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers", user1, body, resp, sizeof resp), resp, 403, "forbidden");
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers", NULL, body, resp, sizeof resp), resp, 401, "unauthorized");
     /* Unknown and malformed ids. */
     expect_error(skt_http(sv.port, "GET", "/api/vouchers/999999", NULL, NULL, resp, sizeof resp), resp, 404,
                  "no_voucher");
-    static const char *const bad_ids[] = {"abc", "-1", "007", "1.0", "9223372036854775808",
-                                          "99999999999999999999999", "1%20", "%31", "1%00"};
+    static const char *const bad_ids[] = {"abc",  "-1",  "007", "1.0", "9223372036854775808", "99999999999999999999999",
+                                          "1%20", "%31", "1%00"};
     for (size_t i = 0; i < sizeof bad_ids / sizeof *bad_ids; i++) {
         snprintf(path, sizeof path, "/api/vouchers/%s", bad_ids[i]);
         int st = skt_http(sv.port, "GET", path, NULL, NULL, resp, sizeof resp);
@@ -343,15 +355,18 @@ static void malformed_requests_get_a_json_4xx_and_the_server_lives_on(void **sta
     memset(title, 'x', 201);
     title[201] = '\0';
     snprintf(body, sizeof body, "{\"title\":\"%s\",\"stock\":1,\"begin\":1,\"end\":2}", title);
-    expect_error(skt_http(sv.port, "POST", "/api/vouchers", admin, body, resp, sizeof resp), resp, 400,
-                 "bad_request");
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers", admin, body, resp, sizeof resp), resp, 400, "bad_request");
     /* Huge bodies: announced, and chunked. */
     char raw[16384];
-    int len = snprintf(raw, sizeof raw, "POST /api/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                       "Content-Length: 100000000\r\n\r\n{\"title\":", admin);
+    int len = snprintf(raw, sizeof raw,
+                       "POST /api/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                       "Content-Length: 100000000\r\n\r\n{\"title\":",
+                       admin);
     expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 413, "too_large");
-    len = snprintf(raw, sizeof raw, "POST /api/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                   "Transfer-Encoding: chunked\r\n\r\n", admin);
+    len = snprintf(raw, sizeof raw,
+                   "POST /api/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n",
+                   admin);
     for (int i = 0; i < 3; i++) {
         len += snprintf(raw + len, sizeof raw - (size_t)len, "1000\r\n");
         memset(raw + len, ' ', 4096);
@@ -361,9 +376,18 @@ static void malformed_requests_get_a_json_4xx_and_the_server_lives_on(void **sta
     len += snprintf(raw + len, sizeof raw - (size_t)len, "0\r\n\r\n");
     expect_error(skt_raw(sv.port, raw, (size_t)len, resp, sizeof resp), resp, 413, "too_large");
     /* Unknown paths and wrong methods. */
-    static const char *const paths[] = {"/", "/api", "/api/", "/api/vouchers/", "/api/vouchers//orders",
-                                        "/api/vouchers/1/orders/", "/api/vouchers/1/orderx", "/api/orders",
-                                        "/api/orders/1/x", "/healthz/", "/API/vouchers", "/api/vouchers/1/orders/1"};
+    static const char *const paths[] = {"/",
+                                        "/api",
+                                        "/api/",
+                                        "/api/vouchers/",
+                                        "/api/vouchers//orders",
+                                        "/api/vouchers/1/orders/",
+                                        "/api/vouchers/1/orderx",
+                                        "/api/orders",
+                                        "/api/orders/1/x",
+                                        "/healthz/",
+                                        "/API/vouchers",
+                                        "/api/vouchers/1/orders/1"};
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++)
         expect_error(skt_http(sv.port, "GET", paths[i], admin, NULL, resp, sizeof resp), resp, 404, "not_found");
     expect_error(skt_http(sv.port, "DELETE", "/api/vouchers", admin, NULL, resp, sizeof resp), resp, 405,
@@ -374,8 +398,7 @@ static void malformed_requests_get_a_json_4xx_and_the_server_lives_on(void **sta
                  "method_not_allowed");
     expect_error(skt_http(sv.port, "POST", "/api/orders/1", admin, NULL, resp, sizeof resp), resp, 405,
                  "method_not_allowed");
-    expect_error(skt_http(sv.port, "PUT", "/healthz", admin, NULL, resp, sizeof resp), resp, 405,
-                 "method_not_allowed");
+    expect_error(skt_http(sv.port, "PUT", "/healthz", admin, NULL, resp, sizeof resp), resp, 405, "method_not_allowed");
     /* Garbage on the wire: MHD answers 400 itself; the server lives on. */
     static const char garbage[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n";
     int st = skt_raw(sv.port, garbage, sizeof garbage - 1, resp, sizeof resp);
@@ -413,10 +436,9 @@ static void one_order_per_user_seen_by_its_owner_within_the_sale_window(void **s
     expect_error(skt_http(sv.port, "GET", opath, user2, NULL, resp, sizeof resp), resp, 404, "no_order");
     assert_int_equal(skt_http(sv.port, "GET", opath, admin, NULL, resp, sizeof resp), 200);
     expect_error(skt_http(sv.port, "GET", opath, NULL, NULL, resp, sizeof resp), resp, 401, "unauthorized");
-    expect_error(skt_http(sv.port, "GET", "/api/orders/12345", user1, NULL, resp, sizeof resp), resp, 404,
-                 "no_order");
-    expect_error(skt_http(sv.port, "POST", "/api/vouchers/987654/orders", user1, NULL, resp, sizeof resp), resp,
-                 404, "no_voucher");
+    expect_error(skt_http(sv.port, "GET", "/api/orders/12345", user1, NULL, resp, sizeof resp), resp, 404, "no_order");
+    expect_error(skt_http(sv.port, "POST", "/api/vouchers/987654/orders", user1, NULL, resp, sizeof resp), resp, 404,
+                 "no_voucher");
     /* The sale window. */
     long long later = skt_voucher(sv.port, &dir, "later", 5, now_s() + 3600, now_s() + 7200);
     long long over = skt_voucher(sv.port, &dir, "over", 5, now_s() - 7200, now_s() - 3600);
@@ -554,7 +576,6 @@ static void private_redis_server_stops_with_the_service_even_when_it_is_killed(v
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", rdir);
     assert_int_equal(system(cmd), 0);
 }
-
 
 /* A whole file into buf (NUL-terminated); its length, or -1. */
 static long slurp(const char *path, char *buf, size_t cap)
@@ -750,7 +771,6 @@ static void text_logs_follow_the_level_and_the_access_log_is_opt_in(void **state
     assert_int_equal(skt_run(NULL, 0, bad_format), 64);
 }
 
-
 /* A connection from another loopback address (127.0.0.2), i.e. another
  * client as far as the per-client limit goes. */
 static int connect_from(const char *src, int port)
@@ -788,8 +808,8 @@ static void one_client_cannot_take_every_connection_and_idle_ones_are_closed(voi
     (void)state;
     char resp[1024];
     skt_serve s;
-    const char *extra[] = {"--threads", "2", "--max-connections", "16", "--max-connections-per-client", "4",
-                           "--idle-timeout", "2", NULL};
+    const char *extra[] = {
+        "--threads", "2", "--max-connections", "16", "--max-connections-per-client", "4", "--idle-timeout", "2", NULL};
     assert_int_equal(skt_serve_start(&s, &dir, srv.url, "redis", extra, NULL), 0);
     /* 8 connections a thread: "auto" waits on them with poll, unless the
      * suite forces a loop (SKT_EVENT_LOOP). */
@@ -863,8 +883,7 @@ static void http_1_1_request_without_host_is_refused(void **state)
     static const char no_host[] = "GET /healthz HTTP/1.1\r\n\r\n";
     expect_error(skt_raw(sv.port, no_host, sizeof no_host - 1, resp, sizeof resp), resp, 400, "missing_host");
     static const char post_no_host[] = "POST /api/vouchers HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
-    expect_error(skt_raw(sv.port, post_no_host, sizeof post_no_host - 1, resp, sizeof resp), resp, 400,
-                 "missing_host");
+    expect_error(skt_raw(sv.port, post_no_host, sizeof post_no_host - 1, resp, sizeof resp), resp, 400, "missing_host");
     static const char old[] = "GET /healthz HTTP/1.0\r\n\r\n";
     assert_int_equal(skt_raw(sv.port, old, sizeof old - 1, resp, sizeof resp), 200);
     static const char with_host[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";

@@ -144,13 +144,13 @@ static void redis_password_from_environment_or_file(void **state)
     assert_int_equal(skt_serve_start(&s, &dir, NULL, "redis", from_file, env_both), 0);
     serve_works_and_shows_no_secret(&s);
 
-    const char *const serve_wrong[] = {SECKILL_BIN, "serve", "--listen", "127.0.0.1:0", "--redis", wrong, "--db",
-                                       dir.db, "--secret-file", dir.secret_file, NULL};
+    const char *const serve_wrong[] = {SECKILL_BIN, "serve", "--listen",      "127.0.0.1:0",   "--redis", wrong,
+                                       "--db",      dir.db,  "--secret-file", dir.secret_file, NULL};
     assert_int_equal(run_seckill(serve_wrong, NULL, err, sizeof err), 69);
     assert_no_secret("serve's stderr (URL password refused)", err);
     assert_non_null(strstr(err, "redis://:***@127.0.0.1:"));
-    const char *const serve_env[] = {SECKILL_BIN, "serve", "--listen", "127.0.0.1:0", "--db", dir.db,
-                                     "--secret-file", dir.secret_file, NULL};
+    const char *const serve_env[] = {SECKILL_BIN, "serve",         "--listen",      "127.0.0.1:0", "--db",
+                                     dir.db,      "--secret-file", dir.secret_file, NULL};
     const char *const env_wrong[] = {env_url, NULL};
     assert_int_equal(run_seckill(serve_env, env_wrong, err, sizeof err), 69);
     assert_no_secret("serve's stderr (SECKILL_REDIS_URL password refused)", err);
@@ -180,10 +180,11 @@ static void password_file_open_to_others_is_a_usage_error(void **state)
     snprintf(missing, sizeof missing, "%s/no-such-file", dir.path);
     const char *const bad[] = {open644, open640, missing, dir.path};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        const char *const serve[] = {SECKILL_BIN, "serve", "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1",
-                                     "--redis-password-file", bad[i], NULL};
-        const char *const verify[] = {SECKILL_BIN, "verify", "--db", dir.db, "--voucher", "1",
-                                      "--db-password-file", bad[i], NULL};
+        const char *const serve[] = {
+            SECKILL_BIN, "serve", "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1", "--redis-password-file",
+            bad[i],      NULL};
+        const char *const verify[] = {SECKILL_BIN,          "verify", "--db", dir.db, "--voucher", "1",
+                                      "--db-password-file", bad[i],   NULL};
         const char *const *runs[] = {serve, verify};
         for (int k = 0; k < 2; k++) {
             assert_int_equal(run_seckill(runs[k], NULL, err, sizeof err), 64);
@@ -193,8 +194,8 @@ static void password_file_open_to_others_is_a_usage_error(void **state)
             assert_int_equal(strchr(err, '\n')[1], '\0');
         }
     }
-    const char *const serve[] = {SECKILL_BIN, "serve", "--listen", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1",
-                                 "--secret-file", dir.secret_file, NULL};
+    const char *const serve[] = {SECKILL_BIN,           "serve",         "--listen",      "127.0.0.1:0", "--redis",
+                                 "redis://127.0.0.1:1", "--secret-file", dir.secret_file, NULL};
     const char *const env[] = {"SECKILL_DB_URL=nosuch://u:db-" SECRET_MARK "@host/db", NULL};
     assert_int_equal(run_seckill(serve, env, err, sizeof err), 69);
     assert_non_null(strstr(err, "unknown database URL scheme: nosuch://u:***@host/db"));
@@ -228,8 +229,8 @@ static void database_password_from_environment_or_file(void **state)
     assert_int_equal(skt_serve_start(&s, &dir, r.url, "lock", from_file, env_wrong_pw), 0);
     serve_works_and_shows_no_secret(&s);
 
-    const char *const verify[] = {SECKILL_BIN, "verify", "--db", url, "--voucher", "1", "--db-password-file", file,
-                                  NULL};
+    const char *const verify[] = {SECKILL_BIN,          "verify", "--db", url, "--voucher", "1",
+                                  "--db-password-file", file,     NULL};
     assert_int_equal(run_seckill(verify, NULL, err, sizeof err), 0);
     const char *const verify_env[] = {SECKILL_BIN, "verify", "--db", url, "--voucher", "1", NULL};
     assert_int_equal(run_seckill(verify_env, env_wrong_pw, err, sizeof err), 69);
@@ -239,15 +240,14 @@ static void database_password_from_environment_or_file(void **state)
 
     /* A wrong password in the URL itself: refused, and masked. */
     snprintf(with_pw, sizeof with_pw, "postgresql://skpw:url-" SECRET_MARK "@/%s", url + strlen("postgresql:///"));
-    const char *const serve_url_pw[] = {SECKILL_BIN, "serve", "--listen", "127.0.0.1:0", "--redis", r.url, "--db",
-                                        with_pw, "--secret-file", dir.secret_file, NULL};
+    const char *const serve_url_pw[] = {SECKILL_BIN, "serve", "--listen",      "127.0.0.1:0",   "--redis", r.url,
+                                        "--db",      with_pw, "--secret-file", dir.secret_file, NULL};
     assert_int_equal(run_seckill(serve_url_pw, NULL, err, sizeof err), 69);
     assert_no_secret("serve's stderr (URL password refused)", err);
     /* One libpq cannot parse (a bad escape in the password) shows none of it. */
-    snprintf(with_pw, sizeof with_pw, "postgresql://skpw:url-%%zz" SECRET_MARK "@/%s",
-             url + strlen("postgresql:///"));
-    const char *const serve_bad_uri[] = {SECKILL_BIN, "serve", "--listen", "127.0.0.1:0", "--redis", r.url, "--db",
-                                         with_pw, "--secret-file", dir.secret_file, NULL};
+    snprintf(with_pw, sizeof with_pw, "postgresql://skpw:url-%%zz" SECRET_MARK "@/%s", url + strlen("postgresql:///"));
+    const char *const serve_bad_uri[] = {SECKILL_BIN, "serve", "--listen",      "127.0.0.1:0",   "--redis", r.url,
+                                         "--db",      with_pw, "--secret-file", dir.secret_file, NULL};
     assert_int_equal(run_seckill(serve_bad_uri, NULL, err, sizeof err), 69);
     assert_no_secret("serve's stderr (malformed URL)", err);
     assert_non_null(strstr(err, "malformed URL"));

@@ -43,13 +43,13 @@
 
 #include "sk_test.h"
 
-#define BUYERS 4           /* threads, one keep-alive connection each */
-#define PACE_US 8000       /* between one buyer's requests: ~500 requests/s in all */
+#define BUYERS 4     /* threads, one keep-alive connection each */
+#define PACE_US 8000 /* between one buyer's requests: ~500 requests/s in all */
 #define STOCK 500
 #define MAX_REQUESTS 60000
 #define SALE_BOUND_MS 60000
 #define FAILOVER_BOUND_MS 30000
-#define CUT_ORDERS 12      /* answers to wait for between backing the replica up and the kill */
+#define CUT_ORDERS 12 /* answers to wait for between backing the replica up and the kill */
 
 static th_target srv;
 
@@ -65,7 +65,7 @@ typedef struct sale {
     int port;
     const skt_dir *dir;
     long long voucher;
-    atomic_int next;          /* next request (and user) number */
+    atomic_int next; /* next request (and user) number */
     atomic_int stop, sold_out;
     atomic_int created, busy, other;
     answer *ans;
@@ -157,8 +157,9 @@ static int verify(const skt_dir *d, long long v, int with_redis)
 {
     char vs[24], out[4096];
     snprintf(vs, sizeof vs, "%lld", v);
-    const char *argv[] = {SECKILL_BIN, "verify", "--db", d->db, "--voucher", vs, "--wait", "30",
-                          with_redis ? "--redis" : NULL, srv.url, NULL};
+    const char *argv[] = {
+        SECKILL_BIN, "verify", "--db", d->db, "--voucher", vs, "--wait", "30", with_redis ? "--redis" : NULL,
+        srv.url,     NULL};
     int rc = skt_run(out, sizeof out, argv);
     fprintf(stderr, "verify%s: exit %d: %s", with_redis ? " --redis" : "", rc, out);
     return rc;
@@ -214,8 +215,8 @@ static int stood_without_201(const sale *s, long long from_ms, long long to_ms)
     for (int i = 0; i < n && i < MAX_REQUESTS; i++) {
         if (s->ans[i].status != 429 || s->ans[i].sent_ms < from_ms) continue;
         if (to_ms >= 0 && s->ans[i].got_ms >= to_ms) continue;
-        snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld AND user_id = %lld",
-                 s->voucher, (long long)s->ans[i].user);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE voucher_id = %lld AND user_id = %lld", s->voucher,
+                 (long long)s->ans[i].user);
         k += skt_db_int(s->dir, sql) > 0;
     }
     return k;
@@ -227,8 +228,7 @@ static long long recovery_ms(const sale *s, long long kill_ms)
     long long first = -1;
     int n = atomic_load(&s->next);
     for (int i = 0; i < n && i < MAX_REQUESTS; i++)
-        if (s->ans[i].status == 201 && s->ans[i].sent_ms >= kill_ms &&
-            (first < 0 || s->ans[i].got_ms < first))
+        if (s->ans[i].status == 201 && s->ans[i].sent_ms >= kill_ms && (first < 0 || s->ans[i].got_ms < first))
             first = s->ans[i].got_ms;
     return first < 0 ? -1 : first - kill_ms;
 }
@@ -361,8 +361,7 @@ static int failover_sale(event how, int replica_acks)
         failed_back = back == successor;
     }
     long long t0 = th_now_ms();
-    while (!atomic_load(&s.sold_out) && atomic_load(&s.other) == 0 && th_now_ms() - t0 < SALE_BOUND_MS)
-        usleep(20000);
+    while (!atomic_load(&s.sold_out) && atomic_load(&s.other) == 0 && th_now_ms() - t0 < SALE_BOUND_MS) usleep(20000);
     sale_join(&s);
     int sold_out = atomic_load(&s.sold_out);
     /* Requests sent after the backlog was built ran their script after
@@ -394,7 +393,8 @@ static int failover_sale(event how, int replica_acks)
            srv.name, event_name[how], replica_acks, served_ms - kill_ms, rec, atomic_load(&s.next),
            atomic_load(&s.created), atomic_load(&s.busy), atomic_load(&s.other),
            how == BACKLOG_THEN_KILL ? kill_ms - cut_ms : 0, ok_while_cut, busy_while_cut, f.lost, f.rejected, orders,
-           orders - f.created, stood_after_kill, stood_without_replica, sold_out ? "true" : "false", db_ok, redis_agrees);
+           orders - f.created, stood_after_kill, stood_without_replica, sold_out ? "true" : "false", db_ok,
+           redis_agrees);
     fflush(stdout);
 
     /* Always: the sale resumes and completes, no error answers, and the
@@ -488,12 +488,12 @@ int main(int argc, char **argv)
     int rc = skt_backend_init(argc, argv);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(sale_completes_without_oversell_when_the_master_is_killed,
-                                        before_test, after_test),
-        cmocka_unit_test_setup_teardown(master_killed_with_its_replica_behind_loses_acknowledged_orders,
-                                        before_test, after_test),
-        cmocka_unit_test_setup_teardown(replica_acks_lose_no_acknowledged_order_when_the_master_is_killed,
-                                        before_test, after_test),
+        cmocka_unit_test_setup_teardown(sale_completes_without_oversell_when_the_master_is_killed, before_test,
+                                        after_test),
+        cmocka_unit_test_setup_teardown(master_killed_with_its_replica_behind_loses_acknowledged_orders, before_test,
+                                        after_test),
+        cmocka_unit_test_setup_teardown(replica_acks_lose_no_acknowledged_order_when_the_master_is_killed, before_test,
+                                        after_test),
     };
     if (getenv("SECKILL_TEST_FILTER")) cmocka_set_test_filter(getenv("SECKILL_TEST_FILTER"));
     rc = cmocka_run_group_tests_name(skt_backend_name(), tests, NULL, NULL);

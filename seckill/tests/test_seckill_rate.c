@@ -244,7 +244,7 @@ static void malformed_limit_exits_64_with_a_message(void **state)
 {
     (void)state;
     static const char *const bad[][2] = {
-        {"--rate-per-user", "5/x"}, {"--rate-per-user", "0"}, {"--rate-total", "5/s:"},
+        {"--rate-per-user", "5/x"}, {"--rate-per-user", "0"},       {"--rate-total", "5/s:"},
         {"--rate-total", "-1/s"},   {"--rate-total", "10/s:2junk"}, {"--rate-per-user", "1/d:50000"},
     };
     char out[4096];

@@ -40,15 +40,15 @@ static th_target srv;
 
 typedef struct sale {
     skt_dir *dir;
-    int ports[2];        /* one or two instances sharing Redis and the database */
+    int ports[2]; /* one or two instances sharing Redis and the database */
     int nports;
     atomic_int next_port;
     long long voucher;
     atomic_int next_user;
     atomic_int created, sold_out, already, busy, other;
     pthread_barrier_t start;
-    int users;                /* buyer(): users 1..users, USERS when 0 */
-    unsigned long long *oid;  /* buyer(): if set, oid[u] = the order id user u was told */
+    int users;               /* buyer(): users 1..users, USERS when 0 */
+    unsigned long long *oid; /* buyer(): if set, oid[u] = the order id user u was told */
 } sale;
 
 static void count(sale *s, int status, const char *body)
@@ -58,9 +58,7 @@ static void count(sale *s, int status, const char *body)
     case 410: atomic_fetch_add(&s->sold_out, 1); break;
     case 409: atomic_fetch_add(&s->already, 1); break;
     case 429: atomic_fetch_add(&s->busy, 1); break;
-    default:
-        fprintf(stderr, "unexpected %d %s\n", status, body);
-        atomic_fetch_add(&s->other, 1);
+    default: fprintf(stderr, "unexpected %d %s\n", status, body); atomic_fetch_add(&s->other, 1);
     }
 }
 
@@ -145,9 +143,8 @@ static void flash_sale(const char *strategy, int instances)
     long long t0 = th_now_ms();
     run_threads(&s, CONNS, buyer);
     long long t1 = th_now_ms();
-    fprintf(stderr, "%s x%d: %d users in %lld ms: %d created, %d sold out, %d other\n", strategy, instances,
-            USERS, t1 - t0,
-            atomic_load(&s.created), atomic_load(&s.sold_out), atomic_load(&s.other));
+    fprintf(stderr, "%s x%d: %d users in %lld ms: %d created, %d sold out, %d other\n", strategy, instances, USERS,
+            t1 - t0, atomic_load(&s.created), atomic_load(&s.sold_out), atomic_load(&s.other));
     assert_int_equal(atomic_load(&s.other), 0);
     assert_int_equal(atomic_load(&s.created), STOCK);
     assert_int_equal(atomic_load(&s.sold_out), USERS - STOCK);
@@ -202,8 +199,8 @@ static void flash_sale(const char *strategy, int instances)
     char v1[24], v2[24], out[4096];
     snprintf(v1, sizeof v1, "%lld", s.voucher - 1);
     snprintf(v2, sizeof v2, "%lld", s.voucher);
-    const char *verify[] = {SECKILL_BIN, "verify", "--db", dir.db, "--redis", srv.url, "--voucher", v1,
-                            "--voucher", v2, NULL};
+    const char *verify[] = {SECKILL_BIN, "verify", "--db",      dir.db, "--redis", srv.url,
+                            "--voucher", v1,       "--voucher", v2,     NULL};
     int rc = skt_run(out, sizeof out, verify);
     if (rc != 0) fprintf(stderr, "%s", out);
     assert_int_equal(rc, 0);
@@ -286,8 +283,21 @@ static void load_reports_a_correct_sale_and_verify_catches_a_corrupted_database(
     char url[64], vs[24], out[16384];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", sv.port);
     snprintf(vs, sizeof vs, "%lld", v);
-    const char *load[] = {SECKILL_BIN, "load", "--url", url, "--voucher", vs, "--users", "300", "--concurrency",
-                          "8", "--attempts", "2", "--secret-file", dir.secret_file, NULL};
+    const char *load[] = {SECKILL_BIN,
+                          "load",
+                          "--url",
+                          url,
+                          "--voucher",
+                          vs,
+                          "--users",
+                          "300",
+                          "--concurrency",
+                          "8",
+                          "--attempts",
+                          "2",
+                          "--secret-file",
+                          dir.secret_file,
+                          NULL};
     int rc = skt_run(out, sizeof out, load);
     if (rc != 0) fprintf(stderr, "%s", out);
     assert_int_equal(rc, 0);
@@ -344,14 +354,29 @@ static void load_reports_a_correct_sale_and_verify_catches_a_corrupted_database(
     const char *mistyped[] = {SECKILL_BIN, "verify", "--db", typo, "--voucher", vs, NULL};
     assert_int_equal(skt_run(NULL, 0, mistyped), 69);
     assert_int_equal(access(typo + 9, F_OK), -1);
-    const char *no_users[] = {SECKILL_BIN, "load", "--url", url, "--voucher", vs, "--concurrency", "2",
-                              "--secret-file", dir.secret_file, NULL};
+    const char *no_users[] = {SECKILL_BIN, "load",          "--url",         url, "--voucher", vs, "--concurrency",
+                              "2",         "--secret-file", dir.secret_file, NULL};
     assert_int_equal(skt_run(NULL, 0, no_users), 64);
     /* --csv: the run per 100 ms; its rows add up to the run. */
     char csv[256];
     snprintf(csv, sizeof csv, "%s/load.csv", dir.path);
-    const char *series[] = {SECKILL_BIN, "load", "--url", url, "--stock", "40", "--users", "400", "--attempts", "2",
-                            "--concurrency", "8", "--secret-file", dir.secret_file, "--csv", csv, NULL};
+    const char *series[] = {SECKILL_BIN,
+                            "load",
+                            "--url",
+                            url,
+                            "--stock",
+                            "40",
+                            "--users",
+                            "400",
+                            "--attempts",
+                            "2",
+                            "--concurrency",
+                            "8",
+                            "--secret-file",
+                            dir.secret_file,
+                            "--csv",
+                            csv,
+                            NULL};
     rc = skt_run(out, sizeof out, series);
     if (rc != 0) fprintf(stderr, "%s", out);
     assert_int_equal(rc, 0);
@@ -387,8 +412,9 @@ static void load_reports_a_correct_sale_and_verify_catches_a_corrupted_database(
 
     /* A voucher the server does not have: said so, and the run failed
      * (1), which is not "server unreachable" (69). */
-    const char *missing[] = {SECKILL_BIN, "load", "--url", url, "--voucher", "987654321", "--users", "3",
-                             "--concurrency", "1", "--secret-file", dir.secret_file, NULL};
+    const char *missing[] = {SECKILL_BIN, "load", "--url",         url, "--voucher",     "987654321",
+                             "--users",   "3",    "--concurrency", "1", "--secret-file", dir.secret_file,
+                             NULL};
     assert_int_equal(skt_run_err(out, sizeof out, missing), 1);
     assert_non_null(strstr(out, "seckill: voucher 987654321 does not exist"));
     assert_int_equal(skt_serve_stop(&sv), 0);
@@ -482,8 +508,8 @@ static void a_service_on_a_unix_socket_sells_everything_and_leaves_no_socket_fil
     serve_refused(&dir, extra, "another process is listening on it");
     assert_true(exists(path));
 
-    const char *load[] = {SECKILL_BIN, "load", "--url", listen, "--stock", "25", "--users", "60",
-                          "--concurrency", "4", "--secret-file", dir.secret_file, NULL};
+    const char *load[] = {SECKILL_BIN, "load",          "--url", listen,          "--stock",       "25", "--users",
+                          "60",        "--concurrency", "4",     "--secret-file", dir.secret_file, NULL};
     int rc = skt_run(out, sizeof out, load);
     if (rc != 0) fprintf(stderr, "%s", out);
     assert_int_equal(rc, 0);
@@ -505,8 +531,8 @@ static void a_service_on_a_unix_socket_sells_everything_and_leaves_no_socket_fil
     skt_serve_kill(&sv);
     assert_true(exists(path));
     assert_int_equal(skt_serve_start(&sv, &dir, srv.url, "redis", extra, NULL), 0);
-    const char *again[] = {SECKILL_BIN, "load", "--url", listen, "--stock", "3", "--users", "3",
-                           "--concurrency", "1", "--secret-file", dir.secret_file, NULL};
+    const char *again[] = {SECKILL_BIN, "load",          "--url", listen,          "--stock",       "3", "--users",
+                           "3",         "--concurrency", "1",     "--secret-file", dir.secret_file, NULL};
     assert_int_equal(skt_run(out, sizeof out, again), 0);
     assert_int_equal(load_json(out, "outcomes", "created"), 3);
     assert_int_equal(skt_serve_stop(&sv), 0);
@@ -688,8 +714,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(two_redis_strategy_instances_together_sell_exactly_the_stock, after_test),
         cmocka_unit_test_teardown(two_lock_strategy_instances_together_sell_exactly_the_stock, after_test),
         cmocka_unit_test_teardown(load_reports_a_correct_sale_and_verify_catches_a_corrupted_database, after_test),
-        cmocka_unit_test_teardown(a_service_on_a_unix_socket_sells_everything_and_leaves_no_socket_file,
-                                  after_test),
+        cmocka_unit_test_teardown(a_service_on_a_unix_socket_sells_everything_and_leaves_no_socket_file, after_test),
         cmocka_unit_test_teardown(late_buyers_of_a_sold_out_voucher_cost_no_redis_call, after_test),
         cmocka_unit_test_teardown(orders_arriving_together_share_a_script_call_and_each_buyer_gets_its_own_answer,
                                   after_test),

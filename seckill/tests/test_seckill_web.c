@@ -159,13 +159,14 @@ static void stock_key(long long v, char *key, size_t cap)
 
 /* An order sent to a server whose Redis is stopped: its status, and how
  * long it took, in *ms. */
-static int order_with_redis_stopped(int port, const skt_dir *d, long long v, int64_t uid, long long *ms,
-                                    answer *a)
+static int order_with_redis_stopped(int port, const skt_dir *d, long long v, int64_t uid, long long *ms, answer *a)
 {
     char tok[256], raw[1024], key[64];
     skt_token(d, uid, 0, tok, sizeof tok);
-    snprintf(raw, sizeof raw, "POST /api/vouchers/%lld/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-             "Content-Length: 0\r\nConnection: close\r\n\r\n", v, tok);
+    snprintf(raw, sizeof raw,
+             "POST /api/vouchers/%lld/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+             "Content-Length: 0\r\nConnection: close\r\n\r\n",
+             v, tok);
     stock_key(v, key, sizeof key);
     assert_int_equal(th_target_pause(&srv, key), 0);
     long long t0 = th_now_ms();
@@ -237,8 +238,10 @@ static void order_with_redis_hung_is_answered_within_the_order_timeout(void **st
     long long t0 = th_now_ms();
     for (int u = 6; u < 10; u++) {
         skt_token(&dir, u, 0, tok, sizeof tok);
-        snprintf(raw, sizeof raw, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                 "Content-Length: 0\r\nConnection: close\r\n\r\n", path, tok);
+        snprintf(raw, sizeof raw,
+                 "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                 "Content-Length: 0\r\nConnection: close\r\n\r\n",
+                 path, tok);
         st = exchange(few.port, raw, &a);
         if (st != 429) fprintf(stderr, "user %d: %d %s\n", u, st, a.body);
         assert_int_equal(st, 429);
@@ -378,8 +381,8 @@ static void validation_errors_name_the_field_and_the_rule(void **state)
     expect_invalid("{\"title\":7,\"stock\":1,\"begin\":1,\"end\":2}", "bad_request", "title", "must be a string");
     expect_invalid("{\"title\":\"\",\"stock\":1,\"begin\":1,\"end\":2}", "bad_request", "title",
                    "must be 1 to 200 bytes");
-    expect_invalid("{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":2,\"colour\":\"red\"}", "bad_request",
-                   "colour", "unknown member");
+    expect_invalid("{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":2,\"colour\":\"red\"}", "bad_request", "colour",
+                   "unknown member");
     /* Unknown before anything else is checked. */
     expect_invalid("{\"colour\":1,\"stock\":-1}", "bad_request", "colour", "unknown member");
     expect_invalid("[1,2]", "bad_request", "", "must be a JSON object");
@@ -388,7 +391,8 @@ static void validation_errors_name_the_field_and_the_rule(void **state)
     /* The exact body the issue names. */
     answer a;
     call("POST", "/api/vouchers", admin, "{\"title\":\"x\",\"stock\":-1,\"begin\":1,\"end\":2}", &a);
-    assert_string_equal(a.body, "{\"error\":\"bad_request\",\"field\":\"stock\",\"message\":\"must be an integer >= 0\"}");
+    assert_string_equal(a.body,
+                        "{\"error\":\"bad_request\",\"field\":\"stock\",\"message\":\"must be an integer >= 0\"}");
     call("POST", "/api/vouchers", admin, "{\"title\":\"x\",\"stock\":1,\"begin\":1,\"end\":2,\"colour\":0}", &a);
     assert_string_equal(a.body, "{\"error\":\"bad_request\",\"field\":\"colour\",\"message\":\"unknown member\"}");
     /* Query parameters of the list, likewise. */
@@ -452,7 +456,8 @@ static void created_resources_have_a_location_and_vouchers_are_paged(void **stat
         assert_true(json_array_size(list) <= 2);
         size_t i;
         json_t *v;
-        json_array_foreach(list, i, v) {
+        json_array_foreach(list, i, v)
+        {
             long long id = (long long)json_integer_value(json_object_get(v, "id"));
             assert_true(id > last);
             last = id;
@@ -546,8 +551,8 @@ static void drive(const sk_route_def *d, const char *what, const char *raw)
 }
 
 /* drive() a request made of parts. */
-static void drive_req(const sk_route_def *d, const char *what, const char *method, const char *path,
-                      const char *token, const char *body)
+static void drive_req(const sk_route_def *d, const char *what, const char *method, const char *path, const char *token,
+                      const char *body)
 {
     char raw[8192], auth[320] = "";
     if (token) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token);
@@ -619,7 +624,8 @@ static void openapi_describes_every_route_and_every_status_it_answers(void **sta
         }
         if (d->request) {
             drive_req(d, "bad JSON", d->method, path, admin, "{");
-            drive_req(d, "a bad member", d->method, path, admin, "{\"title\":\"x\",\"stock\":-1,\"begin\":1,\"end\":2}");
+            drive_req(d, "a bad member", d->method, path, admin,
+                      "{\"title\":\"x\",\"stock\":-1,\"begin\":1,\"end\":2}");
         }
         if (d->paged) {
             drive_req(d, "a bad limit", d->method, "/api/vouchers?limit=0", NULL, NULL);

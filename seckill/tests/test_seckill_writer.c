@@ -120,7 +120,8 @@ static int send_order(int port, const skt_dir *d, long long v, int64_t uid)
     skt_token(d, uid, 0, tok, sizeof tok);
     int n = snprintf(req, sizeof req,
                      "POST /api/vouchers/%lld/orders HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
-                     "Content-Length: 0\r\n\r\n", v, tok);
+                     "Content-Length: 0\r\n\r\n",
+                     v, tok);
     int fd = skt_connect(port);
     if (fd < 0) return -1;
     if (sk_httpc_send_all(fd, req, (size_t)n) != 0) {
@@ -155,8 +156,8 @@ static int verify(const skt_dir *d, long long v, const char *wait_s)
 {
     char vs[24], out[4096];
     snprintf(vs, sizeof vs, "%lld", v);
-    const char *argv[] = {SECKILL_BIN, "verify", "--db", d->db, "--redis", srv.url, "--voucher", vs,
-                          "--wait", wait_s, NULL};
+    const char *argv[] = {SECKILL_BIN, "verify", "--db",   d->db,  "--redis", srv.url,
+                          "--voucher", vs,       "--wait", wait_s, NULL};
     int rc = skt_run(out, sizeof out, argv);
     if (rc != 0) fprintf(stderr, "%s", out);
     return rc;
@@ -202,8 +203,7 @@ static void crash_and_recover(const char *hook, int same_consumer)
     /* After a crash past the commit, the redelivery was recognised. */
     if (strcmp(hook, "AFTER") == 0)
         assert_int_equal(metric(sv.port, "seckill_writer_orders_total{outcome=\"duplicate\"} "), 1);
-    else
-        assert_int_equal(metric(sv.port, "seckill_writer_orders_total{outcome=\"created\"} "), 1);
+    else assert_int_equal(metric(sv.port, "seckill_writer_orders_total{outcome=\"created\"} "), 1);
     /* The buyer sees the order as created, and cannot order again. */
     char oid[32];
     snprintf(oid, sizeof oid, "%lld", count_sql(&dir, "SELECT id FROM orders WHERE voucher_id = %lld", v));
@@ -291,8 +291,10 @@ static void unreadable_or_redelivered_entries_go_to_the_dead_letter_stream(void 
     /* Delivered 10 times already to a consumer that died. */
     const char *good1[] = {"order", "4000000001", "user", "901", "voucher", vs};
     xadd(v, good1, 6);
-    redisReply *r = skt_redis_cmd(&srv, v, "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS "
-                                           "seckill:{v:%lld}:orders >", v);
+    redisReply *r = skt_redis_cmd(&srv, v,
+                                  "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS "
+                                  "seckill:{v:%lld}:orders >",
+                                  v);
     assert_non_null(r);
     freeReplyObject(r);
     r = skt_redis_cmd(&srv, v, "XPENDING seckill:{v:%lld}:orders seckill-writers - + 10", v);
@@ -307,8 +309,7 @@ static void unreadable_or_redelivered_entries_go_to_the_dead_letter_stream(void 
     /* Delivered once to the dead consumer: must still be persisted. */
     const char *good2[] = {"order", "4000000002", "user", "902", "voucher", vs};
     xadd(v, good2, 6);
-    r = skt_redis_cmd(&srv, v, "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS seckill:{v:%lld}:orders >",
-                      v);
+    r = skt_redis_cmd(&srv, v, "XREADGROUP GROUP seckill-writers ghost COUNT 10 STREAMS seckill:{v:%lld}:orders >", v);
     assert_non_null(r);
     freeReplyObject(r);
 
@@ -326,8 +327,8 @@ static void unreadable_or_redelivered_entries_go_to_the_dead_letter_stream(void 
 
     assert_int_equal(wait_sql(&dir, ORDERS_OF, v, 2), 2);
     assert_int_equal(wait_pending(v, 0), 0);
-    assert_int_equal(count_sql(&dir, "SELECT count(*) FROM orders WHERE id IN (4000000002, 4000000006) AND %lld = 1", 1),
-                     2);
+    assert_int_equal(
+        count_sql(&dir, "SELECT count(*) FROM orders WHERE id IN (4000000002, 4000000006) AND %lld = 1", 1), 2);
     assert_int_equal(skt_redis_int(&srv, v, "XLEN seckill:{v:%lld}:dead", v), 4);
     char reasons[4][32];
     for (int i = 0; i < 4; i++) dead_reason(v, (size_t)i, reasons[i], sizeof reasons[i]);
@@ -723,8 +724,7 @@ static void buyers_expect(lost_buyer *b, pthread_t *th, int k, int status)
 {
     for (int i = 0; i < k; i++) {
         pthread_join(th[i], NULL);
-        if (b[i].status != status)
-            fprintf(stderr, "user %lld: %d %s\n", (long long)b[i].user, b[i].status, b[i].resp);
+        if (b[i].status != status) fprintf(stderr, "user %lld: %d %s\n", (long long)b[i].user, b[i].status, b[i].resp);
         assert_int_equal(b[i].status, status);
     }
 }
@@ -751,7 +751,7 @@ static void lost_order_reply_is_busy_and_never_sold_twice(void **state)
     kill(srv.single.pid, SIGSTOP);
     buyers_start(b, th, K, sv.port, &dir, v, 10);
     assert_int_equal(wait_in_flight(&sv, K), K); /* every order written to the stopped server */
-    redis_down();   /* SIGKILL works on a stopped process */
+    redis_down();                                /* SIGKILL works on a stopped process */
     buyers_expect(b, th, K, 429);
     for (int i = 0; i < K; i++) assert_string_equal(skt_json_str(b[i].resp, "error"), "busy");
     redis_up();

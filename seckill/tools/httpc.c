@@ -124,14 +124,13 @@ out:
     return status;
 }
 
-int sk_httpc_request(int fd, const char *method, const char *path, const char *token, const char *body,
-                     char *resp, size_t cap)
+int sk_httpc_request(int fd, const char *method, const char *path, const char *token, const char *body, char *resp,
+                     size_t cap)
 {
     char head[1024];
     size_t blen = body ? strlen(body) : 0;
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: seckill\r\n%s%s%sContent-Length: %zu\r\n\r\n", method, path,
-                     token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "", blen);
+    int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: seckill\r\n%s%s%sContent-Length: %zu\r\n\r\n", method,
+                     path, token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "", blen);
     if (n < 0 || (size_t)n >= sizeof head) return -1;
     if (sk_httpc_send_all(fd, head, (size_t)n) != 0) return -1;
     if (blen && sk_httpc_send_all(fd, body, blen) != 0) return -1;

@@ -25,8 +25,8 @@ int sk_httpc_send_all(int fd, const char *p, size_t n);
  * when not NULL) and read its response; the body goes to resp[cap],
  * NUL-terminated, cut if longer. The status, or -1 on a socket error or a
  * malformed response. */
-int sk_httpc_request(int fd, const char *method, const char *path, const char *token, const char *body,
-                     char *resp, size_t cap);
+int sk_httpc_request(int fd, const char *method, const char *path, const char *token, const char *body, char *resp,
+                     size_t cap);
 
 /* Read one response (after a request sent by other means). */
 int sk_httpc_read_response(int fd, char *resp, size_t cap);

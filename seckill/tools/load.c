@@ -54,22 +54,22 @@ typedef struct run {
     int port;
     int64_t voucher;
     long long users, attempts, total;
-    char *tokens;          /* users * TOKEN_SLOT, user u at (u-1)*TOKEN_SLOT */
+    char *tokens; /* users * TOKEN_SLOT, user u at (u-1)*TOKEN_SLOT */
     char path[64];
-    atomic_llong next;     /* next request number */
-    atomic_llong done;     /* answered or failed, for the progress bar */
-    int64_t *lat_ns;       /* per request */
-    int64_t *end_ns;       /* per request: when answered (monotonic), for --csv */
-    short *status;         /* per request; -1 transport error */
+    atomic_llong next; /* next request number */
+    atomic_llong done; /* answered or failed, for the progress bar */
+    int64_t *lat_ns;   /* per request */
+    int64_t *end_ns;   /* per request: when answered (monotonic), for --csv */
+    short *status;     /* per request; -1 transport error */
     pthread_barrier_t start;
 } run;
 
 /* One keep-alive connection with one request in flight. */
 typedef struct conn {
     int fd;
-    long long req;         /* request in flight, -1 none */
+    long long req; /* request in flight, -1 none */
     int64_t t0;
-    int retried;           /* this request was re-sent on a new connection */
+    int retried; /* this request was re-sent on a new connection */
     size_t in_len;
     char in[RESP_CAP];
 } conn;
@@ -291,9 +291,9 @@ static void draw(progress *p, int final)
     long long done = atomic_load(&p->r->done), total = p->r->total;
     int width = 30, fill = total ? (int)(width * done / total) : width;
     double secs = (double)(sk_mono_ns() - p->t0) / 1e9;
-    fprintf(stderr, "\r  [%.*s%*s] %3lld%%  %lld/%lld  %.0f req/s%s", fill,
-            "##############################", width - fill, "", total ? 100 * done / total : 100, done, total,
-            secs > 0 ? (double)done / secs : 0.0, final ? "\n" : "");
+    fprintf(stderr, "\r  [%.*s%*s] %3lld%%  %lld/%lld  %.0f req/s%s", fill, "##############################",
+            width - fill, "", total ? 100 * done / total : 100, done, total, secs > 0 ? (double)done / secs : 0.0,
+            final ? "\n" : "");
 }
 
 /* Five redraws a second are enough to watch and cost nothing. */
@@ -311,8 +311,8 @@ static void *progress_main(void *arg)
 
 /* One admin request with a JSON reply; the reply's integer `key`, or -1
  * with the HTTP status in *status (-1: no answer at all). */
-static long long admin_call(run *r, const unsigned char *secret, size_t slen, const char *method,
-                            const char *path, const char *body, const char *key, int *status)
+static long long admin_call(run *r, const unsigned char *secret, size_t slen, const char *method, const char *path,
+                            const char *body, const char *key, int *status)
 {
     char tok[SK_TOKEN_MAX + 1], resp[2048];
     sk_token_make(secret, slen, 0, sk_unix_now() + 3600, tok, sizeof tok);
@@ -327,8 +327,8 @@ static long long admin_call(run *r, const unsigned char *secret, size_t slen, co
     close(fd);
     *status = st;
     if (st == 404 && strcmp(method, "GET") == 0) {
-        fprintf(stderr, "seckill: voucher %lld does not exist (%s %s: 404 %s)\n", (long long)r->voucher, method,
-                path, resp);
+        fprintf(stderr, "seckill: voucher %lld does not exist (%s %s: 404 %s)\n", (long long)r->voucher, method, path,
+                resp);
         return -1;
     }
     if (st != 200 && st != 201) {
@@ -352,16 +352,20 @@ typedef struct opts {
 static int parse_opts(int argc, char **argv, opts *o)
 {
     static const struct option longs[] = {
-        {"url", required_argument, NULL, 'u'},         {"secret-file", required_argument, NULL, 'k'},
-        {"users", required_argument, NULL, 'n'},       {"concurrency", required_argument, NULL, 'c'},
-        {"attempts", required_argument, NULL, 'a'},    {"voucher", required_argument, NULL, 'v'},
-        {"stock", required_argument, NULL, 's'},       {"threads", required_argument, NULL, 't'},
-        {"csv", required_argument, NULL, 'C'},         {"help", no_argument, NULL, 'h'},
+        {"url", required_argument, NULL, 'u'},
+        {"secret-file", required_argument, NULL, 'k'},
+        {"users", required_argument, NULL, 'n'},
+        {"concurrency", required_argument, NULL, 'c'},
+        {"attempts", required_argument, NULL, 'a'},
+        {"voucher", required_argument, NULL, 'v'},
+        {"stock", required_argument, NULL, 's'},
+        {"threads", required_argument, NULL, 't'},
+        {"csv", required_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (opts){.url = NULL, .secret_file = NULL, .attempts = 1,
-                .threads = (uint64_t)(ncpu > 2 ? ncpu / 2 : 1)};
+    *o = (opts){.url = NULL, .secret_file = NULL, .attempts = 1, .threads = (uint64_t)(ncpu > 2 ? ncpu / 2 : 1)};
     int c, li = 0;
     optind = 1;
     opterr = 0;
@@ -424,8 +428,7 @@ typedef struct tally {
 } tally;
 
 /* The table is for people, the JSON line (always last) for scripts. */
-static void report(const run *r, const opts *o, double secs, const tally *t, long long before, long long after,
-                   int ok)
+static void report(const run *r, const opts *o, double secs, const tally *t, long long before, long long after, int ok)
 {
     size_t total = (size_t)r->total;
 #define PCT(p) ((double)r->lat_ns[(size_t)((double)(total - 1) * (p))] / 1e6)
@@ -436,8 +439,8 @@ static void report(const run *r, const opts *o, double secs, const tally *t, lon
     printf("  %-22s %12zu in %.3f s = %.0f req/s\n", "requests", total, secs, rps);
     printf("  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n", "201 created", t->created,
            "409 already_ordered", t->already, "410 sold_out", t->sold_out, "429 busy", t->busy);
-    printf("  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n", "429 rate_limited",
-           t->rate_limited, "other 4xx", t->other4xx, "5xx", t->server, "transport errors", t->transport);
+    printf("  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n  %-22s %12lld\n", "429 rate_limited", t->rate_limited,
+           "other 4xx", t->other4xx, "5xx", t->server, "transport errors", t->transport);
     printf("  %-22s p50 %.2f  p99 %.2f  p999 %.2f  max %.2f\n", "latency ms", PCT(0.50), PCT(0.99), PCT(0.999),
            PCT(1.0));
     printf("  %-22s %lld -> %lld\n", "stock", before, after);
@@ -449,8 +452,8 @@ static void report(const run *r, const opts *o, double secs, const tally *t, lon
            "\"stock_before\":%lld,\"stock_after\":%lld,\"ok\":%s}\n",
            (long long)r->voucher, (unsigned long long)o->users, (unsigned long long)o->attempts,
            (unsigned long long)o->conns, total, secs, rps, t->created, t->already, t->sold_out, t->busy,
-           t->rate_limited, t->other4xx, t->server, t->transport, PCT(0.50), PCT(0.99), PCT(0.999), PCT(1.0), before, after,
-           ok ? "true" : "false");
+           t->rate_limited, t->other4xx, t->server, t->transport, PCT(0.50), PCT(0.99), PCT(0.999), PCT(1.0), before,
+           after, ok ? "true" : "false");
 #undef PCT
     fflush(stdout);
 }
@@ -675,13 +678,12 @@ int sk_cmd_load(int argc, char **argv)
         ok = 0;
     }
     if (after < 0 || after != before - t.created) {
-        fprintf(stderr, "seckill: FAIL: stock went from %lld to %lld with %lld orders\n", before, after,
-                t.created);
+        fprintf(stderr, "seckill: FAIL: stock went from %lld to %lld with %lld orders\n", before, after, t.created);
         ok = 0;
     }
     if (t.server || t.transport || t.other4xx) {
-        fprintf(stderr, "seckill: FAIL: %lld server errors, %lld transport errors, %lld unexpected 4xx\n",
-                t.server, t.transport, t.other4xx);
+        fprintf(stderr, "seckill: FAIL: %lld server errors, %lld transport errors, %lld unexpected 4xx\n", t.server,
+                t.transport, t.other4xx);
         ok = 0;
     }
     report(r, &o, secs, &t, before, after, ok);

@@ -42,7 +42,10 @@ int sk_cmd_token(int argc, char **argv)
             }
             break;
         case 'h': sk_usage(stdout); return 0;
-        default: sk_opt_error("token", c, argv); fputs(SK_HELP_HINT, stderr); return EXIT_USAGE;
+        default:
+            sk_opt_error("token", c, argv);
+            fputs(SK_HELP_HINT, stderr);
+            return EXIT_USAGE;
         }
     }
     int64_t uid;

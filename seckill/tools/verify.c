@@ -42,18 +42,17 @@
 
 /* The writers' group on one stream: what is not yet acknowledged. */
 typedef struct drain {
-    long long len;       /* entries in the stream */
-    long long lag;       /* never delivered; -1 unknown */
-    long long pending;   /* delivered, not acknowledged */
-    int group;           /* the group exists */
+    long long len;     /* entries in the stream */
+    long long lag;     /* never delivered; -1 unknown */
+    long long pending; /* delivered, not acknowledged */
+    int group;         /* the group exists */
 } drain;
 
 /* One field of an XINFO reply (a flat name/value array). */
 static const redisReply *info_field(const redisReply *m, const char *name)
 {
     for (size_t i = 0; m && m->type == REDIS_REPLY_ARRAY && i + 1 < m->elements; i += 2)
-        if (m->element[i]->type == REDIS_REPLY_STRING && !strcmp(m->element[i]->str, name))
-            return m->element[i + 1];
+        if (m->element[i]->type == REDIS_REPLY_STRING && !strcmp(m->element[i]->str, name)) return m->element[i + 1];
     return NULL;
 }
 
@@ -246,10 +245,8 @@ static int verify_one(sk_db *db, const sk_redis *redis, int64_t vid, int wait_s)
             if (rstock != v->stock)
                 snprintf(why[nwhy++], sizeof why[0], "Redis stock %lld != database stock %lld", rstock,
                          (long long)v->stock);
-            if (lost)
-                snprintf(why[nwhy++], sizeof why[0], "%zu Redis buyers have no order in the database", lost);
-            if (unknown)
-                snprintf(why[nwhy++], sizeof why[0], "%zu database buyers are not Redis buyers", unknown);
+            if (lost) snprintf(why[nwhy++], sizeof why[0], "%zu Redis buyers have no order in the database", lost);
+            if (unknown) snprintf(why[nwhy++], sizeof why[0], "%zu database buyers are not Redis buyers", unknown);
         }
         free(rb);
     }
@@ -265,11 +262,14 @@ static int verify_one(sk_db *db, const sk_redis *redis, int64_t vid, int wait_s)
 int sk_cmd_verify(int argc, char **argv)
 {
     static const struct option longs[] = {
-        {"db", required_argument, NULL, 'd'},      {"redis", required_argument, NULL, 'r'},
-        {"voucher", required_argument, NULL, 'v'}, {"wait", required_argument, NULL, 'w'},
+        {"db", required_argument, NULL, 'd'},
+        {"redis", required_argument, NULL, 'r'},
+        {"voucher", required_argument, NULL, 'v'},
+        {"wait", required_argument, NULL, 'w'},
         {"redis-password-file", required_argument, NULL, 'R'},
         {"db-password-file", required_argument, NULL, 'D'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *redis_url = sk_env_url("SECKILL_REDIS_URL"), *db_url = sk_env_url("SECKILL_DB_URL");
     const char *redis_pw_file = NULL, *db_pw_file = NULL;
@@ -299,7 +299,10 @@ int sk_cmd_verify(int argc, char **argv)
             }
             break;
         case 'h': sk_usage(stdout); return 0;
-        default: sk_opt_error("verify", c, argv); fputs(SK_HELP_HINT, stderr); return EXIT_USAGE;
+        default:
+            sk_opt_error("verify", c, argv);
+            fputs(SK_HELP_HINT, stderr);
+            return EXIT_USAGE;
         }
     }
     if (optind != argc || !db_url || n == 0) {

@@ -46,8 +46,7 @@ static int is_pause(const tt_event *f)
 
 static int loses_server_state(const tt_event *f)
 {
-    return strcmp(f->name, "restart") == 0 || strcmp(f->name, "failover") == 0 ||
-           strcmp(f->name, "clock-forward") == 0;
+    return strcmp(f->name, "restart") == 0 || strcmp(f->name, "failover") == 0 || strcmp(f->name, "clock-forward") == 0;
 }
 
 /* Whether a fault explains why hold y began while hold x (which began
@@ -146,9 +145,9 @@ static void check_overlaps(const tt_event *ev, size_t n, const tt_event *faults,
             } else {
                 r->overlaps_unexplained++;
                 if (len > r->worst_unexplained_us) r->worst_unexplained_us = len;
-                note(r, "overlap on '%s': pid %d (%c) held from %lld to %lld, pid %d (%c) from %lld (%lld us)",
-                     y->name, x->pid, x->mode, (long long)x->start, (long long)x->end, y->pid, y->mode,
-                     (long long)y->start, (long long)len);
+                note(r, "overlap on '%s': pid %d (%c) held from %lld to %lld, pid %d (%c) from %lld (%lld us)", y->name,
+                     x->pid, x->mode, (long long)x->start, (long long)x->end, y->pid, y->mode, (long long)y->start,
+                     (long long)len);
             }
         }
         /* Too many holders: explained if, without the holds a fault
@@ -158,8 +157,8 @@ static void check_overlaps(const tt_event *ev, size_t n, const tt_event *faults,
                 r->excess_explained++;
             } else {
                 r->excess_unexplained++;
-                note(r, "'%s': %ld permits held when pid %d got one at %lld (%ld permits)", y->name, active + 1,
-                     y->pid, (long long)y->start, permits);
+                note(r, "'%s': %ld permits held when pid %d got one at %lld (%ld permits)", y->name, active + 1, y->pid,
+                     (long long)y->start, permits);
             }
         }
     }

@@ -30,8 +30,8 @@
 #define TT_META 'M'
 
 typedef struct tt_report {
-    long holds;              /* acquisitions that succeeded */
-    long steps, rejected;    /* steps taken, and refused by the fenced resource */
+    long holds;           /* acquisitions that succeeded */
+    long steps, rejected; /* steps taken, and refused by the fenced resource */
     long faults;
     long overlaps_explained, overlaps_unexplained;
     int64_t worst_explained_us, worst_unexplained_us;
@@ -41,7 +41,7 @@ typedef struct tt_report {
     long latch_rounds, latch_bad;
     long orders_acked, orders_lost; /* seckill: 201 answers, and those not in the database */
     long sales, sales_bad;          /* seckill: vouchers verified, and failing seckill verify */
-    char first[6][240];      /* the first violations, described */
+    char first[6][240];             /* the first violations, described */
     int n_first;
 } tt_report;
 

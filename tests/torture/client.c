@@ -56,7 +56,7 @@ typedef struct cfg {
     int n_names;
     int client;
     long lease_ms, seconds, permits, skew_ms, slow_release_ms;
-    int threads; /* lock: workers of one client, as threads (one hold each) */
+    int threads;       /* lock: workers of one client, as threads (one hold each) */
     long gc_pause_pct; /* per step: pause between the loss check and the write */
     unsigned long long seed;
     /* latch */
@@ -72,8 +72,8 @@ typedef struct worker {
     int fd, pid;
     long hold;
     unsigned long long rng;
-    redisContext *res;     /* the fenced resource */
-    redisContext *raw;     /* broken kinds: the lock server, directly */
+    redisContext *res; /* the fenced resource */
+    redisContext *raw; /* broken kinds: the lock server, directly */
     dlock_client *cl[MAX_URLS];
     dlock_lock *lk[MAX_NAMES];
     dlock_rwlock *rw;
@@ -150,7 +150,7 @@ static const char *FENCED_SET = "local t = tonumber(ARGV[1]) "
 
 static long long res_int(redisReply *r)
 {
-    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer
+    long long v = r && r->type == REDIS_REPLY_INTEGER  ? r->integer
                   : r && r->type == REDIS_REPLY_STRING ? atoll(r->str)
                                                        : -2;
     if (r) freeReplyObject(r);
@@ -217,8 +217,8 @@ static int broken_acquire(worker *w, const char *name, long wait_ms)
     int64_t until = tt_now_us() + wait_ms * 1000;
     do {
         if (!strcmp(kind, "setnx") || !strcmp(kind, "checkdel")) {
-            redisReply *r = raw_cmd(w, "SET %s %s NX PX %ld", key, !strcmp(kind, "setnx") ? "1" : w->owner,
-                                    w->c->lease_ms);
+            redisReply *r =
+                raw_cmd(w, "SET %s %s NX PX %ld", key, !strcmp(kind, "setnx") ? "1" : w->owner, w->c->lease_ms);
             int ok = r && r->type == REDIS_REPLY_STATUS;
             if (r) freeReplyObject(r);
             if (ok) return 1;
@@ -432,8 +432,7 @@ static const char *acquire(worker *w, long wait_ms)
         int i = (int)tt_rand_between(&w->rng, 0, c->n_names - 1);
         if (async_client(w)) {
             st = permit_wait_for(
-                dlock_lock_acquire_async(w->lk[i], wait_ms, DLOCK_LEASE_WATCHDOG, lock_acquired, &permit_waiter),
-                NULL);
+                dlock_lock_acquire_async(w->lk[i], wait_ms, DLOCK_LEASE_WATCHDOG, lock_acquired, &permit_waiter), NULL);
             w->token[i] = permit_waiter.token; /* written before the callback's signal */
         } else {
             st = dlock_lock_acquire(w->lk[i], wait_ms, DLOCK_LEASE_WATCHDOG, &w->token[i]);
@@ -452,8 +451,7 @@ static const char *acquire(worker *w, long wait_ms)
             st = permit_wait_for(
                 dlock_multilock_acquire_async(pair, 2, wait_ms, DLOCK_LEASE_WATCHDOG, t, multi_done, &permit_waiter),
                 NULL);
-        else
-            st = dlock_multilock_acquire(pair, 2, wait_ms, DLOCK_LEASE_WATCHDOG, t);
+        else st = dlock_multilock_acquire(pair, 2, wait_ms, DLOCK_LEASE_WATCHDOG, t);
         if (st == DLOCK_OK)
             for (j = 0; j < 2; j++) {
                 w->held[idx[j]] = 1;
@@ -473,8 +471,7 @@ static const char *acquire(worker *w, long wait_ms)
         if (async_client(w))
             st = permit_wait_for(
                 dlock_psem_acquire_async(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, permit_done, &permit_waiter), &w->pm);
-        else
-            st = dlock_psem_acquire(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, &w->pm);
+        else st = dlock_psem_acquire(w->ps, wait_ms, DLOCK_LEASE_WATCHDOG, &w->pm);
         w->held[0] = st == DLOCK_OK;
     } else if (!strcmp(k, "redlock")) {
         if (async_client(w)) {
@@ -513,8 +510,7 @@ static const char *release(worker *w)
         for (int i = 0; i < w->c->n_names; i++)
             if (w->held[i] && async_client(w))
                 st = permit_wait_for(dlock_lock_release_async(w->lk[i], lock_released, &permit_waiter), NULL);
-            else if (w->held[i])
-                st = dlock_lock_release(w->lk[i]);
+            else if (w->held[i]) st = dlock_lock_release(w->lk[i]);
     } else if (!strcmp(k, "multi")) {
         dlock_lock *held[MAX_NAMES];
         size_t n = 0;
@@ -522,8 +518,7 @@ static const char *release(worker *w)
             if (w->held[i]) held[n++] = w->lk[i];
         if (async_client(w))
             st = permit_wait_for(dlock_multilock_release_async(held, n, multi_done, &permit_waiter), NULL);
-        else
-            st = dlock_multilock_release(held, n);
+        else st = dlock_multilock_release(held, n);
     } else if (!strcmp(k, "rw")) {
         st = dlock_rwlock_release(w->rw, w->rw_mode);
     } else if (!strcmp(k, "sem")) {
@@ -539,8 +534,7 @@ static const char *release(worker *w)
     } else if (!strcmp(k, "redlock")) {
         if (async_client(w))
             st = permit_wait_for(dlock_redlock_release_async(w->rl, redlock_released, &permit_waiter), NULL);
-        else
-            st = dlock_redlock_release(w->rl);
+        else st = dlock_redlock_release(w->rl);
     }
     return st == DLOCK_OK ? "ok" : st == DLOCK_ERR_LOST ? "lost" : "err";
 }
@@ -559,15 +553,13 @@ static int64_t gc_pause(worker *w, int holder)
     pid_t me = getpid(), waker = fork();
     if (waker == 0) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0) {
-        }
+        while (nanosleep(&ts, &ts) != 0) {}
         kill(me, SIGCONT);
         _exit(0);
     }
     if (waker > 0) {
         raise(SIGSTOP);
-        while (waitpid(waker, NULL, 0) < 0 && errno == EINTR) {
-        }
+        while (waitpid(waker, NULL, 0) < 0 && errno == EINTR) {}
     }
     int64_t t1 = tt_now_us();
     tt_event f = {TT_FAULT, TT_NONE, w->pid, holder, w->c->client, w->hold, "pause", t0, t1, "gc", 0, 0};
@@ -593,7 +585,8 @@ static void steps(worker *w, int holder)
             if (w->mode == TT_EXCLUSIVE) res = resource_step(w, c->names[i], w->token[i], &v);
             record(w, TT_STEP, w->mode, holder, c->names[i], t0, tt_now_us(), res, w->token[i], v);
         }
-        long pause = tt_rand_between(&w->rng, 0, 99) < 3 ? c->lease_ms * 3 / 2 : tt_rand_between(&w->rng, 5, c->lease_ms / 8);
+        long pause =
+            tt_rand_between(&w->rng, 0, 99) < 3 ? c->lease_ms * 3 / 2 : tt_rand_between(&w->rng, 5, c->lease_ms / 8);
         tt_sleep_ms(pause);
     }
 }
@@ -753,9 +746,32 @@ static void run_cli(worker *w, int64_t end, const char *self)
         for (char *tok = strtok(extra, " "); tok && a < 40; tok = strtok(NULL, " ")) argv[a++] = tok;
         int64_t t0 = tt_now_us();
         snprintf(spawned, sizeof spawned, "%lld", (long long)t0);
-        const char *tail[] = {"-t", ttl, "-w", wait, c->names[0], "--", self, "--kind", "cs", "--dir", c->dir,
-                              "--client", client, "--resource", c->resource, "--name", c->names[0], "--lease", lease,
-                              "--seed", seed, "--mode", c->mode_arg ? c->mode_arg : "x", "--spawned", spawned, NULL};
+        const char *tail[] = {"-t",
+                              ttl,
+                              "-w",
+                              wait,
+                              c->names[0],
+                              "--",
+                              self,
+                              "--kind",
+                              "cs",
+                              "--dir",
+                              c->dir,
+                              "--client",
+                              client,
+                              "--resource",
+                              c->resource,
+                              "--name",
+                              c->names[0],
+                              "--lease",
+                              lease,
+                              "--seed",
+                              seed,
+                              "--mode",
+                              c->mode_arg ? c->mode_arg : "x",
+                              "--spawned",
+                              spawned,
+                              NULL};
         for (int i = 0; tail[i]; i++) argv[a++] = tail[i];
         argv[a] = NULL;
         pid_t pid = fork();
@@ -770,8 +786,7 @@ static void run_cli(worker *w, int64_t end, const char *self)
             fclose(pf);
         }
         int st = 0;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
         unlink(pidfile);
         int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         w->hold++;
@@ -815,13 +830,15 @@ static void run_latch(worker *w, int64_t end)
             record(w, TT_COUNTDOWN, TT_NONE, w->pid, name, t0, tt_now_us(), st == DLOCK_OK ? "ok" : "err", 0, left);
         } else {
             int64_t t0 = tt_now_us();
-            dlock_status st =
-                async_client(w)
-                    ? permit_wait_for(dlock_latch_await_async(w->latch, c->round_ms * 3 / 4, latch_awaited, &permit_waiter),
-                                      NULL)
-                    : dlock_latch_await(w->latch, c->round_ms * 3 / 4);
+            dlock_status st = async_client(w) ? permit_wait_for(dlock_latch_await_async(w->latch, c->round_ms * 3 / 4,
+                                                                                        latch_awaited, &permit_waiter),
+                                                                NULL)
+                                              : dlock_latch_await(w->latch, c->round_ms * 3 / 4);
             record(w, TT_AWAIT, TT_NONE, w->pid, name, t0, tt_now_us(),
-                   st == DLOCK_OK ? "ok" : st == DLOCK_ERR_TIMEOUT ? "busy" : "err", 0, 0);
+                   st == DLOCK_OK            ? "ok"
+                   : st == DLOCK_ERR_TIMEOUT ? "busy"
+                                             : "err",
+                   0, 0);
         }
     }
     close_handles(w);
@@ -841,14 +858,17 @@ int main(int argc, char **argv)
 {
     cfg c = {.lease_ms = 1000, .seconds = 10, .permits = 2, .round_ms = 2000};
     static const struct option opts[] = {
-        {"kind", 1, NULL, 'k'},       {"dir", 1, NULL, 'd'},         {"client", 1, NULL, 'c'},
-        {"url", 1, NULL, 'u'},        {"resource", 1, NULL, 'r'},    {"name", 1, NULL, 'n'},
-        {"lease", 1, NULL, 'l'},      {"seconds", 1, NULL, 's'},     {"seed", 1, NULL, 'S'},
-        {"permits", 1, NULL, 'p'},    {"skew", 1, NULL, 'K'},        {"slow-release", 1, NULL, 'R'},
-        {"dlock", 1, NULL, 'D'},      {"cli-args", 1, NULL, 'A'},    {"mode", 1, NULL, 'm'},
-        {"latch-role", 1, NULL, 'L'}, {"latch-n", 1, NULL, 'N'},     {"round-ms", 1, NULL, 'O'},
-        {"epoch", 1, NULL, 'E'},      {"gc-pause-pct", 1, NULL, 'G'}, {"threads", 1, NULL, 'T'},
-        {"spawned", 1, NULL, 'P'},
+        {"kind", 1, NULL, 'k'},     {"dir", 1, NULL, 'd'},
+        {"client", 1, NULL, 'c'},   {"url", 1, NULL, 'u'},
+        {"resource", 1, NULL, 'r'}, {"name", 1, NULL, 'n'},
+        {"lease", 1, NULL, 'l'},    {"seconds", 1, NULL, 's'},
+        {"seed", 1, NULL, 'S'},     {"permits", 1, NULL, 'p'},
+        {"skew", 1, NULL, 'K'},     {"slow-release", 1, NULL, 'R'},
+        {"dlock", 1, NULL, 'D'},    {"cli-args", 1, NULL, 'A'},
+        {"mode", 1, NULL, 'm'},     {"latch-role", 1, NULL, 'L'},
+        {"latch-n", 1, NULL, 'N'},  {"round-ms", 1, NULL, 'O'},
+        {"epoch", 1, NULL, 'E'},    {"gc-pause-pct", 1, NULL, 'G'},
+        {"threads", 1, NULL, 'T'},  {"spawned", 1, NULL, 'P'},
         {NULL, 0, NULL, 0},
     };
     int o;

@@ -21,8 +21,7 @@ void tt_sleep_ms(long ms)
 {
     if (ms <= 0) return;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 unsigned long long tt_rand(unsigned long long *state)
@@ -53,8 +52,8 @@ void tt_write(int fd, const tt_event *e)
 {
     char line[256];
     int n = snprintf(line, sizeof line, "%c %c %d %d %d %ld %s %lld %lld %s %llu %lld\n", e->kind, e->mode, e->pid,
-                     e->holder, e->client, e->hold, word(e->name), (long long)e->t0, (long long)e->t1,
-                     word(e->result), (unsigned long long)e->token, e->value);
+                     e->holder, e->client, e->hold, word(e->name), (long long)e->t0, (long long)e->t1, word(e->result),
+                     (unsigned long long)e->token, e->value);
     if (n > 0 && (size_t)n < sizeof line) {
         ssize_t w = write(fd, line, (size_t)n);
         (void)w;

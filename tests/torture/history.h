@@ -14,8 +14,9 @@
 #include <stdint.h>
 
 /* Event kinds. */
-#define TT_ACQUIRE 'A'   /* result ok, busy or err; token of the hold */
-#define TT_STEP 'S'      /* one action under the hold; t0 is taken before
+#define TT_ACQUIRE 'A' /* result ok, busy or err; token of the hold */
+#define TT_STEP                                                                                                        \
+    'S'                  /* one action under the hold; t0 is taken before
                             the hold was last checked, so a hold believed
                             lost never starts a step after t0 */
 #define TT_RELEASE 'R'   /* result ok, lost or err */
@@ -33,15 +34,15 @@
 typedef struct tt_event {
     char kind;
     char mode;
-    int pid;          /* the process that recorded it */
-    int holder;       /* the process holding the lock (dlock for a COMMAND's events) */
-    int client;       /* the worker slot it runs in */
-    long hold;        /* the hold's number in its process: pairs steps with acquires */
-    char name[64];    /* object name; for a fault, its type */
-    int64_t t0, t1;   /* start and end, monotonic microseconds */
-    char result[16];  /* ok busy err lost acc rej; for a fault, its target */
-    uint64_t token;   /* fencing token (0: none) */
-    long long value;  /* count read (steps), count left (latch), exit status */
+    int pid;         /* the process that recorded it */
+    int holder;      /* the process holding the lock (dlock for a COMMAND's events) */
+    int client;      /* the worker slot it runs in */
+    long hold;       /* the hold's number in its process: pairs steps with acquires */
+    char name[64];   /* object name; for a fault, its type */
+    int64_t t0, t1;  /* start and end, monotonic microseconds */
+    char result[16]; /* ok busy err lost acc rej; for a fault, its target */
+    uint64_t token;  /* fencing token (0: none) */
+    long long value; /* count read (steps), count left (latch), exit status */
 } tt_event;
 
 /* Monotonic microseconds. */

@@ -48,7 +48,7 @@
 #define MAX_CLIENTS 8
 #define MAX_MASTERS 3
 #define LEASE_MS 1000L
-#define LATCH_N 3           /* counters of each latch round */
+#define LATCH_N 3 /* counters of each latch round */
 #define LATCH_ROUND_MS 2000L
 
 typedef enum topo_kind { TOPO_SINGLE, TOPO_REDLOCK, TOPO_SENTINEL, TOPO_CLUSTER } topo_kind;
@@ -69,16 +69,16 @@ enum {
 typedef struct scenario {
     const char *name;
     topo_kind topo;
-    const char *kind;     /* the library clients' kind (dlock-torture-client --kind) */
+    const char *kind; /* the library clients' kind (dlock-torture-client --kind) */
     int n_lib, n_cli;
     const char *cli_args; /* `dlock` subcommand and options of the CLI clients */
     const char *cli_mode; /* how their holds count: x (exclusive), p (permit) */
     unsigned faults;
-    int broken;           /* one of the seeds' locks: must be caught */
+    int broken; /* one of the seeds' locks: must be caught */
     long permits;
-    const char *names;    /* object names, without the scenario prefix */
-    const char *what;     /* one line for the report */
-    int threads;          /* library clients of kind lock or fair: threads each (0: one) */
+    const char *names; /* object names, without the scenario prefix */
+    const char *what;  /* one line for the report */
+    int threads;       /* library clients of kind lock or fair: threads each (0: one) */
 } scenario;
 
 static const scenario scenarios[] = {
@@ -94,8 +94,8 @@ static const scenario scenarios[] = {
      "read-write lock (60 % readers), CLI writer"},
     {"semaphore", TOPO_SINGLE, "sem", 4, 0, NULL, NULL, F_PAUSE | F_PARTITION | F_LATENCY, 0, 2, "S",
      "semaphore, 2 permits (no kills: its permits have no lease)"},
-    {"psem", TOPO_SINGLE, "psem", 3, 2, "semaphore -p 2", "p", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 2,
-     "S", "permit-expirable semaphore, 2 permits, library and CLI"},
+    {"psem", TOPO_SINGLE, "psem", 3, 2, "semaphore -p 2", "p", F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 2, "S",
+     "permit-expirable semaphore, 2 permits, library and CLI"},
     {"latch", TOPO_SINGLE, "latch", 5, 0, NULL, NULL, F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "C",
      "count-down latch: 3 counters, 2 awaiters, a round every 2 s"},
     {"multi", TOPO_SINGLE, "multi", 4, 0, NULL, NULL, F_PAUSE | F_KILL | F_PARTITION | F_LATENCY, 0, 0, "A,B,C",
@@ -130,10 +130,10 @@ static const scenario scenarios[] = {
 
 /* One worker slot: a process, restarted after a kill. */
 typedef struct slot {
-    int cli;             /* a `dlock` loop rather than a library client */
+    int cli; /* a `dlock` loop rather than a library client */
     pid_t pid;
-    int64_t respawn_at;  /* after a kill: when to start it again (0: no) */
-    int64_t busy_until;  /* a fault on it lasts until then */
+    int64_t respawn_at; /* after a kill: when to start it again (0: no) */
+    int64_t busy_until; /* a fault on it lasts until then */
     th_proxy *px[MAX_MASTERS];
     long skew;
     const char *latch_role;
@@ -143,7 +143,7 @@ typedef struct run {
     const scenario *s;
     unsigned long long rng;
     char dir[512];
-    char names[128];        /* scenario-prefixed names, comma separated */
+    char names[128]; /* scenario-prefixed names, comma separated */
     int fault_fd;
     int64_t start_us, end_us;
     th_redis servers[MAX_MASTERS];
@@ -153,7 +153,7 @@ typedef struct run {
     th_redis *resource;
     slot slots[MAX_CLIENTS];
     int n_slots;
-    long clock_offset;      /* seconds */
+    long clock_offset; /* seconds */
     char client_bin[PATH_MAX];
     const char *dlock_bin;
 } run;
@@ -234,9 +234,10 @@ static void spawn(run *r, int i)
     argv[a++] = r->client_bin;
     argv[a++] = "--kind";
     argv[a++] = sl->cli ? "cli" : r->s->kind;
-    const char *fixed[] = {"--dir", r->dir, "--client", client, "--resource", r->resource->url, "--name", r->names,
-                           "--seconds", seconds, "--seed", seed, "--lease", lease, "--permits", permits, "--skew",
-                           skew, "--slow-release", lease, "--dlock", r->dlock_bin, NULL};
+    const char *fixed[] = {"--dir",          r->dir,   "--client",  client,       "--resource", r->resource->url,
+                           "--name",         r->names, "--seconds", seconds,      "--seed",     seed,
+                           "--lease",        lease,    "--permits", permits,      "--skew",     skew,
+                           "--slow-release", lease,    "--dlock",   r->dlock_bin, NULL};
     for (int k = 0; fixed[k]; k++) argv[a++] = fixed[k];
     for (int m = 0; m < n; m++) {
         argv[a++] = "--url";
@@ -264,8 +265,8 @@ static void spawn(run *r, int i)
     if (sl->latch_role) {
         char round_ms[16];
         snprintf(round_ms, sizeof round_ms, "%ld", LATCH_ROUND_MS);
-        const char *l[] = {"--latch-role", sl->latch_role, "--latch-n", latch_n, "--round-ms", round_ms, "--epoch",
-                           epoch, NULL};
+        const char *l[] = {"--latch-role", sl->latch_role, "--latch-n", latch_n, "--round-ms",
+                           round_ms,       "--epoch",      epoch,       NULL};
         for (int k = 0; l[k]; k++) argv[a++] = l[k];
     }
     argv[a] = NULL;
@@ -604,8 +605,8 @@ static pid_t start_serve(run *r, const char *seckill, int port)
     snprintf(db, sizeof db, "sqlite://%s/orders.db", r->dir);
     snprintf(secret, sizeof secret, "%s/secret", r->dir);
     snprintf(out, sizeof out, "%s/serve.txt", r->dir);
-    const char *argv[] = {seckill, "serve", "--listen", listen, "--redis", r->servers[0].url, "--db", db,
-                          "--secret-file", secret, "--log-level", "warn", NULL};
+    const char *argv[] = {seckill,         "serve", "--listen",    listen, "--redis", r->servers[0].url, "--db", db,
+                          "--secret-file", secret,  "--log-level", "warn", NULL};
     pid_t pid = start_logged(argv, out);
     for (int i = 0; pid > 0 && i < 500; i++) {
         redisContext *c = redisConnectWithTimeout("127.0.0.1", port, (struct timeval){0, 100000});
@@ -662,8 +663,8 @@ static void run_seckill(run *r)
     for (int round = 0; tt_now_us() < r->end_us && nv < 256; round++) {
         char out[600];
         snprintf(out, sizeof out, "%s/load-%d.txt", r->dir, round);
-        const char *argv[] = {seckill, "load", "--url", url, "--stock", "1000", "--users", "10000", "--attempts", "2",
-                              "--concurrency", "32", "--secret-file", secret, NULL};
+        const char *argv[] = {seckill,      "load", "--url",         url,  "--stock",       "1000", "--users", "10000",
+                              "--attempts", "2",    "--concurrency", "32", "--secret-file", secret, NULL};
         pid_t load = start_logged(argv, out);
         int64_t fault_at = tt_now_us() + tt_rand_between(&r->rng, 0, 300) * 1000;
         int faulted = 0, st;
@@ -758,8 +759,8 @@ static int run_scenario(const scenario *s, unsigned long long seed, long seconds
     char names[64];
     snprintf(names, sizeof names, "%s", s->names);
     for (char *n = strtok(names, ","); n; n = strtok(NULL, ","))
-        snprintf(r.names + strlen(r.names), sizeof r.names - strlen(r.names), "%s%s-%s-%llx",
-                 r.names[0] ? "," : "", s->name, n, seed & 0xffffff);
+        snprintf(r.names + strlen(r.names), sizeof r.names - strlen(r.names), "%s%s-%s-%llx", r.names[0] ? "," : "",
+                 s->name, n, seed & 0xffffff);
     r.n_slots = s->n_lib + s->n_cli;
     for (int i = 0; i < r.n_slots; i++) {
         r.slots[i].cli = i >= s->n_lib;
@@ -812,7 +813,8 @@ static int run_scenario(const scenario *s, unsigned long long seed, long seconds
     if (rc == 0 && !keep) {
         char cmd[700];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", r.dir);
-        if (system(cmd) != 0) { /* left for the user */ }
+        if (system(cmd) != 0) { /* left for the user */
+        }
     } else if (rc != 0) {
         printf("    histories kept in %s (dlock-torture --check %s)\n", r.dir, r.dir);
     }
@@ -834,13 +836,16 @@ int main(int argc, char **argv)
     const char *list = NULL, *check = NULL;
     static const struct option opts[] = {
         {"seconds", 1, NULL, 's'}, {"seed", 1, NULL, 'S'}, {"scenarios", 1, NULL, 'c'}, {"keep", 0, NULL, 'k'},
-        {"check", 1, NULL, 'C'},   {"list", 0, NULL, 'l'},  {NULL, 0, NULL, 0},
+        {"check", 1, NULL, 'C'},   {"list", 0, NULL, 'l'}, {NULL, 0, NULL, 0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 's': seconds = atol(optarg); break;
-        case 'S': seed = strtoull(optarg, NULL, 10); have_seed = 1; break;
+        case 'S':
+            seed = strtoull(optarg, NULL, 10);
+            have_seed = 1;
+            break;
         case 'c': list = optarg; break;
         case 'k': keep = 1; break;
         case 'C': check = optarg; break;
