@@ -4,7 +4,7 @@
 # Idempotent: does nothing when every package is present. Needs root (or
 # sudo) only when something is missing.
 set -eu
-PKGS="cmake make gcc pkg-config libhiredis-dev redis-server redis-sentinel redis-tools libcmocka-dev libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql libjansson-dev libssl-dev libuv1-dev openssl ca-certificates faketime python3 python3-pytest python3-redis python3-setuptools python3-pip python3-venv"
+PKGS="cmake make gcc pkg-config clang-format spin libhiredis-dev redis-server redis-sentinel redis-tools libcmocka-dev libmicrohttpd-dev libsqlite3-dev libpq-dev postgresql libjansson-dev libssl-dev libuv1-dev openssl ca-certificates faketime python3 python3-pytest python3-redis python3-setuptools python3-pip python3-venv"
 # The suites run against Valkey 8 too (the @valkey ctest entries). Bookworm
 # has it only in backports; later releases carry it in main.
 VALKEY_PKGS=""

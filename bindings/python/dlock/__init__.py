@@ -47,7 +47,7 @@ from . import _native
 # The package's own version, kept equal to the C library's VERSION file of
 # the tree it ships in (a test checks). The library loaded may be another
 # build: library_version() says which.
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 #: How the C library was loaded: the path from $DLOCK_LIBRARY, or the
 #: soname the dynamic loader resolved.
