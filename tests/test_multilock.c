@@ -308,8 +308,12 @@ static void *ordered_worker(void *arg)
         freeReplyObject(r);
         usleep(500);
         freeReplyObject(redisCommand(rc, "DECR ml-inside"));
-        if (ml_release(set, 2) != DLOCK_OK) {
-            fprintf(stderr, "worker %d, round %d: release: %s\n", w->reverse, i, dlock_last_error());
+        dlock_status rst = ml_release(set, 2);
+        if (rst != DLOCK_OK) {
+            /* The status too: an asynchronous release's message was set on
+             * the callback's thread, not this one. */
+            fprintf(stderr, "worker %d, round %d: release: %s (%s)\n", w->reverse, i, dlock_strerror(rst),
+                    dlock_last_error());
             w->failed++;
         }
         w->done++;
