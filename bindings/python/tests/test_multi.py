@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import pathlib
+import re
 import threading
 import time
 
@@ -275,14 +277,28 @@ def test_a_cancelled_async_multi_lock_gives_back_what_it_was_granted(redis, clie
         other.close()
 
 
+def _stats_kinds():
+    """The kinds of DLOCK_STATS_KIND_LIST, read from the header, so that a
+    kind added there sizes the buffer below (a buffer too small for
+    dlock_stats() is memory corruption, not an error)."""
+    header = pathlib.Path(__file__).resolve().parents[3] / "include" / "dlock.h"
+    text = header.read_text()
+    body = text[text.index("#define DLOCK_STATS_KIND_LIST(X)"):]
+    body = body[:body.index("\n\n")]
+    return re.findall(r"X\((\w+),", body)
+
+
 def redlock_wakeups(client):
     """How many times a release's message woke a RedLock waiter of
     `client` (its first master's), from the library's dlock_stats(): the
     package does not expose it, so the test reads struct dlock_stats by
-    ctypes, laid out as dlock.h has it (8 kinds of 79 uint64_t each:
+    ctypes, laid out as dlock.h has it (one record per kind of
+    DLOCK_STATS_KIND_LIST, in its order, of 79 uint64_t each:
     acquisitions, 5 failures, renewals, renewal failures, losses, wakeups,
     then three histograms of count, sum and 21 buckets)."""
-    kinds, fields, redlock, wakeups = 8, 1 + 5 + 4 + 3 * (2 + 21), 6, 9
+    kinds = _stats_kinds()
+    fields, redlock, wakeups = 1 + 5 + 4 + 3 * (2 + 21), kinds.index("REDLOCK"), 9
+    kinds = len(kinds)
     out = (ctypes.c_uint64 * (kinds * fields))()
     fn = dlock._native.lib.dlock_stats
     fn.restype = ctypes.c_int
