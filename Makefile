@@ -147,7 +147,7 @@ torture: deps-core
 # The lock protocol model-checked with Spin at larger bounds than
 # `make test` runs (docs/design/model.md: what it covers, how long it takes).
 .PHONY: model
-model:
+model: deps-core
 	model/check.sh large
 
 # Both topologies of scripts/redis-topology.sh in one temp dir, left running
