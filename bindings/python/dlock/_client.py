@@ -493,34 +493,44 @@ class RWLock(_OnHandle):
         return "<dlock.RWLock %r>" % self.name
 
 
-class Semaphore(_OnHandle):
-    """A counting semaphore without owners (any process may release), made
-    by Client.semaphore(). ``with sem:`` takes one permit and returns it."""
+class _Sized(_OnHandle):
+    """The size calls both semaphores have, on their C functions
+    (`_sized`: the prefix, "semaphore" or "psem")."""
 
-    def __init__(self, handle: _Handle, wait_ms: int) -> None:
-        self._h = handle
-        self._wait = wait_ms
+    _sized = ""
 
     def set_permits(self, permits: int) -> bool:
         """Set the number of permits if the semaphore does not exist yet;
-        True when this call set it."""
+        True when this call set it. Another number than the stored one is
+        refused (InvalidArgument naming both): resize() changes it."""
         n = _permits(permits)
         was = ctypes.c_int()
-        self._call(_lib.dlock_semaphore_set_permits, n, ctypes.byref(was))
+        self._call(getattr(_lib, "dlock_%s_set_permits" % self._sized), n, ctypes.byref(was))
         return bool(was.value)
 
     def resize(self, permits: int) -> None:
         """Make the semaphore ``permits`` large, whatever it was (Redisson's
         setPermits): permits held beyond a smaller size stay held until
         released."""
-        self._call(_lib.dlock_semaphore_resize, _permits(permits))
+        self._call(getattr(_lib, "dlock_%s_resize" % self._sized), _permits(permits))
 
     def add_permits(self, change: int) -> None:
         """Grow (or, with a negative ``change``, shrink) the semaphore by
         ``change`` permits (Redisson's addPermits)."""
         if isinstance(change, bool) or not isinstance(change, int):
             raise TypeError("change must be an int, not %s" % type(change).__name__)
-        self._call(_lib.dlock_semaphore_add_permits, change)
+        self._call(getattr(_lib, "dlock_%s_add_permits" % self._sized), change)
+
+
+class Semaphore(_Sized):
+    """A counting semaphore without owners (any process may release), made
+    by Client.semaphore(). ``with sem:`` takes one permit and returns it."""
+
+    _sized = "semaphore"
+
+    def __init__(self, handle: _Handle, wait_ms: int) -> None:
+        self._h = handle
+        self._wait = wait_ms
 
     def acquire(self, permits: int = 1, wait: Seconds = _DEFAULT) -> None:
         """Take ``permits``, all or nothing; NotAcquired when too few became

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import _aio, _client, _errors, _handles, _native, _service
 from ._args import _DEFAULT, Name, Seconds, _callback, _cname, _lease_ms, _permits, _wait_ms
-from ._client import _OnHandle, _wait_in_slices
+from ._client import _Sized, _wait_in_slices
 
 _lib = _native.lib
 
@@ -165,11 +165,13 @@ def _on_permit_lost(permit: Optional[int], arg: Optional[int]) -> None:
         _service.log.exception("dlock: loss report failed")
 
 
-class ExpirableSemaphore(_OnHandle):
+class ExpirableSemaphore(_Sized):
     """A semaphore whose every permit has an id and a lease, made by
     Client.expirable_semaphore(). A permit whose holder died returns to the
     pool when its lease ends, with nobody's help. ``acquire()`` returns the
     Permit; ``with sem as permit:`` takes one and gives it back."""
+
+    _sized = "psem"
 
     def __init__(self, handle: _handles._Handle, wait_ms: int, lease_ms: int,
                  on_lost: Optional[PermitLostCallback]) -> None:
@@ -185,27 +187,6 @@ class ExpirableSemaphore(_OnHandle):
         self._with = threading.local()
         self._tasks: "weakref.WeakKeyDictionary[asyncio.Task[Any], List[Permit]]" = \
             weakref.WeakKeyDictionary()
-
-    def set_permits(self, permits: int) -> bool:
-        """Set the number of permits if the semaphore does not exist yet;
-        True when this call set it."""
-        n = _permits(permits)
-        was = ctypes.c_int()
-        self._call(_lib.dlock_psem_set_permits, n, ctypes.byref(was))
-        return bool(was.value)
-
-    def resize(self, permits: int) -> None:
-        """Make the semaphore ``permits`` large, whatever it was (Redisson's
-        setPermits): permits held beyond a smaller size stay held until
-        released."""
-        self._call(_lib.dlock_psem_resize, _permits(permits))
-
-    def add_permits(self, change: int) -> None:
-        """Grow (or, with a negative ``change``, shrink) the semaphore by
-        ``change`` permits (Redisson's addPermits)."""
-        if isinstance(change, bool) or not isinstance(change, int):
-            raise TypeError("change must be an int, not %s" % type(change).__name__)
-        self._call(_lib.dlock_psem_add_permits, change)
 
     def acquire(self, wait: Seconds = _DEFAULT, lease: Seconds = _DEFAULT) -> Permit:
         """Take one permit: NotAcquired when none became free within
