@@ -623,3 +623,24 @@ long long skt_pending(th_target *t, long long voucher)
     if (rep) freeReplyObject(rep);
     return v;
 }
+
+int skt_app_start(th_target *srv, skt_dir *dir, skt_serve *sv, char *admin, char *user1, char *user2, size_t cap)
+{
+    if (th_target_start(srv, NULL) != 0) return -1;
+    if (skt_dir_make(dir) != 0) return -1;
+    if (skt_serve_start(sv, dir, srv->url, "redis", NULL, NULL) != 0) return -1;
+    skt_token(dir, 0, 0, admin, cap);
+    skt_token(dir, 1, 0, user1, cap);
+    skt_token(dir, 2, 0, user2, cap);
+    return 0;
+}
+
+int skt_app_stop(th_target *srv, skt_dir *dir, skt_serve *sv)
+{
+    int rc = skt_serve_stop(sv);
+    /* Servers of cases that failed half-way (several start their own). */
+    skt_kill_all();
+    skt_dir_remove(dir);
+    th_target_stop(srv);
+    return rc == 0 ? 0 : -1;
+}

@@ -92,6 +92,14 @@ int skt_serve_kill(skt_serve *s);
 /* SIGKILL every serve process still running (test teardown). */
 void skt_kill_all(void);
 
+/* The fixture most suites share: a Redis target, a scratch directory,
+ * one `seckill serve` (redis strategy) on them, and tokens for the admin
+ * (user 0) and users 1 and 2, each `cap` bytes. 0 when all started. */
+int skt_app_start(th_target *srv, skt_dir *dir, skt_serve *sv, char *admin, char *user1, char *user2, size_t cap);
+/* Stop it, with any server a case that failed half-way left behind: 0
+ * when the service stopped cleanly. */
+int skt_app_stop(th_target *srv, skt_dir *dir, skt_serve *sv);
+
 /* Print its stderr (for failing tests). */
 void skt_serve_dump(const skt_serve *s);
 

@@ -37,23 +37,13 @@ static char admin[256], user1[256], user2[256];
 static int setup(void **state)
 {
     (void)state;
-    if (th_target_start(&srv, NULL) != 0) return -1;
-    if (skt_dir_make(&dir) != 0) return -1;
-    if (skt_serve_start(&sv, &dir, srv.url, "redis", NULL, NULL) != 0) return -1;
-    skt_token(&dir, 0, 0, admin, sizeof admin);
-    skt_token(&dir, 1, 0, user1, sizeof user1);
-    skt_token(&dir, 2, 0, user2, sizeof user2);
-    return 0;
+    return skt_app_start(&srv, &dir, &sv, admin, user1, user2, sizeof admin);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    int rc = skt_serve_stop(&sv);
-    skt_kill_all();
-    skt_dir_remove(&dir);
-    th_target_stop(&srv);
-    return rc == 0 ? 0 : -1;
+    return skt_app_stop(&srv, &dir, &sv);
 }
 
 /* A case that failed with Redis stopped leaves it stopped: wake it for
